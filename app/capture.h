@@ -1,0 +1,43 @@
+// capture.h — headless capture: run the real engine for N steps, render one frame
+// offscreen, write a PNG. Also the pieces tests use to check real frames.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "app/scene_builder.h"
+#include "app/timeline.h"
+#include "render/camera.h"
+#include "render/renderer.h"
+
+namespace kvscope::app {
+
+struct CaptureOptions {
+  std::string out_path;
+  std::string prompt_file;  // empty = the first offered prompt
+  int steps = 12;
+  CacheMode mode = CacheMode::Cache;
+  render::CameraPreset camera = render::CameraPreset::ThreeQuarter;
+  ViewOptions view;
+  int width = 1600, height = 900;
+  std::string model_path;
+  std::string backend = "auto";
+  double since_step = 0.45;  // animation time of the captured frame after the last step
+};
+
+// Resets `session` with `prompt` and runs up to `steps` steps (fewer if it stops),
+// feeding every trace into `timeline` in order.
+Status run_steps(Session& session, const PromptSpec& prompt, int steps, Timeline* timeline);
+
+// The scene for a settled frame, framed by `preset` for a width x height image.
+render::Scene capture_scene(const Timeline& tl, const ViewOptions& view, double since_step,
+                            render::CameraPreset preset, int width, int height);
+
+// Draws into an offscreen MSAA target and reads RGBA8 back (top row first).
+Expected<std::vector<uint8_t>> render_offscreen(render::Renderer& r, const render::Scene& scene,
+                                                int width, int height);
+
+// `kvscope --screenshot OUT [...]`: returns the process exit code; one line on error.
+int run_screenshot(const CaptureOptions& opts);
+
+}  // namespace kvscope::app

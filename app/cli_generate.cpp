@@ -1,0 +1,180 @@
+// cli_generate.cpp — `kvscope generate`: runs the real engine step by step without a
+// window and streams the text, or one JSON object per step with --json.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "app/cli_common.h"
+#include "app/json_writer.h"
+#include "engine/session.h"
+
+namespace kvscope::cli {
+namespace {
+
+int fail(const std::string& message) {
+  std::fprintf(stderr, "kvscope: %s\n", message.c_str());
+  return 1;
+}
+
+// Reads a prompt file. A first line "#chat" or "#raw" says how the rest is used.
+Expected<PromptSpec> read_prompt_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return make_error("cannot read the prompt file ", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  PromptSpec spec;
+  spec.text = ss.str();
+  auto strip_header = [&](const char* tag, bool chat) {
+    const std::string t = tag;
+    if (spec.text.rfind(t, 0) == 0 && (spec.text.size() == t.size() || spec.text[t.size()] == '\n')) {
+      spec.text.erase(0, std::min(spec.text.size(), t.size() + 1));
+      spec.chat = chat;
+      return true;
+    }
+    return false;
+  };
+  if (!strip_header("#chat", true)) strip_header("#raw", false);
+  while (!spec.text.empty() && spec.text.back() == '\n') spec.text.pop_back();
+  return spec;
+}
+
+std::string step_json(const StepTrace& tr) {
+  JsonWriter j;
+  j.begin_object();
+  j.key("step").value(tr.step);
+  j.key("pos").value(tr.pos);
+  j.key("token_id").value(tr.token_id);
+  j.key("text").value(tr.text);
+  j.key("mode").value(cache_mode_name(tr.mode));
+  j.key("flops").value(tr.flops);
+  j.key("flops_total").value(tr.flops_total);
+  j.key("kv_rows").value(tr.kv_rows);
+  j.key("kv_rows_total").value(tr.kv_rows_total);
+  j.key("kv_bytes").value(tr.kv_bytes);
+  j.key("kv_transient_bytes").value(tr.kv_transient_bytes);
+  j.key("seq_len").value(tr.seq_len);
+  j.key("tokens_processed").value(tr.tokens_processed);
+  j.key("ms").value(tr.ms);
+  if (tr.device_ms >= 0) j.key("device_ms").value(tr.device_ms);
+  j.key("top").begin_array();
+  for (size_t i = 0; i < tr.top.size() && i < 5; ++i) {
+    j.begin_object();
+    j.key("id").value(tr.top[i].id);
+    j.key("text").value(tr.top[i].text);
+    j.key("p").value(double(tr.top[i].p));
+    j.key("logit").value(double(tr.top[i].logit));
+    j.end_object();
+  }
+  j.end_array();
+  j.end_object();
+  return j.str();
+}
+
+}  // namespace
+
+int run_generate(int argc, char** argv) {
+  CLI::App app{"Run the model step by step without a window and stream what it writes.",
+               "kvscope generate"};
+  std::string prompt, prompt_file, mode = "cache", model_path, backend_name = "auto",
+                                    kv_type = "f16";
+  bool chat = false, json = false;
+  int max_tokens = 64, threads = 0, top_k = 0;
+  float temp = 0.0f, top_p = 1.0f, min_p = 0.0f;
+  uint64_t seed = 0;
+  std::vector<std::string> stops;
+  auto* p_opt = app.add_option("--prompt", prompt, "Prompt text");
+  auto* pf_opt = app.add_option("--prompt-file", prompt_file,
+                                "Prompt file (first line #chat or #raw picks the form)");
+  p_opt->excludes(pf_opt);
+  app.add_flag("--chat", chat, "Wrap the prompt as one user turn in the chat template");
+  app.add_option("--mode", mode, "KV cache mode")->check(CLI::IsMember({"cache", "nocache"}));
+  app.add_option("--max-tokens", max_tokens, "Tokens to generate")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--temp", temp, "Temperature (0 = greedy)")->check(CLI::Range(0.0, 100.0));
+  app.add_option("--top-k", top_k, "Keep the k most likely tokens (0 = off)")->check(CLI::NonNegativeNumber);
+  app.add_option("--top-p", top_p, "Nucleus sampling mass (1 = off)")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--min-p", min_p, "Drop tokens below min-p x the best (0 = off)")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--seed", seed, "Sampling seed");
+  app.add_option("--stop", stops, "Stop when the output contains this text (repeatable)");
+  app.add_option("--threads", threads, "CPU threads (0 = all)")->check(CLI::NonNegativeNumber);
+  app.add_option("--model", model_path, "A llama-architecture GGUF file (default: SmolLM2-135M-Instruct)");
+  app.add_option("--backend", backend_name, "auto, cuda or cpu")->check(CLI::IsMember({"auto", "cuda", "cpu"}));
+  app.add_option("--kv-type", kv_type, "KV cache element type")->check(CLI::IsMember({"f16", "f32"}));
+  app.add_flag("--json", json, "One JSON object per step, then a summary line");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  PromptSpec spec;
+  if (!prompt_file.empty()) {
+    auto p = read_prompt_file(prompt_file);
+    if (!p.ok()) return fail(p.error().message);
+    spec = *p;
+    if (chat) spec.chat = true;
+  } else if (p_opt->count() > 0) {
+    spec.text = prompt;
+    spec.chat = chat;
+  } else {
+    return fail("no prompt: pass --prompt TEXT or --prompt-file FILE");
+  }
+  if (spec.text.empty()) return fail("prompt: the prompt is empty");
+
+  if (model_path.empty()) model_path = default_model_path();
+  auto model = load_model(model_path);
+  if (!model.ok()) return fail(model.error().message);
+  std::string notice;
+  auto backend = make_backend(backend_name, **model, threads, &notice);
+  if (!backend.ok()) return fail(backend.error().message);
+
+  SessionConfig cfg;
+  cfg.mode = mode == "cache" ? CacheMode::Cache : CacheMode::NoCache;
+  cfg.kv_dtype = kv_type == "f16" ? KvDtype::F16 : KvDtype::F32;
+  cfg.max_tokens = max_tokens;
+  cfg.stop_strings = stops;
+  auto session = Session::create(*model, std::move(backend.value()), cfg);
+  if (!session.ok()) return fail(session.error().message);
+  Session& s = **session;
+  SamplerConfig sc;
+  sc.temperature = temp;
+  sc.top_k = top_k;
+  sc.top_p = top_p;
+  sc.min_p = min_p;
+  sc.seed = seed;
+  s.set_sampler(sc);
+  if (Status st = s.reset(spec); !st.ok()) return fail(st.message());
+  // The backend notice (e.g. no usable GPU) once the input is known to be good, so an
+  // error stays a single line.
+  if (!notice.empty()) std::fprintf(stderr, "kvscope: %s\n", notice.c_str());
+
+  int generated = 0;
+  while (!s.done()) {
+    auto tr = s.step();
+    if (!tr.ok()) return fail(tr.error().message);
+    ++generated;
+    if (json) {
+      std::printf("%s\n", step_json(*tr).c_str());
+    } else {
+      std::fputs(tr->emitted.c_str(), stdout);
+    }
+    std::fflush(stdout);
+  }
+  if (json) {
+    JsonWriter j;
+    j.begin_object();
+    j.key("done").value(true);
+    j.key("stop_reason").value(stop_reason_name(s.stop_reason()));
+    j.key("tokens").value(generated);
+    j.key("prompt_tokens").value(s.prompt_len());
+    j.key("backend").value(s.backend().name());
+    j.key("text").value(s.generated_text());
+    j.end_object();
+    std::printf("%s\n", j.str().c_str());
+  } else {
+    std::printf("\n");
+  }
+  return 0;
+}
+
+}  // namespace kvscope::cli

@@ -1,0 +1,38 @@
+// engine_setup.h — model + backend + Session creation for the app, and the prompts it offers.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/session.h"
+
+namespace kvscope::app {
+
+struct EngineOptions {
+  std::string model_path;  // empty = the default model
+  std::string backend = "auto";
+  int threads = 0;         // 0 = the backend's default
+  CacheMode mode = CacheMode::Cache;
+  int max_tokens = 256;
+};
+
+struct EngineHandle {
+  std::shared_ptr<Model> model;
+  std::unique_ptr<Session> session;
+  std::string notice;  // e.g. "no usable GPU; using the CPU backend"
+};
+
+Expected<EngineHandle> open_engine(const EngineOptions& opts);
+
+struct PromptChoice {
+  std::string name;  // file stem, e.g. "narrative"
+  PromptSpec spec;
+};
+// prompts/*.txt (next to the executable's source tree or the cwd), sorted by name;
+// built-in narrative/code/chat prompts when none are found. A file whose first line is
+// "#chat" is a chat prompt (that line is dropped).
+std::vector<PromptChoice> load_prompts();
+Expected<PromptSpec> read_prompt_file(const std::string& path);
+
+}  // namespace kvscope::app

@@ -1,0 +1,25 @@
+// main.cpp — the kvscope executable: headless subcommands, else the desktop app.
+#include <cstdio>
+#include <cstring>
+
+#include "app/cli_common.h"
+#if defined(KVSCOPE_WITH_APP)
+#include "app/app_main.h"
+#endif
+
+int main(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "generate") == 0)
+    return kvscope::cli::run_generate(argc - 1, argv + 1);
+  if (argc >= 2 && std::strcmp(argv[1], "bench") == 0)
+    return kvscope::cli::run_bench(argc - 1, argv + 1);
+#if defined(KVSCOPE_WITH_APP)
+  if (argc >= 2 && std::strcmp(argv[1], "bench-render") == 0)
+    return kvscope::app::run_bench_render(argc - 1, argv + 1);
+  return kvscope::app::run_app(argc, argv);
+#else
+  std::fprintf(stderr,
+               "kvscope: built without the desktop app (KVSCOPE_APP=OFF); use `kvscope generate` "
+               "or `kvscope bench`\n");
+  return 2;
+#endif
+}

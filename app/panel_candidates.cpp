@@ -1,0 +1,41 @@
+// panel_candidates.cpp — the top candidates of the newest step, the sampled one marked.
+#include <imgui.h>
+
+#include <cstdio>
+
+#include "app/scene_builder.h"
+#include "app/ui_state.h"
+
+namespace kvscope::app {
+
+void panel_candidates(const Timeline& tl) {
+  ImGuiIO& io = ImGui::GetIO();
+  ImGui::SetNextWindowPos(ImVec2(10, io.DisplaySize.y - 290), ImGuiCond_FirstUseEver);
+  ImGui::SetNextWindowSize(ImVec2(340, 280), ImGuiCond_FirstUseEver);
+  ImGui::Begin("Top candidates");
+  const StepTrace* t = tl.last();
+  if (!t || t->top.empty()) {
+    ImGui::TextDisabled("no step yet");
+  } else {
+    ImGui::Text("step %d, position %d", t->step, t->pos);
+    for (size_t i = 0; i < t->top.size(); ++i) {
+      const Candidate& c = t->top[i];
+      bool sampled = int(i) == t->sampled_rank;
+      std::string label = "'" + display_text(c.text) + "'";
+      if (sampled) ImGui::PushStyleColor(ImGuiCol_PlotHistogram, ImVec4(1.0f, 0.5f, 0.3f, 1.0f));
+      char overlay[64];
+      std::snprintf(overlay, sizeof overlay, "%.1f%%", 100.0 * c.p);
+      ImGui::ProgressBar(c.p, ImVec2(120, 0), overlay);
+      if (sampled) ImGui::PopStyleColor();
+      ImGui::SameLine();
+      ImGui::Text("%s%s", label.c_str(), sampled ? "  <- sampled" : "");
+    }
+  }
+  if (!tl.generated_text().empty()) {
+    ImGui::Separator();
+    ImGui::TextWrapped("%s", tl.generated_text().c_str());
+  }
+  ImGui::End();
+}
+
+}  // namespace kvscope::app

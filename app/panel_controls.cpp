@@ -1,0 +1,131 @@
+// panel_controls.cpp — prompt, play/pause/step, speed, mode, sampling, view choices, camera.
+#include <imgui.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
+#include "app/ui_state.h"
+
+namespace kvscope::app {
+
+namespace {
+void send(Controller* ctl, Command c) {
+  if (ctl) ctl->send(std::move(c));
+}
+}  // namespace
+
+void panel_controls(UiState& ui, Controller* ctl, const ControllerState& cs, const Timeline& tl) {
+  ImGui::SetNextWindowPos(ImVec2(10, 10), ImGuiCond_FirstUseEver);
+  ImGui::SetNextWindowSize(ImVec2(340, 640), ImGuiCond_FirstUseEver);
+  ImGui::Begin("Controls");
+  ImGui::BeginDisabled(!ui.engine_ready);
+
+  // Prompt.
+  ImGui::Separator();
+  ImGui::TextDisabled("Prompt");
+  int n = int(ui.prompts.size());
+  for (int i = 0; i < n; ++i) {
+    if (i) ImGui::SameLine();
+    if (ImGui::RadioButton(ui.prompts[size_t(i)].name.c_str(), ui.prompt_index == i)) {
+      ui.prompt_index = i;
+      send(ctl, CmdReset{ui.prompts[size_t(i)].spec, cs.playing});
+    }
+  }
+  if (n > 0)
+    ImGui::TextWrapped("%s", ui.prompts[size_t(std::clamp(ui.prompt_index, 0, n - 1))].spec.text.c_str());
+
+  // Transport.
+  ImGui::Separator();
+  ImGui::TextDisabled("Generation");
+  if (ImGui::Button("Reset") && n > 0) send(ctl, CmdReset{ui.prompts[size_t(ui.prompt_index)].spec, false});
+  ImGui::SameLine();
+  if (cs.playing) {
+    if (ImGui::Button("Pause")) send(ctl, CmdPause{});
+  } else if (ImGui::Button("Play")) {
+    if (cs.finished && n > 0) send(ctl, CmdReset{ui.prompts[size_t(ui.prompt_index)].spec, true});
+    else send(ctl, CmdPlay{});
+  }
+  ImGui::SameLine();
+  if (ImGui::Button("Step")) send(ctl, CmdStep{});
+  ImGui::SameLine();
+  if (ImGui::Button("Stop")) send(ctl, CmdStop{});
+  if (cs.busy) {
+    ImGui::SameLine();
+    ImGui::TextColored(ImVec4(1.0f, 0.8f, 0.3f, 1.0f), "computing...");
+  } else if (cs.finished && tl.last()) {
+    ImGui::SameLine();
+    ImGui::TextDisabled("(%s)", stop_reason_name(tl.last()->stop));
+  }
+
+  if (ImGui::Checkbox("as fast as possible", &ui.speed_max))
+    send(ctl, CmdSpeed{ui.speed_max ? kSpeedMax : ui.speed});
+  ImGui::BeginDisabled(ui.speed_max);
+  if (ImGui::SliderFloat("tok/s", &ui.speed, kSpeedMin, kSpeedTop, "%.2f", ImGuiSliderFlags_Logarithmic))
+    send(ctl, CmdSpeed{ui.speed});
+  ImGui::EndDisabled();
+  if (ImGui::SliderInt("max tokens", &ui.max_tokens, 1, 2048)) send(ctl, CmdMaxTokens{ui.max_tokens});
+
+  int mode = ui.mode == CacheMode::Cache ? 0 : 1;
+  ImGui::Text("Mode:");
+  ImGui::SameLine();
+  bool changed = ImGui::RadioButton("KV CACHE", &mode, 0);
+  ImGui::SameLine();
+  changed |= ImGui::RadioButton("NO CACHE", &mode, 1);
+  if (changed) {
+    ui.mode = mode == 0 ? CacheMode::Cache : CacheMode::NoCache;
+    send(ctl, CmdMode{ui.mode});
+  }
+
+  if (ImGui::TreeNode("Sampling")) {
+    bool s = ImGui::SliderFloat("temperature", &ui.sampler.temperature, 0.0f, 2.0f, "%.2f");
+    s |= ImGui::SliderInt("top-k", &ui.sampler.top_k, 0, 200);
+    s |= ImGui::SliderFloat("top-p", &ui.sampler.top_p, 0.05f, 1.0f, "%.2f");
+    int seed = int(ui.sampler.seed);
+    if (ImGui::InputInt("seed", &seed)) {
+      ui.sampler.seed = uint64_t(std::max(seed, 0));
+      s = true;
+    }
+    if (s) send(ctl, CmdSampler{ui.sampler});
+    ImGui::TextDisabled(ui.sampler.temperature <= 0 ? "greedy (temperature 0)" : "sampling");
+    ImGui::TreePop();
+  }
+  ImGui::EndDisabled();
+
+  // What the beams show.
+  ImGui::Separator();
+  ImGui::TextDisabled("Attention beams");
+  int L = std::max(ui.facts.n_layer, 1), H = std::max(ui.facts.n_head, 1);
+  ImGui::Checkbox("all layers (mean)", &ui.view.all_layers);
+  ImGui::BeginDisabled(ui.view.all_layers);
+  ImGui::SliderInt("layer", &ui.view.layer, 0, L - 1);
+  ImGui::EndDisabled();
+  const char* aggs[] = {"single head", "mean over heads", "max over heads"};
+  int agg = int(ui.view.aggregation);
+  if (ImGui::Combo("heads", &agg, aggs, 3)) ui.view.aggregation = HeadAggregation(agg);
+  ImGui::BeginDisabled(ui.view.aggregation != HeadAggregation::Single);
+  ImGui::SliderInt("head", &ui.view.head, 0, H - 1);
+  ImGui::EndDisabled();
+  ImGui::Checkbox("renormalize without the sink (pos 0)", &ui.view.renormalize_sink);
+  ImGui::Checkbox("color KV blocks by V norm", &ui.view.color_by_v);
+  ImGui::Checkbox("token labels", &ui.view.labels);
+
+  ImGui::Separator();
+  ImGui::TextDisabled("Camera");
+  for (render::CameraPreset p : render::kAllCameraPresets) {
+    if (p != render::CameraPreset::Top) ImGui::SameLine();
+    std::string label = render::camera_preset_name(p);
+    for (char& c : label) c = char(std::toupper(static_cast<unsigned char>(c)));
+    bool active = ui.preset == p;
+    if (active) ImGui::PushStyleColor(ImGuiCol_Button, ImGui::GetStyle().Colors[ImGuiCol_ButtonActive]);
+    if (ImGui::Button(label.c_str())) {
+      ui.preset = p;
+      ui.preset_changed = true;
+    }
+    if (active) ImGui::PopStyleColor();
+  }
+  ImGui::TextDisabled("drag: orbit, right-drag: pan, wheel: zoom");
+  ImGui::End();
+}
+
+}  // namespace kvscope::app

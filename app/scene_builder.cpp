@@ -1,0 +1,144 @@
+// scene_builder.cpp — token blocks, KV stacks, beams and the head from the timeline.
+//
+// Animation of one step (seconds since its trace arrived): beams flash in and fade to a
+// steady level, the new token drops into its slot, NO_CACHE recompute flashes decay.
+#include "app/scene_builder.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "render/layout.h"
+#include "render/synthetic_scene.h"
+
+namespace kvscope::app {
+
+std::string display_text(const std::string& text) {
+  std::string out;
+  bool any_visible = false;
+  for (char c : text) {
+    if (c == '\n') out += "\xE2\x86\xB5";       // ↵
+    else if (c == '\t') out += "\xE2\x86\x92";  // →
+    else if (c == '\r') continue;
+    else out += c;
+    if (c != ' ') any_visible = true;
+  }
+  if (!any_visible && !text.empty()) {
+    out.clear();
+    for (char c : text) if (c == ' ') out += "\xC2\xB7";  // spaces shown as middle dots
+  }
+  return out;
+}
+
+std::vector<float> beam_weights(const StepTrace& t, const ViewOptions& opts) {
+  const int n = t.n_attn, L = t.n_layer, H = t.n_head;
+  std::vector<float> w(size_t(std::max(n, 0)), 0.0f);
+  if (n <= 0 || L <= 0 || H <= 0 || t.attention.size() < size_t(L) * H * n) return w;
+  int l0 = opts.all_layers ? 0 : std::clamp(opts.layer, 0, L - 1);
+  int l1 = opts.all_layers ? L : l0 + 1;
+  int h0 = opts.aggregation == HeadAggregation::Single ? std::clamp(opts.head, 0, H - 1) : 0;
+  int h1 = opts.aggregation == HeadAggregation::Single ? h0 + 1 : H;
+  for (int l = l0; l < l1; ++l) {
+    std::vector<float> per(size_t(n), 0.0f);
+    for (int h = h0; h < h1; ++h) {
+      const float* a = &t.attention[(size_t(l) * H + h) * n];
+      for (int j = 0; j < n; ++j) {
+        if (opts.aggregation == HeadAggregation::Max) per[size_t(j)] = std::max(per[size_t(j)], a[j]);
+        else per[size_t(j)] += a[j] / float(h1 - h0);
+      }
+    }
+    for (int j = 0; j < n; ++j) w[size_t(j)] += per[size_t(j)] / float(l1 - l0);
+  }
+  if (opts.renormalize_sink || opts.aggregation == HeadAggregation::Max) {
+    if (opts.renormalize_sink) w[0] = 0.0f;
+    float sum = 0;
+    for (float x : w) sum += x;
+    if (sum > 0) for (float& x : w) x /= sum;
+  }
+  return w;
+}
+
+namespace {
+
+float smooth01(float x) {
+  x = std::clamp(x, 0.0f, 1.0f);
+  return x * x * (3.0f - 2.0f * x);
+}
+
+}  // namespace
+
+render::Scene build_scene(const Timeline& tl, const ViewOptions& opts, const AnimClock& clock) {
+  namespace layout = render::layout;
+  render::Scene s;
+  const StepTrace* last = tl.last();
+  const int n_layer = std::max(tl.n_layer(), last ? last->n_layer : 0);
+  const int n_tok = int(tl.tokens().size());
+  const float since = float(clock.since_step);
+  const float drop = smooth01((since - 0.05f) / 0.35f);  // newest token falls into place
+
+  // Tokens.
+  for (int i = 0; i < n_tok; ++i) {
+    const TokenInfo& ti = tl.tokens()[size_t(i)];
+    render::TokenInstance t;
+    t.position = layout::token_position(i);
+    bool newest = last && i == last->pos && !ti.prompt;
+    if (newest) t.position.y += (1.0f - drop) * (layout::kHeadHeight - 0.2f);
+    t.color = ti.prompt ? render::palette::kPromptToken : render::palette::kGeneratedToken;
+    t.brightness = ti.prompt ? 0.7f : 1.0f;
+    if (opts.labels) t.label = display_text(ti.text);
+    t.highlighted = i == opts.hovered_pos;
+    s.tokens.push_back(std::move(t));
+  }
+
+  // KV stacks: one block per layer under every position whose K/V rows exist.
+  bool nocache = last && last->mode == CacheMode::NoCache;
+  float flash = std::exp(-since / 0.8f);
+  for (int i = 0; i < n_tok; ++i) {
+    bool written_now = last && i >= last->kv_first_pos && i < last->kv_first_pos + last->kv_written;
+    for (int l = 0; l < n_layer; ++l) {
+      float v = tl.kv_norm(i, l, opts.color_by_v);
+      render::KvBlockInstance k;
+      k.position = layout::kv_block_position(i, l);
+      if (std::isnan(v)) {  // not computed yet (the newest token, before the next step)
+        k.color = {0.16f, 0.18f, 0.24f};
+        k.brightness = 0.35f;
+      } else {
+        float lo = tl.kv_norm_min(l, opts.color_by_v), hi = tl.kv_norm_max(l, opts.color_by_v);
+        float x = hi > lo ? (v - lo) / (hi - lo) : 0.5f;
+        k.color = render::palette::kv_color(x);
+        k.brightness = nocache ? 0.55f : 0.95f;  // NO CACHE keeps nothing: dimmer stacks
+        if (written_now && !nocache) k.brightness = std::min(1.0f, 0.95f + 0.6f * flash);
+      }
+      if (nocache && written_now) k.recompute = 0.35f + 0.65f * flash;
+      s.kv_blocks.push_back(k);
+    }
+  }
+
+  // Head and beams.
+  // The head sits above the slot being generated; after a step it slides one slot
+  // right as the new token lands.
+  s.head.position = layout::head_position(n_tok);
+  if (last && last->pos == n_tok - 1)
+    s.head.position = layout::head_position(last->pos) + glm::vec3(drop * layout::kTokenSpacing, 0, 0);
+  float pulse = 0.5f + 0.5f * std::sin(float(clock.time) * 6.0f);
+  s.head.glow = clock.busy ? 0.75f + 0.25f * pulse : 0.8f;
+  if (last && last->n_attn > 0) {
+    std::vector<float> w = beam_weights(*last, opts);
+    float mx = *std::max_element(w.begin(), w.end());
+    float fade = 0.75f + 0.25f * std::exp(-since / 0.5f);
+    glm::vec3 from = s.head.position;
+    for (int j = 0; j < int(w.size()); ++j) {
+      render::Beam b;
+      b.from = from;
+      b.to = layout::beam_target(j, s.token_size.y);
+      // Strongest beam at full brightness; linear, so brightness order is the engine's order
+      // while preserving the engine's order.
+      b.weight = mx > 0 ? w[size_t(j)] / mx * fade : 0.0f;
+      b.color = render::palette::kBeam;
+      s.beams.push_back(b);
+    }
+  }
+  s.grid.height = layout::floor_height(n_layer);
+  return s;
+}
+
+}  // namespace kvscope::app

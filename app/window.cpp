@@ -1,0 +1,74 @@
+// window.cpp — GLFW setup and GL loading.
+#include "app/window.h"
+
+#include <GLFW/glfw3.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "render/gl.h"
+
+namespace kvscope::app {
+namespace {
+std::string g_last_glfw_error;
+void on_glfw_error(int, const char* msg) { g_last_glfw_error = msg ? msg : "unknown error"; }
+}  // namespace
+
+Expected<std::unique_ptr<GlWindow>> GlWindow::create(const WindowOptions& opts) {
+  glfwSetErrorCallback(on_glfw_error);
+  if (!glfwInit()) {
+    const char* d = std::getenv("DISPLAY");
+    return make_error("cannot open a window: no display (", g_last_glfw_error, "; DISPLAY=",
+                      d ? d : "unset",
+                      "). Run on a desktop, under xvfb-run, or use `kvscope generate` for text only");
+  }
+  glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
+  glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 3);
+  glfwWindowHint(GLFW_OPENGL_PROFILE, GLFW_OPENGL_CORE_PROFILE);
+  glfwWindowHint(GLFW_OPENGL_FORWARD_COMPAT, GLFW_TRUE);
+  glfwWindowHint(GLFW_VISIBLE, opts.visible ? GLFW_TRUE : GLFW_FALSE);
+  glfwWindowHint(GLFW_RESIZABLE, GLFW_TRUE);
+  glfwWindowHint(GLFW_SAMPLES, opts.samples);
+#ifdef GLFW_SCALE_TO_MONITOR
+  glfwWindowHint(GLFW_SCALE_TO_MONITOR, GLFW_TRUE);
+#endif
+  GLFWwindow* w = glfwCreateWindow(opts.width, opts.height, opts.title.c_str(), nullptr, nullptr);
+  if (!w) {
+    std::string why = g_last_glfw_error;
+    glfwTerminate();
+    return make_error("cannot create an OpenGL 3.3 core window (", why,
+                      "); update the graphics driver or try LIBGL_ALWAYS_SOFTWARE=1");
+  }
+  glfwMakeContextCurrent(w);
+  glfwSwapInterval(opts.vsync ? 1 : 0);
+  if (render::Result r = render::load_gl(glfwGetProcAddress); !r.ok()) {
+    glfwDestroyWindow(w);
+    glfwTerminate();
+    return make_error(r.error);
+  }
+  std::unique_ptr<GlWindow> out(new GlWindow());
+  out->window_ = w;
+  out->gl_desc_ = render::gl_version_string();
+  return out;
+}
+
+GlWindow::~GlWindow() {
+  if (window_) glfwDestroyWindow(window_);
+  glfwTerminate();
+}
+
+void GlWindow::framebuffer_size(int* w, int* h) const { glfwGetFramebufferSize(window_, w, h); }
+
+float GlWindow::content_scale() const {
+  float sx = 1, sy = 1;
+  glfwGetWindowContentScale(window_, &sx, &sy);
+  return sx > 0 ? sx : 1.0f;
+}
+
+std::string executable_dir() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string() : p.parent_path().string();
+}
+
+}  // namespace kvscope::app

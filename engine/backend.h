@@ -1,0 +1,120 @@
+// backend.h — the per-op interface the transformer forward is written against.
+//
+// The forward pass (engine/forward.cpp) is written once and calls these ops; the CPU
+// backend (engine/cpu) and the CUDA backend (engine/cuda) implement them. All tensors
+// are fp32 activations in the backend's memory (host memory on the CPU, device memory
+// on CUDA); the engine never dereferences a Tensor's pointer itself — it only moves
+// data across with upload/download. Weights are the model's quantized views
+// (engine/model.h); a backend may keep its own copy (the CUDA backend uploads them once).
+//
+// Ops are issued in order; a backend may run them asynchronously, but download() returns
+// only when the data is on the host. Every op returns a Status: a backend error (CUDA
+// failure, out of memory) is an Error, never an abort.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "engine/model.h"
+#include "engine/status.h"
+
+namespace kvscope {
+
+// A row-major [rows][cols] fp32 tensor in backend memory.
+struct Tensor {
+  float* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  Tensor row(int64_t r) const { return Tensor{data + r * cols, 1, cols}; }
+  Tensor row_range(int64_t r0, int64_t n) const { return Tensor{data + r0 * cols, n, cols}; }
+  int64_t size() const { return rows * cols; }
+};
+
+enum class KvDtype { F16, F32 };
+const char* kv_dtype_name(KvDtype t);
+inline int kv_dtype_bytes(KvDtype t) { return t == KvDtype::F16 ? 2 : 4; }
+
+struct KvShape {
+  int n_layer = 0;    // L
+  int n_head_kv = 0;  // Hkv
+  int head_dim = 0;   // D
+  // Bytes of K and V for one token across all layers.
+  uint64_t bytes_per_token(KvDtype t) const {
+    return uint64_t(n_layer) * 2 * n_head_kv * head_dim * kv_dtype_bytes(t);
+  }
+};
+
+// Per layer K and V, each [Hkv][capacity][D] in the cache dtype, in backend memory.
+// Positions [0, length) hold valid rows. The forward/session manage `length`.
+class KvCache {
+ public:
+  KvCache(KvShape shape, KvDtype dtype) : shape_(shape), dtype_(dtype) {}
+  virtual ~KvCache() = default;
+  // Grows the capacity to at least n_tokens, keeping rows [0, length).
+  virtual Status reserve(int n_tokens) = 0;
+  virtual int capacity() const = 0;
+
+  const KvShape& shape() const { return shape_; }
+  KvDtype dtype() const { return dtype_; }
+  int length() const { return length_; }
+  void set_length(int n) { length_ = n; }
+  // Bytes that the valid rows occupy (what the KV_CACHE stat shows).
+  uint64_t bytes_used() const { return uint64_t(length_) * shape_.bytes_per_token(dtype_); }
+  uint64_t bytes_allocated() const { return uint64_t(capacity()) * shape_.bytes_per_token(dtype_); }
+
+ private:
+  KvShape shape_;
+  KvDtype dtype_;
+  int length_ = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  // Short description for the UI and CLI, e.g. "cpu (2 threads)" or "cuda (NVIDIA H100)".
+  virtual std::string name() const = 0;
+
+  // Scratch memory for activations: slot `slot` holds at least rows*cols floats
+  // (contents not preserved when it grows). The forward uses a fixed set of slots.
+  virtual Expected<Tensor> scratch(int slot, int64_t rows, int64_t cols) = 0;
+  virtual Expected<std::unique_ptr<KvCache>> create_kv_cache(KvShape shape, KvDtype dtype,
+                                                             int capacity) = 0;
+
+  // out[t][:] = row ids[t] of tok_embd (dequantized). ids are host memory, T = out.rows.
+  virtual Status embed(const Weight& tok_embd, const int32_t* ids, Tensor out) = 0;
+  // out[t][i] = x[t][i] / sqrt(mean_i(x[t]^2) + eps) * w[i]. out may alias x.
+  virtual Status rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) = 0;
+  // out[t][o] = sum_i W[o][i] * x[t][i];  x [T][n_in], out [T][n_out].
+  virtual Status matmul(const Weight& w, Tensor x, Tensor out) = 0;
+  // In place on x [T][n_heads*head_dim]: rotates adjacent pairs (2i, 2i+1) of the first
+  // n_rot dims of every head by pos * base^(-2i/n_rot), row t at position pos0 + t.
+  virtual Status rope(Tensor x, int n_heads, int head_dim, int n_rot, int pos0, float base) = 0;
+  // Stores k, v [T][Hkv*D] into the cache of `layer` at positions pos0 .. pos0+T-1
+  // (converted to the cache dtype). Capacity must already be >= pos0 + T.
+  virtual Status kv_write(KvCache& cache, int layer, Tensor k, Tensor v, int pos0) = 0;
+  // Causal grouped-query attention of q [T][H*D] (row t at position pos0 + t) over the
+  // cache of `layer`, whose positions [0, pos0+T) must be filled. Query head h reads KV
+  // head h / (H / Hkv); scores scaled by 1/sqrt(D); softmax with max subtracted.
+  // out [T][H*D]. probs_last [H][pos0+T] receives the softmax row of the last query.
+  virtual Status attention(Tensor q, const KvCache& cache, int layer, int pos0, int n_head,
+                           Tensor out, Tensor probs_last) = 0;
+  // out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + exp(-x)). out may alias gate.
+  virtual Status silu_mul(Tensor gate, Tensor up, Tensor out) = 0;
+  // x[i] += y[i].
+  virtual Status add(Tensor x, Tensor y) = 0;
+  // For positions pos0 .. pos0+T-1 of `layer`: k_norm[0][t] = L2 norm of the stored K
+  // row (all kv heads), v_norm likewise. k_norm, v_norm are [1][T].
+  virtual Status kv_row_norms(const KvCache& cache, int layer, int pos0, int T, Tensor k_norm,
+                              Tensor v_norm) = 0;
+  // Copies src (rows*cols floats) to host memory; returns when the data is there.
+  virtual Status download(Tensor src, float* host) = 0;
+
+  // Step timing: the device time between begin_step and end_step, where the backend
+  // can measure it (CUDA events); nullopt on the CPU (the session uses wall time).
+  virtual void begin_step() {}
+  virtual std::optional<double> end_step() { return std::nullopt; }
+};
+
+}  // namespace kvscope

@@ -1,0 +1,418 @@
+// cuda_backend.cpp — Backend ops on an NVIDIA GPU (see cuda_backend.h).
+//
+// Ownership: the backend owns one stream, one cuBLAS handle, two timing events, device
+// copies of the model's weights (keyed by the host Weight::data pointer; uploaded once,
+// fp16 copies made on the GPU the first time a weight needs them) and the scratch slots.
+// Work is issued asynchronously on the stream; download() synchronises. Every CUDA or
+// cuBLAS status is checked where it is returned and turned into a kvscope::Error.
+//
+// Per decode step (T = 1) the forward issues 17 kernel launches per layer (rmsnorm,
+// 3 matvecs, 2 ropes, kv append, kv norms, attention, matvec, add, rmsnorm, 2 matvecs,
+// silu_mul, matvec, add) plus embed, final rmsnorm and the LM head: 17 L + 3.
+#include "engine/cuda/cuda_backend.h"
+
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/quant.h"
+#include "kernels/kernels.h"
+
+namespace kvscope {
+namespace {
+
+using kvscope_cuda::QMatrix;
+using kvscope_cuda::QType;
+
+std::string cuda_text(cudaError_t e) {
+  std::string s = std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")";
+  const std::string d = kvscope_cuda::error_detail();
+  if (!d.empty()) s += ": " + d;
+  return s;
+}
+
+Status check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return Status::Ok();
+  return make_error("cuda: ", what, " failed: ", cuda_text(e));
+}
+
+Status check_blas(cublasStatus_t s, const char* what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return Status::Ok();
+  return make_error("cuda: cuBLAS ", what, " failed: ", cublasGetStatusString(s));
+}
+
+// cudaMalloc with an out-of-memory message that says how much was asked and is free.
+Status device_alloc(void** p, size_t bytes, const char* what) {
+  *p = nullptr;
+  cudaError_t e = cudaMalloc(p, std::max<size_t>(bytes, 1));
+  if (e == cudaSuccess) return Status::Ok();
+  cudaGetLastError();  // out of memory is not sticky: clear it for the next call
+  if (e == cudaErrorMemoryAllocation) {
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    return make_error("cuda: out of GPU memory allocating ", bytes, " bytes for ", what, " (",
+                      free_b >> 20, " MiB free of ", total_b >> 20,
+                      " MiB); close other GPU programs or use the CPU backend");
+  }
+  return make_error("cuda: cudaMalloc of ", bytes, " bytes for ", what, " failed: ", cuda_text(e));
+}
+
+struct DeviceBuffer {
+  void* p = nullptr;
+  size_t bytes = 0;
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept : p(o.p), bytes(o.bytes) { o.p = nullptr; o.bytes = 0; }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    std::swap(p, o.p);
+    std::swap(bytes, o.bytes);
+    return *this;
+  }
+  ~DeviceBuffer() {
+    if (p) cudaFree(p);
+  }
+  // Grows to at least `need` bytes (contents not kept).
+  Status ensure(size_t need, const char* what) {
+    if (need <= bytes && p) return Status::Ok();
+    if (p) cudaFree(p);
+    p = nullptr;
+    bytes = 0;
+    KV_TRY(device_alloc(&p, need, what));
+    bytes = need;
+    return Status::Ok();
+  }
+};
+
+class CudaKvCache final : public KvCache {
+ public:
+  CudaKvCache(KvShape shape, KvDtype dtype, cudaStream_t stream)
+      : KvCache(shape, dtype), stream_(stream), k_(size_t(shape.n_layer)), v_(size_t(shape.n_layer)) {}
+
+  Status reserve(int n_tokens) override {
+    if (n_tokens <= capacity_) return Status::Ok();
+    const int cap = std::max(n_tokens, std::max(64, capacity_ * 2));
+    const KvShape& s = shape();
+    const size_t row = size_t(s.head_dim) * size_t(kv_dtype_bytes(dtype()));
+    for (int l = 0; l < s.n_layer; ++l) {
+      for (auto* side : {&k_, &v_}) {
+        DeviceBuffer fresh;
+        KV_TRY(fresh.ensure(size_t(s.n_head_kv) * size_t(cap) * row, "the KV cache"));
+        DeviceBuffer& old = (*side)[size_t(l)];
+        if (old.p && length() > 0)
+          for (int h = 0; h < s.n_head_kv; ++h)
+            KV_TRY(check(cudaMemcpyAsync(static_cast<uint8_t*>(fresh.p) + size_t(h) * cap * row,
+                                         static_cast<uint8_t*>(old.p) + size_t(h) * capacity_ * row,
+                                         size_t(length()) * row, cudaMemcpyDeviceToDevice, stream_),
+                         "copying the KV cache while growing it"));
+        // The old buffer is freed only after the copies: cudaFree waits for them.
+        old = std::move(fresh);
+      }
+    }
+    capacity_ = cap;
+    return Status::Ok();
+  }
+  int capacity() const override { return capacity_; }
+
+  kvscope_cuda::KvLayer layer(int l) const {
+    const KvShape& s = shape();
+    return {k_[size_t(l)].p, v_[size_t(l)].p, dtype() == KvDtype::F16, s.n_head_kv, s.head_dim,
+            capacity_};
+  }
+
+ private:
+  cudaStream_t stream_;
+  int capacity_ = 0;
+  std::vector<DeviceBuffer> k_, v_;  // per layer [Hkv][capacity][D]
+};
+
+// A weight on the device: the raw quantized bytes, an fp16 copy made on first need, and
+// for vectors (norm scales) an fp32 copy.
+struct DeviceWeight {
+  DeviceBuffer raw;
+  DeviceBuffer f16;  // [n_out][n_in] __half, when made
+  QMatrix q;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(CudaDeviceInfo info, CudaBackendOptions opt) : info_(std::move(info)), opt_(opt) {}
+
+  ~CudaBackend() override {
+    weights_.clear();
+    slots_.clear();
+    ids_ = DeviceBuffer();
+    x16_ = DeviceBuffer();
+    if (blas_) cublasDestroy(blas_);
+    if (ev_start_) cudaEventDestroy(ev_start_);
+    if (ev_stop_) cudaEventDestroy(ev_stop_);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  Status init(const Model& model) {
+    KV_TRY(check(cudaSetDevice(info_.device), "cudaSetDevice"));
+    KV_TRY(check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating a stream"));
+    KV_TRY(check(cudaEventCreate(&ev_start_), "creating an event"));
+    KV_TRY(check(cudaEventCreate(&ev_stop_), "creating an event"));
+    KV_TRY(check_blas(cublasCreate(&blas_), "cublasCreate"));
+    KV_TRY(check_blas(cublasSetStream(blas_, stream_), "cublasSetStream"));
+    KV_TRY(check(kvscope_cuda::kernels_init(), "configuring the kernels"));
+    KV_TRY(upload(model.tok_embd()).status);
+    KV_TRY(upload(model.output_norm()).status);
+    KV_TRY(upload(model.output()).status);
+    for (const LayerWeights& lw : model.layers())
+      for (const Weight* w : {&lw.attn_norm, &lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.ffn_norm,
+                              &lw.w_gate, &lw.w_up, &lw.w_down})
+        KV_TRY(upload(*w).status);
+    return check(cudaStreamSynchronize(stream_), "uploading the weights");
+  }
+
+  std::string name() const override { return "cuda (" + info_.name + ")"; }
+
+  Expected<Tensor> scratch(int slot, int64_t rows, int64_t cols) override {
+    if (slot < 0 || slot > 64) return make_error("cuda: scratch slot ", slot, " out of range [0, 64]");
+    if (rows < 0 || cols < 0) return make_error("cuda: scratch shape ", rows, " x ", cols, " is negative");
+    if (size_t(slot) >= slots_.size()) slots_.resize(size_t(slot) + 1);
+    KV_TRY(slots_[size_t(slot)].ensure(size_t(rows * cols) * sizeof(float), "activations"));
+    return Tensor{static_cast<float*>(slots_[size_t(slot)].p), rows, cols};
+  }
+
+  Expected<std::unique_ptr<KvCache>> create_kv_cache(KvShape shape, KvDtype dtype,
+                                                     int capacity) override {
+    auto cache = std::make_unique<CudaKvCache>(shape, dtype, stream_);
+    KV_TRY(cache->reserve(capacity));
+    return std::unique_ptr<KvCache>(std::move(cache));
+  }
+
+  Status embed(const Weight& tok_embd, const int32_t* ids, Tensor out) override {
+    const int T = int(out.rows);
+    if (out.cols != tok_embd.n_in)
+      return make_error("cuda: embed output has ", out.cols, " columns, the table ", tok_embd.n_in);
+    for (int t = 0; t < T; ++t)
+      if (ids[t] < 0 || ids[t] >= tok_embd.n_out)
+        return make_error("cuda: token id ", ids[t], " is outside the vocabulary [0, ",
+                          tok_embd.n_out, ")");
+    auto w = weight(tok_embd);
+    if (!w.status.ok()) return w.status;
+    KV_TRY(ids_.ensure(size_t(T) * sizeof(int32_t), "token ids"));
+    KV_TRY(check(cudaMemcpyAsync(ids_.p, ids, size_t(T) * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                 stream_),
+                 "copying token ids"));
+    // The host ids may change after we return: wait until the copy has read them.
+    KV_TRY(check(cudaStreamSynchronize(stream_), "copying token ids"));
+    return check(kvscope_cuda::embed(w.w->q, static_cast<const int32_t*>(ids_.p), T, out.data, stream_),
+                 "embed kernel");
+  }
+
+  Status rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) override {
+    if (w.n_in != x.cols || w.n_out != 1 || out.cols != x.cols || out.rows != x.rows)
+      return make_error("cuda: rmsnorm shapes: x ", x.rows, "x", x.cols, ", weight ", w.name, " ",
+                        w.n_in, "x", w.n_out);
+    auto dw = weight(w);
+    if (!dw.status.ok()) return dw.status;
+    return check(kvscope_cuda::rmsnorm(x.data, static_cast<const float*>(dw.w->raw.p), int(x.rows),
+                                       int(x.cols), eps, out.data, stream_),
+                 "rmsnorm kernel");
+  }
+
+  Status matmul(const Weight& w, Tensor x, Tensor out) override {
+    if (x.cols != w.n_in || out.cols != w.n_out || out.rows != x.rows)
+      return make_error("cuda: matmul shapes: ", w.name, " is ", w.n_out, "x", w.n_in, ", x ",
+                        x.rows, "x", x.cols, ", out ", out.rows, "x", out.cols);
+    auto dw = weight(w);
+    if (!dw.status.ok()) return dw.status;
+    DeviceWeight& d = *dw.w;
+    const int T = int(x.rows);
+    if (T <= opt_.matvec_max_tokens && kvscope_cuda::matvec_native(d.q.type))
+      return check(kvscope_cuda::matvec_q(d.q, x.data, T, out.data, stream_), "matvec kernel");
+    KV_TRY(ensure_f16(d, w.name));
+    const auto* w16 = static_cast<const __half*>(d.f16.p);
+    if (T <= opt_.matvec_max_tokens)
+      return check(kvscope_cuda::matvec_f16(w16, w.n_in, w.n_out, x.data, T, out.data, stream_),
+                   "fp16 matvec kernel");
+    // out^T (n_out x T, column-major) = W16^T-as-stored (n_out x n_in) * x^T (n_in x T).
+    KV_TRY(x16_.ensure(size_t(x.size()) * sizeof(__half), "fp16 activations"));
+    auto* x16 = static_cast<__half*>(x16_.p);
+    KV_TRY(check(kvscope_cuda::to_f16(x.data, x.size(), x16, stream_), "fp16 conversion kernel"));
+    const float one = 1.0f, zero = 0.0f;
+    return check_blas(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, int(w.n_out), T, int(w.n_in),
+                                   &one, w16, CUDA_R_16F, int(w.n_in), x16, CUDA_R_16F,
+                                   int(w.n_in), &zero, out.data, CUDA_R_32F, int(w.n_out),
+                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                      "GemmEx");
+  }
+
+  Status rope(Tensor x, int n_heads, int head_dim, int n_rot, int pos0, float base) override {
+    if (int64_t(n_heads) * head_dim != x.cols || n_rot > head_dim || n_rot % 2 != 0)
+      return make_error("cuda: rope shapes: ", n_heads, " heads x ", head_dim, " dims vs ", x.cols,
+                        " columns, n_rot ", n_rot);
+    return check(kvscope_cuda::rope(x.data, int(x.rows), n_heads, head_dim, n_rot, pos0, base,
+                                    stream_),
+                 "rope kernel");
+  }
+
+  Status kv_write(KvCache& cache, int layer, Tensor k, Tensor v, int pos0) override {
+    auto& c = static_cast<CudaKvCache&>(cache);
+    if (pos0 + k.rows > c.capacity())
+      return make_error("cuda: kv_write past the cache capacity (", pos0 + k.rows, " > ",
+                        c.capacity(), ")");
+    if (layer < 0 || layer >= c.shape().n_layer) return make_error("cuda: kv_write layer ", layer);
+    return check(kvscope_cuda::kv_append(c.layer(layer), k.data, v.data, int(k.rows), pos0, stream_),
+                 "kv append kernel");
+  }
+
+  Status attention(Tensor q, const KvCache& cache, int layer, int pos0, int n_head, Tensor out,
+                   Tensor probs_last) override {
+    const auto& c = static_cast<const CudaKvCache&>(cache);
+    const int n_keys = int(pos0 + q.rows);
+    if (n_keys > kvscope_cuda::attention_max_keys())
+      return make_error("cuda: attention over ", n_keys, " keys exceeds this GPU's limit of ",
+                        kvscope_cuda::attention_max_keys(), " (shared memory per block)");
+    if (c.shape().n_head_kv <= 0 || n_head % c.shape().n_head_kv != 0)
+      return make_error("cuda: ", n_head, " query heads do not group over ", c.shape().n_head_kv,
+                        " kv heads");
+    if (probs_last.data && probs_last.cols < n_keys)
+      return make_error("cuda: attention probability row holds ", probs_last.cols, " < ", n_keys);
+    return check(kvscope_cuda::attention(q.data, c.layer(layer), int(q.rows), pos0, n_head, out.data,
+                                         probs_last.data, probs_last.cols, stream_),
+                 "attention kernel");
+  }
+
+  Status silu_mul(Tensor gate, Tensor up, Tensor out) override {
+    return check(kvscope_cuda::silu_mul(gate.data, up.data, gate.size(), out.data, stream_),
+                 "silu_mul kernel");
+  }
+
+  Status add(Tensor x, Tensor y) override {
+    return check(kvscope_cuda::add(x.data, y.data, x.size(), stream_), "add kernel");
+  }
+
+  Status kv_row_norms(const KvCache& cache, int layer, int pos0, int T, Tensor k_norm,
+                      Tensor v_norm) override {
+    const auto& c = static_cast<const CudaKvCache&>(cache);
+    return check(kvscope_cuda::kv_norms(c.layer(layer), pos0, T, k_norm.data, v_norm.data, stream_),
+                 "kv norms kernel");
+  }
+
+  Status download(Tensor src, float* host) override {
+    KV_TRY(check(cudaMemcpyAsync(host, src.data, size_t(src.size()) * sizeof(float),
+                                 cudaMemcpyDeviceToHost, stream_),
+                 "copying results to the host"));
+    return check(cudaStreamSynchronize(stream_), "waiting for the GPU");
+  }
+
+  void begin_step() override { timing_ok_ = cudaEventRecord(ev_start_, stream_) == cudaSuccess; }
+
+  std::optional<double> end_step() override {
+    if (!timing_ok_ || cudaEventRecord(ev_stop_, stream_) != cudaSuccess ||
+        cudaEventSynchronize(ev_stop_) != cudaSuccess)
+      return std::nullopt;
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, ev_start_, ev_stop_) != cudaSuccess) return std::nullopt;
+    return double(ms);
+  }
+
+ private:
+  struct Lookup {
+    DeviceWeight* w = nullptr;
+    Status status;
+  };
+
+  // Device copy of a host weight, uploading it on first use.
+  Lookup weight(const Weight& w) {
+    auto it = weights_.find(w.data);
+    if (it != weights_.end()) return {&it->second, Status::Ok()};
+    return upload(w);
+  }
+
+  Lookup upload(const Weight& w) {
+    auto it = weights_.find(w.data);
+    if (it != weights_.end()) return {&it->second, Status::Ok()};
+    if (!kvscope_cuda::qtype_supported(int(w.type)))
+      return {nullptr, make_error("cuda: weight ", w.name, " has type ", ggml_type_name(w.type),
+                                  ", which the CUDA kernels do not decode")};
+    DeviceWeight d;
+    const bool vector = w.n_out == 1;
+    if (vector && w.type != GgmlType::F32) {
+      // Norm scales are read as fp32 by the kernels: convert once on the host.
+      std::vector<float> f(size_t(w.n_in));
+      dequantize_row(w.type, w.data, f.data(), w.n_in);
+      Status s = d.raw.ensure(f.size() * sizeof(float), "weights");
+      if (!s.ok()) return {nullptr, s};
+      s = check(cudaMemcpy(d.raw.p, f.data(), f.size() * sizeof(float), cudaMemcpyHostToDevice),
+                "uploading a weight");
+      if (!s.ok()) return {nullptr, s};
+      d.q = QMatrix{d.raw.p, QType::F32, w.n_in, 1, w.n_in * 4};
+    } else {
+      const size_t bytes = size_t(w.row_bytes) * size_t(w.n_out);
+      Status s = d.raw.ensure(bytes, "weights");
+      if (!s.ok()) return {nullptr, s};
+      s = check(cudaMemcpyAsync(d.raw.p, w.data, bytes, cudaMemcpyHostToDevice, stream_),
+                "uploading a weight");
+      if (!s.ok()) return {nullptr, s};
+      d.q = QMatrix{d.raw.p, QType(int(w.type)), w.n_in, w.n_out, int64_t(w.row_bytes)};
+    }
+    auto [pos, inserted] = weights_.emplace(w.data, std::move(d));
+    return {&pos->second, Status::Ok()};
+  }
+
+  Status ensure_f16(DeviceWeight& d, const std::string& name) {
+    if (d.f16.p) return Status::Ok();
+    KV_TRY(d.f16.ensure(size_t(d.q.n_in * d.q.n_out) * sizeof(__half), "fp16 weights"));
+    return check(kvscope_cuda::dequantize_f16(d.q, static_cast<__half*>(d.f16.p), stream_),
+                 "dequantize kernel");
+  }
+
+  CudaDeviceInfo info_;
+  CudaBackendOptions opt_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  cudaEvent_t ev_start_ = nullptr, ev_stop_ = nullptr;
+  bool timing_ok_ = false;
+  std::unordered_map<const uint8_t*, DeviceWeight> weights_;
+  std::vector<DeviceBuffer> slots_;
+  DeviceBuffer ids_;  // [T] int32 token ids
+  DeviceBuffer x16_;  // [T][n_in] fp16 activations for cuBLAS
+};
+
+}  // namespace
+
+Expected<CudaDeviceInfo> cuda_probe(int device) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    const char* why = e == cudaErrorInsufficientDriver ? "no NVIDIA driver (or one too old for this CUDA runtime)"
+                      : e == cudaErrorNoDevice        ? "no CUDA-capable device"
+                                                      : "the CUDA runtime could not start";
+    return make_error("cuda: no usable GPU: ", why, " (cudaGetDeviceCount: ", cudaGetErrorName(e),
+                      "); use the CPU backend");
+  }
+  if (count <= 0) return make_error("cuda: no usable GPU: no CUDA-capable device; use the CPU backend");
+  if (device < 0 || device >= count)
+    return make_error("cuda: device ", device, " does not exist (", count, " found: 0..", count - 1, ")");
+  cudaDeviceProp prop;
+  e = cudaGetDeviceProperties(&prop, device);
+  if (e != cudaSuccess) return make_error("cuda: reading device ", device, " failed: ", cuda_text(e));
+  CudaDeviceInfo info;
+  info.device = device;
+  info.name = prop.name;
+  info.cc_major = prop.major;
+  info.cc_minor = prop.minor;
+  info.total_bytes = prop.totalGlobalMem;
+  return info;
+}
+
+Expected<std::unique_ptr<Backend>> make_cuda_backend(const Model& model,
+                                                     const CudaBackendOptions& options) {
+  auto info = cuda_probe(options.device);
+  if (!info.ok()) return info.error();
+  auto be = std::make_unique<CudaBackend>(std::move(info.value()), options);
+  KV_TRY(be->init(model));
+  return std::unique_ptr<Backend>(std::move(be));
+}
+
+}  // namespace kvscope

@@ -1,0 +1,41 @@
+// cuda_backend.h — the CUDA implementation of Backend (kernels in kernels/, cuBLAS for
+// long matmuls) and device detection.
+//
+// The same sources build against the real CUDA runtime (library kvscope_cuda) and
+// against the CPU emulation layer (kvscope_cuda_emu, used by the parity tests). All
+// CUDA and cuBLAS failures come back as kvscope::Error; nothing aborts.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "engine/backend.h"
+#include "engine/model.h"
+#include "engine/status.h"
+
+namespace kvscope {
+
+struct CudaDeviceInfo {
+  int device = 0;
+  std::string name;         // e.g. "NVIDIA H100 80GB HBM3"
+  int cc_major = 0, cc_minor = 0;
+  uint64_t total_bytes = 0;
+};
+
+// Finds a usable GPU. No driver, no device, or a failing runtime is an Error whose
+// message says so and suggests the CPU backend; never a crash.
+Expected<CudaDeviceInfo> cuda_probe(int device = 0);
+
+struct CudaBackendOptions {
+  int device = 0;
+  // Matmuls over more than this many tokens use cuBLAS on an fp16 copy of the weight;
+  // up to it, the quantized matvec kernels (decode is T = 1).
+  int matvec_max_tokens = 8;
+};
+
+// Uploads every weight of `model` once and creates the stream, cuBLAS handle and timing
+// events. The model must outlive the backend (its weight pointers identify uploads).
+Expected<std::unique_ptr<Backend>> make_cuda_backend(const Model& model,
+                                                     const CudaBackendOptions& options = {});
+
+}  // namespace kvscope

@@ -1,0 +1,107 @@
+// forward.cpp — the llama forward pass over Backend ops (see forward.h).
+//
+// Per block: h = RMSNorm(x)·attn_norm; q,k,v = Wq·h, Wk·h, Wv·h; RoPE(q,k); store k,v;
+// a = attention(q, cache); x += Wo·a; h = RMSNorm(x)·ffn_norm;
+// x += Wdown(SiLU(Wgate·h) ⊙ Wup·h). Then RMSNorm·output_norm and the LM head on the
+// last token only.
+#include "engine/forward.h"
+
+namespace kvscope {
+namespace {
+
+// Scratch slots of the backend.
+enum Slot : int { kX, kH, kQ, kK, kV, kAtt, kGate, kUp, kOut, kLogits, kProbs, kNorms };
+
+}  // namespace
+
+uint64_t forward_flops(const Model& model, int T, int pos0) {
+  const ModelConfig& c = model.config();
+  uint64_t macs = uint64_t(T) * model.block_macs_per_token();
+  macs += uint64_t(c.n_embd) * uint64_t(c.n_vocab);  // LM head, last token
+  // Attention: query at position p reads p+1 keys; q·k and p·v are D MACs each, per head.
+  uint64_t keys = 0;
+  for (int t = 0; t < T; ++t) keys += uint64_t(pos0 + t + 1);
+  macs += keys * 2ull * uint64_t(c.head_dim) * uint64_t(c.n_head) * uint64_t(c.n_layer);
+  return 2 * macs;
+}
+
+Status forward(Backend& be, const Model& model, const int32_t* tokens, int T, int pos0,
+               KvCache& cache, ForwardOutput& out) {
+  const ModelConfig& c = model.config();
+  const int C = c.n_embd, D = c.head_dim, H = c.n_head, Hkv = c.n_head_kv, F = c.n_ff,
+            L = c.n_layer, V = c.n_vocab;
+  const int n_keys = pos0 + T;
+  if (T <= 0) return make_error("forward: no tokens to process");
+  if (cache.length() < pos0)
+    return make_error("forward: the cache holds ", cache.length(), " positions but position ",
+                      pos0, " was asked for");
+  KV_TRY(cache.reserve(n_keys));
+
+  auto slot = [&](int s, int64_t rows, int64_t cols) { return be.scratch(s, rows, cols); };
+  auto x = slot(kX, T, C);
+  if (!x.ok()) return x.error();
+  auto h = slot(kH, T, C);
+  if (!h.ok()) return h.error();
+  auto q = slot(kQ, T, H * D);
+  if (!q.ok()) return q.error();
+  auto k = slot(kK, T, Hkv * D);
+  if (!k.ok()) return k.error();
+  auto v = slot(kV, T, Hkv * D);
+  if (!v.ok()) return v.error();
+  auto att = slot(kAtt, T, H * D);
+  if (!att.ok()) return att.error();
+  auto gate = slot(kGate, T, F);
+  if (!gate.ok()) return gate.error();
+  auto up = slot(kUp, T, F);
+  if (!up.ok()) return up.error();
+  auto o = slot(kOut, T, C);
+  if (!o.ok()) return o.error();
+  auto logits = slot(kLogits, 1, V);
+  if (!logits.ok()) return logits.error();
+  auto probs = slot(kProbs, int64_t(L) * H, n_keys);  // [L*H][n_keys]
+  if (!probs.ok()) return probs.error();
+  auto norms = slot(kNorms, 2 * int64_t(L), T);  // rows 0..L-1 K norms, L..2L-1 V norms
+  if (!norms.ok()) return norms.error();
+
+  KV_TRY(be.embed(model.tok_embd(), tokens, *x));
+  for (int l = 0; l < L; ++l) {
+    const LayerWeights& w = model.layers()[size_t(l)];
+    KV_TRY(be.rmsnorm(*x, w.attn_norm, c.rms_eps, *h));
+    KV_TRY(be.matmul(w.wq, *h, *q));
+    KV_TRY(be.matmul(w.wk, *h, *k));
+    KV_TRY(be.matmul(w.wv, *h, *v));
+    KV_TRY(be.rope(*q, H, D, c.n_rot, pos0, c.rope_base));
+    KV_TRY(be.rope(*k, Hkv, D, c.n_rot, pos0, c.rope_base));
+    KV_TRY(be.kv_write(cache, l, *k, *v, pos0));
+    KV_TRY(be.kv_row_norms(cache, l, pos0, T, norms->row(l), norms->row(L + l)));
+    Tensor probs_l = probs->row_range(int64_t(l) * H, H);
+    KV_TRY(be.attention(*q, cache, l, pos0, H, *att, probs_l));
+    KV_TRY(be.matmul(w.wo, *att, *o));
+    KV_TRY(be.add(*x, *o));
+    KV_TRY(be.rmsnorm(*x, w.ffn_norm, c.rms_eps, *h));
+    KV_TRY(be.matmul(w.w_gate, *h, *gate));
+    KV_TRY(be.matmul(w.w_up, *h, *up));
+    KV_TRY(be.silu_mul(*gate, *up, *gate));
+    KV_TRY(be.matmul(w.w_down, *gate, *o));
+    KV_TRY(be.add(*x, *o));
+  }
+  Tensor last = x->row(T - 1);
+  Tensor hl = h->row(0);
+  KV_TRY(be.rmsnorm(last, model.output_norm(), c.rms_eps, hl));
+  KV_TRY(be.matmul(model.output(), hl, *logits));
+  cache.set_length(n_keys);
+
+  out.logits.resize(size_t(V));
+  out.attention.resize(size_t(L) * H * n_keys);
+  std::vector<float> norm_host(size_t(2 * L) * T);
+  KV_TRY(be.download(*logits, out.logits.data()));
+  KV_TRY(be.download(*probs, out.attention.data()));
+  KV_TRY(be.download(*norms, norm_host.data()));
+  out.k_norm.assign(norm_host.begin(), norm_host.begin() + int64_t(L) * T);
+  out.v_norm.assign(norm_host.begin() + int64_t(L) * T, norm_host.end());
+  out.flops = forward_flops(model, T, pos0);
+  out.kv_rows = uint64_t(T) * uint64_t(L);
+  return Status::Ok();
+}
+
+}  // namespace kvscope

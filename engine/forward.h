@@ -1,0 +1,34 @@
+// forward.h — the llama transformer forward pass, written once against Backend.
+//
+// forward() runs T tokens at positions pos0 .. pos0+T-1 through every block, storing
+// their K/V into `cache` (which must already hold positions [0, pos0)), and returns the
+// logits of the last token, the last query's attention rows and per-layer K/V row
+// norms. FLOPs are counted here from the shapes executed, so every backend reports the
+// same numbers: 2 per multiply-add of every weight matmul and of attention (q.k and p.v).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/model.h"
+#include "engine/status.h"
+
+namespace kvscope {
+
+struct ForwardOutput {
+  std::vector<float> logits;     // [V], for the last token
+  std::vector<float> attention;  // [L][H][pos0+T], last query's softmax rows
+  std::vector<float> k_norm;     // [L][T], L2 norm of each written K row
+  std::vector<float> v_norm;     // [L][T]
+  uint64_t flops = 0;
+  uint64_t kv_rows = 0;          // T * L
+};
+
+// FLOPs of one forward over T tokens starting at pos0 (closed form; see file comment).
+uint64_t forward_flops(const Model& model, int T, int pos0);
+
+Status forward(Backend& backend, const Model& model, const int32_t* tokens, int T, int pos0,
+               KvCache& cache, ForwardOutput& out);
+
+}  // namespace kvscope

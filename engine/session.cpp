@@ -1,0 +1,227 @@
+// session.cpp — the generation loop (see session.h).
+#include "engine/session.h"
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+
+#include "engine/forward.h"
+
+namespace kvscope {
+namespace {
+
+// Bytes made displayable: valid UTF-8 kept, every invalid or incomplete byte as U+FFFD.
+std::string display_text(std::string_view bytes) {
+  std::string out;
+  size_t i = 0;
+  while (i < bytes.size()) {
+    size_t bad = 0;
+    std::string_view rest = bytes.substr(i);
+    if (utf8_valid(rest, &bad)) {
+      out.append(rest);
+      break;
+    }
+    out.append(rest.substr(0, bad));
+    out.append("\xEF\xBF\xBD");
+    i += bad + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+const char* cache_mode_name(CacheMode m) { return m == CacheMode::Cache ? "cache" : "nocache"; }
+
+const char* stop_reason_name(StopReason r) {
+  switch (r) {
+    case StopReason::None: return "none";
+    case StopReason::Eos: return "eos";
+    case StopReason::MaxTokens: return "max_tokens";
+    case StopReason::StopString: return "stop_string";
+    case StopReason::ContextFull: return "context_full";
+  }
+  return "none";
+}
+
+Expected<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Model> model,
+                                                   std::unique_ptr<Backend> backend,
+                                                   SessionConfig config) {
+  if (!model) return make_error("session: no model");
+  if (!backend) return make_error("session: no backend");
+  if (config.max_tokens < 1)
+    return make_error("session: max_tokens ", config.max_tokens, " must be at least 1");
+  std::unique_ptr<Session> s(new Session());
+  s->model_ = std::move(model);
+  s->backend_ = std::move(backend);
+  s->config_ = std::move(config);
+  s->stop_ = StopReason::MaxTokens;  // nothing to run until reset()
+  return s;
+}
+
+Session::~Session() = default;
+
+int Session::context_limit() const { return model_->config().n_ctx; }
+
+Status Session::reset(const PromptSpec& prompt) {
+  const Tokenizer& tok = model_->tokenizer();
+  if (prompt.text.empty()) return make_error("prompt: the prompt is empty");
+  size_t bad = 0;
+  if (!utf8_valid(prompt.text, &bad))
+    return make_error("prompt: invalid UTF-8 at byte offset ", bad,
+                      " (prompts must be UTF-8 text)");
+  std::string text = prompt.text;
+  if (prompt.chat) {
+    auto t = tok.apply_chat_template({ChatMessage{"user", prompt.text}}, true);
+    if (!t.ok()) return t.error();
+    text = *t;
+  }
+  auto ids = tok.encode(text, /*parse_special=*/prompt.chat || prompt.special);
+  if (!ids.ok()) return ids.error();
+  std::vector<int32_t> seq;
+  if (tok.add_bos() && tok.bos_id() >= 0) seq.push_back(tok.bos_id());
+  seq.insert(seq.end(), ids->begin(), ids->end());
+  if (seq.empty()) return make_error("prompt: the prompt produced no tokens");
+  if (int(seq.size()) >= context_limit())
+    return make_error("prompt: the prompt has ", seq.size(), " tokens but the model's context holds ",
+                      context_limit(), "; shorten it to at most ", context_limit() - 1, " tokens");
+
+  tokens_ = std::move(seq);
+  prompt_len_ = int(tokens_.size());
+  prompt_tokens_.clear();
+  for (int32_t id : tokens_) prompt_tokens_.push_back({id, display_text(tok.token_bytes(id))});
+  prompt_reported_ = false;
+  steps_ = 0;
+  stop_ = StopReason::None;
+  logits_.clear();
+  gen_bytes_.clear();
+  stream_ = Utf8Stream();
+  flops_total_ = kv_rows_total_ = 0;
+  cache_.reset();
+  sampler_.configure(sampler_cfg_);
+  return Status::Ok();
+}
+
+void Session::set_sampler(const SamplerConfig& s) {
+  sampler_cfg_ = s;
+  sampler_.configure(s);
+}
+
+Status Session::set_mode(CacheMode mode) {
+  if (mode == config_.mode) return Status::Ok();
+  config_.mode = mode;
+  cache_.reset();  // NO_CACHE frees it; CACHE rebuilds it with one prefill on the next step
+  return Status::Ok();
+}
+
+uint64_t Session::kv_bytes() const { return cache_ ? cache_->bytes_used() : 0; }
+
+std::string Session::generated_text() const { return display_text(gen_bytes_); }
+
+Expected<StepTrace> Session::step() {
+  if (done())
+    return make_error("session: generation has stopped (", stop_reason_name(stop_),
+                      "); reset with a prompt first");
+  const ModelConfig& c = model_->config();
+  const KvShape shape{c.n_layer, c.n_head_kv, c.head_dim};
+  const int seq = int(tokens_.size());
+  const auto t0 = std::chrono::steady_clock::now();
+  backend_->begin_step();
+
+  // Which tokens go through the forward, and into which cache.
+  std::unique_ptr<KvCache> scratch;
+  KvCache* cache = nullptr;
+  if (config_.mode == CacheMode::Cache) {
+    if (!cache_) {
+      auto made = backend_->create_kv_cache(shape, config_.kv_dtype, std::max(seq + 64, 256));
+      if (!made.ok()) return made.error();
+      cache_ = std::move(made.value());
+    }
+    cache = cache_.get();
+  } else {
+    auto made = backend_->create_kv_cache(shape, config_.kv_dtype, seq);
+    if (!made.ok()) return made.error();
+    scratch = std::move(made.value());
+    cache = scratch.get();
+  }
+  const int pos0 = cache->length();
+  const int T = seq - pos0;
+  ForwardOutput fo;
+  KV_TRY(forward(*backend_, *model_, tokens_.data() + pos0, T, pos0, *cache, fo));
+
+  logits_ = std::move(fo.logits);
+  const int32_t id = sampler_.sample(logits_);
+  std::optional<double> device_ms = backend_->end_step();
+
+  StepTrace tr;
+  tr.step = ++steps_;
+  tr.token_id = id;
+  const Tokenizer& tok = model_->tokenizer();
+  tr.piece = tok.token_bytes(id);
+  tr.text = display_text(tr.piece);
+  tr.pos = seq;
+  tr.mode = config_.mode;
+  tr.backend = backend_->name();
+  if (!prompt_reported_) {
+    tr.prompt = prompt_tokens_;
+    prompt_reported_ = true;
+  }
+
+  // Candidates by probability after temperature.
+  const std::vector<float> p = softmax_with_temperature(logits_, sampler_cfg_.temperature);
+  const int k = std::min<int>(config_.top_candidates, int(p.size()));
+  std::vector<int32_t> order(p.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+    return p[size_t(a)] > p[size_t(b)] || (p[size_t(a)] == p[size_t(b)] && a < b);
+  });
+  for (int i = 0; i < k; ++i) {
+    const int32_t cid = order[size_t(i)];
+    tr.top.push_back({cid, display_text(tok.token_bytes(cid)), p[size_t(cid)], logits_[size_t(cid)]});
+    if (cid == id) tr.sampled_rank = i;
+  }
+
+  tr.n_layer = c.n_layer;
+  tr.n_head = c.n_head;
+  tr.n_attn = seq;
+  tr.attention = std::move(fo.attention);
+  tr.kv_first_pos = pos0;
+  tr.kv_written = T;
+  tr.k_norm = std::move(fo.k_norm);
+  tr.v_norm = std::move(fo.v_norm);
+  tr.tokens_processed = T;
+  tr.flops = fo.flops;
+  tr.kv_rows = fo.kv_rows;
+  flops_total_ += fo.flops;
+  kv_rows_total_ += fo.kv_rows;
+  tr.flops_total = flops_total_;
+  tr.kv_rows_total = kv_rows_total_;
+  tr.kv_bytes = cache_ ? cache_->bytes_used() : 0;
+  tr.kv_transient_bytes = scratch ? scratch->bytes_used() : 0;
+  scratch.reset();
+
+  // Commit the token and check the stop conditions.
+  tokens_.push_back(id);
+  tr.seq_len = int(tokens_.size());
+  gen_bytes_ += tr.piece;
+  tr.emitted = stream_.push(tr.piece);
+  if (config_.stop_at_eos && (id == tok.eos_id() || (tok.is_control(id) && id != tok.bos_id()))) {
+    stop_ = StopReason::Eos;
+  } else if (!config_.stop_strings.empty() &&
+             std::any_of(config_.stop_strings.begin(), config_.stop_strings.end(),
+                         [&](const std::string& s) {
+                           return !s.empty() && gen_bytes_.find(s) != std::string::npos;
+                         })) {
+    stop_ = StopReason::StopString;
+  } else if (generated() >= config_.max_tokens) {
+    stop_ = StopReason::MaxTokens;
+  } else if (int(tokens_.size()) >= context_limit()) {
+    stop_ = StopReason::ContextFull;
+  }
+  if (stop_ != StopReason::None) tr.emitted += stream_.flush();
+  tr.stop = stop_;
+  tr.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  tr.device_ms = device_ms ? *device_ms : -1.0;
+  return tr;
+}
+
+}  // namespace kvscope

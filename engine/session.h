@@ -1,0 +1,151 @@
+// session.h — the step-by-step generation loop and what each step reports.
+//
+// A Session owns a backend and (in CACHE mode) a KV cache. reset() tokenizes a prompt;
+// each step() runs one forward pass and samples one token:
+//   CACHE:    the forward processes every token not yet in the cache (the whole prompt
+//             on the first step, one token afterwards) and appends their K/V.
+//   NO_CACHE: the forward processes the whole sequence into a scratch cache that is
+//             discarded afterwards — the real quadratic loop.
+// Switching NO_CACHE -> CACHE rebuilds the cache with one prefill on the next step;
+// CACHE -> NO_CACHE frees it. Both modes give the same tokens (greedy).
+// A Session is used from one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/model.h"
+#include "engine/sampler.h"
+#include "engine/status.h"
+
+namespace kvscope {
+
+enum class CacheMode { Cache, NoCache };
+const char* cache_mode_name(CacheMode m);  // "cache" / "nocache"
+
+enum class StopReason { None, Eos, MaxTokens, StopString, ContextFull };
+const char* stop_reason_name(StopReason r);  // "none", "eos", "max_tokens", "stop_string", "context_full"
+
+struct PromptSpec {
+  std::string text;
+  bool chat = false;     // wrap as one user turn in the model's chat template
+  bool special = false;  // raw text in which special tokens (<|im_start|>, ...) are parsed
+};
+
+struct SessionConfig {
+  CacheMode mode = CacheMode::Cache;
+  KvDtype kv_dtype = KvDtype::F16;
+  int max_tokens = 256;                   // generated tokens, then StopReason::MaxTokens
+  std::vector<std::string> stop_strings;  // stop when the generated text contains one
+  bool stop_at_eos = true;
+  int top_candidates = 10;                // candidates kept in each StepTrace
+};
+
+struct Candidate {
+  int32_t id = 0;
+  std::string text;  // token bytes, lossy-decoded to valid UTF-8 for display
+  float p = 0;       // probability after temperature (softmax of the full distribution)
+  float logit = 0;
+};
+
+struct PromptToken {
+  int32_t id = 0;
+  std::string text;  // display text (valid UTF-8)
+};
+
+// Everything one step hands to the app. Immutable once produced.
+struct StepTrace {
+  int step = 0;          // 1-based step index since reset
+  int32_t token_id = 0;  // the sampled token
+  std::string piece;     // its raw bytes
+  std::string text;      // display text of the token (valid UTF-8, lossy)
+  std::string emitted;   // streamed text this step completes (never half a character)
+  int pos = 0;           // position of the sampled token in the sequence
+  bool is_prompt = false;
+  StopReason stop = StopReason::None;
+
+  std::vector<PromptToken> prompt;  // the prompt tokens, on the step that processed them
+  std::vector<Candidate> top;       // best first; sampled_rank is the sampled one's index
+  int sampled_rank = -1;            // -1 if the sampled token is not in `top`
+
+  // Attention of the step's newest query (position pos-1) over positions [0, n_attn):
+  // attention[(l * n_head + h) * n_attn + j].
+  int n_layer = 0, n_head = 0, n_attn = 0;
+  std::vector<float> attention;
+
+  // K/V rows written this step: positions [kv_first_pos, kv_first_pos + kv_written);
+  // k_norm[l * kv_written + i] is the L2 norm of layer l's K row at that position.
+  int kv_first_pos = 0, kv_written = 0;
+  std::vector<float> k_norm, v_norm;
+
+  CacheMode mode = CacheMode::Cache;
+  uint64_t flops = 0, flops_total = 0;      // multiply-adds x2 of this step / since reset
+  uint64_t kv_rows = 0, kv_rows_total = 0;  // K/V rows computed (tokens processed x layers)
+  uint64_t kv_bytes = 0;            // bytes held by the KV cache after the step (0 in NO_CACHE)
+  uint64_t kv_transient_bytes = 0;  // K/V bytes computed this step and thrown away (NO_CACHE)
+  int seq_len = 0;                  // tokens in the sequence after the step
+  int tokens_processed = 0;         // tokens through the forward this step
+  double ms = 0;                    // wall time of the step (forward + sampling)
+  double device_ms = -1;            // device time (CUDA events), -1 when not measured
+  std::string backend;
+};
+
+class Session {
+ public:
+  static Expected<std::unique_ptr<Session>> create(std::shared_ptr<const Model> model,
+                                                   std::unique_ptr<Backend> backend,
+                                                   SessionConfig config);
+  ~Session();
+
+  // Tokenizes the prompt and clears the sequence and cache. Errors: empty prompt,
+  // invalid UTF-8, prompt longer than the context.
+  Status reset(const PromptSpec& prompt);
+  // Runs one step. Error if the session is done (check done()) or the backend fails.
+  Expected<StepTrace> step();
+  bool done() const { return stop_ != StopReason::None; }
+  StopReason stop_reason() const { return stop_; }
+
+  Status set_mode(CacheMode mode);
+  CacheMode mode() const { return config_.mode; }
+  void set_sampler(const SamplerConfig& s);
+  const SamplerConfig& sampler() const { return sampler_cfg_; }
+  void set_max_tokens(int n) { config_.max_tokens = n; }
+  const SessionConfig& config() const { return config_; }
+
+  const Model& model() const { return *model_; }
+  const Backend& backend() const { return *backend_; }
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  int prompt_len() const { return prompt_len_; }
+  int generated() const { return int(tokens_.size()) - prompt_len_; }
+  int context_limit() const;  // the most tokens a sequence may hold
+  std::string generated_text() const;
+  // Raw logits [V] of the last step (for tests and tools).
+  const std::vector<float>& last_logits() const { return logits_; }
+  uint64_t kv_bytes() const;
+
+ private:
+  Session() = default;
+  std::shared_ptr<const Model> model_;
+  std::unique_ptr<Backend> backend_;
+  SessionConfig config_;
+  SamplerConfig sampler_cfg_;
+  Sampler sampler_;
+  std::unique_ptr<KvCache> cache_;  // CACHE mode only
+  std::vector<int32_t> tokens_;
+  std::vector<PromptToken> prompt_tokens_;
+  int prompt_len_ = 0;
+  int steps_ = 0;
+  bool prompt_reported_ = false;
+  StopReason stop_ = StopReason::None;
+  std::vector<float> logits_;
+  std::string gen_bytes_;      // raw bytes of the generated tokens
+  Utf8Stream stream_;          // streamed bytes not yet emitted
+  uint64_t flops_total_ = 0, kv_rows_total_ = 0;
+};
+
+}  // namespace kvscope

@@ -1,0 +1,83 @@
+// kernels.h — host entry points of the CUDA kernels (plain C++; no <<< >>> here).
+//
+// engine/cuda calls only these. Each launches on `stream` through kernels/launch.cuh
+// and returns the launch's cudaError_t; shapes are checked by the caller (the backend)
+// except where noted. All pointers are device memory. Shape letters: T tokens,
+// H heads, Hkv kv heads, D head dim, C width, n_in/n_out matrix sides, N keys.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+namespace kvscope_cuda {
+
+// ggml type ids as stored in GGUF (kernels do not depend on the engine).
+enum class QType : int {
+  F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8,
+  Q4_K = 12, Q6_K = 14, BF16 = 30,
+};
+// Extra text about the last failure (the emulator's deadlock / fault report); empty on a
+// real GPU, where the error code is all there is.
+std::string error_detail();
+
+// True when the kernels can dequantize this type.
+bool qtype_supported(int type_id);
+// Values per block and bytes per block (0 for unsupported types).
+int qtype_block_size(int type_id);
+int qtype_block_bytes(int type_id);
+// True when matvec_q has a native kernel for the type (no fp16 copy needed).
+inline bool matvec_native(QType t) { return t == QType::Q4_1 || t == QType::Q8_0; }
+
+// A quantized matrix in device memory: n_out rows of n_in values, row_bytes apart.
+struct QMatrix {
+  const void* data = nullptr;
+  QType type = QType::F32;
+  int64_t n_in = 0, n_out = 0, row_bytes = 0;
+};
+
+// out[t][:] = dequantized row ids[t] of table; ids [T] (checked < n_out by the caller).
+cudaError_t embed(QMatrix table, const int32_t* ids, int T, float* out, cudaStream_t s);
+// out [n_out][n_in] fp16 = dequantized w.
+cudaError_t dequantize_f16(QMatrix w, __half* out, cudaStream_t s);
+// out [n] fp16 = x [n] fp32.
+cudaError_t to_f16(const float* x, int64_t n, __half* out, cudaStream_t s);
+// out[t][i] = x[t][i] * rsqrt(mean(x[t]^2) + eps) * w[i]; x, out [T][C]; out may alias x.
+cudaError_t rmsnorm(const float* x, const float* w, int T, int C, float eps, float* out,
+                    cudaStream_t s);
+// In place on x [T][n_heads*D]: adjacent-pair rotation, row t at position pos0 + t.
+cudaError_t rope(float* x, int T, int n_heads, int D, int n_rot, int pos0, float base,
+                 cudaStream_t s);
+// out[t][o] = sum_i W[o][i] x[t][i] for native types (Q4_1, Q8_0); x [T][n_in], out [T][n_out].
+cudaError_t matvec_q(QMatrix w, const float* x, int T, float* out, cudaStream_t s);
+// Same over an fp16 matrix w16 [n_out][n_in].
+cudaError_t matvec_f16(const __half* w16, int64_t n_in, int64_t n_out, const float* x, int T,
+                       float* out, cudaStream_t s);
+// Cache rows: K and V of one layer, each [Hkv][cap][D] of KT (__half or float).
+struct KvLayer {
+  void* k = nullptr;
+  void* v = nullptr;
+  bool f16 = true;
+  int n_head_kv = 0, head_dim = 0, capacity = 0;
+};
+// Stores k, v [T][Hkv*D] at positions pos0 .. pos0+T-1.
+cudaError_t kv_append(KvLayer kv, const float* k, const float* v, int T, int pos0,
+                      cudaStream_t s);
+// k_norm[t], v_norm[t] = L2 norm over all kv heads of the rows at pos0 + t.
+cudaError_t kv_norms(KvLayer kv, int pos0, int T, float* k_norm, float* v_norm, cudaStream_t s);
+// Causal GQA attention: q [T][H*D] at positions pos0.., out [T][H*D]; probs_last [H][pos0+T]
+// (may be null) gets the softmax row of the last query. Dynamic shared memory holds one
+// score row: N = pos0 + T must be <= attention_max_keys().
+cudaError_t attention(const float* q, KvLayer kv, int T, int pos0, int n_head, float* out,
+                      float* probs_last, int64_t probs_stride, cudaStream_t s);
+int attention_max_keys();
+// Raises the kernels' dynamic shared memory limits; call once per device.
+cudaError_t kernels_init();
+// out[i] = silu(gate[i]) * up[i]; out may alias gate.
+cudaError_t silu_mul(const float* gate, const float* up, int64_t n, float* out, cudaStream_t s);
+// x[i] += y[i].
+cudaError_t add(float* x, const float* y, int64_t n, cudaStream_t s);
+
+}  // namespace kvscope_cuda

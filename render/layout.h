@@ -1,0 +1,36 @@
+// layout.h — where things go in the world: the sequence along +x, the KV stack below
+// each token (layer 0 at the top), the write head above the next slot.
+//
+// Shared by the app's scene building and the render tests so both agree on geometry.
+// Pure functions of (index, count); no state.
+#pragma once
+
+#include <glm/vec3.hpp>
+
+namespace render::layout {
+
+inline constexpr float kTokenSpacing = 1.0f;  // x distance between token centers
+inline constexpr float kKvTop = -0.75f;       // y of layer 0's block center
+inline constexpr float kKvPitch = 0.16f;      // y distance between layer blocks
+inline constexpr float kHeadHeight = 1.6f;    // y of the write head above the tokens
+
+inline glm::vec3 token_position(int pos) { return {pos * kTokenSpacing, 0.0f, 0.0f}; }
+
+inline glm::vec3 kv_block_position(int pos, int layer) {
+  return {pos * kTokenSpacing, kKvTop - layer * kKvPitch, 0.0f};
+}
+
+// The write head floats above the slot it is about to fill.
+inline glm::vec3 head_position(int next_pos) {
+  return {next_pos * kTokenSpacing, kHeadHeight, 0.0f};
+}
+
+// Where a beam lands on a token: the middle of its top face.
+inline glm::vec3 beam_target(int pos, float token_height) {
+  return token_position(pos) + glm::vec3(0.0f, 0.5f * token_height, 0.0f);
+}
+
+// y of the floor under a stack of n_layer blocks.
+inline float floor_height(int n_layer) { return kKvTop - n_layer * kKvPitch - 0.4f; }
+
+}  // namespace render::layout

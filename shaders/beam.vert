@@ -1,0 +1,46 @@
+#version 330 core
+// beam.vert — attention beams as camera-facing ribbons along a raised arc.
+// No vertex buffer: gl_VertexID walks a triangle strip of 2*(u_segments+1) vertices
+// (even = one side, odd = the other). Per instance: from, to, weight, color.
+layout(location = 0) in vec3 i_from;
+layout(location = 1) in vec3 i_to;
+layout(location = 2) in float i_weight;
+layout(location = 3) in vec3 i_color;
+
+uniform mat4 u_view_proj;
+uniform vec3 u_eye;
+uniform int u_segments;
+uniform float u_width;
+
+out float v_side;
+out float v_t;
+out float v_weight;
+out vec3 v_color;
+
+vec3 arc(float t, vec3 p0, vec3 p1, vec3 p2) {
+  float s = 1.0 - t;
+  return s * s * p0 + 2.0 * s * t * p1 + t * t * p2;
+}
+
+void main() {
+  float t = float(gl_VertexID / 2) / float(u_segments);
+  float side = (gl_VertexID & 1) == 0 ? -1.0 : 1.0;
+  float span = length(i_to - i_from);
+  // Arcs rise and lean back (-z) so they read as arcs from the side and fan out from above.
+  vec3 mid = 0.5 * (i_from + i_to) + vec3(0.0, 0.35 + 0.16 * span, -0.22 * span);
+  vec3 p = arc(t, i_from, mid, i_to);
+  vec3 tangent = normalize(arc(min(t + 0.01, 1.0), i_from, mid, i_to) -
+                           arc(max(t - 0.01, 0.0), i_from, mid, i_to));
+  vec3 to_eye = normalize(u_eye - p);
+  vec3 offset = cross(tangent, to_eye);
+  float len = length(offset);
+  offset = len > 1e-5 ? offset / len : vec3(0.0, 0.0, 1.0);
+  float w = i_weight;
+  float width = u_width * (0.35 + 1.65 * sqrt(w));
+  p += offset * side * width * 0.5;
+  v_side = side;
+  v_t = t;
+  v_weight = w;
+  v_color = i_color;
+  gl_Position = u_view_proj * vec4(p, 1.0);
+}

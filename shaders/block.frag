@@ -1,0 +1,46 @@
+#version 330 core
+// block.frag — lit box with darkened edges, emissive when bright, red when recomputed.
+in vec3 v_normal;
+in vec3 v_local;
+in vec3 v_color;
+in vec4 v_params;
+in vec3 v_world;
+
+uniform vec3 u_eye;
+uniform vec3 u_size;
+
+out vec4 frag_color;
+
+void main() {
+  float brightness = clamp(v_params.x, 0.0, 1.0);
+  float recompute = clamp(v_params.y, 0.0, 1.0);
+  float highlight = clamp(v_params.z, 0.0, 1.0);
+
+  vec3 n = normalize(v_normal);
+  vec3 key = normalize(vec3(0.35, 0.8, 0.55));
+  vec3 fill = normalize(vec3(-0.6, 0.3, -0.4));
+  float diffuse = 0.55 * max(dot(n, key), 0.0) + 0.2 * max(dot(n, fill), 0.0) + 0.38;
+
+  // Distance to the nearest edge of this face, in world units: a thin dark bevel line
+  // keeps neighbouring blocks apart at any zoom.
+  vec3 a = abs(v_local) * u_size;
+  vec3 half_size = 0.5 * u_size;
+  vec3 d = half_size - a;  // per-axis distance to the face boundary
+  vec3 an = abs(n);
+  float e = an.x > 0.5 ? min(d.y, d.z) : an.y > 0.5 ? min(d.x, d.z) : min(d.x, d.y);
+  float w = fwidth(e) * 1.2 + 1e-4;
+  float edge = smoothstep(0.0, w, e);
+
+  vec3 base = v_color * mix(0.18, 1.0, brightness);
+  vec3 color = base * diffuse;
+  color += v_color * max(brightness - 0.8, 0.0) * 1.2;  // emissive for the brightest
+  vec3 red = vec3(1.0, 0.08, 0.06);
+  color = mix(color, red * (0.75 + 0.35 * diffuse), recompute);
+  color = mix(color, vec3(1.0, 0.95, 0.55), highlight * 0.45);
+  color *= mix(0.35, 1.0, edge);
+
+  // Gentle depth haze towards the background.
+  float dist = length(u_eye - v_world);
+  color = mix(color, vec3(0.035, 0.04, 0.06), clamp((dist - 60.0) / 400.0, 0.0, 0.6));
+  frag_color = vec4(color, 1.0);
+}

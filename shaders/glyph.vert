@@ -1,0 +1,27 @@
+#version 330 core
+// glyph.vert — instanced text quads, camera-facing, sized in world units.
+// Per instance: anchor (world), rect (x0, y0, x1, y1 in line units), uv rect, color.
+// Vertical labels turn the line so it reads bottom-to-top on screen.
+layout(location = 0) in vec3 i_anchor;
+layout(location = 1) in vec4 i_rect;
+layout(location = 2) in vec4 i_uv;
+layout(location = 3) in vec4 i_color;
+
+uniform mat4 u_view;
+uniform mat4 u_proj;
+uniform float u_height;
+uniform int u_vertical;
+
+out vec2 v_uv;
+out vec4 v_color;
+
+void main() {
+  vec2 k = vec2(float(gl_VertexID & 1), float((gl_VertexID >> 1) & 1));
+  vec2 local = vec2(mix(i_rect.x, i_rect.z, k.x), mix(i_rect.y, i_rect.w, k.y));
+  v_uv = vec2(mix(i_uv.x, i_uv.z, k.x), mix(i_uv.w, i_uv.y, k.y));
+  v_color = i_color;
+  vec2 offset = u_vertical != 0 ? vec2(-local.y, local.x) : local;
+  vec4 c = u_view * vec4(i_anchor, 1.0);
+  c.xy += offset * u_height;
+  gl_Position = u_proj * c;
+}

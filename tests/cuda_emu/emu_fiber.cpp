@@ -1,0 +1,560 @@
+// emu_fiber.cpp — fibers, the per-block scheduler, barriers, warp exchange, worker pool.
+//
+// Each CUDA thread is a fiber with its own stack, switched by a hand-written x86-64
+// context switch (callee-saved registers + MXCSR + x87 control word; no syscalls).
+// A block runs on one OS worker thread: the scheduler sweeps its fibers round-robin;
+// a fiber runs until it waits (barrier, warp exchange) or exits. A sweep in which no
+// fiber changed any shared state is a deadlock: the launch fails with a report of
+// what every thread waits on. Fibers never migrate between OS threads.
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "tests/cuda_emu/emu_internal.h"
+
+#if !defined(__x86_64__)
+#error "the CUDA emulator's context switch is written for x86-64"
+#endif
+
+extern "C" void kvscope_emu_switch(void** save_sp, void* new_sp);
+extern "C" void kvscope_emu_fiber_trampoline();
+extern "C" void kvscope_emu_fiber_main();
+
+// switch: push callee-saved registers and FP control state, save rsp into *save_sp,
+// load new_sp, pop the other context's state, return into it.
+asm(R"(
+  .text
+  .globl kvscope_emu_switch
+  .type kvscope_emu_switch, @function
+kvscope_emu_switch:
+  .cfi_startproc
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .cfi_endproc
+  .size kvscope_emu_switch, .-kvscope_emu_switch
+
+  .globl kvscope_emu_fiber_trampoline
+  .type kvscope_emu_fiber_trampoline, @function
+kvscope_emu_fiber_trampoline:
+  .cfi_startproc
+  .cfi_undefined rip
+  xorl %ebp, %ebp
+  call kvscope_emu_fiber_main
+  ud2
+  .cfi_endproc
+  .size kvscope_emu_fiber_trampoline, .-kvscope_emu_fiber_trampoline
+)");
+
+thread_local uint3 threadIdx;
+thread_local uint3 blockIdx;
+thread_local dim3 blockDim;
+thread_local dim3 gridDim;
+
+namespace kvscope_emu {
+namespace {
+
+constexpr size_t kStackBytes = 128 * 1024;
+constexpr size_t kGuardBytes = 4096;
+
+enum class FiberState { kReady, kBarrier, kWarp, kDone };
+
+struct LaneSlot {
+  enum { kEmpty, kDeposited, kReady } state = kEmpty;
+  WarpOp op = WarpOp::kSync;
+  unsigned mask = 0;
+  uint64_t value = 0;
+  int b = 0, c = 0;
+  uint64_t result = 0;
+};
+
+struct Warp {
+  LaneSlot lane[32];
+  unsigned present = 0;  // lanes that exist in this (possibly partial) warp
+  unsigned exited = 0;
+};
+
+struct Fiber {
+  void* sp = nullptr;
+  uint3 tid{};
+  int linear = 0;
+  FiberState state = FiberState::kReady;
+  unsigned char* stack_top = nullptr;
+};
+
+struct Block {
+  int n = 0;
+  int exited = 0;
+  uint64_t bar_gen = 0;
+  int bar_arrived = 0;
+  int bar_acc[3] = {0, 1, 0};  // count, and, or of the generation being collected
+  int bar_result[3] = {0, 0, 0};
+  uint64_t progress = 0;
+  std::vector<Warp> warps;
+  const std::function<void()>* body = nullptr;
+  bool failed = false;
+  std::string error;
+};
+
+// One per OS thread that runs blocks: stacks and fibers are reused across blocks.
+struct Worker {
+  void* sched_sp = nullptr;
+  Fiber* cur = nullptr;
+  Block* blk = nullptr;
+  std::vector<Fiber> fibers;
+  std::vector<unsigned char*> stacks;
+  std::vector<unsigned char> dyn_smem;
+
+  ~Worker() {
+    for (unsigned char* s : stacks) munmap(s, kStackBytes + kGuardBytes);
+  }
+  unsigned char* stack_top(size_t i) {
+    while (stacks.size() <= i) {
+      void* m = mmap(nullptr, kStackBytes + kGuardBytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (m == MAP_FAILED) throw DeviceFault{"emulator: cannot allocate a fiber stack"};
+      mprotect(m, kGuardBytes, PROT_NONE);  // overflow faults instead of corrupting
+      stacks.push_back(static_cast<unsigned char*>(m));
+    }
+    return stacks[i] + kStackBytes + kGuardBytes;
+  }
+};
+
+thread_local Worker* tls_worker = nullptr;
+
+Worker& worker() {
+  if (!tls_worker) {
+    static thread_local std::unique_ptr<Worker> owned(new Worker);
+    tls_worker = owned.get();
+  }
+  return *tls_worker;
+}
+
+// Back to the scheduler; returns when the scheduler resumes this fiber.
+void yield_fiber() {
+  Worker& w = *tls_worker;
+  kvscope_emu_switch(&w.cur->sp, w.sched_sp);
+}
+
+std::string fmt_tid(uint3 t) {
+  std::ostringstream o;
+  o << "(" << t.x << "," << t.y << "," << t.z << ")";
+  return o.str();
+}
+
+std::string hex(unsigned v) {
+  std::ostringstream o;
+  o << "0x" << std::hex << v;
+  return o.str();
+}
+
+const char* op_name(WarpOp op) {
+  switch (op) {
+    case WarpOp::kShflIdx: return "__shfl_sync";
+    case WarpOp::kShflUp: return "__shfl_up_sync";
+    case WarpOp::kShflDown: return "__shfl_down_sync";
+    case WarpOp::kShflXor: return "__shfl_xor_sync";
+    case WarpOp::kBallot: return "__ballot_sync/__any_sync/__all_sync";
+    case WarpOp::kSync: return "__syncwarp";
+  }
+  return "?";
+}
+
+// Source lane of a shuffle per the PTX shfl definition (b = lane/delta/mask,
+// c = clamp word: bits 8..12 segment mask, bits 0..4 clamp lane).
+int shuffle_source(WarpOp op, int lane, int b, int c) {
+  const int segmask = (c >> 8) & 0x1f;
+  const int cval = c & 0x1f;
+  const int max_lane = (lane & segmask) | (cval & ~segmask);
+  const int min_lane = lane & segmask;
+  int j = lane;
+  bool ok = false;
+  switch (op) {
+    case WarpOp::kShflUp: j = lane - b; ok = j >= max_lane; break;
+    case WarpOp::kShflDown: j = lane + b; ok = j <= max_lane; break;
+    case WarpOp::kShflXor: j = lane ^ (b & 0x1f); ok = j <= max_lane; break;
+    case WarpOp::kShflIdx: j = min_lane | (b & 0x1f & ~segmask); ok = j <= max_lane; break;
+    default: break;
+  }
+  return ok ? j : lane;
+}
+
+// Computes the results of a complete exchange among `mask`.
+void complete_exchange(Warp& w, int warp_index, unsigned mask) {
+  const LaneSlot& first = w.lane[__builtin_ctz(mask)];
+  unsigned ballot = 0;
+  if (first.op == WarpOp::kBallot) {
+    for (int l = 0; l < 32; ++l)
+      if ((mask >> l & 1u) && w.lane[l].value) ballot |= 1u << l;
+  }
+  for (int l = 0; l < 32; ++l) {
+    if (!(mask >> l & 1u)) continue;
+    LaneSlot& s = w.lane[l];
+    if (s.op == WarpOp::kBallot) {
+      s.result = ballot;
+    } else if (s.op == WarpOp::kSync) {
+      s.result = 0;
+    } else {
+      int j = shuffle_source(s.op, l, s.b, s.c);
+      if (!(mask >> j & 1u)) {
+        device_fault(std::string(op_name(s.op)) + ": lane " + std::to_string(warp_index * 32 + l) +
+                     " reads lane " + std::to_string(j) + " of its warp, which is not in mask " +
+                     hex(mask) + " (the value would be undefined on a GPU)");
+      }
+      s.result = w.lane[j].value;
+    }
+  }
+  for (int l = 0; l < 32; ++l)
+    if (mask >> l & 1u) w.lane[l].state = LaneSlot::kReady;
+}
+
+void release_barrier_if_complete(Block& b) {
+  if (b.bar_arrived > 0 && b.bar_arrived + b.exited == b.n) {
+    for (int k = 0; k < 3; ++k) b.bar_result[k] = b.bar_acc[k];
+    b.bar_acc[0] = 0;
+    b.bar_acc[1] = 1;
+    b.bar_acc[2] = 0;
+    b.bar_arrived = 0;
+    ++b.bar_gen;
+    ++b.progress;
+  }
+}
+
+std::string deadlock_report(const Worker& w, const Block& b) {
+  std::ostringstream o;
+  o << "deadlock in block " << fmt_tid(blockIdx) << ": no thread can make progress; "
+    << b.exited << " of " << b.n << " threads exited";
+  int shown = 0;
+  for (const Fiber& f : w.fibers) {
+    if (f.state == FiberState::kDone) continue;
+    if (shown++ >= 8) {
+      o << "; ...";
+      break;
+    }
+    o << "; thread " << fmt_tid(f.tid);
+    if (f.state == FiberState::kBarrier) {
+      o << " waits at __syncthreads";
+    } else if (f.state == FiberState::kWarp) {
+      const LaneSlot& s = b.warps[f.linear / 32].lane[f.linear % 32];
+      o << " waits in " << op_name(s.op) << " with mask " << hex(s.mask);
+    } else {
+      o << " is runnable";
+    }
+  }
+  return o.str();
+}
+
+// Runs one block to completion on this OS thread. Returns false on failure.
+bool run_block(const LaunchSpec& spec, uint3 bid, const std::function<void()>& body,
+               std::string* detail) {
+  Worker& w = worker();
+  Block b;
+  b.n = static_cast<int>(spec.block.x * spec.block.y * spec.block.z);
+  b.body = &body;
+  b.warps.assign((b.n + 31) / 32, Warp{});
+  for (int i = 0; i < b.n; ++i) b.warps[i / 32].present |= 1u << (i % 32);
+  w.blk = &b;
+  if (w.dyn_smem.size() < spec.smem) w.dyn_smem.resize(spec.smem);
+  std::fill(w.dyn_smem.begin(), w.dyn_smem.begin() + spec.smem, 0xFF);
+
+  blockIdx = bid;
+  blockDim = spec.block;
+  gridDim = spec.grid;
+  w.fibers.resize(b.n);
+  for (int i = 0; i < b.n; ++i) {
+    Fiber& f = w.fibers[i];
+    f.linear = i;
+    f.tid = uint3{static_cast<unsigned>(i % spec.block.x),
+                  static_cast<unsigned>(i / spec.block.x % spec.block.y),
+                  static_cast<unsigned>(i / (spec.block.x * spec.block.y))};
+    f.state = FiberState::kReady;
+    // Initial frame popped by kvscope_emu_switch: FP state, six registers, return
+    // address = trampoline. After the `ret`, rsp is 16-byte aligned.
+    unsigned char* top = w.stack_top(i);
+    auto* frame = reinterpret_cast<uint64_t*>(top - 64);
+    std::memset(frame, 0, 64);
+    uint32_t mxcsr = 0x1F80;
+    uint16_t fpucw = 0x037F;
+    std::memcpy(frame, &mxcsr, 4);
+    std::memcpy(reinterpret_cast<unsigned char*>(frame) + 4, &fpucw, 2);
+    frame[7] = reinterpret_cast<uint64_t>(&kvscope_emu_fiber_trampoline);
+    f.sp = frame;
+  }
+
+  while (b.exited < b.n && !b.failed) {
+    const uint64_t before = b.progress;
+    for (int i = 0; i < b.n && !b.failed; ++i) {
+      Fiber& f = w.fibers[i];
+      if (f.state == FiberState::kDone) continue;
+      w.cur = &f;
+      threadIdx = f.tid;
+      kvscope_emu_switch(&w.sched_sp, f.sp);
+    }
+    if (!b.failed && b.exited < b.n && b.progress == before) {
+      b.failed = true;
+      b.error = deadlock_report(w, b);
+    }
+  }
+  w.cur = nullptr;
+  w.blk = nullptr;
+  if (b.failed) *detail = b.error;
+  return !b.failed;
+}
+
+// ---- worker pool ------------------------------------------------------------------
+
+class Pool {
+ public:
+  explicit Pool(int n) {
+    for (int i = 0; i < n; ++i) threads_.emplace_back([this] { loop(); });
+  }
+  ~Pool() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+  // Runs job on every pool thread and on the caller; returns when all are done.
+  void run(const std::function<void()>& job) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      job_ = &job;
+      pending_ = static_cast<int>(threads_.size());
+      ++epoch_;
+    }
+    cv_.notify_all();
+    job();
+    std::unique_lock<std::mutex> lk(mu_);
+    done_cv_.wait(lk, [this] { return pending_ == 0; });
+    job_ = nullptr;
+  }
+
+ private:
+  void loop() {
+    uint64_t seen = 0;
+    for (;;) {
+      const std::function<void()>* job;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [&] { return stop_ || epoch_ != seen; });
+        if (stop_) return;
+        seen = epoch_;
+        job = job_;
+      }
+      (*job)();
+      std::lock_guard<std::mutex> lk(mu_);
+      if (--pending_ == 0) done_cv_.notify_all();
+    }
+  }
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  std::condition_variable cv_, done_cv_;
+  const std::function<void()>* job_ = nullptr;
+  int pending_ = 0;
+  uint64_t epoch_ = 0;
+  bool stop_ = false;
+};
+
+std::mutex g_pool_mu;
+int g_workers = [] {
+  const char* e = std::getenv("KVSCOPE_EMU_WORKERS");
+  int n = e ? std::atoi(e) : 1;
+  return std::clamp(n, 1, 64);
+}();
+std::unique_ptr<Pool> g_pool;
+
+}  // namespace
+
+// ---- entry points used by kernels ----------------------------------------------------
+
+[[noreturn]] void device_fault(const std::string& message) { throw DeviceFault{message}; }
+
+unsigned char* dynamic_smem() { return worker().dyn_smem.data(); }
+
+void syncthreads() {
+  Worker& w = *tls_worker;
+  Block& b = *w.blk;
+  const uint64_t gen = b.bar_gen;
+  ++b.bar_arrived;
+  ++b.progress;
+  release_barrier_if_complete(b);
+  w.cur->state = FiberState::kBarrier;
+  while (b.bar_gen == gen) yield_fiber();
+  w.cur->state = FiberState::kReady;
+}
+
+int syncthreads_reduce(int predicate, int kind) {
+  Block& b = *tls_worker->blk;
+  b.bar_acc[0] += predicate != 0;
+  b.bar_acc[1] &= predicate != 0;
+  b.bar_acc[2] |= predicate != 0;
+  syncthreads();
+  return b.bar_result[kind];
+}
+
+uint64_t warp_exchange(WarpOp op, unsigned mask, uint64_t value, int b_arg, int c_arg) {
+  Worker& wk = *tls_worker;
+  Block& b = *wk.blk;
+  const int linear = wk.cur->linear;
+  const int warp_index = linear / 32;
+  const int lane = linear % 32;
+  Warp& w = b.warps[warp_index];
+  if (!(mask >> lane & 1u))
+    device_fault(std::string(op_name(op)) + ": thread " + fmt_tid(wk.cur->tid) + " (lane " +
+                 std::to_string(lane) + ") is not in its own mask " + hex(mask));
+  if (mask & ~w.present)
+    device_fault(std::string(op_name(op)) + ": mask " + hex(mask) + " names lanes that do not " +
+                 "exist in warp " + std::to_string(warp_index) + " (present " + hex(w.present) +
+                 ")");
+  LaneSlot& me = w.lane[lane];
+  me.state = LaneSlot::kDeposited;
+  me.op = op;
+  me.mask = mask;
+  me.value = value;
+  me.b = b_arg;
+  me.c = c_arg;
+  ++b.progress;
+  wk.cur->state = FiberState::kWarp;
+  for (;;) {
+    if (me.state == LaneSlot::kReady) break;
+    bool complete = true;
+    for (int l = 0; l < 32 && complete; ++l) {
+      if (!(mask >> l & 1u)) continue;
+      if (w.exited >> l & 1u)
+        device_fault(std::string(op_name(op)) + ": lane " + std::to_string(l) + " of warp " +
+                     std::to_string(warp_index) + " is in mask " + hex(mask) +
+                     " but has already exited");
+      const LaneSlot& s = w.lane[l];
+      complete = s.state == LaneSlot::kDeposited && s.mask == mask && s.op == op;
+    }
+    if (complete) {
+      complete_exchange(w, warp_index, mask);
+      ++b.progress;
+      break;
+    }
+    yield_fiber();
+  }
+  me.state = LaneSlot::kEmpty;
+  wk.cur->state = FiberState::kReady;
+  return me.result;
+}
+
+unsigned active_mask() {
+  const Worker& wk = *tls_worker;
+  const Warp& w = wk.blk->warps[wk.cur->linear / 32];
+  return w.present & ~w.exited;
+}
+
+cudaError_t run_grid(const LaunchSpec& spec, const std::function<void()>& body,
+                     std::string* detail) {
+  const uint64_t total = uint64_t(spec.grid.x) * spec.grid.y * spec.grid.z;
+  std::atomic<uint64_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex err_mu;
+  std::string first_error;
+  std::function<void()> job = [&] {
+    std::string d;
+    for (;;) {
+      if (failed.load()) return;
+      const uint64_t i = next.fetch_add(1);
+      if (i >= total) return;
+      const uint3 bid{static_cast<unsigned>(i % spec.grid.x),
+                      static_cast<unsigned>(i / spec.grid.x % spec.grid.y),
+                      static_cast<unsigned>(i / (uint64_t(spec.grid.x) * spec.grid.y))};
+      bool ok;
+      try {
+        ok = run_block(spec, bid, body, &d);
+      } catch (const DeviceFault& f) {
+        ok = false;
+        d = f.message;
+      }
+      if (!ok) {
+        std::lock_guard<std::mutex> lk(err_mu);
+        if (!failed.exchange(true)) first_error = d;
+        return;
+      }
+    }
+  };
+  {
+    std::lock_guard<std::mutex> lk(g_pool_mu);
+    if (g_workers <= 1 || total <= 1) {
+      job();
+    } else {
+      if (!g_pool) g_pool = std::make_unique<Pool>(g_workers - 1);
+      g_pool->run(job);
+    }
+  }
+  if (failed.load()) {
+    *detail = first_error;
+    return cudaErrorLaunchFailure;
+  }
+  return cudaSuccess;
+}
+
+void set_workers(int n) {
+  std::lock_guard<std::mutex> lk(g_pool_mu);
+  g_workers = std::clamp(n, 1, 64);
+  g_pool.reset();
+}
+
+}  // namespace kvscope_emu
+
+// Entry of every fiber: runs the kernel body for the current thread, records a fault,
+// marks the thread exited and returns to the scheduler for good.
+extern "C" void kvscope_emu_fiber_main() {
+  using namespace kvscope_emu;
+  Worker& w = *tls_worker;
+  Block& b = *w.blk;
+  try {
+    (*b.body)();
+  } catch (const DeviceFault& f) {
+    if (!b.failed) {
+      b.failed = true;
+      b.error = "block " + fmt_tid(blockIdx) + " thread " + fmt_tid(w.cur->tid) + ": " + f.message;
+    }
+  } catch (const std::exception& e) {
+    if (!b.failed) {
+      b.failed = true;
+      b.error = "block " + fmt_tid(blockIdx) + " thread " + fmt_tid(w.cur->tid) +
+                ": exception: " + e.what();
+    }
+  }
+  Fiber& f = *w.cur;
+  f.state = FiberState::kDone;
+  ++b.exited;
+  b.warps[f.linear / 32].exited |= 1u << (f.linear % 32);
+  ++b.progress;
+  release_barrier_if_complete(b);
+  void* dead_sp;
+  kvscope_emu_switch(&dead_sp, w.sched_sp);
+  __builtin_unreachable();
+}

@@ -1,0 +1,26 @@
+// emu_internal.h — shared state between the emulator's runtime, scheduler and cuBLAS.
+// Not included by kernels.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "tests/cuda_emu/emu.h"
+
+namespace kvscope_emu {
+
+// Records the outcome of an API call as the last error. Sticky errors (a faulting or
+// deadlocked kernel) are returned by every later call until cudaDeviceReset.
+cudaError_t record(cudaError_t e, const std::string& detail = {}, bool sticky = false);
+cudaError_t sticky_error();
+
+bool stream_valid(cudaStream_t s);
+// When s is being captured into a graph, queues op and returns true.
+bool capture_if_capturing(cudaStream_t s, std::function<cudaError_t()> op);
+size_t max_dynamic_smem(const void* func);
+
+// Runs every block of the grid; on failure returns the error and fills *detail.
+cudaError_t run_grid(const LaunchSpec& spec, const std::function<void()>& body,
+                     std::string* detail);
+
+}  // namespace kvscope_emu

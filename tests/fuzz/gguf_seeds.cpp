@@ -1,0 +1,156 @@
+// gguf_seeds.cpp — writes the GGUF fuzz seed corpus into the directory given as argv[1]:
+// a tiny llama-shaped model (tokenizer arrays, Q8_0 embedding, Q4_1 matrices, F32 norms),
+// a file with every metadata value type, a v2 file with 64-byte alignment, and a file with
+// the other supported block types. Each is a few KB so mutation runs stay fast.
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "engine/quant.h"
+#include "tests/util/gguf_writer.h"
+
+namespace {
+
+using kvscope::GgmlType;
+using kvscope::test::GgufWriter;
+
+std::vector<float> values(size_t n, float scale) {
+  std::vector<float> v(n);
+  uint32_t s = 12345;
+  for (float& x : v) {
+    s = s * 1664525u + 1013904223u;
+    x = (static_cast<float>(s >> 8) / 16777216.0f - 0.5f) * scale;
+  }
+  return v;
+}
+
+GgufWriter tiny_llama() {
+  const int C = 64, F = 96, V = 32, Hkv_D = 32;
+  GgufWriter w;
+  w.add_string("general.architecture", "llama");
+  w.add_string("general.name", "seed");
+  w.add_u32("llama.block_count", 1);
+  w.add_u32("llama.context_length", 128);
+  w.add_u32("llama.embedding_length", C);
+  w.add_u32("llama.feed_forward_length", F);
+  w.add_u32("llama.attention.head_count", 2);
+  w.add_u32("llama.attention.head_count_kv", 1);
+  w.add_u32("llama.rope.dimension_count", 32);
+  w.add_f32("llama.rope.freq_base", 100000.0f);
+  w.add_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  w.add_string("tokenizer.ggml.model", "gpt2");
+  w.add_string("tokenizer.ggml.pre", "smollm");
+  std::vector<std::string> tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+  std::vector<int32_t> types = {3, 3, 3};
+  for (int i = 3; i < V; ++i) {
+    tokens.push_back(std::string(1, static_cast<char>('a' + i % 26)) + (i >= 29 ? "b" : ""));
+    types.push_back(1);
+  }
+  w.add_string_array("tokenizer.ggml.tokens", tokens);
+  w.add_i32_array("tokenizer.ggml.token_type", types);
+  w.add_string_array("tokenizer.ggml.merges", {"a b", "c d"});
+  w.add_u32("tokenizer.ggml.bos_token_id", 1);
+  w.add_u32("tokenizer.ggml.eos_token_id", 2);
+  w.add_bool("tokenizer.ggml.add_bos_token", false);
+  auto q = [&](GgmlType t, uint64_t n_in, uint64_t n_out) {
+    return kvscope::test::quantize_rows(t, values(n_in * n_out, 1.0f), n_in);
+  };
+  w.add_tensor("token_embd.weight", {C, V}, GgmlType::Q8_0, q(GgmlType::Q8_0, C, V));
+  w.add_tensor_f32("blk.0.attn_norm.weight", {C}, values(C, 2.0f));
+  w.add_tensor("blk.0.attn_q.weight", {C, C}, GgmlType::Q4_1, q(GgmlType::Q4_1, C, C));
+  w.add_tensor("blk.0.attn_k.weight", {C, Hkv_D}, GgmlType::Q4_1, q(GgmlType::Q4_1, C, Hkv_D));
+  w.add_tensor("blk.0.attn_v.weight", {C, Hkv_D}, GgmlType::Q4_1, q(GgmlType::Q4_1, C, Hkv_D));
+  w.add_tensor("blk.0.attn_output.weight", {C, C}, GgmlType::Q4_1, q(GgmlType::Q4_1, C, C));
+  w.add_tensor_f32("blk.0.ffn_norm.weight", {C}, values(C, 2.0f));
+  w.add_tensor("blk.0.ffn_gate.weight", {C, F}, GgmlType::Q4_1, q(GgmlType::Q4_1, C, F));
+  w.add_tensor("blk.0.ffn_up.weight", {C, F}, GgmlType::Q4_1, q(GgmlType::Q4_1, C, F));
+  w.add_tensor("blk.0.ffn_down.weight", {F, C}, GgmlType::Q4_1, q(GgmlType::Q4_1, F, C));
+  w.add_tensor_f32("output_norm.weight", {C}, values(C, 2.0f));
+  return w;
+}
+
+GgufWriter all_metadata_types() {
+  GgufWriter w;
+  w.add_u8("u8", 1);
+  w.add_i8("i8", -1);
+  w.add_u16("u16", 2);
+  w.add_i16("i16", -2);
+  w.add_u32("u32", 3);
+  w.add_i32("i32", -3);
+  w.add_u64("u64", 4);
+  w.add_i64("i64", -4);
+  w.add_f32("f32", 0.5f);
+  w.add_f64("f64", 0.25);
+  w.add_bool("bool", true);
+  w.add_string("string", "text");
+  w.add_string_array("strings", {"x", "yy", ""});
+  w.add_i32_array("i32s", {1, 2});
+  w.add_u8_array("u8s", {1, 2, 3});
+  w.add_f32_array("f32s", {1.0f});
+  w.add_f64_array("f64s", {2.0});
+  w.add_bool_array("bools", {true});
+  w.add_i64_array("i64s", {-7});
+  w.add_tensor_f32("t", {4, 2}, values(8, 1.0f));
+  return w;
+}
+
+GgufWriter v2_aligned() {
+  GgufWriter w;
+  w.set_version(2);
+  w.set_alignment(64);
+  w.add_string("general.architecture", "llama");
+  w.add_tensor("a", {32, 2}, GgmlType::Q4_0,
+               kvscope::test::quantize_rows(GgmlType::Q4_0, values(64, 1.0f), 32));
+  w.add_tensor("b", {16, 1, 1, 2}, GgmlType::F16,
+               kvscope::test::quantize_rows(GgmlType::F16, values(32, 1.0f), 16));
+  return w;
+}
+
+GgufWriter other_blocks() {
+  GgufWriter w;
+  w.add_string("general.architecture", "llama");
+  auto raw = [](GgmlType t, uint64_t n) {
+    std::vector<uint8_t> b(kvscope::row_bytes(t, n));
+    for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint8_t>(i * 29 + 7);
+    return b;
+  };
+  w.add_tensor("q5_0", {32}, GgmlType::Q5_0, raw(GgmlType::Q5_0, 32));
+  w.add_tensor("q5_1", {32}, GgmlType::Q5_1, raw(GgmlType::Q5_1, 32));
+  w.add_tensor("q4_k", {256}, GgmlType::Q4_K, raw(GgmlType::Q4_K, 256));
+  w.add_tensor("q6_k", {256}, GgmlType::Q6_K, raw(GgmlType::Q6_K, 256));
+  w.add_tensor("bf16", {8}, GgmlType::BF16, raw(GgmlType::BF16, 8));
+  w.add_tensor("q2_k", {256}, GgmlType::Q2_K, raw(GgmlType::Q2_K, 256));
+  return w;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s OUTPUT_DIR\n", argv[0]);
+    return 2;
+  }
+  const std::filesystem::path dir = argv[1];
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    std::fprintf(stderr, "cannot create %s: %s\n", dir.c_str(), ec.message().c_str());
+    return 1;
+  }
+  const std::pair<const char*, GgufWriter> seeds[] = {
+      {"tiny_llama.gguf", tiny_llama()},
+      {"all_metadata_types.gguf", all_metadata_types()},
+      {"v2_aligned.gguf", v2_aligned()},
+      {"other_blocks.gguf", other_blocks()},
+  };
+  for (const auto& [name, w] : seeds) {
+    const kvscope::Status s = w.write((dir / name).string());
+    if (!s.ok()) {
+      std::fprintf(stderr, "%s\n", s.message().c_str());
+      return 1;
+    }
+  }
+  std::printf("wrote %zu GGUF seeds to %s\n", sizeof(seeds) / sizeof(seeds[0]), dir.c_str());
+  return 0;
+}

@@ -1,0 +1,63 @@
+// kernel_test_util.h — helpers for running kernels under the CUDA emulator in tests:
+// device buffers that free themselves, host<->device copies, random data, and a
+// comparison that reports the first mismatches (index, got, want).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "kernels/kernels.h"
+
+namespace kvscope_test {
+
+template <class T>
+struct DevVec {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit DevVec(size_t count) : n(count) {
+    EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(1, count) * sizeof(T)), cudaSuccess);
+  }
+  explicit DevVec(const std::vector<T>& h) : DevVec(h.size()) {
+    EXPECT_EQ(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  DevVec(const DevVec&) = delete;
+  ~DevVec() { cudaFree(p); }
+  std::vector<T> get() const {
+    std::vector<T> h(n);
+    EXPECT_EQ(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return h;
+  }
+};
+
+inline std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (float& f : v) f = u(rng);
+  return v;
+}
+
+// |got - want| <= abs_tol + rel_tol * |want| for every element; prints up to 5 failures.
+inline ::testing::AssertionResult all_close(const std::vector<float>& got,
+                                            const std::vector<float>& want, float abs_tol,
+                                            float rel_tol) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << "size " << got.size() << " vs " << want.size();
+  int bad = 0;
+  auto r = ::testing::AssertionFailure();
+  for (size_t i = 0; i < got.size(); ++i) {
+    const float tol = abs_tol + rel_tol * std::fabs(want[i]);
+    if (!(std::fabs(got[i] - want[i]) <= tol)) {
+      if (bad < 5) r << "[" << i << "] got " << got[i] << " want " << want[i] << "; ";
+      ++bad;
+    }
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return r << bad << " of " << got.size() << " outside tolerance";
+}
+
+}  // namespace kvscope_test

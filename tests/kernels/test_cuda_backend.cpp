@@ -1,0 +1,290 @@
+// test_cuda_backend.cpp — the whole CUDA backend against the CPU backend.
+//
+// Built twice from this file: test_cuda_backend runs the backend on the CPU emulation
+// layer (every CI run); test_cuda_backend_gpu (KVSCOPE_REAL_GPU_TEST) runs it on a real
+// GPU and skips with the probe's message where none is usable.
+//
+// Tolerances:
+//  - Decode and short prompts (T <= 8) use the fp32 matvec kernels: the only differences
+//    from the CPU are fp32 summation order and rsqrt/exp, so logits agree to ~1e-5 of
+//    their spread; kLogitTolShort = 2e-3 absolute leaves room for 2+ layers of that.
+//  - Longer forwards (prefill > 8 tokens, every NO CACHE step) run cuBLAS on fp16
+//    weights and fp16 activations: each operand is rounded by up to 2^-11 relative,
+//    which over a few layers moves logits of magnitude ~1-3 by up to ~1e-2; kLogitTolLong.
+//    Weights without a native kernel (e.g. Q4_0) are always used through that fp16 copy,
+//    so their models get the long tolerances throughout.
+//    The cache written by such a forward carries that noise into later decode steps, so
+//    the long tolerances apply to every step after a long forward.
+//  - Attention probabilities are softmax outputs in [0, 1]: 2e-4 / 5e-3 absolute for the
+//    short / long paths (same reasons).
+//  - FLOP counters come from the shared forward, so they must match exactly.
+//  - Tokens: greedy choices must match except where the CPU's best two logits are within
+//    the logit tolerance of each other (a tie the allowed noise could flip).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <numeric>
+#include <unistd.h>
+
+#include <cuda_runtime.h>
+
+#include "engine/cpu/cpu_backend.h"
+#include "engine/cuda/cuda_backend.h"
+#include "engine/forward.h"
+#include "engine/model.h"
+#include "engine/session.h"
+#include "tests/util/tiny_model.h"
+
+namespace kvscope {
+namespace {
+
+constexpr float kLogitTolShort = 2e-3f;
+constexpr float kLogitTolLong = 3e-2f;
+constexpr float kProbTolShort = 2e-4f;
+constexpr float kProbTolLong = 5e-3f;
+
+std::string tiny_path(const char* tag) {
+  return (std::filesystem::temp_directory_path() /
+          ("kvscope_cuda_" + std::string(tag) + "_" + std::to_string(getpid()) + ".gguf"))
+      .string();
+}
+
+std::shared_ptr<Model> load_tiny(const test::TinyModelSpec& spec, const char* tag) {
+  const std::string path = tiny_path(tag);
+  EXPECT_TRUE(test::write_tiny_llama(spec, path).ok());
+  auto m = Model::load(path);
+  std::filesystem::remove(path);  // the mapping stays valid after unlinking
+  EXPECT_TRUE(m.ok()) << m.error().message;
+  return m.ok() ? std::move(m.value()) : nullptr;
+}
+
+class CudaBackendParity : public ::testing::Test {
+ protected:
+  void SetUp() override {
+#if defined(KVSCOPE_REAL_GPU_TEST)
+    auto probe = cuda_probe();
+    if (!probe.ok()) GTEST_SKIP() << "no GPU for the real-CUDA parity test: " << probe.error().message;
+#endif
+  }
+  void TearDown() override {
+#if !defined(KVSCOPE_REAL_GPU_TEST)
+    cudaDeviceReset();  // emulator: start every test with no allocations / sticky errors
+#endif
+  }
+};
+
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  float m = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
+
+// Margin between the best and second-best logit.
+float top2_margin(const std::vector<float>& l) {
+  std::vector<float> s = l;
+  std::partial_sort(s.begin(), s.begin() + 2, s.end(), std::greater<float>());
+  return s[0] - s[1];
+}
+
+// forward() directly: a prompt of `prompt_len` tokens (> 8: cuBLAS path) then
+// single-token steps (matvec path).
+void check_forward_parity(const Model& model, KvDtype dtype, int prompt_len) {
+  auto cuda = make_cuda_backend(model);
+  ASSERT_TRUE(cuda.ok()) << cuda.error().message;
+  auto cpu = make_cpu_backend(1);
+  const ModelConfig& c = model.config();
+  const KvShape shape{c.n_layer, c.n_head_kv, c.head_dim};
+  auto cache_cpu = cpu->create_kv_cache(shape, dtype, 4);
+  auto cache_gpu = (*cuda)->create_kv_cache(shape, dtype, 4);  // grows during the test
+  ASSERT_TRUE(cache_cpu.ok() && cache_gpu.ok());
+  std::vector<int32_t> tokens = {1, 40, 41, 72, 100, 101, 102, 33, 3, 90, 91, 92};
+  tokens.resize(size_t(prompt_len));
+  // Matrices without a native kernel (Q4_0 here) run on an fp16 copy: rounded weights.
+  const GgmlType mt = model.layers()[0].wq.type;
+  const bool fp16_weights = mt != GgmlType::Q4_1 && mt != GgmlType::Q8_0 && mt != GgmlType::F16;
+  const bool long_prompt = prompt_len > 8 || fp16_weights;
+  for (int step = 0; step < 4; ++step) {
+    const int pos0 = (*cache_cpu)->length();
+    const int T = step == 0 ? int(tokens.size()) : 1;
+    ForwardOutput a, b;
+    ASSERT_TRUE(forward(*cpu, model, tokens.data() + pos0, T, pos0, **cache_cpu, a).ok());
+    Status s = forward(**cuda, model, tokens.data() + pos0, T, pos0, **cache_gpu, b);
+    ASSERT_TRUE(s.ok()) << s.message();
+    const float tol = long_prompt ? kLogitTolLong : kLogitTolShort;
+    EXPECT_LE(max_abs_diff(a.logits, b.logits), tol) << "step " << step;
+    EXPECT_LE(max_abs_diff(a.attention, b.attention), long_prompt ? kProbTolLong : kProbTolShort)
+        << "step " << step;
+    EXPECT_LE(max_abs_diff(a.k_norm, b.k_norm), 1e-2f * (1 + *std::max_element(a.k_norm.begin(), a.k_norm.end())));
+    EXPECT_LE(max_abs_diff(a.v_norm, b.v_norm), 1e-2f * (1 + *std::max_element(a.v_norm.begin(), a.v_norm.end())));
+    EXPECT_EQ(a.flops, b.flops);
+    EXPECT_EQ(a.kv_rows, b.kv_rows);
+    EXPECT_EQ((*cache_gpu)->length(), (*cache_cpu)->length());
+    // Next token: the CPU's greedy choice, so both continue on the same sequence.
+    tokens.push_back(int32_t(std::max_element(a.logits.begin(), a.logits.end()) - a.logits.begin()));
+  }
+}
+
+TEST_F(CudaBackendParity, ForwardMatchesCpuOnTinyModelsOfSeveralTypes) {
+  // Q4_1 and Q8_0 run the native matvec; Q4_0 and F16 the fp16-copy path.
+  for (GgmlType mt : {GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::F16}) {
+    test::TinyModelSpec spec;
+    spec.matrix_type = mt;
+    spec.n_embd = 96;  // head_dim 24: not a multiple of the warp size
+    spec.n_ff = 160;
+    spec.seed = 3;
+    auto model = load_tiny(spec, "types");
+    ASSERT_TRUE(model);
+    SCOPED_TRACE(ggml_type_name(mt));
+    check_forward_parity(*model, KvDtype::F16, 6);
+    check_forward_parity(*model, KvDtype::F16, 12);
+  }
+}
+
+TEST_F(CudaBackendParity, ForwardMatchesCpuWithFp32Cache) {
+  test::TinyModelSpec spec;
+  auto model = load_tiny(spec, "f32cache");
+  ASSERT_TRUE(model);
+  check_forward_parity(*model, KvDtype::F32, 5);
+  check_forward_parity(*model, KvDtype::F32, 11);
+}
+
+struct RunResult {
+  std::vector<StepTrace> steps;
+  std::vector<std::vector<float>> logits;
+};
+
+RunResult run_session(std::shared_ptr<const Model> model, std::unique_ptr<Backend> be,
+                      CacheMode mode, int n_steps) {
+  RunResult r;
+  SessionConfig cfg;
+  cfg.mode = mode;
+  cfg.max_tokens = n_steps + 8;
+  cfg.stop_at_eos = false;
+  auto s = Session::create(std::move(model), std::move(be), cfg);
+  EXPECT_TRUE(s.ok()) << s.error().message;
+  if (!s.ok()) return r;
+  PromptSpec p;
+  p.text = "hi there";  // 8 byte-level tokens: the first forward is short (matvec)
+  EXPECT_TRUE((*s)->reset(p).ok());
+  for (int i = 0; i < n_steps && !(*s)->done(); ++i) {
+    auto t = (*s)->step();
+    EXPECT_TRUE(t.ok()) << t.error().message;
+    if (!t.ok()) break;
+    r.steps.push_back(std::move(t.value()));
+    r.logits.push_back((*s)->last_logits());
+  }
+  return r;
+}
+
+TEST_F(CudaBackendParity, SessionSixteenStepsInBothModesMatchCpu) {
+  test::TinyModelSpec spec;
+  spec.seed = 7;
+  std::shared_ptr<const Model> model = load_tiny(spec, "session");
+  ASSERT_TRUE(model);
+  for (CacheMode mode : {CacheMode::Cache, CacheMode::NoCache}) {
+    SCOPED_TRACE(cache_mode_name(mode));
+    auto cuda = make_cuda_backend(*model);
+    ASSERT_TRUE(cuda.ok()) << cuda.error().message;
+    RunResult a = run_session(model, make_cpu_backend(1), mode, 16);
+    RunResult b = run_session(model, std::move(cuda.value()), mode, 16);
+    ASSERT_EQ(a.steps.size(), 16u);
+    ASSERT_EQ(b.steps.size(), 16u);
+    bool had_long = false;
+    size_t compared = 0;
+    for (size_t i = 0; i < a.steps.size(); ++i, ++compared) {
+      const StepTrace &x = a.steps[i], &y = b.steps[i];
+      had_long = had_long || x.tokens_processed > 8;
+      const float tol = had_long ? kLogitTolLong : kLogitTolShort;
+      if (x.token_id != y.token_id) {
+        // Only a near-tie may flip; after that the sequences differ, so stop comparing.
+        EXPECT_LT(top2_margin(a.logits[i]), 2 * tol) << "step " << i << " chose " << y.token_id
+                                                     << " instead of " << x.token_id;
+        break;
+      }
+      EXPECT_LE(max_abs_diff(a.logits[i], b.logits[i]), tol) << "step " << i;
+      EXPECT_EQ(x.flops, y.flops) << "step " << i;
+      EXPECT_EQ(x.flops_total, y.flops_total) << "step " << i;
+      EXPECT_EQ(x.kv_rows, y.kv_rows) << "step " << i;
+      EXPECT_EQ(x.kv_bytes, y.kv_bytes) << "step " << i;
+      EXPECT_EQ(x.n_attn, y.n_attn);
+      EXPECT_LE(max_abs_diff(x.attention, y.attention), had_long ? kProbTolLong : kProbTolShort)
+          << "step " << i;
+      EXPECT_GE(y.device_ms, 0.0) << "CUDA events time every step";
+      EXPECT_NE(y.backend.find("cuda"), std::string::npos);
+    }
+    // A flip at a near-tie ends the comparison; it must not come early (these seeds
+    // have none: all 16 steps are compared).
+    EXPECT_EQ(compared, 16u);
+  }
+}
+
+TEST_F(CudaBackendParity, DefaultModelPromptAndTwoDecodeStepsSameTop5) {
+  if (!std::filesystem::exists(KVSCOPE_DEFAULT_MODEL))
+    GTEST_SKIP() << "default model absent: run scripts/fetch_model.sh";
+  auto m = Model::load(KVSCOPE_DEFAULT_MODEL);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  std::shared_ptr<const Model> model = std::move(m.value());
+  auto cuda = make_cuda_backend(*model);
+  ASSERT_TRUE(cuda.ok()) << cuda.error().message;
+  // A short raw prompt keeps the emulated run to a few seconds (all matvec kernels).
+  RunResult a = run_session(model, make_cpu_backend(0), CacheMode::Cache, 3);
+  RunResult b = run_session(model, std::move(cuda.value()), CacheMode::Cache, 3);
+  ASSERT_EQ(a.steps.size(), 3u);
+  ASSERT_EQ(b.steps.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_GE(a.steps[i].top.size(), 5u);
+    ASSERT_GE(b.steps[i].top.size(), 5u);
+    for (size_t k = 0; k < 5; ++k) {
+      EXPECT_EQ(a.steps[i].top[k].id, b.steps[i].top[k].id) << "step " << i << " rank " << k;
+      EXPECT_NEAR(a.steps[i].top[k].logit, b.steps[i].top[k].logit, 2e-2f);
+    }
+  }
+}
+
+TEST_F(CudaBackendParity, BadInputIsAnErrorNotACrash) {
+  test::TinyModelSpec spec;
+  auto model = load_tiny(spec, "errors");
+  ASSERT_TRUE(model);
+  auto cuda = make_cuda_backend(*model);
+  ASSERT_TRUE(cuda.ok()) << cuda.error().message;
+  Backend& be = **cuda;
+  auto x = be.scratch(0, 2, model->config().n_embd);
+  ASSERT_TRUE(x.ok());
+  const int32_t ids[2] = {0, model->config().n_vocab};  // second id is out of range
+  Status s = be.embed(model->tok_embd(), ids, *x);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("outside the vocabulary"), std::string::npos) << s.message();
+  // Wrong shapes are rejected before any kernel runs.
+  auto y = be.scratch(1, 2, 7);
+  ASSERT_TRUE(y.ok());
+  s = be.matmul(model->layers()[0].wq, *y, *x);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("matmul shapes"), std::string::npos) << s.message();
+  // The backend is still usable afterwards.
+  const int32_t good[2] = {3, 4};
+  EXPECT_TRUE(be.embed(model->tok_embd(), good, *x).ok());
+  std::vector<float> host(size_t(x->size()));
+  EXPECT_TRUE(be.download(*x, host.data()).ok());
+  EXPECT_FALSE(std::isnan(host[0]));
+}
+
+#if !defined(KVSCOPE_REAL_GPU_TEST)
+TEST_F(CudaBackendParity, OutOfMemoryIsAClearError) {
+  test::TinyModelSpec spec;
+  auto model = load_tiny(spec, "oom");
+  ASSERT_TRUE(model);
+  auto cuda = make_cuda_backend(*model);
+  ASSERT_TRUE(cuda.ok()) << cuda.error().message;
+  // The emulated device has 8 GiB; ask for more.
+  auto t = (*cuda)->scratch(0, int64_t(1) << 20, int64_t(1) << 12);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.error().message.find("out of GPU memory"), std::string::npos) << t.error().message;
+  // Later allocations still work (out of memory is not sticky).
+  EXPECT_TRUE((*cuda)->scratch(0, 4, 4).ok());
+}
+#endif
+
+}  // namespace
+}  // namespace kvscope

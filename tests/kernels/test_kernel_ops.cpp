@@ -1,0 +1,220 @@
+// test_kernel_ops.cpp — RMSNorm, RoPE, SwiGLU, residual add, KV append, KV row norms and
+// attention under the CUDA emulator against CPU references in double.
+//
+// Tolerances (relative to the magnitudes involved):
+//  - rmsnorm 2e-6: fp32 block-tree sum of squares vs a double sum, one rsqrt.
+//  - rope 2e-6: the angle is formed in double on both sides; only the fp32 rotate differs.
+//  - silu_mul 1e-6 relative: exp on the emulator is the libm expf; 1/(1+e) in fp32.
+//  - add: exact.
+//  - kv_append / kv_norms: fp16 storage is exactly round-to-nearest (compared bit-exact);
+//    norms 2e-6 (fp32 sums).
+//  - attention 2e-6 absolute on probabilities and 1e-5 on outputs of magnitude ~1: fp32
+//    dot products of D terms and a softmax over N keys vs double.
+#include <cstring>
+
+#include "engine/quant.h"
+#include "tests/kernels/kernel_test_util.h"
+
+namespace {
+
+using kvscope_test::all_close;
+using kvscope_test::DevVec;
+using kvscope_test::random_floats;
+
+class KernelOps : public ::testing::Test {
+ protected:
+  void TearDown() override { cudaDeviceReset(); }
+};
+
+TEST_F(KernelOps, RmsnormMatchesReferenceForOddWidths) {
+  for (int C : {7, 100, 1500}) {
+    const int T = 3;
+    const auto x = random_floats(size_t(T * C), 1, -2.f, 2.f);
+    const auto w = random_floats(size_t(C), 2, 0.5f, 1.5f);
+    DevVec<float> dx(x), dw(w), out(size_t(T * C));
+    ASSERT_EQ(kvscope_cuda::rmsnorm(dx.p, dw.p, T, C, 1e-5f, out.p, nullptr), cudaSuccess)
+        << kvscope_cuda::error_detail();
+    std::vector<float> want(x.size());
+    for (int t = 0; t < T; ++t) {
+      double ss = 0;
+      for (int i = 0; i < C; ++i) ss += double(x[t * C + i]) * x[t * C + i];
+      const double s = 1.0 / std::sqrt(ss / C + 1e-5);
+      for (int i = 0; i < C; ++i) want[t * C + i] = float(x[t * C + i] * s * w[i]);
+    }
+    EXPECT_TRUE(all_close(out.get(), want, 1e-7f, 2e-6f)) << "C " << C;
+    // In place (out aliases x), as the forward uses it for the final norm.
+    ASSERT_EQ(kvscope_cuda::rmsnorm(dx.p, dw.p, T, C, 1e-5f, dx.p, nullptr), cudaSuccess);
+    EXPECT_TRUE(all_close(dx.get(), want, 1e-7f, 2e-6f)) << "in place C " << C;
+  }
+}
+
+TEST_F(KernelOps, RopeRotatesAdjacentPairsAtLargePositions) {
+  const int T = 5, H = 3, D = 16, n_rot = 12, pos0 = 4000;
+  const float base = 100000.f;
+  const auto x = random_floats(size_t(T * H * D), 3);
+  DevVec<float> dx(x);
+  ASSERT_EQ(kvscope_cuda::rope(dx.p, T, H, D, n_rot, pos0, base, nullptr), cudaSuccess);
+  std::vector<float> want = x;
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < H; ++h)
+      for (int i = 0; i < n_rot / 2; ++i) {
+        const double th = double(pos0 + t) * std::pow(double(base), -2.0 * i / n_rot);
+        float* v = &want[size_t((t * H + h) * D + 2 * i)];
+        const double x0 = v[0], x1 = v[1];
+        v[0] = float(x0 * std::cos(th) - x1 * std::sin(th));
+        v[1] = float(x0 * std::sin(th) + x1 * std::cos(th));
+      }
+  // Dims past n_rot are untouched (compared exactly through the same tolerance).
+  EXPECT_TRUE(all_close(dx.get(), want, 2e-6f, 2e-6f));
+}
+
+TEST_F(KernelOps, SiluMulAndAdd) {
+  const int64_t n = 1000;
+  const auto g = random_floats(n, 4, -6.f, 6.f), u = random_floats(n, 5);
+  DevVec<float> dg(g), du(u), dx(u);
+  ASSERT_EQ(kvscope_cuda::silu_mul(dg.p, du.p, n, dg.p, nullptr), cudaSuccess);
+  std::vector<float> want(n), sum(n);
+  for (int64_t i = 0; i < n; ++i) {
+    want[i] = float(g[i] / (1.0 + std::exp(-double(g[i]))) * u[i]);
+    sum[i] = u[i] + want[i];
+  }
+  const auto got = dg.get();
+  EXPECT_TRUE(all_close(got, want, 1e-7f, 1e-6f));
+  DevVec<float> dsilu(got);
+  ASSERT_EQ(kvscope_cuda::add(dx.p, dsilu.p, n, nullptr), cudaSuccess);
+  std::vector<float> exact(n);
+  for (int64_t i = 0; i < n; ++i) exact[i] = u[i] + got[i];
+  EXPECT_TRUE(all_close(dx.get(), exact, 0.f, 0.f));
+}
+
+// A small cache with Hkv = 2, D = 40 (not a multiple of 32) and rows filled by kv_append.
+struct CacheFixture {
+  int Hkv = 2, D = 40, cap = 50;
+  bool f16;
+  std::vector<float> K, V;  // [Hkv][cap][D] as stored (after fp16 rounding)
+  DevVec<uint8_t> k, v;
+  CacheFixture(bool is_f16, int n_keys)
+      : f16(is_f16),
+        K(size_t(Hkv * cap * D)),
+        V(size_t(Hkv * cap * D)),
+        k(size_t(Hkv * cap * D) * (is_f16 ? 2 : 4)),
+        v(size_t(Hkv * cap * D) * (is_f16 ? 2 : 4)) {
+    const auto kin = random_floats(size_t(n_keys * Hkv * D), 6, -2.f, 2.f);
+    const auto vin = random_floats(size_t(n_keys * Hkv * D), 7);
+    DevVec<float> dk(kin), dv(vin);
+    // Two appends: positions [0, n-3) then [n-3, n).
+    EXPECT_EQ(kvscope_cuda::kv_append(layer(), dk.p, dv.p, n_keys - 3, 0, nullptr), cudaSuccess);
+    const size_t off = size_t((n_keys - 3) * Hkv * D);
+    EXPECT_EQ(kvscope_cuda::kv_append(layer(), dk.p + off, dv.p + off, 3, n_keys - 3, nullptr),
+              cudaSuccess);
+    for (int p = 0; p < n_keys; ++p)
+      for (int h = 0; h < Hkv; ++h)
+        for (int d = 0; d < D; ++d) {
+          const size_t src = size_t((p * Hkv + h) * D + d), dst = size_t((h * cap + p) * D + d);
+          K[dst] = round(kin[src]);
+          V[dst] = round(vin[src]);
+        }
+  }
+  float round(float f) const { return f16 ? kvscope::fp16_to_fp32(kvscope::fp32_to_fp16(f)) : f; }
+  kvscope_cuda::KvLayer layer() { return {k.p, v.p, f16, Hkv, D, cap}; }
+  std::vector<float> stored(const DevVec<uint8_t>& side) const {
+    const auto raw = side.get();
+    std::vector<float> out(K.size());
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (f16) {
+        uint16_t h;
+        std::memcpy(&h, raw.data() + 2 * i, 2);
+        out[i] = kvscope::fp16_to_fp32(h);
+      } else {
+        std::memcpy(&out[i], raw.data() + 4 * i, 4);
+      }
+    }
+    return out;
+  }
+};
+
+TEST_F(KernelOps, KvAppendStoresRowsAndNormsMatch) {
+  for (bool f16 : {true, false}) {
+    const int n = 11;
+    CacheFixture c(f16, n);
+    const auto k = c.stored(c.k), v = c.stored(c.v);
+    for (int h = 0; h < c.Hkv; ++h)
+      for (int p = 0; p < n; ++p)
+        for (int d = 0; d < c.D; ++d) {
+          const size_t i = size_t((h * c.cap + p) * c.D + d);
+          ASSERT_EQ(k[i], c.K[i]) << f16 << " h" << h << " p" << p << " d" << d;
+          ASSERT_EQ(v[i], c.V[i]);
+        }
+    // Rows past the written positions keep the 0xFF fill (NaN): nothing wrote past n.
+    EXPECT_TRUE(std::isnan(k[size_t(n * c.D)]));
+    DevVec<float> kn(4), vn(4);
+    ASSERT_EQ(kvscope_cuda::kv_norms(c.layer(), 5, 4, kn.p, vn.p, nullptr), cudaSuccess);
+    std::vector<float> wk(4), wv(4);
+    for (int t = 0; t < 4; ++t) {
+      double sk = 0, sv = 0;
+      for (int h = 0; h < c.Hkv; ++h)
+        for (int d = 0; d < c.D; ++d) {
+          const size_t i = size_t((h * c.cap + 5 + t) * c.D + d);
+          sk += double(c.K[i]) * c.K[i];
+          sv += double(c.V[i]) * c.V[i];
+        }
+      wk[t] = float(std::sqrt(sk));
+      wv[t] = float(std::sqrt(sv));
+    }
+    EXPECT_TRUE(all_close(kn.get(), wk, 1e-6f, 2e-6f));
+    EXPECT_TRUE(all_close(vn.get(), wv, 1e-6f, 2e-6f));
+  }
+}
+
+TEST_F(KernelOps, AttentionCausalGqaWithProbabilityRow) {
+  for (bool f16 : {true, false}) {
+    for (int T : {1, 3}) {
+      const int H = 6, pos0 = 37, n_keys = pos0 + T;
+      CacheFixture c(f16, n_keys);
+      const int D = c.D, group = H / c.Hkv;
+      const auto q = random_floats(size_t(T * H * D), 8, -1.5f, 1.5f);
+      DevVec<float> dq(q), out(size_t(T * H * D));
+      const int64_t stride = n_keys + 5;
+      DevVec<float> probs(size_t(H * stride));
+      ASSERT_EQ(kvscope_cuda::attention(dq.p, c.layer(), T, pos0, H, out.p, probs.p, stride,
+                                        nullptr),
+                cudaSuccess)
+          << kvscope_cuda::error_detail();
+      std::vector<float> want(out.n), want_p(probs.n);
+      const auto got_p_all = probs.get();
+      for (int t = 0; t < T; ++t)
+        for (int h = 0; h < H; ++h) {
+          const int hk = h / group, n = pos0 + t + 1;
+          std::vector<double> s(static_cast<size_t>(n));
+          double mx = -1e300;
+          for (int j = 0; j < n; ++j) {
+            double acc = 0;
+            for (int d = 0; d < D; ++d)
+              acc += double(q[size_t((t * H + h) * D + d)]) * c.K[size_t((hk * c.cap + j) * D + d)];
+            s[size_t(j)] = acc / std::sqrt(double(D));
+            mx = std::max(mx, s[size_t(j)]);
+          }
+          double sum = 0;
+          for (double& e : s) sum += (e = std::exp(e - mx));
+          for (int d = 0; d < D; ++d) {
+            double acc = 0;
+            for (int j = 0; j < n; ++j) acc += s[size_t(j)] / sum * c.V[size_t((hk * c.cap + j) * D + d)];
+            want[size_t((t * H + h) * D + d)] = float(acc);
+          }
+          if (t == T - 1)
+            for (int j = 0; j < n; ++j) want_p[size_t(h * stride + j)] = float(s[size_t(j)] / sum);
+        }
+      EXPECT_TRUE(all_close(out.get(), want, 1e-5f, 1e-5f)) << "f16 " << f16 << " T " << T;
+      // Only the first n_keys entries of each probability row are written.
+      std::vector<float> got_p = got_p_all;
+      for (int h = 0; h < H; ++h)
+        for (int64_t j = n_keys; j < stride; ++j) {
+          EXPECT_TRUE(std::isnan(got_p[size_t(h * stride + j)]));
+          got_p[size_t(h * stride + j)] = 0;
+        }
+      EXPECT_TRUE(all_close(got_p, want_p, 2e-6f, 1e-5f)) << "probs f16 " << f16 << " T " << T;
+    }
+  }
+}
+
+}  // namespace

@@ -1,0 +1,172 @@
+// test_kernel_quant.cpp — embedding gather, dequantize-to-fp16 and the quantized matvec
+// under the CUDA emulator against the engine's CPU dequantizer.
+//
+// Tolerances:
+//  - embed: the same fp32 formula per value (q * d [+ m]); only a fused multiply-add on
+//    one side can differ, so 1 ulp-level: 2e-7 relative + 1e-7 absolute.
+//  - dequantize_f16: one rounding to binary16, at most half an ulp: 2^-11 relative
+//    (+ 6e-8 absolute for subnormals).
+//  - matvec: fp32 accumulation in a different order than the double reference; the error
+//    bound is ~n_in * eps * sum|w x|, here 1e-5 of the row's sum of |w x|.
+#include <cstring>
+
+#include "engine/quant.h"
+#include "tests/kernels/kernel_test_util.h"
+#include "tests/util/gguf_writer.h"
+
+namespace {
+
+using kvscope::GgmlType;
+using kvscope_cuda::QMatrix;
+using kvscope_cuda::QType;
+using kvscope_test::all_close;
+using kvscope_test::DevVec;
+using kvscope_test::random_floats;
+
+struct HostMatrix {
+  GgmlType type;
+  int64_t n_in, n_out;
+  std::vector<uint8_t> bytes;
+  int64_t row_bytes() const { return int64_t(kvscope::row_bytes(type, uint64_t(n_in))); }
+  std::vector<float> dequant() const {
+    std::vector<float> out(size_t(n_in * n_out));
+    for (int64_t r = 0; r < n_out; ++r)
+      kvscope::dequantize_row(type, bytes.data() + r * row_bytes(), out.data() + r * n_in, n_in);
+    return out;
+  }
+};
+
+void put_f16(uint8_t* p, float v) {
+  const uint16_t h = kvscope::fp32_to_fp16(v);
+  std::memcpy(p, &h, 2);
+}
+
+// Random matrix of any supported type: quantized from random values where the test
+// writer can, else random block bytes with sane fp16 scales patched in.
+HostMatrix random_matrix(GgmlType type, int64_t n_in, int64_t n_out, uint32_t seed) {
+  HostMatrix m{type, n_in, n_out, {}};
+  switch (type) {
+    case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0:
+    case GgmlType::Q4_0: case GgmlType::Q4_1:
+      m.bytes = kvscope::test::quantize_rows(type, random_floats(size_t(n_in * n_out), seed),
+                                             uint64_t(n_in));
+      return m;
+    default: break;
+  }
+  m.bytes.resize(size_t(m.row_bytes() * n_out));
+  std::mt19937 rng(seed);
+  for (auto& b : m.bytes) b = uint8_t(rng());
+  const auto* tr = kvscope::type_traits(type);
+  for (size_t off = 0; off < m.bytes.size(); off += tr->type_size) {
+    uint8_t* b = m.bytes.data() + off;
+    const float d = 0.01f + float(rng() % 100) / 1000.f, mn = float(rng() % 100) / 500.f;
+    if (type == GgmlType::Q6_K) {
+      put_f16(b + 208, d);
+    } else {
+      put_f16(b, d);
+      if (type != GgmlType::Q5_0) put_f16(b + 2, mn);
+    }
+  }
+  return m;
+}
+
+QMatrix qmatrix(const HostMatrix& h, const void* dev) {
+  return QMatrix{dev, QType(int(h.type)), h.n_in, h.n_out, h.row_bytes()};
+}
+
+class KernelQuant : public ::testing::Test {
+ protected:
+  void TearDown() override { cudaDeviceReset(); }
+};
+
+TEST_F(KernelQuant, EmbedGathersDequantizedRows) {
+  for (GgmlType type : {GgmlType::Q8_0, GgmlType::F32, GgmlType::F16, GgmlType::Q4_1}) {
+    const int64_t C = 96, V = 41;
+    HostMatrix tab = random_matrix(type, C, V, 11);
+    DevVec<uint8_t> dtab(tab.bytes);
+    const std::vector<int32_t> ids = {40, 0, 7, 7, 23};
+    DevVec<int32_t> dids(ids);
+    DevVec<float> out(ids.size() * C);
+    ASSERT_EQ(kvscope_cuda::embed(qmatrix(tab, dtab.p), dids.p, int(ids.size()), out.p, nullptr),
+              cudaSuccess)
+        << kvscope_cuda::error_detail();
+    const std::vector<float> all = tab.dequant();
+    std::vector<float> want;
+    for (int32_t id : ids) want.insert(want.end(), all.begin() + id * C, all.begin() + (id + 1) * C);
+    EXPECT_TRUE(all_close(out.get(), want, 1e-7f, 2e-7f)) << kvscope::ggml_type_name(type);
+  }
+}
+
+TEST_F(KernelQuant, DequantizeToF16MatchesCpuForEveryType) {
+  for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0,
+                        GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
+                        GgmlType::Q4_K, GgmlType::Q6_K}) {
+    const int64_t n_in = kvscope::type_traits(type)->block_size == 256 ? 512 : 96, n_out = 5;
+    HostMatrix w = random_matrix(type, n_in, n_out, 3);
+    DevVec<uint8_t> dw(w.bytes);
+    DevVec<__half> out(size_t(n_in * n_out));
+    ASSERT_EQ(kvscope_cuda::dequantize_f16(qmatrix(w, dw.p), out.p, nullptr), cudaSuccess);
+    std::vector<float> got;
+    for (__half h : out.get()) got.push_back(__half2float(h));
+    EXPECT_TRUE(all_close(got, w.dequant(), 6e-8f, 1.0f / 2048)) << kvscope::ggml_type_name(type);
+  }
+}
+
+std::vector<float> ref_matmul(const std::vector<float>& W, const std::vector<float>& x,
+                              int64_t n_in, int64_t n_out, int T, std::vector<float>* bound) {
+  std::vector<float> out(size_t(T * n_out));
+  bound->assign(out.size(), 0.f);
+  for (int t = 0; t < T; ++t)
+    for (int64_t o = 0; o < n_out; ++o) {
+      double acc = 0, mag = 0;
+      for (int64_t i = 0; i < n_in; ++i) {
+        acc += double(W[o * n_in + i]) * x[t * n_in + i];
+        mag += std::fabs(double(W[o * n_in + i]) * x[t * n_in + i]);
+      }
+      out[t * n_out + o] = float(acc);
+      (*bound)[t * n_out + o] = float(mag);
+    }
+  return out;
+}
+
+TEST_F(KernelQuant, MatvecNativeAndF16MatchReference) {
+  // n_out not a multiple of the 8 rows per block; n_in = 3 blocks (fewer units than lanes)
+  // and 40 blocks (lanes loop); T crosses the 4-rows-at-a-time chunk.
+  for (GgmlType type : {GgmlType::Q4_1, GgmlType::Q8_0}) {
+    for (int64_t n_in : {96, 1280}) {
+      for (int T : {1, 3, 6}) {
+        const int64_t n_out = 37;
+        HostMatrix w = random_matrix(type, n_in, n_out, 5);
+        const std::vector<float> x = random_floats(size_t(T * n_in), 9);
+        DevVec<uint8_t> dw(w.bytes);
+        DevVec<float> dx(x), out(size_t(T * n_out)), out16(size_t(T * n_out));
+        DevVec<__half> w16(size_t(n_in * n_out));
+        ASSERT_EQ(kvscope_cuda::matvec_q(qmatrix(w, dw.p), dx.p, T, out.p, nullptr), cudaSuccess)
+            << kvscope_cuda::error_detail();
+        ASSERT_EQ(kvscope_cuda::dequantize_f16(qmatrix(w, dw.p), w16.p, nullptr), cudaSuccess);
+        ASSERT_EQ(kvscope_cuda::matvec_f16(w16.p, n_in, n_out, dx.p, T, out16.p, nullptr),
+                  cudaSuccess);
+        std::vector<float> bound;
+        const std::vector<float> want = ref_matmul(w.dequant(), x, n_in, n_out, T, &bound);
+        const std::vector<float> got = out.get(), got16 = out16.get();
+        for (size_t i = 0; i < want.size(); ++i) {
+          ASSERT_NEAR(got[i], want[i], 1e-5f * bound[i] + 1e-6f)
+              << kvscope::ggml_type_name(type) << " n_in " << n_in << " T " << T << " i " << i;
+          // The fp16 copy rounds each weight by up to 2^-11 relative.
+          ASSERT_NEAR(got16[i], want[i], bound[i] / 1024 + 1e-6f) << "f16 i " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(KernelQuant, MatvecRejectsUnsupportedTypeAndRowLength) {
+  DevVec<uint8_t> w(1024);
+  DevVec<float> x(64), out(8);
+  EXPECT_EQ(kvscope_cuda::matvec_q(QMatrix{w.p, QType::Q4_K, 256, 2, 144}, x.p, 1, out.p, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(kvscope_cuda::matvec_q(QMatrix{w.p, QType::Q8_0, 48, 2, 51}, x.p, 1, out.p, nullptr),
+            cudaErrorInvalidValue);
+}
+
+}  // namespace

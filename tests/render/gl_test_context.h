@@ -1,0 +1,34 @@
+// gl_test_context.h — a hidden GLFW window with an OpenGL 3.3 core context for tests.
+//
+// When no X display can be opened (no DISPLAY, no Xvfb) tests skip with a message
+// instead of failing: GL_TEST_CONTEXT_OR_SKIP(ctx) in a test body.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "render/renderer.h"
+
+namespace kvscope_test {
+
+class GlTestContext {
+ public:
+  // Creates the window and loads GL; on failure returns null and sets *why.
+  static std::unique_ptr<GlTestContext> create(std::string* why);
+  ~GlTestContext();
+  // A renderer using the source tree's shaders.
+  std::unique_ptr<render::Renderer> make_renderer();
+
+ private:
+  GlTestContext() = default;
+  void* window_ = nullptr;
+};
+
+}  // namespace kvscope_test
+
+#define GL_TEST_CONTEXT_OR_SKIP(ctx)                                        \
+  std::string gl_skip_reason_;                                              \
+  auto ctx = ::kvscope_test::GlTestContext::create(&gl_skip_reason_);       \
+  if (!ctx) GTEST_SKIP() << "no OpenGL display: " << gl_skip_reason_

@@ -1,0 +1,46 @@
+// pixel_utils.h — offscreen rendering of a scene and small pixel queries for tests.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <glm/vec2.hpp>
+#include <glm/vec3.hpp>
+
+#include "render/camera.h"
+#include "render/renderer.h"
+#include "render/scene.h"
+
+namespace kvscope_test {
+
+struct Image {
+  int width = 0, height = 0;
+  std::vector<uint8_t> rgba;  // top row first
+  glm::vec3 at(int x, int y) const {
+    const uint8_t* p = &rgba[(size_t(y) * width + x) * 4];
+    return {p[0] / 255.0f, p[1] / 255.0f, p[2] / 255.0f};
+  }
+  bool inside(int x, int y) const { return x >= 0 && y >= 0 && x < width && y < height; }
+};
+
+// Frames `scene` with a camera preset (instant transition) and sets scene->camera.
+void frame_scene(render::Scene* scene, render::CameraPreset preset, int width, int height);
+// Renders into an offscreen target and reads it back (fails the test on GL errors).
+Image render_image(render::Renderer& r, const render::Scene& scene, int width, int height);
+// Number of separate runs of pixels along a row (or column) for which pred is true.
+template <class Pred>
+int count_runs(const Image& img, bool vertical, int fixed, Pred pred) {
+  int runs = 0;
+  bool in = false;
+  int n = vertical ? img.height : img.width;
+  for (int i = 0; i < n; ++i) {
+    glm::vec3 c = vertical ? img.at(fixed, i) : img.at(i, fixed);
+    bool p = pred(c);
+    if (p && !in) ++runs;
+    in = p;
+  }
+  return runs;
+}
+glm::vec2 to_screen(const render::Scene& s, glm::vec3 world, int width, int height);
+
+}  // namespace kvscope_test

@@ -1,0 +1,257 @@
+// test_render_pixels.cpp — renders synthetic scenes offscreen and checks what a viewer
+// would see: one block per token, one KV block per layer, beams as bright as their
+// weights, red recompute blocks only when asked, readable labels, distinct presets.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <glm/trigonometric.hpp>
+
+#include "gl_test_context.h"
+#include "pixel_utils.h"
+#include "render/layout.h"
+#include "render/offscreen.h"
+#include "render/synthetic_scene.h"
+
+using namespace kvscope_test;
+using render::CameraPreset;
+
+namespace {
+
+constexpr int kW = 800, kH = 450;
+
+// Anything visibly different from the clear color.
+bool is_drawn(glm::vec3 c) {
+  glm::vec3 bg = render::Scene{}.background;
+  return std::max({std::abs(c.r - bg.r), std::abs(c.g - bg.g), std::abs(c.b - bg.b)}) > 0.04f;
+}
+bool is_red(glm::vec3 c) { return c.r > 0.55f && c.g < 0.22f && c.b < 0.22f; }
+float luminance(glm::vec3 c) { return 0.2126f * c.r + 0.7152f * c.g + 0.0722f * c.b; }
+
+render::Scene bare_scene(int tokens, int layers) {
+  render::SyntheticSpec spec;
+  spec.n_tokens = tokens;
+  spec.n_prompt = 0;
+  spec.n_layers = layers;
+  spec.labels = false;
+  render::Scene s = render::make_synthetic_scene(spec);
+  s.beams.clear();
+  s.head.visible = false;
+  s.grid.visible = false;
+  return s;
+}
+
+int count_red(const Image& img) {
+  int n = 0;
+  for (int y = 0; y < img.height; ++y)
+    for (int x = 0; x < img.width; ++x) n += is_red(img.at(x, y));
+  return n;
+}
+
+}  // namespace
+
+TEST(RenderPixels, OneBlockPerTokenSideAndTop) {
+  GL_TEST_CONTEXT_OR_SKIP(ctx);
+  auto r = ctx->make_renderer();
+  ASSERT_TRUE(r);
+  for (int n : {5, 12, 23}) {
+    for (CameraPreset p : {CameraPreset::Side, CameraPreset::Top}) {
+      render::Scene s = bare_scene(n, 0);
+      frame_scene(&s, p, kW, kH);
+      Image img = render_image(*r, s, kW, kH);
+      // The face turned to the camera has one shade; count its runs along the row
+      // through the first token's center (perspective shows side faces in between).
+      glm::vec2 c0 = to_screen(s, render::layout::token_position(0), kW, kH);
+      if (p == CameraPreset::Top)
+        c0 = to_screen(s, render::layout::token_position(0) + glm::vec3(0, 0.4f, 0), kW, kH);
+      glm::vec3 face = img.at(int(c0.x), int(c0.y));
+      EXPECT_TRUE(is_drawn(face));
+      auto same_face = [&](glm::vec3 c) {
+        return std::max({std::abs(c.r - face.r), std::abs(c.g - face.g), std::abs(c.b - face.b)}) < 0.05f;
+      };
+      EXPECT_EQ(count_runs(img, false, int(c0.y), same_face), n)
+          << n << " tokens, preset " << render::camera_preset_name(p);
+      EXPECT_EQ(r->last_stats().tokens, size_t(n));
+    }
+  }
+}
+
+TEST(RenderPixels, OneKvBlockPerLayer) {
+  GL_TEST_CONTEXT_OR_SKIP(ctx);
+  auto r = ctx->make_renderer();
+  ASSERT_TRUE(r);
+  for (int layers : {6, 30}) {
+    render::Scene s = bare_scene(3, layers);
+    s.tokens.clear();  // only the stacks
+    // Face-on through a long lens (nearly orthographic) so the gaps between layers show.
+    glm::vec3 mid = 0.5f * (render::layout::kv_block_position(1, 0) +
+                            render::layout::kv_block_position(1, layers - 1));
+    float height = layers * render::layout::kKvPitch * 1.2f;
+    s.camera.fov_y_deg = 3.0f;
+    s.camera.target = mid;
+    s.camera.eye = mid + glm::vec3(0.0f, 0.0f, height / std::tan(glm::radians(1.5f)) * 0.5f);
+    s.camera.far_plane = 1000.0f;
+    s.camera.near_plane = 1.0f;
+    Image img = render_image(*r, s, kW, kH);
+    int col = int(to_screen(s, mid, kW, kH).x);
+    EXPECT_EQ(count_runs(img, true, col, is_drawn), layers) << layers << " layers";
+    EXPECT_EQ(r->last_stats().kv_blocks, size_t(3 * layers));
+  }
+}
+
+TEST(RenderPixels, BeamBrightnessFollowsWeights) {
+  GL_TEST_CONTEXT_OR_SKIP(ctx);
+  auto r = ctx->make_renderer();
+  ASSERT_TRUE(r);
+  const std::vector<float> weights = {0.15f, 0.9f, 0.05f, 0.5f, 0.3f, 0.7f};
+  render::SyntheticSpec spec;
+  spec.n_tokens = int(weights.size());
+  spec.n_layers = 4;
+  spec.weights = weights;
+  spec.labels = false;
+  render::Scene s = render::make_synthetic_scene(spec);
+  s.tokens.clear();
+  s.kv_blocks.clear();
+  s.head.visible = false;
+  s.grid.visible = false;
+  frame_scene(&s, CameraPreset::Side, kW, kH);
+  Image img = render_image(*r, s, kW, kH);
+
+  // Sample each beam near its landing end, where beams do not overlap.
+  std::vector<float> seen;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const render::Beam& b = s.beams[i];
+    glm::vec3 p = b.to + glm::vec3(0.0f, 0.08f, 0.0f);
+    glm::vec2 px = to_screen(s, p, kW, kH);
+    float best = 0;
+    for (int dy = -5; dy <= 5; ++dy)
+      for (int dx = -5; dx <= 5; ++dx)
+        if (img.inside(int(px.x) + dx, int(px.y) + dy))
+          best = std::max(best, luminance(img.at(int(px.x) + dx, int(px.y) + dy)));
+    seen.push_back(best);
+  }
+  for (size_t i = 0; i < weights.size(); ++i)
+    for (size_t j = 0; j < weights.size(); ++j) {
+      if (weights[i] > weights[j] + 0.1f) {
+        EXPECT_GT(seen[i], seen[j]) << "beam " << i << " (w=" << weights[i] << ") vs beam " << j
+                                    << " (w=" << weights[j] << ")";
+      }
+    }
+  EXPECT_EQ(r->last_stats().beams, weights.size());
+}
+
+TEST(RenderPixels, RecomputeBlocksAreRedOnlyWhenFlagged) {
+  GL_TEST_CONTEXT_OR_SKIP(ctx);
+  auto r = ctx->make_renderer();
+  ASSERT_TRUE(r);
+  render::SyntheticSpec spec;
+  spec.n_tokens = 10;
+  spec.n_layers = 8;
+  render::Scene cached = render::make_synthetic_scene(spec);
+  spec.recompute = true;
+  render::Scene recomputing = render::make_synthetic_scene(spec);
+  frame_scene(&cached, CameraPreset::ThreeQuarter, kW, kH);
+  frame_scene(&recomputing, CameraPreset::ThreeQuarter, kW, kH);
+  int red_cached = count_red(render_image(*r, cached, kW, kH));
+  int red_recompute = count_red(render_image(*r, recomputing, kW, kH));
+  EXPECT_LT(red_cached, 50);
+  EXPECT_GT(red_recompute, 5000);
+}
+
+TEST(RenderPixels, LabelsDrawTextAboveTokens) {
+  GL_TEST_CONTEXT_OR_SKIP(ctx);
+  auto r = ctx->make_renderer();
+  ASSERT_TRUE(r);
+  render::SyntheticSpec spec;
+  spec.n_tokens = 8;
+  spec.n_layers = 2;
+  render::Scene with = render::make_synthetic_scene(spec);
+  with.beams.clear();
+  spec.labels = false;
+  render::Scene without = render::make_synthetic_scene(spec);
+  without.beams.clear();
+  frame_scene(&with, CameraPreset::Side, kW, kH);
+  frame_scene(&without, CameraPreset::Side, kW, kH);
+  Image a = render_image(*r, with, kW, kH);
+  EXPECT_GT(r->last_stats().glyphs, 20u);
+  Image b = render_image(*r, without, kW, kH);
+  // Light text pixels in the band above token 7 (" kingdom").
+  glm::vec2 base = to_screen(with, render::layout::token_position(7) + glm::vec3(0, 0.6f, 0), kW, kH);
+  glm::vec2 top = to_screen(with, render::layout::token_position(7) + glm::vec3(0, 3.0f, 0), kW, kH);
+  int light_a = 0, light_b = 0;
+  for (int y = int(top.y); y < int(base.y); ++y)
+    for (int x = int(base.x) - 15; x <= int(base.x) + 15; ++x) {
+      if (!a.inside(x, y)) continue;
+      light_a += luminance(a.at(x, y)) > 0.7f;
+      light_b += luminance(b.at(x, y)) > 0.7f;
+    }
+  EXPECT_GT(light_a, 40);
+  EXPECT_EQ(light_b, 0);
+}
+
+TEST(RenderPixels, CameraPresetsGiveDifferentImages) {
+  GL_TEST_CONTEXT_OR_SKIP(ctx);
+  auto r = ctx->make_renderer();
+  ASSERT_TRUE(r);
+  std::vector<Image> images;
+  for (CameraPreset p : render::kAllCameraPresets) {
+    render::SyntheticSpec spec;
+    spec.n_tokens = 30;
+    spec.n_layers = 12;
+    render::Scene s = render::make_synthetic_scene(spec);
+    frame_scene(&s, p, kW, kH);
+    images.push_back(render_image(*r, s, kW, kH));
+    EXPECT_LE(r->last_stats().draw_calls, 7);
+  }
+  for (size_t i = 0; i < images.size(); ++i)
+    for (size_t j = i + 1; j < images.size(); ++j) {
+      double diff = 0;
+      for (size_t k = 0; k < images[i].rgba.size(); ++k)
+        diff += std::abs(int(images[i].rgba[k]) - int(images[j].rgba[k]));
+      diff /= double(images[i].rgba.size());
+      EXPECT_GT(diff, 2.0) << render::camera_preset_name(render::kAllCameraPresets[i]) << " vs "
+                           << render::camera_preset_name(render::kAllCameraPresets[j]);
+    }
+}
+
+TEST(RenderPixels, WritesPng) {
+  GL_TEST_CONTEXT_OR_SKIP(ctx);
+  auto r = ctx->make_renderer();
+  ASSERT_TRUE(r);
+  render::Scene s = render::make_synthetic_scene({});
+  frame_scene(&s, CameraPreset::ThreeQuarter, 320, 180);
+  Image img = render_image(*r, s, 320, 180);
+  auto path = std::filesystem::temp_directory_path() / "kvscope_render_test.png";
+  render::Result res = render::write_png(path.string(), img.width, img.height, img.rgba);
+  ASSERT_TRUE(res.ok()) << res.error;
+  std::ifstream f(path, std::ios::binary);
+  char sig[8] = {};
+  f.read(sig, 8);
+  EXPECT_EQ(std::string(sig + 1, 3), "PNG");
+  EXPECT_GT(std::filesystem::file_size(path), 1000u);
+  std::filesystem::remove(path);
+  EXPECT_FALSE(render::write_png("/nonexistent-dir/x.png", img.width, img.height, img.rgba).ok());
+}
+
+TEST(RenderPixels, BrokenShaderFolderIsAClearError) {
+  GL_TEST_CONTEXT_OR_SKIP(ctx);
+  auto dir = std::filesystem::temp_directory_path() / "kvscope_bad_shaders";
+  std::filesystem::create_directories(dir);
+  for (const char* n : {"block", "head", "halo", "beam", "glyph", "grid"}) {
+    std::ofstream(dir / (std::string(n) + ".vert")) << "#version 330 core\nvoid main(){gl_Position=vec4(0);}\n";
+    std::ofstream(dir / (std::string(n) + ".frag")) << "#version 330 core\nout vec4 c; void main(){ c = oops; }\n";
+  }
+  render::RendererOptions opts;
+  opts.shader_dir = dir.string();
+  std::unique_ptr<render::Renderer> r;
+  render::Result res = render::Renderer::create(opts, &r);
+  EXPECT_FALSE(res.ok());
+  EXPECT_FALSE(r);
+  EXPECT_NE(res.error.find("fragment"), std::string::npos) << res.error;
+  EXPECT_NE(res.error.find("block.frag"), std::string::npos) << res.error;
+  std::filesystem::remove_all(dir);
+}
