@@ -82,7 +82,8 @@ class Backend {
   virtual Expected<std::unique_ptr<KvCache>> create_kv_cache(KvShape shape, KvDtype dtype,
                                                              int capacity) = 0;
 
-  // out[t][:] = row ids[t] of tok_embd (dequantized). ids are host memory, T = out.rows.
+  // out[t][:] = row ids[t] of tok_embd (dequantized). ids are host memory, T = out.rows;
+  // they stay valid and unchanged until the forward's next download().
   virtual Status embed(const Weight& tok_embd, const int32_t* ids, Tensor out) = 0;
   // out[t][i] = x[t][i] / sqrt(mean_i(x[t]^2) + eps) * w[i]. out may alias x.
   virtual Status rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) = 0;
@@ -110,6 +111,38 @@ class Backend {
                               Tensor v_norm) = 0;
   // Copies src (rows*cols floats) to host memory; returns when the data is there.
   virtual Status download(Tensor src, float* host) = 0;
+
+  // --- Fused ops. The defaults compose the basic ops above; a backend overrides them
+  // where fusing saves launches or memory traffic (the CUDA decode step). Results must
+  // equal the composition within the backend's tolerance.
+
+  // q, k, v = Wq·x, Wk·x, Wv·x (one pass over x).
+  virtual Status matmul_qkv(const Weight& wq, const Weight& wk, const Weight& wv, Tensor x,
+                            Tensor q, Tensor k, Tensor v) {
+    KV_TRY(matmul(wq, x, q));
+    KV_TRY(matmul(wk, x, k));
+    return matmul(wv, x, v);
+  }
+  // out = silu(Wgate·x) ⊙ (Wup·x); `up` is scratch of the same shape as out.
+  virtual Status matmul_gate_up_silu(const Weight& w_gate, const Weight& w_up, Tensor x,
+                                     Tensor out, Tensor up) {
+    KV_TRY(matmul(w_gate, x, out));
+    KV_TRY(matmul(w_up, x, up));
+    return silu_mul(out, up, out);
+  }
+  // RoPE on q and k, then k and v stored into the cache at pos0.
+  virtual Status rope_kv_write(Tensor q, Tensor k, Tensor v, KvCache& cache, int layer,
+                               int n_head, int n_rot, int pos0, float base) {
+    const int D = cache.shape().head_dim;
+    KV_TRY(rope(q, n_head, D, n_rot, pos0, base));
+    KV_TRY(rope(k, cache.shape().n_head_kv, D, n_rot, pos0, base));
+    return kv_write(cache, layer, k, v, pos0);
+  }
+  // x += y, then out = RMSNorm(x)·w.
+  virtual Status add_rmsnorm(Tensor x, Tensor y, const Weight& w, float eps, Tensor out) {
+    KV_TRY(add(x, y));
+    return rmsnorm(x, w, eps, out);
+  }
 
   // Step timing: the device time between begin_step and end_step, where the backend
   // can measure it (CUDA events); nullopt on the CPU (the session uses wall time).

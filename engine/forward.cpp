@@ -3,7 +3,8 @@
 // Per block: h = RMSNorm(x)·attn_norm; q,k,v = Wq·h, Wk·h, Wv·h; RoPE(q,k); store k,v;
 // a = attention(q, cache); x += Wo·a; h = RMSNorm(x)·ffn_norm;
 // x += Wdown(SiLU(Wgate·h) ⊙ Wup·h). Then RMSNorm·output_norm and the LM head on the
-// last token only.
+// last token only. Ops go through the backend's fused entry points (backend.h), whose
+// defaults are the plain sequence above.
 #include "engine/forward.h"
 
 namespace kvscope {
@@ -63,32 +64,25 @@ Status forward(Backend& be, const Model& model, const int32_t* tokens, int T, in
   auto norms = slot(kNorms, 2 * int64_t(L), T);  // rows 0..L-1 K norms, L..2L-1 V norms
   if (!norms.ok()) return norms.error();
 
+  // The residual add that closes each block is fused with the norm that opens the next
+  // one (and with output_norm after the last block).
   KV_TRY(be.embed(model.tok_embd(), tokens, *x));
+  KV_TRY(be.rmsnorm(*x, model.layers()[0].attn_norm, c.rms_eps, *h));
   for (int l = 0; l < L; ++l) {
     const LayerWeights& w = model.layers()[size_t(l)];
-    KV_TRY(be.rmsnorm(*x, w.attn_norm, c.rms_eps, *h));
-    KV_TRY(be.matmul(w.wq, *h, *q));
-    KV_TRY(be.matmul(w.wk, *h, *k));
-    KV_TRY(be.matmul(w.wv, *h, *v));
-    KV_TRY(be.rope(*q, H, D, c.n_rot, pos0, c.rope_base));
-    KV_TRY(be.rope(*k, Hkv, D, c.n_rot, pos0, c.rope_base));
-    KV_TRY(be.kv_write(cache, l, *k, *v, pos0));
+    KV_TRY(be.matmul_qkv(w.wq, w.wk, w.wv, *h, *q, *k, *v));
+    KV_TRY(be.rope_kv_write(*q, *k, *v, cache, l, H, c.n_rot, pos0, c.rope_base));
     KV_TRY(be.kv_row_norms(cache, l, pos0, T, norms->row(l), norms->row(L + l)));
     Tensor probs_l = probs->row_range(int64_t(l) * H, H);
     KV_TRY(be.attention(*q, cache, l, pos0, H, *att, probs_l));
     KV_TRY(be.matmul(w.wo, *att, *o));
-    KV_TRY(be.add(*x, *o));
-    KV_TRY(be.rmsnorm(*x, w.ffn_norm, c.rms_eps, *h));
-    KV_TRY(be.matmul(w.w_gate, *h, *gate));
-    KV_TRY(be.matmul(w.w_up, *h, *up));
-    KV_TRY(be.silu_mul(*gate, *up, *gate));
+    KV_TRY(be.add_rmsnorm(*x, *o, w.ffn_norm, c.rms_eps, *h));
+    KV_TRY(be.matmul_gate_up_silu(w.w_gate, w.w_up, *h, *gate, *up));
     KV_TRY(be.matmul(w.w_down, *gate, *o));
-    KV_TRY(be.add(*x, *o));
+    const Weight& next_norm = l + 1 < L ? model.layers()[size_t(l) + 1].attn_norm : model.output_norm();
+    KV_TRY(be.add_rmsnorm(*x, *o, next_norm, c.rms_eps, *h));
   }
-  Tensor last = x->row(T - 1);
-  Tensor hl = h->row(0);
-  KV_TRY(be.rmsnorm(last, model.output_norm(), c.rms_eps, hl));
-  KV_TRY(be.matmul(model.output(), hl, *logits));
+  KV_TRY(be.matmul(model.output(), h->row(T - 1), *logits));
   cache.set_length(n_keys);
 
   out.logits.resize(size_t(V));

@@ -140,13 +140,17 @@ TEST_F(SessionTest, SwitchingModesMidRunKeepsTheSameTokens) {
     auto b = sw->step();
     ASSERT_TRUE(a.ok() && b.ok());
     EXPECT_EQ(a->token_id, b->token_id) << "step " << i;
-    if (i == 8) EXPECT_EQ(b->kv_bytes, 0u);  // NO CACHE frees the cache
+    if (i == 8) {
+      EXPECT_EQ(b->kv_bytes, 0u);  // NO CACHE frees the cache
+    }
     if (i == 16) {
       // Back to CACHE: one prefill over the whole sequence rebuilds it.
       EXPECT_EQ(b->tokens_processed, b->seq_len - 1);
       EXPECT_GT(b->kv_bytes, 0u);
     }
-    if (i == 17) EXPECT_EQ(b->tokens_processed, 1);
+    if (i == 17) {
+      EXPECT_EQ(b->tokens_processed, 1);
+    }
   }
 }
 
