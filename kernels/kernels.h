@@ -65,19 +65,51 @@ struct KvLayer {
 // Stores k, v [T][Hkv*D] at positions pos0 .. pos0+T-1.
 cudaError_t kv_append(KvLayer kv, const float* k, const float* v, int T, int pos0,
                       cudaStream_t s);
-// k_norm[t], v_norm[t] = L2 norm over all kv heads of the rows at pos0 + t.
-cudaError_t kv_norms(KvLayer kv, int pos0, int T, float* k_norm, float* v_norm, cudaStream_t s);
+// k_norm[t], v_norm[t] = L2 norm over all kv heads of the rows at pos0 + t. With pos0_dev
+// non-null the position is read from device memory instead (CUDA graph replay).
+cudaError_t kv_norms(KvLayer kv, int pos0, int T, float* k_norm, float* v_norm, cudaStream_t s,
+                     const int* pos0_dev = nullptr);
 // Causal GQA attention: q [T][H*D] at positions pos0.., out [T][H*D]; probs_last [H][pos0+T]
 // (may be null) gets the softmax row of the last query. Dynamic shared memory holds one
 // score row: N = pos0 + T must be <= attention_max_keys().
 cudaError_t attention(const float* q, KvLayer kv, int T, int pos0, int n_head, float* out,
                       float* probs_last, int64_t probs_stride, cudaStream_t s);
 int attention_max_keys();
+// The same for a CUDA graph replayed at every decode step: pos0 is read from *pos0_dev
+// (so N = *pos0_dev + T), probability rows are N apart starting at row probs_row0 of
+// probs_base, and shared memory is sized for kv.capacity keys (which must be <=
+// attention_max_keys()), so the captured launch is valid for every step until the
+// cache grows.
+cudaError_t attention_dev(const float* q, KvLayer kv, int T, const int* pos0_dev, int n_head,
+                          float* out, float* probs_base, int64_t probs_row0, cudaStream_t s);
 // Raises the kernels' dynamic shared memory limits; call once per device.
 cudaError_t kernels_init();
 // out[i] = silu(gate[i]) * up[i]; out may alias gate.
 cudaError_t silu_mul(const float* gate, const float* up, int64_t n, float* out, cudaStream_t s);
 // x[i] += y[i].
 cudaError_t add(float* x, const float* y, int64_t n, cudaStream_t s);
+
+// --- Fused decode ops (one launch each where the unfused path takes two to four). ---
+// q, k, v [T][n_out of wq / wk / wv] = Wq·x, Wk·x, Wv·x in one grid: the rows of the
+// three matrices are numbered one after another, one warp per row. Every matrix must be
+// matvec_native and have n_in equal to x's width (checked: cudaErrorInvalidValue).
+cudaError_t matvec_qkv(QMatrix wq, QMatrix wk, QMatrix wv, const float* x, int T, float* q,
+                       float* k, float* v, cudaStream_t s);
+// out [T][F] = silu(Wgate·x) * (Wup·x): one warp computes gate row o and up row o and
+// writes the product; no gate/up intermediates in memory. Both matrices matvec_native,
+// same shape.
+cudaError_t matvec_gate_up_silu(QMatrix w_gate, QMatrix w_up, const float* x, int T, float* out,
+                                cudaStream_t s);
+// RoPE on q [T][n_head*D] and k [T][Hkv*D] (both in place, exactly as rope()), then the
+// rotated k and v [T][Hkv*D] stored into the cache at pos0 + t (as kv_append()). When
+// pos0_dev is non-null the position of row 0 is read from device memory instead of pos0
+// (CUDA graph replay, where the position changes between replays).
+cudaError_t rope_kv_write(float* q, float* k, const float* v, int T, int n_head, int n_rot,
+                          float base, KvLayer kv, int pos0, const int* pos0_dev,
+                          cudaStream_t s);
+// x [T][C] += y, then out [T][C] = rmsnorm(x) * w (as add() then rmsnorm(), with the
+// same summation order). out must not alias x or y.
+cudaError_t add_rmsnorm(float* x, const float* y, const float* w, int T, int C, float eps,
+                        float* out, cudaStream_t s);
 
 }  // namespace kvscope_cuda

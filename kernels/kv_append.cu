@@ -2,20 +2,10 @@
 // Thread mapping: grid-stride loop, one thread per stored value (t, kv head, d).
 // Shapes: k, v [T][Hkv*D] fp32 -> cache K, V [Hkv][capacity][D] at positions pos0 + t.
 #include "kernels/launch.cuh"
+#include "kernels/rope_kv.cuh"
 
 namespace kvscope_cuda {
 namespace {
-
-template <class KT>
-__device__ __forceinline__ KT from_float(float f);
-template <>
-__device__ __forceinline__ __half from_float<__half>(float f) {
-  return __float2half_rn(f);
-}
-template <>
-__device__ __forceinline__ float from_float<float>(float f) {
-  return f;
-}
 
 template <class KT>
 __global__ void kv_append_kernel(const float* k, const float* v, int T, int Hkv, int D, int cap,
@@ -27,8 +17,8 @@ __global__ void kv_append_kernel(const float* k, const float* v, int T, int Hkv,
     const int r = static_cast<int>(e % (int64_t(Hkv) * D));
     const int h = r / D, d = r % D;
     const int64_t dst = (int64_t(h) * cap + pos0 + t) * D + d;
-    kc[dst] = from_float<KT>(k[e]);
-    vc[dst] = from_float<KT>(v[e]);
+    kc[dst] = to_cache<KT>(k[e]);
+    vc[dst] = to_cache<KT>(v[e]);
   }
 }
 

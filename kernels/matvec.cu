@@ -5,40 +5,13 @@
 // The fp16 variant strides lanes over single values of an fp16 copy of the weight.
 // Shapes: w {n_in, n_out} (n_out rows), x [T][n_in] fp32, out [T][n_out] fp32.
 #include "kernels/launch.cuh"
-#include "kernels/quant.cuh"
+#include "kernels/matvec_row.cuh"
 #include "kernels/reduce.cuh"
 
 namespace kvscope_cuda {
 namespace {
 
-constexpr int kWarpsPerBlock = 8;
-constexpr int kRowsAtOnce = 4;
-
-// Decodes unit u (16 values) of a row: value k = q[k] * d + m.
-template <QType kType>
-__device__ __forceinline__ void decode_unit(const uint8_t* row, int64_t u, float* q, float* d,
-                                            float* m) {
-  if constexpr (kType == QType::Q4_1) {
-    const uint8_t* b = row + (u / 2) * 20;
-    const int shift = (u & 1) ? 4 : 0;  // low nibbles are values 0..15, high 16..31
-    *d = ld_f16(b);
-    *m = ld_f16(b + 2);
-    const uint32_t* qs = reinterpret_cast<const uint32_t*>(b + 4);
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      const uint32_t word = qs[w];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) q[4 * w + k] = static_cast<float>((word >> (8 * k + shift)) & 0xF);
-    }
-  } else {  // Q8_0
-    const uint8_t* b = row + (u / 2) * 34;
-    *d = ld_f16(b);
-    *m = 0.0f;
-    const int8_t* qs = reinterpret_cast<const int8_t*>(b + 2 + (u & 1) * 16);
-#pragma unroll
-    for (int k = 0; k < 16; ++k) q[k] = static_cast<float>(qs[k]);
-  }
-}
+constexpr int kWarpsPerBlock = kMatvecWarpsPerBlock;
 
 template <QType kType>
 __global__ void __launch_bounds__(256)
@@ -48,26 +21,10 @@ __global__ void __launch_bounds__(256)
   const int lane = threadIdx.x % 32;
   if (o >= n_out) return;  // whole warp leaves together
   const uint8_t* row = w + o * row_bytes;
-  const int64_t units = n_in / 16;
   for (int t0 = 0; t0 < T; t0 += kRowsAtOnce) {
     const int nt = T - t0 < kRowsAtOnce ? T - t0 : kRowsAtOnce;
     float acc[kRowsAtOnce] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int64_t u = lane; u < units; u += 32) {
-      float q[16], d, m;
-      decode_unit<kType>(row, u, q, &d, &m);
-#pragma unroll
-      for (int tt = 0; tt < kRowsAtOnce; ++tt) {
-        if (tt >= nt) break;
-        const float* xs = x + int64_t(t0 + tt) * n_in + u * 16;
-        float s = 0.0f, sx = 0.0f;
-#pragma unroll
-        for (int k = 0; k < 16; ++k) {
-          s += q[k] * xs[k];
-          sx += xs[k];
-        }
-        acc[tt] += d * s + m * sx;
-      }
-    }
+    lane_row_dots<kType>(row, n_in, x + int64_t(t0) * n_in, nt, acc);
     for (int tt = 0; tt < nt; ++tt) {
       const float v = warp_sum(acc[tt]);
       if (lane == 0) out[int64_t(t0 + tt) * n_out + o] = v;

@@ -1,9 +1,9 @@
 // rope.cu — rotary position embedding, adjacent pairs (2i, 2i+1) ("normal" llama mode).
 // Thread mapping: one block per token; threads stride over (head, pair) of that row.
-// The angle pos * base^(-2i/n_rot) is formed in double: at positions in the thousands a
-// float angle would be off by ~1e-3 rad, which the CPU reference does not have.
+// The angle is formed in double (kernels/rope_kv.cuh).
 // Shapes: x [T][n_heads*D] fp32 in place; the first n_rot (even) dims of a head rotate.
 #include "kernels/launch.cuh"
+#include "kernels/rope_kv.cuh"
 
 namespace kvscope_cuda {
 namespace {
@@ -12,15 +12,11 @@ __global__ void rope_kernel(float* x, int n_heads, int D, int n_rot, int pos0, f
   const int t = blockIdx.x;
   const int half = n_rot / 2;
   float* row = x + int64_t(t) * n_heads * D;
-  const double pos = static_cast<double>(pos0 + t);
   for (int e = threadIdx.x; e < n_heads * half; e += blockDim.x) {
     const int h = e / half, i = e % half;
-    const double theta = pos * pow(static_cast<double>(base), -2.0 * i / n_rot);
-    const float c = static_cast<float>(cos(theta)), s = static_cast<float>(sin(theta));
-    float* v = row + h * D + 2 * i;
-    const float x0 = v[0], x1 = v[1];
-    v[0] = x0 * c - x1 * s;
-    v[1] = x0 * s + x1 * c;
+    float c, s;
+    rope_cos_sin(pos0 + t, i, n_rot, base, &c, &s);
+    rope_rotate(row + h * D + 2 * i, c, s);
   }
 }
 

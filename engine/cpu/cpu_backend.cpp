@@ -261,8 +261,7 @@ class CpuBackend final : public Backend {
         for (int j = 0; j < n; ++j) {
           const float p = scores[size_t(j)] * inv;
           scores[size_t(j)] = p;
-          const float* vr = Vv + size_t(j) * D;
-          for (int i = 0; i < D; ++i) acc[size_t(i)] += p * vr[i];
+          cpu::axpy_f32(p, Vv + size_t(j) * D, acc.data(), D);
         }
         std::memcpy(out.data + t * out.cols + h * D, acc.data(), size_t(D) * 4);
         if (t == T - 1 && probs_last.data)

@@ -28,6 +28,73 @@ inline float half_at(const uint8_t* p) {
   std::memcpy(&h, p, 2);
   return _cvtsh_ss(h);
 }
+
+// The two binary16 values at p (a Q4_1 block's d and m) as fp32 lanes 0 and 1.
+inline __m128 scales_at(const uint8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm_cvtph_ps(_mm_cvtsi32_si128(v));
+}
+
+// Single-token products for the common types: the same dequantized values and the same
+// chunk order as dequant_rows + tile<NR, 1>, without the round trip through memory.
+template <int NR>
+void gemv_q4_1(const Weight& w, int64_t r0, const float* x, float* out) {
+  const int64_t nb = w.n_in / 32;
+  const __m128i low = _mm_set1_epi8(0x0F);
+  __m512 acc[NR];
+  for (int r = 0; r < NR; ++r) acc[r] = _mm512_setzero_ps();
+  const uint8_t* rows = w.data + uint64_t(r0) * w.row_bytes;
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m512 x0 = _mm512_loadu_ps(x + b * 32), x1 = _mm512_loadu_ps(x + b * 32 + 16);
+    for (int r = 0; r < NR; ++r) {
+      const uint8_t* blk = rows + r * w.row_bytes + b * 20;
+      const __m128 dm = scales_at(blk);
+      const __m512 d = _mm512_broadcastss_ps(dm);
+      const __m512 m = _mm512_broadcastss_ps(_mm_movehdup_ps(dm));
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 4));
+      const __m512 v0 = _mm512_fmadd_ps(
+          _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(q, low))), d, m);
+      const __m512 v1 = _mm512_fmadd_ps(
+          _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(q, 4), low))), d, m);
+      acc[r] = _mm512_fmadd_ps(v0, x0, acc[r]);
+      acc[r] = _mm512_fmadd_ps(v1, x1, acc[r]);
+    }
+  }
+  for (int r = 0; r < NR; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
+template <int NR>
+void gemv_q8_0(const Weight& w, int64_t r0, const float* x, float* out) {
+  const int64_t nb = w.n_in / 32;
+  __m512 acc[NR];
+  for (int r = 0; r < NR; ++r) acc[r] = _mm512_setzero_ps();
+  const uint8_t* rows = w.data + uint64_t(r0) * w.row_bytes;
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m512 x0 = _mm512_loadu_ps(x + b * 32), x1 = _mm512_loadu_ps(x + b * 32 + 16);
+    for (int r = 0; r < NR; ++r) {
+      const uint8_t* blk = rows + r * w.row_bytes + b * 34;
+      const __m512 d = _mm512_set1_ps(half_at(blk));
+      const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
+      const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18));
+      const __m512 v0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), d);
+      const __m512 v1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)), d);
+      acc[r] = _mm512_fmadd_ps(v0, x0, acc[r]);
+      acc[r] = _mm512_fmadd_ps(v1, x1, acc[r]);
+    }
+  }
+  for (int r = 0; r < NR; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
+// T == 1 for Q4_1 / Q8_0 rows [r_begin, r_end); false if the type has no fused path.
+bool gemv_rows(const Weight& w, int64_t r_begin, int64_t r_end, const float* x, float* out) {
+  if (w.type != GgmlType::Q4_1 && w.type != GgmlType::Q8_0) return false;
+  const bool q4 = w.type == GgmlType::Q4_1;
+  int64_t r = r_begin;
+  for (; r + 4 <= r_end; r += 4) q4 ? gemv_q4_1<4>(w, r, x, out + r) : gemv_q8_0<4>(w, r, x, out + r);
+  for (; r < r_end; ++r) q4 ? gemv_q4_1<1>(w, r, x, out + r) : gemv_q8_0<1>(w, r, x, out + r);
+  return true;
+}
 #endif
 
 constexpr int kRowBlock = 4;
@@ -47,8 +114,9 @@ void dequant_rows(const Weight& w, int64_t r0, int nr, float* buf) {
         const __m128i low = _mm_set1_epi8(0x0F);
         for (int64_t b = 0; b < n / 32; ++b) {
           const uint8_t* blk = row + b * 20;
-          const __m512 d = _mm512_set1_ps(half_at(blk));
-          const __m512 m = _mm512_set1_ps(half_at(blk + 2));
+          const __m128 dm = scales_at(blk);
+          const __m512 d = _mm512_broadcastss_ps(dm);
+          const __m512 m = _mm512_broadcastss_ps(_mm_movehdup_ps(dm));
           const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 4));
           const __m128i lo = _mm_and_si128(q, low);
           const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), low);
@@ -115,6 +183,7 @@ void tile_tokens(const float* w_rows, int64_t n, const float* x, int64_t nt, flo
 
 void rows_kernel(const Weight& w, int64_t r_begin, int64_t r_end, const float* x, int64_t T,
                  float* out) {
+  if (T == 1 && gemv_rows(w, r_begin, r_end, x, out)) return;
   const int64_t n = w.n_in, ldo = w.n_out;
   thread_local std::vector<float> buf;
   buf.resize(size_t(kRowBlock * n));
@@ -151,25 +220,6 @@ void rows_kernel_generic(const Weight& w, int64_t r_begin, int64_t r_end, const 
 }
 
 }  // namespace
-
-float dot_f32(const float* a, const float* b, int64_t n) {
-#if defined(__AVX512F__)
-  if (n % 16 == 0) {
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t i = 0; i < n; i += 16)
-      acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
-    return _mm512_reduce_add_ps(acc);
-  }
-#endif
-  float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; ++k) lanes[k] += a[i + k] * b[i + k];
-  float s = 0;
-  for (; i < n; ++i) s += a[i] * b[i];
-  for (int k = 0; k < 8; ++k) s += lanes[k];
-  return s;
-}
 
 void matmul(ThreadPool& pool, const Weight& w, const float* x, int64_t T, float* out) {
   // Small matrices are not worth waking the pool for.

@@ -6,18 +6,22 @@
 // Work is issued asynchronously on the stream; download() synchronises. Every CUDA or
 // cuBLAS status is checked where it is returned and turned into a kvscope::Error.
 //
-// Per decode step (T = 1) the forward issues 17 kernel launches per layer (rmsnorm,
-// 3 matvecs, 2 ropes, kv append, kv norms, attention, matvec, add, rmsnorm, 2 matvecs,
-// silu_mul, matvec, add) plus embed, final rmsnorm and the LM head: 17 L + 3.
+// Per decode step (T = 1) the forward issues 9 kernel launches per layer through the
+// fused ops (q/k/v matvec, rope + kv write, kv norms, attention, Wo matvec,
+// add + rmsnorm, gate/up/silu matvec, down matvec, add + rmsnorm) plus embed, the first
+// rmsnorm and the LM head: 9 L + 3 (273 for 30 layers; unfused it was 17 L + 3).
 #include "engine/cuda/cuda_backend.h"
 
 #include <cublas_v2.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
+#include "engine/cuda/decode_graph.h"
 #include "engine/quant.h"
 #include "kernels/kernels.h"
 
@@ -160,6 +164,7 @@ class CudaBackend final : public Backend {
     KV_TRY(check_blas(cublasCreate(&blas_), "cublasCreate"));
     KV_TRY(check_blas(cublasSetStream(blas_, stream_), "cublasSetStream"));
     KV_TRY(check(kvscope_cuda::kernels_init(), "configuring the kernels"));
+    KV_TRY(graph_.init(stream_));
     KV_TRY(upload(model.tok_embd()).status);
     KV_TRY(upload(model.output_norm()).status);
     KV_TRY(upload(model.output()).status);
@@ -176,12 +181,20 @@ class CudaBackend final : public Backend {
     if (slot < 0 || slot > 64) return make_error("cuda: scratch slot ", slot, " out of range [0, 64]");
     if (rows < 0 || cols < 0) return make_error("cuda: scratch shape ", rows, " x ", cols, " is negative");
     if (size_t(slot) >= slots_.size()) slots_.resize(size_t(slot) + 1);
-    KV_TRY(slots_[size_t(slot)].ensure(size_t(rows * cols) * sizeof(float), "activations"));
+    DeviceBuffer& b = slots_[size_t(slot)];
+    const size_t need = size_t(rows * cols) * sizeof(float);
+    if (need > b.bytes || !b.p) {
+      KV_TRY(graph_.flush());  // recorded launches may point into the old buffer
+      // Grow by at least half again: the attention row slot grows by a little every
+      // decode step, and a moving buffer would change the decode graph's key each time.
+      KV_TRY(b.ensure(b.p ? std::max(need, b.bytes + b.bytes / 2) : need, "activations"));
+    }
     return Tensor{static_cast<float*>(slots_[size_t(slot)].p), rows, cols};
   }
 
   Expected<std::unique_ptr<KvCache>> create_kv_cache(KvShape shape, KvDtype dtype,
                                                      int capacity) override {
+    KV_TRY(graph_.flush());
     auto cache = std::make_unique<CudaKvCache>(shape, dtype, stream_);
     KV_TRY(cache->reserve(capacity));
     return std::unique_ptr<KvCache>(std::move(cache));
@@ -197,6 +210,18 @@ class CudaBackend final : public Backend {
                           tok_embd.n_out, ")");
     auto w = weight(tok_embd);
     if (!w.status.ok()) return w.status;
+    KV_TRY(graph_.flush());
+    if (T == 1 && opt_.decode_graph) {
+      // A decode step starts: record its launches; the token goes in with the step's
+      // parameters (DecodeGraph::flush).
+      graph_.begin(ids[0]);
+      const QMatrix q = w.w->q;
+      const int32_t* id_dev = graph_.token_dev();
+      float* o = out.data;
+      cudaStream_t st = stream_;
+      return issue("embed kernel", key(1, q.data, int(q.type), q.row_bytes, q.n_in, o),
+                   [=] { return kvscope_cuda::embed(q, id_dev, 1, o, st); });
+    }
     KV_TRY(ids_.ensure(size_t(T) * sizeof(int32_t), "token ids"));
     KV_TRY(check(cudaMemcpyAsync(ids_.p, ids, size_t(T) * sizeof(int32_t), cudaMemcpyHostToDevice,
                                  stream_),
@@ -213,9 +238,10 @@ class CudaBackend final : public Backend {
                         w.n_in, "x", w.n_out);
     auto dw = weight(w);
     if (!dw.status.ok()) return dw.status;
-    return check(kvscope_cuda::rmsnorm(x.data, static_cast<const float*>(dw.w->raw.p), int(x.rows),
-                                       int(x.cols), eps, out.data, stream_),
-                 "rmsnorm kernel");
+    const float* wp = static_cast<const float*>(dw.w->raw.p);
+    cudaStream_t st = stream_;
+    return issue("rmsnorm kernel", key(2, x.data, wp, x.rows, x.cols, eps, out.data),
+                 [=] { return kvscope_cuda::rmsnorm(x.data, wp, int(x.rows), int(x.cols), eps, out.data, st); });
   }
 
   Status matmul(const Weight& w, Tensor x, Tensor out) override {
@@ -226,13 +252,20 @@ class CudaBackend final : public Backend {
     if (!dw.status.ok()) return dw.status;
     DeviceWeight& d = *dw.w;
     const int T = int(x.rows);
-    if (T <= opt_.matvec_max_tokens && kvscope_cuda::matvec_native(d.q.type))
-      return check(kvscope_cuda::matvec_q(d.q, x.data, T, out.data, stream_), "matvec kernel");
-    KV_TRY(ensure_f16(d, w.name));
+    cudaStream_t st = stream_;
+    if (T <= opt_.matvec_max_tokens && kvscope_cuda::matvec_native(d.q.type)) {
+      const QMatrix q = d.q;
+      return issue("matvec kernel", key(3, q.data, int(q.type), q.row_bytes, q.n_in, q.n_out, x.data, T, out.data),
+                   [=] { return kvscope_cuda::matvec_q(q, x.data, T, out.data, st); });
+    }
+    KV_TRY(ensure_f16(d, w.name));  // a one-time conversion, issued now (before the step)
     const auto* w16 = static_cast<const __half*>(d.f16.p);
-    if (T <= opt_.matvec_max_tokens)
-      return check(kvscope_cuda::matvec_f16(w16, w.n_in, w.n_out, x.data, T, out.data, stream_),
-                   "fp16 matvec kernel");
+    if (T <= opt_.matvec_max_tokens) {
+      const int64_t n_in = w.n_in, n_out = w.n_out;
+      return issue("fp16 matvec kernel", key(4, w16, n_in, n_out, x.data, T, out.data),
+                   [=] { return kvscope_cuda::matvec_f16(w16, n_in, n_out, x.data, T, out.data, st); });
+    }
+    KV_TRY(graph_.flush());
     // out^T (n_out x T, column-major) = W16^T-as-stored (n_out x n_in) * x^T (n_in x T).
     KV_TRY(x16_.ensure(size_t(x.size()) * sizeof(__half), "fp16 activations"));
     auto* x16 = static_cast<__half*>(x16_.p);
@@ -249,9 +282,11 @@ class CudaBackend final : public Backend {
     if (int64_t(n_heads) * head_dim != x.cols || n_rot > head_dim || n_rot % 2 != 0)
       return make_error("cuda: rope shapes: ", n_heads, " heads x ", head_dim, " dims vs ", x.cols,
                         " columns, n_rot ", n_rot);
-    return check(kvscope_cuda::rope(x.data, int(x.rows), n_heads, head_dim, n_rot, pos0, base,
-                                    stream_),
-                 "rope kernel");
+    if (graph_.recording()) graph_.not_graphable();  // pos0 is an argument of this kernel
+    cudaStream_t st = stream_;
+    return issue("rope kernel", key(5), [=] {
+      return kvscope_cuda::rope(x.data, int(x.rows), n_heads, head_dim, n_rot, pos0, base, st);
+    });
   }
 
   Status kv_write(KvCache& cache, int layer, Tensor k, Tensor v, int pos0) override {
@@ -260,8 +295,12 @@ class CudaBackend final : public Backend {
       return make_error("cuda: kv_write past the cache capacity (", pos0 + k.rows, " > ",
                         c.capacity(), ")");
     if (layer < 0 || layer >= c.shape().n_layer) return make_error("cuda: kv_write layer ", layer);
-    return check(kvscope_cuda::kv_append(c.layer(layer), k.data, v.data, int(k.rows), pos0, stream_),
-                 "kv append kernel");
+    if (graph_.recording()) graph_.not_graphable();  // pos0 is an argument of this kernel
+    const kvscope_cuda::KvLayer kl = c.layer(layer);
+    cudaStream_t st = stream_;
+    return issue("kv append kernel", key(6), [=] {
+      return kvscope_cuda::kv_append(kl, k.data, v.data, int(k.rows), pos0, st);
+    });
   }
 
   Status attention(Tensor q, const KvCache& cache, int layer, int pos0, int n_head, Tensor out,
@@ -276,38 +315,170 @@ class CudaBackend final : public Backend {
                         " kv heads");
     if (probs_last.data && probs_last.cols < n_keys)
       return make_error("cuda: attention probability row holds ", probs_last.cols, " < ", n_keys);
-    return check(kvscope_cuda::attention(q.data, c.layer(layer), int(q.rows), pos0, n_head, out.data,
-                                         probs_last.data, probs_last.cols, stream_),
-                 "attention kernel");
+    const kvscope_cuda::KvLayer kl = c.layer(layer);
+    cudaStream_t st = stream_;
+    if (graph_.recording()) {
+      // Graph form: position from device memory, probability rows located by their row
+      // index in a scratch slot (the row stride n_keys changes every step).
+      int64_t row0 = 0;
+      float* base = probs_last.data ? slot_base(probs_last, &row0) : nullptr;
+      const bool ok = q.rows == 1 && probs_last.cols == n_keys &&
+                      (probs_last.data == nullptr || base != nullptr) &&
+                      kl.capacity <= kvscope_cuda::attention_max_keys() && graph_.use_pos0(pos0);
+      if (ok) {
+        const int* pos_dev = graph_.pos0_dev();
+        return issue("attention kernel",
+                     key(7, q.data, kl.k, kl.v, kl.capacity, n_head, out.data, base, row0),
+                     [=] {
+                       return kvscope_cuda::attention_dev(q.data, kl, 1, pos_dev, n_head, out.data,
+                                                          base, row0, st);
+                     });
+      }
+      graph_.not_graphable();
+    }
+    return issue("attention kernel", key(8), [=] {
+      return kvscope_cuda::attention(q.data, kl, int(q.rows), pos0, n_head, out.data,
+                                     probs_last.data, probs_last.cols, st);
+    });
   }
 
   Status silu_mul(Tensor gate, Tensor up, Tensor out) override {
-    return check(kvscope_cuda::silu_mul(gate.data, up.data, gate.size(), out.data, stream_),
-                 "silu_mul kernel");
+    cudaStream_t st = stream_;
+    return issue("silu_mul kernel", key(9, gate.data, up.data, gate.size(), out.data), [=] {
+      return kvscope_cuda::silu_mul(gate.data, up.data, gate.size(), out.data, st);
+    });
   }
 
   Status add(Tensor x, Tensor y) override {
-    return check(kvscope_cuda::add(x.data, y.data, x.size(), stream_), "add kernel");
+    cudaStream_t st = stream_;
+    return issue("add kernel", key(10, x.data, y.data, x.size()),
+                 [=] { return kvscope_cuda::add(x.data, y.data, x.size(), st); });
   }
 
   Status kv_row_norms(const KvCache& cache, int layer, int pos0, int T, Tensor k_norm,
                       Tensor v_norm) override {
     const auto& c = static_cast<const CudaKvCache&>(cache);
-    return check(kvscope_cuda::kv_norms(c.layer(layer), pos0, T, k_norm.data, v_norm.data, stream_),
-                 "kv norms kernel");
+    const kvscope_cuda::KvLayer kl = c.layer(layer);
+    cudaStream_t st = stream_;
+    const int* pos_dev = nullptr;
+    if (graph_.recording() && graph_.use_pos0(pos0)) pos_dev = graph_.pos0_dev();
+    return issue("kv norms kernel", key(11, kl.k, kl.v, kl.capacity, T, k_norm.data, v_norm.data),
+                 [=] { return kvscope_cuda::kv_norms(kl, pos0, T, k_norm.data, v_norm.data, st, pos_dev); });
+  }
+
+  // --- Fused ops (decode: 9 launches per layer instead of 17). Each checks shapes like
+  // the ops it replaces and falls back to the default composition where no fused kernel
+  // applies (long matmuls on cuBLAS, weights without a native matvec).
+
+  Status matmul_qkv(const Weight& wq, const Weight& wk, const Weight& wv, Tensor x, Tensor q,
+                    Tensor k, Tensor v) override {
+    const Weight* ws[3] = {&wq, &wk, &wv};
+    const Tensor* outs[3] = {&q, &k, &v};
+    for (int m = 0; m < 3; ++m)
+      if (x.cols != ws[m]->n_in || outs[m]->cols != ws[m]->n_out || outs[m]->rows != x.rows)
+        return make_error("cuda: matmul shapes: ", ws[m]->name, " is ", ws[m]->n_out, "x",
+                          ws[m]->n_in, ", x ", x.rows, "x", x.cols, ", out ", outs[m]->rows, "x",
+                          outs[m]->cols);
+    if (x.rows > opt_.matvec_max_tokens) return Backend::matmul_qkv(wq, wk, wv, x, q, k, v);
+    DeviceWeight* d[3];
+    for (int m = 0; m < 3; ++m) {
+      auto dw = weight(*ws[m]);
+      if (!dw.status.ok()) return dw.status;
+      if (!kvscope_cuda::matvec_native(dw.w->q.type)) return Backend::matmul_qkv(wq, wk, wv, x, q, k, v);
+      d[m] = dw.w;
+    }
+    const QMatrix a = d[0]->q, b = d[1]->q, cq = d[2]->q;
+    cudaStream_t st = stream_;
+    const int T = int(x.rows);
+    return issue("fused q/k/v matvec kernel",
+                 key(12, a.data, b.data, cq.data, int(a.type), int(b.type), int(cq.type), a.n_in,
+                     a.n_out, b.n_out, cq.n_out, a.row_bytes, b.row_bytes, cq.row_bytes, x.data, T,
+                     q.data, k.data, v.data),
+                 [=] { return kvscope_cuda::matvec_qkv(a, b, cq, x.data, T, q.data, k.data, v.data, st); });
+  }
+
+  Status matmul_gate_up_silu(const Weight& w_gate, const Weight& w_up, Tensor x, Tensor out,
+                             Tensor up) override {
+    for (const Weight* w : {&w_gate, &w_up})
+      if (x.cols != w->n_in || out.cols != w->n_out || out.rows != x.rows)
+        return make_error("cuda: matmul shapes: ", w->name, " is ", w->n_out, "x", w->n_in, ", x ",
+                          x.rows, "x", x.cols, ", out ", out.rows, "x", out.cols);
+    if (x.rows > opt_.matvec_max_tokens) return Backend::matmul_gate_up_silu(w_gate, w_up, x, out, up);
+    auto g = weight(w_gate);
+    if (!g.status.ok()) return g.status;
+    auto u = weight(w_up);
+    if (!u.status.ok()) return u.status;
+    if (!kvscope_cuda::matvec_native(g.w->q.type) || !kvscope_cuda::matvec_native(u.w->q.type))
+      return Backend::matmul_gate_up_silu(w_gate, w_up, x, out, up);
+    const QMatrix a = g.w->q, b = u.w->q;
+    cudaStream_t st = stream_;
+    const int T = int(x.rows);
+    return issue("fused gate/up/silu matvec kernel",
+                 key(13, a.data, b.data, int(a.type), int(b.type), a.n_in, a.n_out, a.row_bytes,
+                     b.row_bytes, x.data, T, out.data),
+                 [=] { return kvscope_cuda::matvec_gate_up_silu(a, b, x.data, T, out.data, st); });
+  }
+
+  Status rope_kv_write(Tensor q, Tensor k, Tensor v, KvCache& cache, int layer, int n_head,
+                       int n_rot, int pos0, float base) override {
+    auto& c = static_cast<CudaKvCache&>(cache);
+    const KvShape& sh = c.shape();
+    const int D = sh.head_dim;
+    if (int64_t(n_head) * D != q.cols || int64_t(sh.n_head_kv) * D != k.cols || v.cols != k.cols ||
+        k.rows != q.rows || v.rows != q.rows || n_rot > D || n_rot < 0 || n_rot % 2 != 0)
+      return make_error("cuda: rope_kv_write shapes: q ", q.rows, "x", q.cols, ", k ", k.rows, "x",
+                        k.cols, ", v ", v.rows, "x", v.cols, " for ", n_head, "/", sh.n_head_kv,
+                        " heads of ", D, " dims, n_rot ", n_rot);
+    if (layer < 0 || layer >= sh.n_layer)
+      return make_error("cuda: rope_kv_write layer ", layer, " outside [0, ", sh.n_layer, ")");
+    if (pos0 < 0 || pos0 + q.rows > c.capacity())
+      return make_error("cuda: rope_kv_write past the cache capacity (", pos0 + q.rows, " > ",
+                        c.capacity(), ")");
+    const kvscope_cuda::KvLayer kl = c.layer(layer);
+    cudaStream_t st = stream_;
+    const int* pos_dev = nullptr;
+    if (graph_.recording() && graph_.use_pos0(pos0)) pos_dev = graph_.pos0_dev();
+    const int T = int(q.rows);
+    return issue("fused rope/kv write kernel",
+                 key(14, q.data, k.data, v.data, T, n_head, n_rot, base, kl.k, kl.v, int(kl.f16),
+                     kl.n_head_kv, kl.head_dim, kl.capacity),
+                 [=] {
+                   return kvscope_cuda::rope_kv_write(q.data, k.data, v.data, T, n_head, n_rot, base,
+                                                      kl, pos0, pos_dev, st);
+                 });
+  }
+
+  Status add_rmsnorm(Tensor x, Tensor y, const Weight& w, float eps, Tensor out) override {
+    if (y.rows != x.rows || y.cols != x.cols || w.n_in != x.cols || w.n_out != 1 ||
+        out.cols != x.cols || out.rows != x.rows)
+      return make_error("cuda: add_rmsnorm shapes: x ", x.rows, "x", x.cols, ", y ", y.rows, "x",
+                        y.cols, ", weight ", w.name, " ", w.n_in, "x", w.n_out);
+    if (out.data == x.data || out.data == y.data) return Backend::add_rmsnorm(x, y, w, eps, out);
+    auto dw = weight(w);
+    if (!dw.status.ok()) return dw.status;
+    const float* wp = static_cast<const float*>(dw.w->raw.p);
+    cudaStream_t st = stream_;
+    return issue("fused add/rmsnorm kernel", key(15, x.data, y.data, wp, x.rows, x.cols, eps, out.data),
+                 [=] {
+                   return kvscope_cuda::add_rmsnorm(x.data, y.data, wp, int(x.rows), int(x.cols), eps,
+                                                    out.data, st);
+                 });
   }
 
   Status download(Tensor src, float* host) override {
+    KV_TRY(graph_.flush());
     KV_TRY(check(cudaMemcpyAsync(host, src.data, size_t(src.size()) * sizeof(float),
                                  cudaMemcpyDeviceToHost, stream_),
                  "copying results to the host"));
     return check(cudaStreamSynchronize(stream_), "waiting for the GPU");
   }
 
-  void begin_step() override { timing_ok_ = cudaEventRecord(ev_start_, stream_) == cudaSuccess; }
+  void begin_step() override {
+    timing_ok_ = graph_.flush().ok() && cudaEventRecord(ev_start_, stream_) == cudaSuccess;
+  }
 
   std::optional<double> end_step() override {
-    if (!timing_ok_ || cudaEventRecord(ev_stop_, stream_) != cudaSuccess ||
+    if (!timing_ok_ || !graph_.flush().ok() || cudaEventRecord(ev_stop_, stream_) != cudaSuccess ||
         cudaEventSynchronize(ev_stop_) != cudaSuccess)
       return std::nullopt;
     float ms = 0;
@@ -359,6 +530,45 @@ class CudaBackend final : public Backend {
     return {&pos->second, Status::Ok()};
   }
 
+  // Runs a launch now, or appends it to the decode step being recorded.
+  Status issue(const char* what, std::vector<int64_t> k, DecodeGraph::Launch l) {
+    if (graph_.recording()) {
+      graph_.add(std::move(k), std::move(l));
+      return Status::Ok();
+    }
+    return check(l(), what);
+  }
+
+  // Key words for a recorded launch: every argument that identifies it, as integers.
+  static int64_t word(const void* p) { return int64_t(reinterpret_cast<uintptr_t>(p)); }
+  static int64_t word(float f) {
+    uint32_t b;
+    std::memcpy(&b, &f, 4);
+    return int64_t(b);
+  }
+  template <class I, class = std::enable_if_t<std::is_integral_v<I>>>
+  static int64_t word(I i) {
+    return int64_t(i);
+  }
+  template <class... A>
+  static std::vector<int64_t> key(int op, const A&... a) {
+    return {int64_t(op), word(a)...};
+  }
+
+  // The scratch slot holding t's data, and t's row index in it (rows of t.cols floats);
+  // nullptr when t is not inside a slot at a whole row.
+  float* slot_base(Tensor t, int64_t* row0) const {
+    for (const DeviceBuffer& b : slots_) {
+      const auto* base = static_cast<float*>(b.p);
+      if (!base || t.data < base || t.data >= base + b.bytes / sizeof(float)) continue;
+      const int64_t off = t.data - base;
+      if (t.cols <= 0 || off % t.cols != 0) return nullptr;
+      *row0 = off / t.cols;
+      return const_cast<float*>(base);
+    }
+    return nullptr;
+  }
+
   Status ensure_f16(DeviceWeight& d, const std::string& name) {
     if (d.f16.p) return Status::Ok();
     KV_TRY(d.f16.ensure(size_t(d.q.n_in * d.q.n_out) * sizeof(__half), "fp16 weights"));
@@ -376,6 +586,7 @@ class CudaBackend final : public Backend {
   std::vector<DeviceBuffer> slots_;
   DeviceBuffer ids_;  // [T] int32 token ids
   DeviceBuffer x16_;  // [T][n_in] fp16 activations for cuBLAS
+  DecodeGraph graph_;  // the decode step's launches, replayed as a CUDA graph
 };
 
 }  // namespace

@@ -31,6 +31,9 @@ struct CudaBackendOptions {
   // Matmuls over more than this many tokens use cuBLAS on an fp16 copy of the weight;
   // up to it, the quantized matvec kernels (decode is T = 1).
   int matvec_max_tokens = 8;
+  // Decode steps (T = 1) are recorded and replayed as a CUDA graph (engine/cuda/
+  // decode_graph.h): one graph launch instead of ~9 kernel launches per layer.
+  bool decode_graph = true;
 };
 
 // Uploads every weight of `model` once and creates the stream, cuBLAS handle and timing

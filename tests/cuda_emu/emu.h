@@ -260,6 +260,12 @@ bool is_device_range(const void* p, size_t bytes);
 // Text of the last failed launch or API call (deadlock report, fault, bad argument).
 std::string last_error_detail();
 
+// Counters since the last cudaDeviceReset (for tests that count launches): kernel
+// launches the host issued that ran directly (not captured into a graph), and
+// cudaGraphLaunch calls.
+uint64_t direct_kernel_launches();
+uint64_t graph_launches();
+
 // Worker threads for blocks (1 = deterministic). Default from KVSCOPE_EMU_WORKERS or 1.
 void set_workers(int n);
 

@@ -7,6 +7,7 @@
 // operations captured from a stream. The last error follows the real rules: most
 // errors are cleared by cudaGetLastError, a failed kernel is sticky until
 // cudaDeviceReset.
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <map>
@@ -153,6 +154,11 @@ bool capture_if_capturing(cudaStream_t s, std::function<cudaError_t()> op) {
   return true;
 }
 
+std::atomic<uint64_t> g_direct_launches{0}, g_graph_launches{0};
+
+uint64_t direct_kernel_launches() { return g_direct_launches.load(); }
+uint64_t graph_launches() { return g_graph_launches.load(); }
+
 size_t max_dynamic_smem(const void* func) {
   std::lock_guard<std::mutex> lk(st().mu);
   auto it = st().func_smem.find(func);
@@ -187,6 +193,7 @@ cudaError_t launch(const LaunchSpec& spec, std::function<void()> body,
         return e ? record(e, d, true) : e;
       }))
     return cudaSuccess;
+  ++g_direct_launches;
   std::string d;
   cudaError_t e = run_grid(spec, body, &d);
   return e ? record(e, d, true) : e;
@@ -362,6 +369,8 @@ cudaError_t cudaDeviceReset() {
   for (cudaEvent_t e : st().events) delete e;
   st().events.clear();
   st().func_smem.clear();
+  kvscope_emu::g_direct_launches = 0;
+  kvscope_emu::g_graph_launches = 0;
   st().last = st().sticky = cudaSuccess;
   st().detail.clear();
   return cudaSuccess;
@@ -523,6 +532,7 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
   if (!exec) return record(cudaErrorInvalidValue, "cudaGraphLaunch: null graph");
   if (!kvscope_emu::stream_valid(s))
     return record(cudaErrorInvalidResourceHandle, "cudaGraphLaunch: unknown stream");
+  ++kvscope_emu::g_graph_launches;
   for (auto& op : exec->ops)
     if (cudaError_t e = op()) return e;
   return cudaSuccess;

@@ -35,6 +35,9 @@
 #include "engine/model.h"
 #include "engine/session.h"
 #include "tests/util/tiny_model.h"
+#if !defined(KVSCOPE_REAL_GPU_TEST)
+#include "tests/cuda_emu/emu.h"
+#endif
 
 namespace kvscope {
 namespace {
@@ -156,10 +159,11 @@ struct RunResult {
 };
 
 RunResult run_session(std::shared_ptr<const Model> model, std::unique_ptr<Backend> be,
-                      CacheMode mode, int n_steps) {
+                      CacheMode mode, int n_steps, KvDtype dtype = KvDtype::F16) {
   RunResult r;
   SessionConfig cfg;
   cfg.mode = mode;
+  cfg.kv_dtype = dtype;
   cfg.max_tokens = n_steps + 8;
   cfg.stop_at_eos = false;
   auto s = Session::create(std::move(model), std::move(be), cfg);
@@ -271,6 +275,85 @@ TEST_F(CudaBackendParity, BadInputIsAnErrorNotACrash) {
 }
 
 #if !defined(KVSCOPE_REAL_GPU_TEST)
+// Launch counting and the decode graph, on the emulator (which counts launches).
+TEST_F(CudaBackendParity, DecodeStepLaunchesNinePerLayerOrOneGraph) {
+  test::TinyModelSpec spec;
+  auto model = load_tiny(spec, "launches");
+  ASSERT_TRUE(model);
+  const ModelConfig& c = model->config();
+  const KvShape shape{c.n_layer, c.n_head_kv, c.head_dim};
+  for (bool use_graph : {false, true}) {
+    SCOPED_TRACE(use_graph ? "graph" : "no graph");
+    CudaBackendOptions opt;
+    opt.decode_graph = use_graph;
+    auto cuda = make_cuda_backend(*model, opt);
+    ASSERT_TRUE(cuda.ok()) << cuda.error().message;
+    auto cache = (*cuda)->create_kv_cache(shape, KvDtype::F16, 32);
+    ASSERT_TRUE(cache.ok());
+    const int32_t tokens[8] = {1, 40, 41, 72, 100, 101, 102, 33};
+    ForwardOutput out;
+    ASSERT_TRUE(forward(**cuda, *model, tokens, 5, 0, **cache, out).ok());
+    for (int pos = 5; pos < 8; ++pos) {
+      const uint64_t direct0 = kvscope_emu::direct_kernel_launches();
+      const uint64_t graphs0 = kvscope_emu::graph_launches();
+      Status st = forward(**cuda, *model, tokens + pos, 1, pos, **cache, out);
+      ASSERT_TRUE(st.ok()) << st.message();
+      const uint64_t direct = kvscope_emu::direct_kernel_launches() - direct0;
+      const uint64_t graphs = kvscope_emu::graph_launches() - graphs0;
+      if (use_graph) {
+        // Captured on the first decode step, replayed after: never a direct launch.
+        EXPECT_EQ(direct, 0u) << "pos " << pos;
+        EXPECT_EQ(graphs, 1u) << "pos " << pos;
+      } else {
+        // embed + first rmsnorm + 9 per layer (fused ops) + LM head.
+        EXPECT_EQ(direct, uint64_t(9 * c.n_layer + 3)) << "pos " << pos;
+        EXPECT_EQ(graphs, 0u);
+      }
+    }
+  }
+}
+
+TEST_F(CudaBackendParity, DecodeGraphSixteenStepsEqualEagerAndCpu) {
+  test::TinyModelSpec spec;
+  spec.seed = 11;
+  spec.n_embd = 96;  // head_dim 24
+  std::shared_ptr<const Model> model = load_tiny(spec, "graph");
+  ASSERT_TRUE(model);
+  for (KvDtype dtype : {KvDtype::F16, KvDtype::F32}) {
+    SCOPED_TRACE(kv_dtype_name(dtype));
+    std::vector<RunResult> runs;
+    for (bool use_graph : {false, true}) {
+      CudaBackendOptions opt;
+      opt.decode_graph = use_graph;
+      auto cuda = make_cuda_backend(*model, opt);
+      ASSERT_TRUE(cuda.ok()) << cuda.error().message;
+      const uint64_t graphs0 = kvscope_emu::graph_launches();
+      runs.push_back(run_session(model, std::move(cuda.value()), CacheMode::Cache, 16, dtype));
+      const uint64_t graphs = kvscope_emu::graph_launches() - graphs0;
+      // Step 0 is the prompt; the 15 decode steps each run as one graph launch.
+      EXPECT_EQ(graphs, use_graph ? 15u : 0u);
+    }
+    RunResult cpu = run_session(model, make_cpu_backend(1), CacheMode::Cache, 16, dtype);
+    ASSERT_EQ(runs[0].steps.size(), 16u);
+    ASSERT_EQ(runs[1].steps.size(), 16u);
+    ASSERT_EQ(cpu.steps.size(), 16u);
+    for (size_t i = 0; i < 16; ++i) {
+      // The graph replays the very same kernels with the same inputs: bit-identical.
+      EXPECT_EQ(runs[0].logits[i], runs[1].logits[i]) << "step " << i;
+      EXPECT_EQ(runs[0].steps[i].attention, runs[1].steps[i].attention) << "step " << i;
+      EXPECT_EQ(runs[0].steps[i].token_id, runs[1].steps[i].token_id) << "step " << i;
+      // And both equal the CPU backend (short path tolerances: prompt of 8 tokens).
+      if (cpu.steps[i].token_id != runs[1].steps[i].token_id) {
+        EXPECT_LT(top2_margin(cpu.logits[i]), 2 * kLogitTolShort) << "step " << i;
+        break;
+      }
+      EXPECT_LE(max_abs_diff(cpu.logits[i], runs[1].logits[i]), kLogitTolShort) << "step " << i;
+      EXPECT_LE(max_abs_diff(cpu.steps[i].attention, runs[1].steps[i].attention), kProbTolShort)
+          << "step " << i;
+    }
+  }
+}
+
 TEST_F(CudaBackendParity, OutOfMemoryIsAClearError) {
   test::TinyModelSpec spec;
   auto model = load_tiny(spec, "oom");

@@ -1,0 +1,78 @@
+// matvec_row.cuh — device helpers shared by the quantized matvec kernels (matvec.cu and
+// the fused decode matvecs): decoding 16-value units of Q4_1 / Q8_0 rows and one warp's
+// partial dot products of a row with up to kRowsAtOnce activation rows.
+//
+// Invariants: rows hold n_in values, n_in a multiple of 32 (whole blocks); each lane
+// handles units lane, lane + 32, ... and returns its partial sums (the caller reduces
+// them with warp_sum). All 32 lanes of the warp must take part in that reduction.
+#pragma once
+
+#include "kernels/cuda_compat.cuh"
+#include "kernels/kernels.h"
+#include "kernels/quant.cuh"
+
+namespace kvscope_cuda {
+
+inline constexpr int kMatvecWarpsPerBlock = 8;
+inline constexpr int kRowsAtOnce = 4;
+
+// Decodes unit u (16 values) of a row: value k = q[k] * d + m.
+template <QType kType>
+__device__ __forceinline__ void decode_unit(const uint8_t* row, int64_t u, float* q, float* d,
+                                            float* m) {
+  if constexpr (kType == QType::Q4_1) {
+    const uint8_t* b = row + (u / 2) * 20;
+    const int shift = (u & 1) ? 4 : 0;  // low nibbles are values 0..15, high 16..31
+    *d = ld_f16(b);
+    *m = ld_f16(b + 2);
+    const uint32_t* qs = reinterpret_cast<const uint32_t*>(b + 4);
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const uint32_t word = qs[w];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) q[4 * w + k] = static_cast<float>((word >> (8 * k + shift)) & 0xF);
+    }
+  } else {  // Q8_0
+    const uint8_t* b = row + (u / 2) * 34;
+    *d = ld_f16(b);
+    *m = 0.0f;
+    const int8_t* qs = reinterpret_cast<const int8_t*>(b + 2 + (u & 1) * 16);
+#pragma unroll
+    for (int k = 0; k < 16; ++k) q[k] = static_cast<float>(qs[k]);
+  }
+}
+
+// acc[tt] (tt < nt) += this lane's share of row · x[tt]; x points at row t0 of [T][n_in].
+template <QType kType>
+__device__ __forceinline__ void lane_row_dots(const uint8_t* row, int64_t n_in, const float* x,
+                                              int nt, float* acc) {
+  const int lane = threadIdx.x % 32;
+  const int64_t units = n_in / 16;
+  for (int64_t u = lane; u < units; u += 32) {
+    float q[16], d, m;
+    decode_unit<kType>(row, u, q, &d, &m);
+#pragma unroll
+    for (int tt = 0; tt < kRowsAtOnce; ++tt) {
+      if (tt >= nt) break;
+      const float* xs = x + int64_t(tt) * n_in + u * 16;
+      float s = 0.0f, sx = 0.0f;
+#pragma unroll
+      for (int k = 0; k < 16; ++k) {
+        s += q[k] * xs[k];
+        sx += xs[k];
+      }
+      acc[tt] += d * s + m * sx;
+    }
+  }
+}
+
+// The same with the type chosen at run time (warp-uniform: one row per warp).
+__device__ __forceinline__ void lane_row_dots_any(QType type, const uint8_t* row, int64_t n_in,
+                                                  const float* x, int nt, float* acc) {
+  if (type == QType::Q4_1)
+    lane_row_dots<QType::Q4_1>(row, n_in, x, nt, acc);
+  else
+    lane_row_dots<QType::Q8_0>(row, n_in, x, nt, acc);
+}
+
+}  // namespace kvscope_cuda

@@ -1,0 +1,72 @@
+// rope_kv_write.cu — RoPE on q and k plus the KV-cache store, one launch per step.
+// Thread mapping: one block per token t; its threads stride over a flat work list:
+// first the (head, pair) items of q (rotated in place), then the (kv head, pair) items
+// of k/v: pairs below n_rot/2 rotate k in place, every pair stores k and v (both
+// values of the pair; the second only when it exists, for odd D) into the cache. Each
+// item is owned by exactly one thread, so no barrier is needed. Rotation and
+// conversion come from rope_kv.cuh: results equal rope() + rope() + kv_append().
+// Shapes: q [T][H*D], k, v [T][Hkv*D] fp32; cache K, V [Hkv][capacity][D] at pos0 + t.
+#include "kernels/launch.cuh"
+#include "kernels/rope_kv.cuh"
+
+namespace kvscope_cuda {
+namespace {
+
+template <class KT>
+__global__ void rope_kv_write_kernel(float* q, float* k, const float* v, int H, int Hkv, int D,
+                                     int n_rot, float base, int cap, int pos0,
+                                     const int* pos0_dev, KT* kc, KT* vc) {
+  const int t = blockIdx.x;
+  const int pos = (pos0_dev != nullptr ? *pos0_dev : pos0) + t;
+  const int half = n_rot / 2;
+  const int pairs = (D + 1) / 2;  // pairs per kv head row, the last one short for odd D
+  const int n_q = H * half;
+  const int total = n_q + Hkv * pairs;
+  float* qr = q + int64_t(t) * H * D;
+  float* kr = k + int64_t(t) * Hkv * D;
+  const float* vr = v + int64_t(t) * Hkv * D;
+  for (int e = threadIdx.x; e < total; e += blockDim.x) {
+    float c, s;
+    if (e < n_q) {
+      const int h = e / half, i = e % half;
+      rope_cos_sin(pos, i, n_rot, base, &c, &s);
+      rope_rotate(qr + h * D + 2 * i, c, s);
+      continue;
+    }
+    const int r = e - n_q;
+    const int h = r / pairs, i = r % pairs;
+    float* kp = kr + h * D + 2 * i;
+    if (i < half) {
+      rope_cos_sin(pos, i, n_rot, base, &c, &s);
+      rope_rotate(kp, c, s);
+    }
+    const int64_t dst = (int64_t(h) * cap + pos) * D + 2 * i;
+    kc[dst] = to_cache<KT>(kp[0]);
+    vc[dst] = to_cache<KT>(vr[h * D + 2 * i]);
+    if (2 * i + 1 < D) {
+      kc[dst + 1] = to_cache<KT>(kp[1]);
+      vc[dst + 1] = to_cache<KT>(vr[h * D + 2 * i + 1]);
+    }
+  }
+}
+
+}  // namespace
+
+cudaError_t rope_kv_write(float* q, float* k, const float* v, int T, int n_head, int n_rot,
+                          float base, KvLayer kv, int pos0, const int* pos0_dev,
+                          cudaStream_t s) {
+  if (T <= 0) return cudaSuccess;
+  if (n_rot < 0 || n_rot % 2 != 0 || n_rot > kv.head_dim || n_head <= 0 || kv.n_head_kv <= 0)
+    return cudaErrorInvalidValue;
+  const int work = n_head * (n_rot / 2) + kv.n_head_kv * ((kv.head_dim + 1) / 2);
+  const int threads = work >= 256 ? 256 : (work + 31) / 32 * 32;
+  if (kv.f16)
+    return launch(rope_kv_write_kernel<__half>, dim3(T), dim3(threads), 0, s, q, k, v, n_head,
+                  kv.n_head_kv, kv.head_dim, n_rot, base, kv.capacity, pos0, pos0_dev,
+                  static_cast<__half*>(kv.k), static_cast<__half*>(kv.v));
+  return launch(rope_kv_write_kernel<float>, dim3(T), dim3(threads), 0, s, q, k, v, n_head,
+                kv.n_head_kv, kv.head_dim, n_rot, base, kv.capacity, pos0, pos0_dev,
+                static_cast<float*>(kv.k), static_cast<float*>(kv.v));
+}
+
+}  // namespace kvscope_cuda
