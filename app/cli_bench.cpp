@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <thread>
 
 #include "app/cli_common.h"
 #include "app/json_writer.h"
@@ -132,7 +133,7 @@ int run_bench(int argc, char** argv) {
     j.key("nocache_step_ms").begin_object();
     for (auto& [len, ms] : nocache) j.key(std::to_string(len)).value(ms);
     j.end_object();
-    j.key("threads").value(threads);
+    j.key("threads").value(threads > 0 ? threads : int(std::thread::hardware_concurrency()));
     j.key("cpu").value(cpu);
     j.end_object();
     std::printf("%s\n", j.str().c_str());

@@ -177,6 +177,20 @@ class CpuBackend final : public Backend {
     return Status::Ok();
   }
 
+  Status matmul_qkv(const Weight& wq, const Weight& wk, const Weight& wv, Tensor x, Tensor q,
+                    Tensor k, Tensor v) override {
+    const cpu::MatmulJob jobs[3] = {{&wq, q.data}, {&wk, k.data}, {&wv, v.data}};
+    cpu::matmul_many(pool_, jobs, 3, x.data, x.rows);
+    return Status::Ok();
+  }
+
+  Status matmul_gate_up_silu(const Weight& w_gate, const Weight& w_up, Tensor x, Tensor out,
+                             Tensor up) override {
+    const cpu::MatmulJob jobs[2] = {{&w_gate, out.data}, {&w_up, up.data}};
+    cpu::matmul_many(pool_, jobs, 2, x.data, x.rows);
+    return silu_mul(out, up, out);
+  }
+
   Status rope(Tensor x, int n_heads, int head_dim, int n_rot, int pos0, float base) override {
     std::vector<float> cs(static_cast<size_t>(n_rot));
     for (int64_t t = 0; t < x.rows; ++t) {
@@ -225,14 +239,20 @@ class CpuBackend final : public Backend {
     // K and V of every kv head as fp32, [2][Hkv][n_keys][D], converted once per call.
     const size_t plane = size_t(n_keys) * D;
     kv_f32_.resize(2 * size_t(Hkv) * plane);
-    pool_.parallel_for(int64_t(Hkv) * n_keys, [&](int64_t b, int64_t e) {
+    auto convert = [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
         const int hk = int(r / n_keys), j = int(r % n_keys);
         load_row(c.dtype(), c.row(false, layer, hk, j), kv_f32_.data() + hk * plane + size_t(j) * D, D);
         load_row(c.dtype(), c.row(true, layer, hk, j),
                  kv_f32_.data() + (Hkv + hk) * plane + size_t(j) * D, D);
       }
-    });
+    };
+    // Short caches are converted on this thread: a hand-off would cost more.
+    if (int64_t(Hkv) * n_keys <= 4096) {
+      convert(0, int64_t(Hkv) * n_keys);
+    } else {
+      pool_.parallel_for(int64_t(Hkv) * n_keys, convert);
+    }
     // One work item per (query row, head).
     const int64_t items = T * n_head;
     pool_.parallel_for(items, [&](int64_t b, int64_t e) {

@@ -221,24 +221,49 @@ void rows_kernel_generic(const Weight& w, int64_t r_begin, int64_t r_end, const 
 
 }  // namespace
 
-void matmul(ThreadPool& pool, const Weight& w, const float* x, int64_t T, float* out) {
-  // Small matrices are not worth waking the pool for.
-  const int64_t work = w.n_in * w.n_out * T;
-  const int64_t grain = kRowBlock;
-  auto run = [&](int64_t b, int64_t e) {
+namespace {
+
+// Rows [b, e) of one weight's product.
+void run_rows(const Weight& w, int64_t b, int64_t e, const float* x, int64_t T, float* out) {
 #if defined(__AVX512F__)
-    if (w.n_in % 16 == 0) {
-      rows_kernel(w, b, e, x, T, out);
-      return;
-    }
-#endif
-    rows_kernel_generic(w, b, e, x, T, out);
-  };
-  if (work < 32768) {
-    run(0, w.n_out);
+  if (w.n_in % 16 == 0) {
+    rows_kernel(w, b, e, x, T, out);
     return;
   }
-  pool.parallel_for(w.n_out, run, grain);
+#endif
+  rows_kernel_generic(w, b, e, x, T, out);
+}
+
+}  // namespace
+
+void matmul_many(ThreadPool& pool, const MatmulJob* jobs, int n_jobs, const float* x, int64_t T) {
+  // The jobs' rows, concatenated, are split among the threads in one parallel region
+  // (a decode step issues fewer hand-offs). Row blocks never straddle two jobs' results
+  // in a way that changes arithmetic: every row is computed by run_rows alone.
+  int64_t total = 0, work = 0;
+  for (int j = 0; j < n_jobs; ++j) {
+    total += jobs[j].w->n_out;
+    work += jobs[j].w->n_in * jobs[j].w->n_out * T;
+  }
+  auto run = [&](int64_t b, int64_t e) {
+    int64_t base = 0;
+    for (int j = 0; j < n_jobs && b < e; ++j) {
+      const int64_t n = jobs[j].w->n_out;
+      const int64_t lo = std::max(b, base), hi = std::min(e, base + n);
+      if (lo < hi) run_rows(*jobs[j].w, lo - base, hi - base, x, T, jobs[j].out);
+      base += n;
+    }
+  };
+  if (work < 32768) {  // small products are not worth waking the pool for
+    run(0, total);
+    return;
+  }
+  pool.parallel_for(total, run, kRowBlock);
+}
+
+void matmul(ThreadPool& pool, const Weight& w, const float* x, int64_t T, float* out) {
+  const MatmulJob job{&w, out};
+  matmul_many(pool, &job, 1, x, T);
 }
 
 }  // namespace kvscope::cpu

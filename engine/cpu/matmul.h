@@ -20,6 +20,13 @@ namespace kvscope::cpu {
 
 void matmul(ThreadPool& pool, const Weight& w, const float* x, int64_t T, float* out);
 
+// Several products of the same x [T][n_in] in one parallel region: out_j = x · W_jᵀ.
+struct MatmulJob {
+  const Weight* w;
+  float* out;  // [T][w->n_out]
+};
+void matmul_many(ThreadPool& pool, const MatmulJob* jobs, int n_jobs, const float* x, int64_t T);
+
 // Dot product of two fp32 vectors with the same chunk order and reduction as matmul.
 inline float dot_f32(const float* a, const float* b, int64_t n) {
 #if defined(__AVX512F__)
