@@ -16,8 +16,8 @@
 #include "app/ui_state.h"
 #include "app/window.h"
 #include "render/gl.h"
-#include "render/offscreen.h"
 #include "render/glyph_atlas.h"
+#include "render/offscreen.h"
 #include "render/synthetic_scene.h"
 
 namespace kvscope::app {
@@ -27,9 +27,9 @@ struct Args {
   CaptureOptions cap;
   bool screenshot = false;
   bool size_given = false;
-  bool play = false;         // start playing right away
-  int quit_after = 0;        // > 0: close after this many frames (smoke tests)
-  std::string window_shot;   // save the last frame, panels included, as a PNG
+  bool play = false;        // start playing right away
+  int quit_after = 0;       // > 0: close after this many frames (smoke tests)
+  std::string window_shot;  // save the last frame, panels included, as a PNG
 };
 
 bool parse_size(const char* s, int* w, int* h) {
@@ -60,9 +60,12 @@ std::string parse_args(int argc, char** argv, Args* a) {
       if (a->cap.steps < 1) return std::string("--steps ") + v + " must be >= 1";
     } else if (k == "--mode") {
       if (!value(&v)) return "--mode needs cache or nocache";
-      if (!std::strcmp(v, "cache")) a->cap.mode = CacheMode::Cache;
-      else if (!std::strcmp(v, "nocache")) a->cap.mode = CacheMode::NoCache;
-      else return std::string("--mode ") + v + " (choose cache or nocache)";
+      if (!std::strcmp(v, "cache"))
+        a->cap.mode = CacheMode::Cache;
+      else if (!std::strcmp(v, "nocache"))
+        a->cap.mode = CacheMode::NoCache;
+      else
+        return std::string("--mode ") + v + " (choose cache or nocache)";
     } else if (k == "--camera") {
       if (!value(&v)) return "--camera needs a preset";
       auto p = render::parse_camera_preset(v);
@@ -74,9 +77,12 @@ std::string parse_args(int argc, char** argv, Args* a) {
       a->cap.view.all_layers = false;
     } else if (k == "--head") {
       if (!value(&v)) return "--head needs a number (or mean / max)";
-      if (!std::strcmp(v, "mean")) a->cap.view.aggregation = HeadAggregation::Mean;
-      else if (!std::strcmp(v, "max")) a->cap.view.aggregation = HeadAggregation::Max;
-      else a->cap.view.head = std::atoi(v);
+      if (!std::strcmp(v, "mean"))
+        a->cap.view.aggregation = HeadAggregation::Mean;
+      else if (!std::strcmp(v, "max"))
+        a->cap.view.aggregation = HeadAggregation::Max;
+      else
+        a->cap.view.head = std::atoi(v);
     } else if (k == "--play") {
       a->play = true;
     } else if (k == "--frames") {
@@ -197,6 +203,7 @@ int run_gui(const Args& args) {
     ui.error = "Could not start the engine:\n" + engine.error().message;
   } else {
     ui.facts = facts_of(engine.value());
+    if (ui.view.layer == kMiddleLayer) ui.view.layer = ui.facts.n_layer / 2;
     ui.notice = engine.value().notice;
     model = engine.value().model;
     ctl = std::make_unique<Controller>(std::move(engine.value().session));
@@ -204,8 +211,10 @@ int run_gui(const Args& args) {
     ctl->send(CmdSpeed{ui.speed});
     if (!args.cap.prompt_file.empty()) {
       auto p = read_prompt_file(args.cap.prompt_file);
-      if (p.ok()) ui.prompts.insert(ui.prompts.begin(), {"file", p.value()});
-      else ui.error = p.error().message;
+      if (p.ok())
+        ui.prompts.insert(ui.prompts.begin(), {"file", p.value()});
+      else
+        ui.error = p.error().message;
     }
     ctl->send(CmdReset{ui.prompts.front().spec, args.play});
   }
@@ -215,6 +224,13 @@ int run_gui(const Args& args) {
   double last_time = glfwGetTime();
   double last_mx = 0, last_my = 0;
   render::Scene scene;
+  // What the cached scene was built from: rebuilt only when one of these changes; other
+  // frames only animate it (no instance upload).
+  struct Built {
+    uint64_t run = ~0ull;
+    size_t steps = 0;
+    ViewOptions view;
+  } built;
   int frame = 0;
   while (!glfwWindowShouldClose(win)) {
     glfwPollEvents();
@@ -229,7 +245,12 @@ int run_gui(const Args& args) {
     if (ctl) {
       for (Event& e : ctl->poll()) {
         if (e.kind == Event::Kind::Error) ui.error = e.error;
-        if (e.kind == Event::Kind::Step) ui.last_step_time = now;
+        if (e.kind == Event::Kind::Step) {
+          ui.last_step_time = now;
+          ui.step_arrivals.push_back(now);
+          while (ui.step_arrivals.size() > 12) ui.step_arrivals.pop_front();
+        }
+        if (e.kind == Event::Kind::Reset) ui.step_arrivals.clear();
         tl.apply(e);
       }
       cs = ctl->state();
@@ -239,9 +260,12 @@ int run_gui(const Args& args) {
     panel_stats(ui, cs, tl);
     panel_plots(ui, tl);
     panel_candidates(tl);
+    overlay_computing(cs, tl);
     if (!ui.notice.empty()) {
-      ImGui::SetNextWindowPos(ImVec2(io.DisplaySize.x * 0.5f, 10), ImGuiCond_Always, ImVec2(0.5f, 0));
-      ImGui::Begin("##notice", nullptr, ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_AlwaysAutoResize);
+      ImGui::SetNextWindowPos(ImVec2(io.DisplaySize.x * 0.5f, 10), ImGuiCond_Always,
+                              ImVec2(0.5f, 0));
+      ImGui::Begin("##notice", nullptr,
+                   ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_AlwaysAutoResize);
       ImGui::TextDisabled("%s", ui.notice.c_str());
       ImGui::End();
     }
@@ -252,7 +276,8 @@ int run_gui(const Args& args) {
     glfwGetCursorPos(win, &mx, &my);
     if (!io.WantCaptureMouse) {
       float dx = float(mx - last_mx), dy = float(my - last_my);
-      if (glfwGetMouseButton(win, GLFW_MOUSE_BUTTON_LEFT) == GLFW_PRESS) camera.orbit(-dx * 0.3f, dy * 0.3f);
+      if (glfwGetMouseButton(win, GLFW_MOUSE_BUTTON_LEFT) == GLFW_PRESS)
+        camera.orbit(-dx * 0.3f, dy * 0.3f);
       if (glfwGetMouseButton(win, GLFW_MOUSE_BUTTON_RIGHT) == GLFW_PRESS ||
           glfwGetMouseButton(win, GLFW_MOUSE_BUTTON_MIDDLE) == GLFW_PRESS)
         camera.pan(dx / std::max(io.DisplaySize.y, 1.0f), dy / std::max(io.DisplaySize.y, 1.0f));
@@ -265,7 +290,12 @@ int run_gui(const Args& args) {
     window.value()->framebuffer_size(&fbw, &fbh);
     ui.view.hovered_pos = io.WantCaptureMouse ? -1 : ui.hovered_pos;
     AnimClock clock{now - ui.last_step_time, cs.busy, now};
-    scene = build_scene(tl, ui.view, clock);
+    if (built.run != tl.run() || built.steps != tl.steps().size() || !(built.view == ui.view)) {
+      scene = build_scene(tl, ui.view, clock);
+      built = {tl.run(), tl.steps().size(), ui.view};
+    } else {
+      animate_scene(&scene, tl, clock);
+    }
     camera.set_aspect(fbh > 0 ? float(fbw) / float(fbh) : 1.0f);
     camera.set_content(render::scene_bounds(scene), scene.head.position);
     if (ui.preset_changed) {
@@ -275,8 +305,9 @@ int run_gui(const Args& args) {
     camera.update(dt);
     scene.camera = camera.view();
     // Picking works in window coordinates; the projection only needs the aspect.
-    ui.hovered_pos = io.WantCaptureMouse ? -1
-                                         : pick_token(scene, mx, my, int(io.DisplaySize.x), int(io.DisplaySize.y));
+    ui.hovered_pos = io.WantCaptureMouse
+                         ? -1
+                         : pick_token(scene, mx, my, int(io.DisplaySize.x), int(io.DisplaySize.y));
     panel_inspector(ui, tl);
 
     ImGui::Render();

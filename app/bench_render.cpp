@@ -1,5 +1,9 @@
 // bench_render.cpp — `kvscope bench-render`: frame time and draw calls for synthetic
-// scenes (256 / 1,024 / 4,096 tokens) rendered offscreen at a fixed size.
+// scenes (256 / 1,024 / 4,096 tokens) rendered offscreen at a fixed size, in two cases:
+//   animated: the content is unchanged and only SceneAnim moves (the app between steps:
+//             no instance upload);
+//   new step: the content changes every frame (a step arrives each frame: repack and
+//             send the changed ranges).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -22,17 +26,24 @@ int run_bench_render(int argc, char** argv) {
   int frames = 20, width = 1280, height = 720, layers = 30;
   for (int i = 1; i < argc; ++i) {
     std::string k = argv[i];
-    if (k == "--frames" && i + 1 < argc) frames = std::atoi(argv[++i]);
-    else if (k == "--layers" && i + 1 < argc) layers = std::atoi(argv[++i]);
+    if (k == "--frames" && i + 1 < argc)
+      frames = std::atoi(argv[++i]);
+    else if (k == "--layers" && i + 1 < argc)
+      layers = std::atoi(argv[++i]);
     else if (k == "--size" && i + 1 < argc) {
       if (std::sscanf(argv[++i], "%dx%d", &width, &height) != 2) width = 0;
     } else {
-      std::fprintf(stderr, "kvscope bench-render: unknown option '%s' (--frames N --layers L --size WxH)\n", k.c_str());
+      std::fprintf(stderr,
+                   "kvscope bench-render: unknown option '%s' (--frames N --layers L --size WxH)\n",
+                   k.c_str());
       return 2;
     }
   }
-  if (frames < 1 || layers < 1 || layers > 256 || width < 16 || height < 16 || width > 8192 || height > 8192) {
-    std::fprintf(stderr, "kvscope bench-render: --frames >= 1, --layers in [1, 256], --size in [16, 8192]^2\n");
+  if (frames < 1 || layers < 1 || layers > 256 || width < 16 || height < 16 || width > 8192 ||
+      height > 8192) {
+    std::fprintf(
+        stderr,
+        "kvscope bench-render: --frames >= 1, --layers in [1, 256], --size in [16, 8192]^2\n");
     return 2;
   }
   WindowOptions wo;
@@ -58,8 +69,8 @@ int run_bench_render(int argc, char** argv) {
     return 1;
   }
   std::printf("renderer: %s\n", window.value()->gl_description().c_str());
-  std::printf("%8s %7s %10s %8s %8s %10s %10s %6s\n", "tokens", "layers", "kv_blocks", "beams",
-              "glyphs", "frame_ms", "cpu_ms", "draws");
+  std::printf("%8s %7s %10s %8s %8s %9s %10s %10s %11s %6s\n", "tokens", "layers", "kv_blocks",
+              "beams", "glyphs", "case", "frame_ms", "prep_ms", "upload_B", "draws");
   for (int n : {256, 1024, 4096}) {
     render::SyntheticSpec spec;
     spec.n_tokens = n;
@@ -72,19 +83,33 @@ int run_bench_render(int argc, char** argv) {
     cam.set_preset(render::CameraPreset::ThreeQuarter, true);
     s.camera = cam.view();
     target.bind();
-    for (int i = 0; i < 2; ++i) r->draw(s, width, height);  // warm up
-    glFinish();
-    double cpu = 0;
-    auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < frames; ++i) {
-      r->draw(s, width, height);
-      glFinish();  // count the GPU (llvmpipe) work, not just submission
-      cpu += r->last_stats().cpu_ms;
+    for (bool new_step : {false, true}) {
+      s.revision = render::next_scene_revision();
+      for (int i = 0; i < 2; ++i) r->draw(s, width, height);  // warm up
+      glFinish();
+      double cpu = 0, kib = 0;  // packing+upload ms, bytes uploaded
+      auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < frames; ++i) {
+        s.anim.flash = float(i % 10) / 10.0f;  // the animation always moves
+        s.anim.fall = 1.0f - float(i % 10) / 10.0f;
+        if (new_step) {
+          s.revision = render::next_scene_revision();
+          // A new step: the newest token's stack changes (here one block of it).
+          s.kv_blocks[size_t(i) % s.kv_blocks.size()].brightness = float(i % 7 + 1) / 8.0f;
+        }
+        r->draw(s, width, height);
+        glFinish();  // count the GPU (llvmpipe) work, not just submission
+        cpu += r->last_stats().prepare_ms;
+        kib += double(r->last_stats().uploaded_bytes);
+      }
+      double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                      .count() /
+                  frames;
+      const render::FrameStats& st = r->last_stats();
+      std::printf("%8d %7d %10zu %8zu %8zu %9s %10.2f %10.2f %11.0f %6d\n", n, layers,
+                  st.kv_blocks, st.beams, st.glyphs, new_step ? "new step" : "animated", ms,
+                  cpu / frames, kib / frames, st.draw_calls);
     }
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / frames;
-    const render::FrameStats& st = r->last_stats();
-    std::printf("%8d %7d %10zu %8zu %8zu %10.2f %10.2f %6d\n", n, layers, st.kv_blocks, st.beams,
-                st.glyphs, ms, cpu / frames, st.draw_calls);
   }
   render::OffscreenTarget::bind_default();
   return 0;

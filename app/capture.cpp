@@ -15,6 +15,7 @@ Status run_steps(Session& session, const PromptSpec& prompt, int steps, Timeline
   KV_TRY(session.reset(prompt));
   Event reset{Event::Kind::Reset, timeline->run() + 1};
   reset.prompt_text = prompt.text;
+  reset.prompt_chat = prompt.chat;
   reset.mode = session.mode();
   timeline->apply(reset);
   for (int i = 0; i < steps && !session.done(); ++i) {
@@ -60,7 +61,8 @@ int run_screenshot(const CaptureOptions& opts) {
     std::fprintf(stderr, "kvscope: %s\n", msg.c_str());
     return 1;
   };
-  if (opts.out_path.empty()) return fail("--screenshot needs an output path, e.g. --screenshot out.png");
+  if (opts.out_path.empty())
+    return fail("--screenshot needs an output path, e.g. --screenshot out.png");
   if (opts.steps < 1 || opts.steps > 100000) return fail("--steps must be in [1, 100000]");
   PromptSpec prompt;
   if (!opts.prompt_file.empty()) {
@@ -86,16 +88,19 @@ int run_screenshot(const CaptureOptions& opts) {
   if (!engine.ok()) return fail(engine.error().message);
   EngineHandle& eng = engine.value();
   Timeline tl;
-  if (Status st = run_steps(*eng.session, prompt, opts.steps, &tl); !st.ok()) return fail(st.message());
+  if (Status st = run_steps(*eng.session, prompt, opts.steps, &tl); !st.ok())
+    return fail(st.message());
 
   render::RendererOptions ro;
   ro.shader_dir = render::find_shader_dir(executable_dir());
   std::unique_ptr<render::Renderer> renderer;
   if (render::Result r = render::Renderer::create(ro, &renderer); !r.ok()) return fail(r.error);
-  render::Scene scene = capture_scene(tl, opts.view, opts.since_step, opts.camera, opts.width, opts.height);
+  render::Scene scene =
+      capture_scene(tl, opts.view, opts.since_step, opts.camera, opts.width, opts.height);
   auto rgba = render_offscreen(*renderer, scene, opts.width, opts.height);
   if (!rgba.ok()) return fail(rgba.error().message);
-  if (render::Result r = render::write_png(opts.out_path, opts.width, opts.height, rgba.value()); !r.ok())
+  if (render::Result r = render::write_png(opts.out_path, opts.width, opts.height, rgba.value());
+      !r.ok())
     return fail(r.error);
   const StepTrace* last = tl.last();
   std::printf("kvscope: wrote %s (%dx%d, %d steps, seq_len %d, mode %s, camera %s)\n",

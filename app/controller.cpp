@@ -49,6 +49,12 @@ ControllerState Controller::state() const {
   s.finished = a_finished_.load();
   s.speed = a_speed_.load();
   s.steps = a_steps_.load();
+  if (s.busy) {
+    s.computing_step = s.steps + 1;
+    int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      Clock::now().time_since_epoch()).count();
+    s.busy_seconds = std::max<int64_t>(0, now - a_busy_since_ns_.load()) * 1e-9;
+  }
   return s;
 }
 
@@ -84,6 +90,7 @@ void Controller::handle(Command& c) {
     playing_ = r->autoplay;
     Event e{Event::Kind::Reset, run_};
     e.prompt_text = r->prompt.text;
+    e.prompt_chat = r->prompt.chat;
     e.mode = session_->mode();
     emit(std::move(e));
   } else if (std::holds_alternative<CmdPlay>(c)) {
@@ -122,6 +129,8 @@ void Controller::handle(Command& c) {
 }
 
 void Controller::do_step() {
+  a_busy_since_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                         Clock::now().time_since_epoch()).count();
   a_busy_ = true;
   Expected<StepTrace> tr = session_->step();
   a_busy_ = false;

@@ -25,14 +25,25 @@ namespace kvscope::app {
 // Tokens per second when playing; kSpeedMax = as fast as the engine goes.
 inline constexpr float kSpeedMin = 0.25f, kSpeedTop = 30.0f, kSpeedMax = 0.0f;
 
-struct CmdReset { PromptSpec prompt; bool autoplay = false; };
+struct CmdReset {
+  PromptSpec prompt;
+  bool autoplay = false;
+};
 struct CmdPlay {};
 struct CmdPause {};
 struct CmdStep {};
-struct CmdSpeed { float tokens_per_s = 4.0f; };  // kSpeedMax or [kSpeedMin, kSpeedTop]
-struct CmdMode { CacheMode mode = CacheMode::Cache; };
-struct CmdSampler { SamplerConfig sampler; };
-struct CmdMaxTokens { int max_tokens = 256; };
+struct CmdSpeed {
+  float tokens_per_s = 4.0f;
+};  // kSpeedMax or [kSpeedMin, kSpeedTop]
+struct CmdMode {
+  CacheMode mode = CacheMode::Cache;
+};
+struct CmdSampler {
+  SamplerConfig sampler;
+};
+struct CmdMaxTokens {
+  int max_tokens = 256;
+};
 struct CmdStop {};  // pause and mark the run finished (no more steps until a reset)
 struct CmdShutdown {};
 using Command = std::variant<CmdReset, CmdPlay, CmdPause, CmdStep, CmdSpeed, CmdMode, CmdSampler,
@@ -46,6 +57,7 @@ struct Event {
   uint64_t run = 0;                        // run id: increments on every Reset
   std::shared_ptr<const StepTrace> trace;  // Kind::Step
   std::string prompt_text;                 // Kind::Reset
+  bool prompt_chat = false;                // Kind::Reset: the prompt uses the chat template
   CacheMode mode = CacheMode::Cache;       // Kind::ModeChanged / Reset
   std::string error;                       // Kind::Error
 };
@@ -54,6 +66,8 @@ struct Event {
 struct ControllerState {
   bool playing = false;
   bool busy = false;      // a step is running
+  int computing_step = 0;     // while busy: the 1-based step being computed
+  double busy_seconds = 0;    // while busy: how long that step has been running
   bool finished = false;  // the run stopped (eos, max tokens, stop, error)
   float speed = 4.0f;
   int steps = 0;
@@ -97,6 +111,7 @@ class Controller {
   std::atomic<bool> a_playing_{false}, a_busy_{false}, a_finished_{true};
   std::atomic<float> a_speed_{4.0f};
   std::atomic<int> a_steps_{0};
+  std::atomic<int64_t> a_busy_since_ns_{0};  // steady_clock time the running step began
 };
 
 }  // namespace kvscope::app

@@ -67,19 +67,22 @@ std::vector<PromptChoice> load_prompts() {
       auto p = read_prompt_file(e.path().string());
       // "01_narrative.txt" -> "narrative" (the number only orders the list).
       std::string stem = e.path().stem().string(), name = stem;
-      if (size_t u = stem.find('_'); u != std::string::npos && u > 0 &&
-          stem.find_first_not_of("0123456789") == u)
+      if (size_t u = stem.find('_');
+          u != std::string::npos && u > 0 && stem.find_first_not_of("0123456789") == u)
         name = stem.substr(u + 1);
       if (p.ok()) found.push_back({stem, {name, p.value()}});
     }
     if (!found.empty()) break;
   }
-  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::sort(found.begin(), found.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<PromptChoice> out;
   for (auto& f : found) out.push_back(std::move(f.second));
   if (out.empty()) {
     out.push_back({"narrative", {"Once upon a time, in a kingdom far away, there lived a", false}});
-    out.push_back({"code", {"def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n", false}});
+    out.push_back(
+        {"code",
+         {"def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n", false}});
     out.push_back({"chat", {"Explain in two sentences why the sky is blue.", true}});
   }
   return out;

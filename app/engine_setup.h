@@ -12,7 +12,7 @@ namespace kvscope::app {
 struct EngineOptions {
   std::string model_path;  // empty = the default model
   std::string backend = "auto";
-  int threads = 0;         // 0 = the backend's default
+  int threads = 0;  // 0 = the backend's default
   CacheMode mode = CacheMode::Cache;
   int max_tokens = 256;
 };

@@ -21,14 +21,14 @@ void panel_candidates(const Timeline& tl) {
     for (size_t i = 0; i < t->top.size(); ++i) {
       const Candidate& c = t->top[i];
       bool sampled = int(i) == t->sampled_rank;
-      std::string label = "'" + display_text(c.text) + "'";
+      std::string label = display_text(c.text);
       if (sampled) ImGui::PushStyleColor(ImGuiCol_PlotHistogram, ImVec4(1.0f, 0.5f, 0.3f, 1.0f));
       char overlay[64];
       std::snprintf(overlay, sizeof overlay, "%.1f%%", 100.0 * c.p);
       ImGui::ProgressBar(c.p, ImVec2(120, 0), overlay);
       if (sampled) ImGui::PopStyleColor();
       ImGui::SameLine();
-      ImGui::Text("%s%s", label.c_str(), sampled ? "  <- sampled" : "");
+      ImGui::Text("'%s'%s", label.c_str(), sampled ? "  <- sampled" : "");
     }
   }
   if (!tl.generated_text().empty()) {

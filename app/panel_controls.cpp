@@ -17,7 +17,8 @@ void send(Controller* ctl, Command c) {
 
 void panel_controls(UiState& ui, Controller* ctl, const ControllerState& cs, const Timeline& tl) {
   ImGui::SetNextWindowPos(ImVec2(10, 10), ImGuiCond_FirstUseEver);
-  ImGui::SetNextWindowSize(ImVec2(340, 640), ImGuiCond_FirstUseEver);
+  float avail = ImGui::GetIO().DisplaySize.y - 320.0f;
+  ImGui::SetNextWindowSize(ImVec2(340, std::clamp(avail, 240.0f, 660.0f)), ImGuiCond_FirstUseEver);
   ImGui::Begin("Controls");
   ImGui::BeginDisabled(!ui.engine_ready);
 
@@ -33,18 +34,22 @@ void panel_controls(UiState& ui, Controller* ctl, const ControllerState& cs, con
     }
   }
   if (n > 0)
-    ImGui::TextWrapped("%s", ui.prompts[size_t(std::clamp(ui.prompt_index, 0, n - 1))].spec.text.c_str());
+    ImGui::TextWrapped("%s",
+                       ui.prompts[size_t(std::clamp(ui.prompt_index, 0, n - 1))].spec.text.c_str());
 
   // Transport.
   ImGui::Separator();
   ImGui::TextDisabled("Generation");
-  if (ImGui::Button("Reset") && n > 0) send(ctl, CmdReset{ui.prompts[size_t(ui.prompt_index)].spec, false});
+  if (ImGui::Button("Reset") && n > 0)
+    send(ctl, CmdReset{ui.prompts[size_t(ui.prompt_index)].spec, false});
   ImGui::SameLine();
   if (cs.playing) {
     if (ImGui::Button("Pause")) send(ctl, CmdPause{});
   } else if (ImGui::Button("Play")) {
-    if (cs.finished && n > 0) send(ctl, CmdReset{ui.prompts[size_t(ui.prompt_index)].spec, true});
-    else send(ctl, CmdPlay{});
+    if (cs.finished && n > 0)
+      send(ctl, CmdReset{ui.prompts[size_t(ui.prompt_index)].spec, true});
+    else
+      send(ctl, CmdPlay{});
   }
   ImGui::SameLine();
   if (ImGui::Button("Step")) send(ctl, CmdStep{});
@@ -52,7 +57,8 @@ void panel_controls(UiState& ui, Controller* ctl, const ControllerState& cs, con
   if (ImGui::Button("Stop")) send(ctl, CmdStop{});
   if (cs.busy) {
     ImGui::SameLine();
-    ImGui::TextColored(ImVec4(1.0f, 0.8f, 0.3f, 1.0f), "computing...");
+    ImGui::TextColored(ImVec4(1.0f, 0.8f, 0.3f, 1.0f), "computing step %d... %.1f s",
+                       cs.computing_step, cs.busy_seconds);
   } else if (cs.finished && tl.last()) {
     ImGui::SameLine();
     ImGui::TextDisabled("(%s)", stop_reason_name(tl.last()->stop));
@@ -61,10 +67,12 @@ void panel_controls(UiState& ui, Controller* ctl, const ControllerState& cs, con
   if (ImGui::Checkbox("as fast as possible", &ui.speed_max))
     send(ctl, CmdSpeed{ui.speed_max ? kSpeedMax : ui.speed});
   ImGui::BeginDisabled(ui.speed_max);
-  if (ImGui::SliderFloat("tok/s", &ui.speed, kSpeedMin, kSpeedTop, "%.2f", ImGuiSliderFlags_Logarithmic))
+  if (ImGui::SliderFloat("tok/s", &ui.speed, kSpeedMin, kSpeedTop, "%.2f",
+                         ImGuiSliderFlags_Logarithmic))
     send(ctl, CmdSpeed{ui.speed});
   ImGui::EndDisabled();
-  if (ImGui::SliderInt("max tokens", &ui.max_tokens, 1, 2048)) send(ctl, CmdMaxTokens{ui.max_tokens});
+  if (ImGui::SliderInt("max tokens", &ui.max_tokens, 1, 2048))
+    send(ctl, CmdMaxTokens{ui.max_tokens});
 
   int mode = ui.mode == CacheMode::Cache ? 0 : 1;
   ImGui::Text("Mode:");
@@ -98,6 +106,7 @@ void panel_controls(UiState& ui, Controller* ctl, const ControllerState& cs, con
   int L = std::max(ui.facts.n_layer, 1), H = std::max(ui.facts.n_head, 1);
   ImGui::Checkbox("all layers (mean)", &ui.view.all_layers);
   ImGui::BeginDisabled(ui.view.all_layers);
+  if (ui.view.layer == kMiddleLayer) ui.view.layer = L / 2;
   ImGui::SliderInt("layer", &ui.view.layer, 0, L - 1);
   ImGui::EndDisabled();
   const char* aggs[] = {"single head", "mean over heads", "max over heads"};
@@ -107,6 +116,9 @@ void panel_controls(UiState& ui, Controller* ctl, const ControllerState& cs, con
   ImGui::SliderInt("head", &ui.view.head, 0, H - 1);
   ImGui::EndDisabled();
   ImGui::Checkbox("renormalize without the sink (pos 0)", &ui.view.renormalize_sink);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("Position 0 usually takes most of the attention (an attention sink).\n"
+                      "On: drop it and rescale the rest to sum 1. Off: the real weights.");
   ImGui::Checkbox("color KV blocks by V norm", &ui.view.color_by_v);
   ImGui::Checkbox("token labels", &ui.view.labels);
 
@@ -117,7 +129,8 @@ void panel_controls(UiState& ui, Controller* ctl, const ControllerState& cs, con
     std::string label = render::camera_preset_name(p);
     for (char& c : label) c = char(std::toupper(static_cast<unsigned char>(c)));
     bool active = ui.preset == p;
-    if (active) ImGui::PushStyleColor(ImGuiCol_Button, ImGui::GetStyle().Colors[ImGuiCol_ButtonActive]);
+    if (active)
+      ImGui::PushStyleColor(ImGuiCol_Button, ImGui::GetStyle().Colors[ImGuiCol_ButtonActive]);
     if (ImGui::Button(label.c_str())) {
       ui.preset = p;
       ui.preset_changed = true;

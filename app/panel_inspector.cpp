@@ -1,5 +1,5 @@
-// panel_inspector.cpp — a tooltip for the token under the mouse: text, id, attention,
-// K/V norms at the selected layer.
+// panel_inspector.cpp — a tooltip for the token under the mouse: text, id, position, the
+// attention it receives from the head (for the current layer/head choice), K/V norms.
 #include <imgui.h>
 
 #include <algorithm>
@@ -15,17 +15,25 @@ void panel_inspector(const UiState& ui, const Timeline& tl) {
   if (pos < 0 || pos >= int(tl.tokens().size())) return;
   const TokenInfo& t = tl.tokens()[size_t(pos)];
   ImGui::BeginTooltip();
-  ImGui::Text("'%s'  id %d  position %d", display_text(t.text).c_str(), t.id, pos);
-  ImGui::Text("%s", t.prompt ? "prompt token" : "generated token");
+  ImGui::Text("'%s'", display_text(t.text).c_str());
+  ImGui::Text("id %d   position %d   %s", t.id, pos, t.prompt ? "prompt token" : "generated");
   if (!t.prompt) ImGui::Text("sampled at step %d", t.step);
-  if (const StepTrace* last = tl.last(); last && pos < last->n_attn) {
+  const StepTrace* last = tl.last();
+  int n_layer = std::max(tl.n_layer(), last ? last->n_layer : 0);
+  if (last && pos < last->n_attn) {
     std::vector<float> w = beam_weights(*last, ui.view);
-    ImGui::Text("attention from the head: %.4f", w[size_t(pos)]);
+    ImGui::Text("attention received: %.4f", w[size_t(pos)]);
+    ImGui::TextDisabled("query at position %d, step %d; %s", last->n_attn - 1, last->step,
+                        describe_view(ui.view, n_layer).c_str());
+  } else {
+    ImGui::TextDisabled("no attention to it yet (it is the newest token)");
   }
-  int layer = std::clamp(ui.view.layer, 0, std::max(tl.n_layer() - 1, 0));
+  int layer = resolved_layer(ui.view, n_layer);
   float k = tl.kv_norm(pos, layer, false), v = tl.kv_norm(pos, layer, true);
-  if (std::isnan(k)) ImGui::TextDisabled("K/V not computed yet");
-  else ImGui::Text("layer %d: |K| %.3f  |V| %.3f", layer, k, v);
+  if (std::isnan(k))
+    ImGui::TextDisabled("K/V not computed yet");
+  else
+    ImGui::Text("layer %d: |K| %.3f  |V| %.3f", layer, k, v);
   ImGui::EndTooltip();
 }
 

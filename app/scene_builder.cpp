@@ -16,24 +16,47 @@ std::string display_text(const std::string& text) {
   std::string out;
   bool any_visible = false;
   for (char c : text) {
-    if (c == '\n') out += "\xE2\x86\xB5";       // ↵
-    else if (c == '\t') out += "\xE2\x86\x92";  // →
-    else if (c == '\r') continue;
-    else out += c;
+    if (c == '\n')
+      out += "\xE2\x86\xB5";  // ↵
+    else if (c == '\t')
+      out += "\xE2\x86\x92";  // →
+    else if (c == '\r')
+      continue;
+    else
+      out += c;
     if (c != ' ') any_visible = true;
   }
   if (!any_visible && !text.empty()) {
     out.clear();
-    for (char c : text) if (c == ' ') out += "\xC2\xB7";  // spaces shown as middle dots
+    for (char c : text)
+      if (c == ' ') out += "\xC2\xB7";  // spaces shown as middle dots
   }
   return out;
+}
+
+int resolved_layer(const ViewOptions& opts, int n_layer) {
+  if (n_layer <= 0) return 0;
+  if (opts.layer == kMiddleLayer) return n_layer / 2;
+  return std::clamp(opts.layer, 0, n_layer - 1);
+}
+
+std::string describe_view(const ViewOptions& opts, int n_layer) {
+  std::string s = opts.all_layers ? "mean over all layers"
+                                  : "layer " + std::to_string(resolved_layer(opts, n_layer));
+  switch (opts.aggregation) {
+    case HeadAggregation::Single: s += ", head " + std::to_string(opts.head); break;
+    case HeadAggregation::Mean: s += ", mean over heads"; break;
+    case HeadAggregation::Max: s += ", max over heads"; break;
+  }
+  if (opts.renormalize_sink) s += ", without the sink";
+  return s;
 }
 
 std::vector<float> beam_weights(const StepTrace& t, const ViewOptions& opts) {
   const int n = t.n_attn, L = t.n_layer, H = t.n_head;
   std::vector<float> w(size_t(std::max(n, 0)), 0.0f);
   if (n <= 0 || L <= 0 || H <= 0 || t.attention.size() < size_t(L) * H * n) return w;
-  int l0 = opts.all_layers ? 0 : std::clamp(opts.layer, 0, L - 1);
+  int l0 = opts.all_layers ? 0 : resolved_layer(opts, L);
   int l1 = opts.all_layers ? L : l0 + 1;
   int h0 = opts.aggregation == HeadAggregation::Single ? std::clamp(opts.head, 0, H - 1) : 0;
   int h1 = opts.aggregation == HeadAggregation::Single ? h0 + 1 : H;
@@ -42,8 +65,10 @@ std::vector<float> beam_weights(const StepTrace& t, const ViewOptions& opts) {
     for (int h = h0; h < h1; ++h) {
       const float* a = &t.attention[(size_t(l) * H + h) * n];
       for (int j = 0; j < n; ++j) {
-        if (opts.aggregation == HeadAggregation::Max) per[size_t(j)] = std::max(per[size_t(j)], a[j]);
-        else per[size_t(j)] += a[j] / float(h1 - h0);
+        if (opts.aggregation == HeadAggregation::Max)
+          per[size_t(j)] = std::max(per[size_t(j)], a[j]);
+        else
+          per[size_t(j)] += a[j] / float(h1 - h0);
       }
     }
     for (int j = 0; j < n; ++j) w[size_t(j)] += per[size_t(j)] / float(l1 - l0);
@@ -52,7 +77,8 @@ std::vector<float> beam_weights(const StepTrace& t, const ViewOptions& opts) {
     if (opts.renormalize_sink) w[0] = 0.0f;
     float sum = 0;
     for (float x : w) sum += x;
-    if (sum > 0) for (float& x : w) x /= sum;
+    if (sum > 0)
+      for (float& x : w) x /= sum;
   }
   return w;
 }
@@ -66,22 +92,28 @@ float smooth01(float x) {
 
 }  // namespace
 
+namespace {
+// Animation of one step, from the seconds since its trace arrived.
+float drop_progress(double since) { return smooth01((float(since) - 0.05f) / 0.35f); }
+float step_flash(double since) { return std::exp(-float(since) / 0.8f); }
+float beam_fade(double since) { return 0.75f + 0.25f * std::exp(-float(since) / 0.5f); }
+}  // namespace
+
 render::Scene build_scene(const Timeline& tl, const ViewOptions& opts, const AnimClock& clock) {
   namespace layout = render::layout;
   render::Scene s;
+  s.revision = render::next_scene_revision();
   const StepTrace* last = tl.last();
   const int n_layer = std::max(tl.n_layer(), last ? last->n_layer : 0);
   const int n_tok = int(tl.tokens().size());
-  const float since = float(clock.since_step);
-  const float drop = smooth01((since - 0.05f) / 0.35f);  // newest token falls into place
 
-  // Tokens.
+  // Tokens. The newest generated token falls into its slot (SceneAnim::fall).
   for (int i = 0; i < n_tok; ++i) {
     const TokenInfo& ti = tl.tokens()[size_t(i)];
     render::TokenInstance t;
     t.position = layout::token_position(i);
     bool newest = last && i == last->pos && !ti.prompt;
-    if (newest) t.position.y += (1.0f - drop) * (layout::kHeadHeight - 0.2f);
+    if (newest) t.drop = layout::kHeadHeight - 0.2f;
     t.color = ti.prompt ? render::palette::kPromptToken : render::palette::kGeneratedToken;
     t.brightness = ti.prompt ? 0.7f : 1.0f;
     if (opts.labels) t.label = display_text(ti.text);
@@ -89,9 +121,10 @@ render::Scene build_scene(const Timeline& tl, const ViewOptions& opts, const Ani
     s.tokens.push_back(std::move(t));
   }
 
-  // KV stacks: one block per layer under every position whose K/V rows exist.
+  // KV stacks: one block per layer under every position whose K/V rows exist. Blocks
+  // written this step flash (SceneAnim::flash); in NO_CACHE they flash red.
   bool nocache = last && last->mode == CacheMode::NoCache;
-  float flash = std::exp(-since / 0.8f);
+  s.kv_blocks.reserve(size_t(n_tok) * size_t(std::max(n_layer, 0)));
   for (int i = 0; i < n_tok; ++i) {
     bool written_now = last && i >= last->kv_first_pos && i < last->kv_first_pos + last->kv_written;
     for (int l = 0; l < n_layer; ++l) {
@@ -106,39 +139,58 @@ render::Scene build_scene(const Timeline& tl, const ViewOptions& opts, const Ani
         float x = hi > lo ? (v - lo) / (hi - lo) : 0.5f;
         k.color = render::palette::kv_color(x);
         k.brightness = nocache ? 0.55f : 0.95f;  // NO CACHE keeps nothing: dimmer stacks
-        if (written_now && !nocache) k.brightness = std::min(1.0f, 0.95f + 0.6f * flash);
+        if (written_now && !nocache) k.flash_brightness = 0.6f;
       }
-      if (nocache && written_now) k.recompute = 0.35f + 0.65f * flash;
+      if (nocache && written_now) {
+        k.recompute = 0.35f;
+        k.flash_recompute = 0.65f;
+      }
       s.kv_blocks.push_back(k);
     }
   }
 
-  // Head and beams.
-  // The head sits above the slot being generated; after a step it slides one slot
-  // right as the new token lands.
-  s.head.position = layout::head_position(n_tok);
-  if (last && last->pos == n_tok - 1)
-    s.head.position = layout::head_position(last->pos) + glm::vec3(drop * layout::kTokenSpacing, 0, 0);
-  float pulse = 0.5f + 0.5f * std::sin(float(clock.time) * 6.0f);
-  s.head.glow = clock.busy ? 0.75f + 0.25f * pulse : 0.8f;
+  // Beams from the head's slot (SceneAnim::beam_shift slides them with the head).
+  glm::vec3 origin = layout::head_position(n_tok);
+  if (last && last->pos == n_tok - 1) origin = layout::head_position(last->pos);
   if (last && last->n_attn > 0) {
     std::vector<float> w = beam_weights(*last, opts);
     float mx = *std::max_element(w.begin(), w.end());
-    float fade = 0.75f + 0.25f * std::exp(-since / 0.5f);
-    glm::vec3 from = s.head.position;
     for (int j = 0; j < int(w.size()); ++j) {
       render::Beam b;
-      b.from = from;
+      b.from = origin;
       b.to = layout::beam_target(j, s.token_size.y);
-      // Strongest beam at full brightness; linear, so brightness order is the engine's order
-      // while preserving the engine's order.
-      b.weight = mx > 0 ? w[size_t(j)] / mx * fade : 0.0f;
+      // Strongest beam at full brightness. The square root is monotone (brightness order is
+      // the engine's order) and keeps 1-5% weights visible next to a sink holding 70%.
+      b.weight = mx > 0 ? std::sqrt(w[size_t(j)] / mx) : 0.0f;
       b.color = render::palette::kBeam;
       s.beams.push_back(b);
     }
   }
   s.grid.height = layout::floor_height(n_layer);
+  animate_scene(&s, tl, clock);
   return s;
+}
+
+void animate_scene(render::Scene* scene, const Timeline& tl, const AnimClock& clock) {
+  namespace layout = render::layout;
+  render::Scene& s = *scene;
+  const StepTrace* last = tl.last();
+  const int n_tok = int(tl.tokens().size());
+  const float drop = drop_progress(clock.since_step);
+  s.anim.fall = 1.0f - drop;
+  s.anim.flash = step_flash(clock.since_step);
+  s.anim.beam_fade = beam_fade(clock.since_step);
+  // The head sits above the slot being generated; after a step it slides one slot right
+  // as the new token lands, and the beams' origin goes with it.
+  s.head.position = layout::head_position(n_tok);
+  s.anim.beam_shift = glm::vec3(0.0f);
+  if (last && last->pos == n_tok - 1) {
+    glm::vec3 shift(drop * layout::kTokenSpacing, 0.0f, 0.0f);
+    s.head.position = layout::head_position(last->pos) + shift;
+    s.anim.beam_shift = shift;
+  }
+  float pulse = 0.5f + 0.5f * std::sin(float(clock.time) * 6.0f);
+  s.head.glow = clock.busy ? 0.75f + 0.25f * pulse : 0.8f;
 }
 
 }  // namespace kvscope::app

@@ -13,15 +13,20 @@ namespace kvscope::app {
 
 enum class HeadAggregation { Single, Mean, Max };
 
+// The default view opens on a middle layer, mean over heads, sinks shown as they are:
+// the first thing people see is a meaningful attention fan.
+inline constexpr int kMiddleLayer = -1;
+
 struct ViewOptions {
-  int layer = 0;          // selected layer (when !all_layers)
-  bool all_layers = false;  // average the weights over every layer
-  int head = 0;           // selected head (when aggregation == Single)
-  HeadAggregation aggregation = HeadAggregation::Single;
+  int layer = kMiddleLayer;  // selected layer (when !all_layers); kMiddleLayer = n_layer / 2
+  bool all_layers = false;   // average the weights over every layer
+  int head = 0;              // selected head (when aggregation == Single)
+  HeadAggregation aggregation = HeadAggregation::Mean;
   bool renormalize_sink = false;  // drop position 0 and renormalize the rest to sum 1
   bool color_by_v = false;        // color KV blocks by the V norm instead of K
   bool labels = true;
   int hovered_pos = -1;
+  bool operator==(const ViewOptions&) const = default;
 };
 
 // Animation clock: seconds since the newest trace arrived, and whether a step runs now.
@@ -34,9 +39,20 @@ struct AnimClock {
 // Attention weights of trace `t` over positions [0, t.n_attn), aggregated as `opts`
 // says (sums to 1 unless the trace has no attention). Position 0 is zero when
 // renormalize_sink is on.
+// The layer `opts` selects for a model with `n_layer` layers (kMiddleLayer resolved,
+// out-of-range values clamped).
+int resolved_layer(const ViewOptions& opts, int n_layer);
+// "layer 15, mean over heads" and the like, for labels and tooltips.
+std::string describe_view(const ViewOptions& opts, int n_layer);
+
 std::vector<float> beam_weights(const StepTrace& t, const ViewOptions& opts);
 
+// The scene's content (instances) from the timeline and view, with a fresh revision, and
+// its animation for `clock` (animate_scene). The content does not depend on the clock.
 render::Scene build_scene(const Timeline& tl, const ViewOptions& opts, const AnimClock& clock);
+// Sets only the per-frame parts (scene.anim, head position and glow) for `clock`; the
+// instances and revision stay, so the renderer re-uploads nothing.
+void animate_scene(render::Scene* scene, const Timeline& tl, const AnimClock& clock);
 
 // Display text for a token label: newlines/tabs become visible symbols.
 std::string display_text(const std::string& text);

@@ -34,11 +34,17 @@ bool Timeline::apply(const Event& e) {
     clear();
     run_ = e.run;
     prompt_text_ = e.prompt_text;
+    prompt_chat_ = e.prompt_chat;
     mode_ = e.mode;
+    finished_ = false;
     return true;
   }
   if (e.run != run_) return false;
   if (e.kind == Event::Kind::ModeChanged) mode_ = e.mode;
+  if (e.kind == Event::Kind::Finished || e.kind == Event::Kind::Error) {
+    finished_ = true;
+    history_.finish(prompt_text_, prompt_chat_, run_);
+  }
   if (e.kind != Event::Kind::Step || !e.trace) return true;
   const StepTrace& t = *e.trace;
   mode_ = t.mode;
@@ -74,7 +80,23 @@ bool Timeline::apply(const Event& e) {
     }
   }
   steps_.push_back(e.trace);
+  history_.record(prompt_text_, prompt_chat_, run_, t);
   return true;
+}
+
+const RunSeries* Timeline::current_series() const {
+  for (CacheMode m : {CacheMode::Cache, CacheMode::NoCache})
+    if (const RunSeries* s = history_.find(prompt_text_, prompt_chat_, m); s && s->run == run_)
+      return s;
+  return nullptr;
+}
+
+const RunSeries* Timeline::other_series() const {
+  const RunSeries* cur = current_series();
+  CacheMode mine = cur ? cur->mode : mode_;
+  CacheMode other = mine == CacheMode::Cache ? CacheMode::NoCache : CacheMode::Cache;
+  const RunSeries* s = history_.find(prompt_text_, prompt_chat_, other);
+  return s && s->run != run_ ? s : nullptr;
 }
 
 float Timeline::kv_norm(int pos, int layer, bool v) const {

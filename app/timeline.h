@@ -2,7 +2,8 @@
 //
 // Owned by the UI thread; fed from Controller events in order. Positions [0, seq_len)
 // have a token; K/V norms exist for positions whose K/V rows some step has written
-// (NaN otherwise). Traces are shared and immutable.
+// (NaN otherwise). Traces are shared and immutable. The run history (measured per-step
+// series of earlier runs, per prompt and mode) survives Reset.
 #pragma once
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "app/controller.h"
+#include "app/run_history.h"
 
 namespace kvscope::app {
 
@@ -35,6 +37,14 @@ class Timeline {
   int n_layer() const { return n_layer_; }
   uint64_t run() const { return run_; }
   const std::string& prompt_text() const { return prompt_text_; }
+  bool prompt_chat() const { return prompt_chat_; }
+  const RunHistory& history() const { return history_; }
+  // This run's series and the other mode's last series for the same prompt (nullptr when
+  // that mode has not run on it, or when it is this very run).
+  const RunSeries* current_series() const;
+  const RunSeries* other_series() const;
+  // True between a Reset/Step of this run and its Finished/Error event.
+  bool finished() const { return finished_; }
   CacheMode mode() const { return mode_; }
   const std::string& generated_text() const { return generated_; }
 
@@ -49,11 +59,13 @@ class Timeline {
   uint64_t run_ = 0;
   std::string prompt_text_, generated_;
   CacheMode mode_ = CacheMode::Cache;
+  bool prompt_chat_ = false, finished_ = true;
+  RunHistory history_;
   std::vector<std::shared_ptr<const StepTrace>> steps_;
   std::vector<TokenInfo> tokens_;
   int n_layer_ = 0;
-  std::vector<std::vector<float>> k_norm_, v_norm_;  // [L][pos]
-  std::vector<float> k_min_, k_max_, v_min_, v_max_;   // [L]
+  std::vector<std::vector<float>> k_norm_, v_norm_;   // [L][pos]
+  std::vector<float> k_min_, k_max_, v_min_, v_max_;  // [L]
 };
 
 }  // namespace kvscope::app

@@ -1,4 +1,4 @@
-// ui_state.cpp — FLOP estimate for the other mode's curve and number formatting.
+// ui_state.cpp — number formatting and the error modal.
 #include "app/ui_state.h"
 
 #include <cstdio>
@@ -7,26 +7,16 @@
 
 namespace kvscope::app {
 
-uint64_t estimate_step_flops(const ModelFacts& m, CacheMode mode, int past, int n_new) {
-  if (n_new <= 0) return 0;
-  uint64_t per_tok = 2 * m.block_macs_per_token;
-  uint64_t lm_head = 2ull * uint64_t(m.n_embd) * uint64_t(m.n_vocab);
-  uint64_t attn_unit = 4ull * uint64_t(m.n_head) * uint64_t(m.head_dim) * uint64_t(m.n_layer);
-  auto attention = [&](uint64_t first_keys, uint64_t count) {  // sum of keys over queries
-    return attn_unit * (count * first_keys + count * (count - 1) / 2);
-  };
-  if (mode == CacheMode::Cache)
-    return uint64_t(n_new) * per_tok + lm_head + attention(uint64_t(past) + 1, uint64_t(n_new));
-  uint64_t T = uint64_t(past) + uint64_t(n_new);
-  return T * per_tok + lm_head + attention(1, T);
-}
-
 std::string format_bytes(uint64_t b) {
   char buf[32];
-  if (b >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1ull << 30));
-  else if (b >= (1ull << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", b / double(1ull << 20));
-  else if (b >= 1024) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
-  else std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
+  if (b >= (1ull << 30))
+    std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1ull << 30));
+  else if (b >= (1ull << 20))
+    std::snprintf(buf, sizeof buf, "%.2f MiB", b / double(1ull << 20));
+  else if (b >= 1024)
+    std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
+  else
+    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
   return buf;
 }
 

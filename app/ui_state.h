@@ -21,11 +21,6 @@ struct ModelFacts {
   uint64_t kv_bytes_per_token = 0;
 };
 
-// FLOPs one step would take in `mode` with `past` tokens already in the sequence and
-// `n_new` tokens through the forward (estimate from the model's shapes, used for the
-// other mode's overlay curve; the measured curve comes from the traces).
-uint64_t estimate_step_flops(const ModelFacts& m, CacheMode mode, int past, int n_new);
-
 struct UiState {
   ViewOptions view;
   render::CameraPreset preset = render::CameraPreset::ThreeQuarter;
@@ -40,15 +35,20 @@ struct UiState {
   int max_tokens = 200;
   ModelFacts facts;
   bool engine_ready = false;
-  std::string error;         // shown in a modal until dismissed
-  std::string notice;        // one-line status (e.g. backend fallback)
+  std::string error;             // shown in a modal until dismissed
+  std::string notice;            // one-line status (e.g. backend fallback)
   double last_step_time = -1e9;  // glfwGetTime() when the newest trace arrived
+  std::deque<double> step_arrivals;  // arrival times of the last few traces (observed tok/s)
   int hovered_pos = -1;
 };
 
 // One panel per file (panel_*.cpp). Each draws one ImGui window.
 void panel_controls(UiState& ui, Controller* ctl, const ControllerState& cs, const Timeline& tl);
 void panel_stats(const UiState& ui, const ControllerState& cs, const Timeline& tl);
+// A centered banner "computing step N... 1.2 s" while a step runs longer than a blink.
+void overlay_computing(const ControllerState& cs, const Timeline& tl);
+// Generated tokens per second over the recent arrivals (0 when fewer than two).
+double observed_tokens_per_s(const UiState& ui);
 void panel_plots(const UiState& ui, const Timeline& tl);
 void panel_candidates(const Timeline& tl);
 void panel_inspector(const UiState& ui, const Timeline& tl);

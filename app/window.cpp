@@ -11,16 +11,18 @@
 namespace kvscope::app {
 namespace {
 std::string g_last_glfw_error;
-void on_glfw_error(int, const char* msg) { g_last_glfw_error = msg ? msg : "unknown error"; }
+void on_glfw_error(int, const char* msg) {
+  g_last_glfw_error = msg ? msg : "unknown error";
+}
 }  // namespace
 
 Expected<std::unique_ptr<GlWindow>> GlWindow::create(const WindowOptions& opts) {
   glfwSetErrorCallback(on_glfw_error);
   if (!glfwInit()) {
     const char* d = std::getenv("DISPLAY");
-    return make_error("cannot open a window: no display (", g_last_glfw_error, "; DISPLAY=",
-                      d ? d : "unset",
-                      "). Run on a desktop, under xvfb-run, or use `kvscope generate` for text only");
+    return make_error(
+        "cannot open a window: no display (", g_last_glfw_error, "; DISPLAY=", d ? d : "unset",
+        "). Run on a desktop, under xvfb-run, or use `kvscope generate` for text only");
   }
   glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
   glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 3);
@@ -57,7 +59,9 @@ GlWindow::~GlWindow() {
   glfwTerminate();
 }
 
-void GlWindow::framebuffer_size(int* w, int* h) const { glfwGetFramebufferSize(window_, w, h); }
+void GlWindow::framebuffer_size(int* w, int* h) const {
+  glfwGetFramebufferSize(window_, w, h);
+}
 
 float GlWindow::content_scale() const {
   float sx = 1, sy = 1;

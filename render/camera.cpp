@@ -36,11 +36,16 @@ float wrap_degrees(float a) {
 
 const char* camera_preset_name(CameraPreset p) {
   switch (p) {
-    case CameraPreset::Top: return "top";
-    case CameraPreset::Side: return "side";
-    case CameraPreset::Front: return "front";
-    case CameraPreset::ThreeQuarter: return "3/4";
-    case CameraPreset::Follow: return "follow";
+    case CameraPreset::Top:
+      return "top";
+    case CameraPreset::Side:
+      return "side";
+    case CameraPreset::Front:
+      return "front";
+    case CameraPreset::ThreeQuarter:
+      return "3/4";
+    case CameraPreset::Follow:
+      return "follow";
   }
   return "?";
 }
@@ -65,12 +70,27 @@ Camera::Camera() {
 Orbit Camera::preset_orbit(CameraPreset p) const {
   Orbit o;
   switch (p) {
-    case CameraPreset::Top: o.yaw_deg = 0; o.pitch_deg = 90; break;
+    case CameraPreset::Top:
+      o.yaw_deg = 0;
+      o.pitch_deg = 90;
+      break;
     // SIDE: the sequence in profile. FRONT: facing the write head, looking back along it.
-    case CameraPreset::Side: o.yaw_deg = 0; o.pitch_deg = 5; break;
-    case CameraPreset::Front: o.yaw_deg = 68; o.pitch_deg = 18; break;
-    case CameraPreset::ThreeQuarter: o.yaw_deg = 32; o.pitch_deg = 24; break;
-    case CameraPreset::Follow: o.yaw_deg = 22; o.pitch_deg = 16; break;
+    case CameraPreset::Side:
+      o.yaw_deg = 0;
+      o.pitch_deg = 5;
+      break;
+    case CameraPreset::Front:
+      o.yaw_deg = 68;
+      o.pitch_deg = 18;
+      break;
+    case CameraPreset::ThreeQuarter:
+      o.yaw_deg = 32;
+      o.pitch_deg = 24;
+      break;
+    case CameraPreset::Follow:
+      o.yaw_deg = 22;
+      o.pitch_deg = 16;
+      break;
   }
   return o;
 }
@@ -164,7 +184,9 @@ CameraView Camera::view() const {
   return v;
 }
 
-glm::mat4 view_matrix(const CameraView& v) { return glm::lookAt(v.eye, v.target, v.up); }
+glm::mat4 view_matrix(const CameraView& v) {
+  return glm::lookAt(v.eye, v.target, v.up);
+}
 
 glm::mat4 projection_matrix(const CameraView& v, float aspect) {
   return glm::perspective(glm::radians(v.fov_y_deg), aspect, v.near_plane, v.far_plane);
@@ -173,8 +195,8 @@ glm::mat4 projection_matrix(const CameraView& v, float aspect) {
 std::optional<glm::vec2> project_to_screen(const CameraView& v, glm::vec3 world, int width,
                                            int height) {
   if (width <= 0 || height <= 0) return std::nullopt;
-  glm::vec4 clip = projection_matrix(v, float(width) / float(height)) * view_matrix(v) *
-                   glm::vec4(world, 1.0f);
+  glm::vec4 clip =
+      projection_matrix(v, float(width) / float(height)) * view_matrix(v) * glm::vec4(world, 1.0f);
   if (clip.w <= 1e-6f) return std::nullopt;
   glm::vec3 ndc = glm::vec3(clip) / clip.w;
   return glm::vec2((ndc.x * 0.5f + 0.5f) * width, (0.5f - ndc.y * 0.5f) * height);

@@ -18,10 +18,9 @@
 namespace render {
 
 enum class CameraPreset { Top, Side, Front, ThreeQuarter, Follow };
-inline constexpr CameraPreset kAllCameraPresets[] = {CameraPreset::Top, CameraPreset::Side,
-                                                     CameraPreset::Front,
-                                                     CameraPreset::ThreeQuarter,
-                                                     CameraPreset::Follow};
+inline constexpr CameraPreset kAllCameraPresets[] = {
+    CameraPreset::Top, CameraPreset::Side, CameraPreset::Front, CameraPreset::ThreeQuarter,
+    CameraPreset::Follow};
 const char* camera_preset_name(CameraPreset p);  // "top", "side", "front", "3/4", "follow"
 // Accepts the names above (case-insensitive) and "34", "three-quarter".
 std::optional<CameraPreset> parse_camera_preset(std::string_view s);

@@ -62,7 +62,8 @@ Result compile(GLenum stage, const std::string& path, GLuint* out) {
 Result load_gl(GlLoader loader) {
   if (!loader) return Result::fail("OpenGL: no loader function");
   int version = gladLoadGL(reinterpret_cast<GLADloadfunc>(loader));
-  if (version == 0) return Result::fail("OpenGL: could not load any entry points (no current context?)");
+  if (version == 0)
+    return Result::fail("OpenGL: could not load any entry points (no current context?)");
   int major = GLAD_VERSION_MAJOR(version), minor = GLAD_VERSION_MINOR(version);
   if (major < 3 || (major == 3 && minor < 3))
     return Result::fail("OpenGL 3.3 core is required, but the driver offers " +
@@ -77,12 +78,24 @@ std::string gl_version_string() {
   return std::string(v ? v : "?") + " / " + (r ? r : "?");
 }
 
-void gl_delete_buffer(unsigned id) { glDeleteBuffers(1, &id); }
-void gl_delete_vertex_array(unsigned id) { glDeleteVertexArrays(1, &id); }
-void gl_delete_texture(unsigned id) { glDeleteTextures(1, &id); }
-void gl_delete_framebuffer(unsigned id) { glDeleteFramebuffers(1, &id); }
-void gl_delete_renderbuffer(unsigned id) { glDeleteRenderbuffers(1, &id); }
-void gl_delete_program(unsigned id) { glDeleteProgram(id); }
+void gl_delete_buffer(unsigned id) {
+  glDeleteBuffers(1, &id);
+}
+void gl_delete_vertex_array(unsigned id) {
+  glDeleteVertexArrays(1, &id);
+}
+void gl_delete_texture(unsigned id) {
+  glDeleteTextures(1, &id);
+}
+void gl_delete_framebuffer(unsigned id) {
+  glDeleteFramebuffers(1, &id);
+}
+void gl_delete_renderbuffer(unsigned id) {
+  glDeleteRenderbuffers(1, &id);
+}
+void gl_delete_program(unsigned id) {
+  glDeleteProgram(id);
+}
 
 GlBuffer make_buffer() {
   GLuint id = 0;
@@ -127,7 +140,9 @@ int ShaderProgram::uniform(const char* name) const {
   return glGetUniformLocation(prog_.get(), name);
 }
 
-void ShaderProgram::use() const { glUseProgram(prog_.get()); }
+void ShaderProgram::use() const {
+  glUseProgram(prog_.get());
+}
 
 std::string find_shader_dir(const std::string& exe_dir, const std::string& probe) {
   namespace fs = std::filesystem;

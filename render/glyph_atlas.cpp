@@ -16,7 +16,7 @@ struct Range {
 };
 // Code point ranges baked into the atlas.
 constexpr Range kRanges[] = {
-    {0x20, 0x7E},     {0xA0, 0x17F},    {0x370, 0x3FF},  {0x400, 0x45F},
+    {0x20, 0x7E},     {0xA0, 0x17F},    {0x370, 0x3FF},   {0x400, 0x45F},
     {0x2010, 0x205E}, {0x2190, 0x21FF}, {0x2200, 0x22FF}, {0x2300, 0x23FF},
     {0x2500, 0x257F}, {0x25A0, 0x25FF}, {0xFFFD, 0xFFFD},
 };
@@ -57,7 +57,8 @@ std::string GlyphAtlas::find_default_font() {
   return "";
 }
 
-Result GlyphAtlas::bake(const std::string& ttf_path, float pixel_height, int size, GlyphAtlas* out) {
+Result GlyphAtlas::bake(const std::string& ttf_path, float pixel_height, int size,
+                        GlyphAtlas* out) {
   if (ttf_path.empty())
     return Result::fail("font: DejaVu Sans not found (install fonts-dejavu-core)");
   std::ifstream f(ttf_path, std::ios::binary);

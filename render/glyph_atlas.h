@@ -41,7 +41,7 @@ class GlyphAtlas {
 
   int size() const { return size_; }
   const std::vector<uint8_t>& pixels() const { return pixels_; }  // size*size, row 0 = top
-  float descent() const { return descent_; }  // negative, line units
+  float descent() const { return descent_; }                      // negative, line units
   size_t glyph_count() const { return glyphs_.size(); }
 
  private:

@@ -14,7 +14,9 @@ inline constexpr float kKvTop = -0.75f;       // y of layer 0's block center
 inline constexpr float kKvPitch = 0.16f;      // y distance between layer blocks
 inline constexpr float kHeadHeight = 1.6f;    // y of the write head above the tokens
 
-inline glm::vec3 token_position(int pos) { return {pos * kTokenSpacing, 0.0f, 0.0f}; }
+inline glm::vec3 token_position(int pos) {
+  return {pos * kTokenSpacing, 0.0f, 0.0f};
+}
 
 inline glm::vec3 kv_block_position(int pos, int layer) {
   return {pos * kTokenSpacing, kKvTop - layer * kKvPitch, 0.0f};
@@ -31,6 +33,8 @@ inline glm::vec3 beam_target(int pos, float token_height) {
 }
 
 // y of the floor under a stack of n_layer blocks.
-inline float floor_height(int n_layer) { return kKvTop - n_layer * kKvPitch - 0.4f; }
+inline float floor_height(int n_layer) {
+  return kKvTop - n_layer * kKvPitch - 0.4f;
+}
 
 }  // namespace render::layout

@@ -35,7 +35,8 @@ MeshData make_sphere(int slices, int stacks) {
     float phi = pi * float(i) / float(stacks);
     for (int j = 0; j <= slices; ++j) {
       float theta = 2.0f * pi * float(j) / float(slices);
-      float x = std::sin(phi) * std::cos(theta), y = std::cos(phi), z = std::sin(phi) * std::sin(theta);
+      float x = std::sin(phi) * std::cos(theta), y = std::cos(phi),
+            z = std::sin(phi) * std::sin(theta);
       m.vertices.insert(m.vertices.end(), {x, y, z, x, y, z});
     }
   }

@@ -12,7 +12,7 @@ struct MeshData {
   std::vector<uint32_t> indices;  // triangles; empty = non-indexed
 };
 
-MeshData make_cube();                           // 36 vertices, corners at +-0.5
-MeshData make_sphere(int slices, int stacks);   // radius 1, indexed
+MeshData make_cube();                          // 36 vertices, corners at +-0.5
+MeshData make_sphere(int slices, int stacks);  // radius 1, indexed
 
 }  // namespace render

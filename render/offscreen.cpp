@@ -43,24 +43,28 @@ Result OffscreenTarget::create(int width, int height, int samples, OffscreenTarg
   t.msaa_fbo_ = make_fbo();
   glBindFramebuffer(GL_FRAMEBUFFER, t.msaa_fbo_.get());
   t.msaa_color_ = make_rb(GL_RGBA8, width, height, t.samples_);
-  glFramebufferRenderbuffer(GL_FRAMEBUFFER, GL_COLOR_ATTACHMENT0, GL_RENDERBUFFER, t.msaa_color_.get());
+  glFramebufferRenderbuffer(GL_FRAMEBUFFER, GL_COLOR_ATTACHMENT0, GL_RENDERBUFFER,
+                            t.msaa_color_.get());
   t.msaa_depth_ = make_rb(GL_DEPTH_COMPONENT24, width, height, t.samples_);
-  glFramebufferRenderbuffer(GL_FRAMEBUFFER, GL_DEPTH_ATTACHMENT, GL_RENDERBUFFER, t.msaa_depth_.get());
+  glFramebufferRenderbuffer(GL_FRAMEBUFFER, GL_DEPTH_ATTACHMENT, GL_RENDERBUFFER,
+                            t.msaa_depth_.get());
   GLenum status = glCheckFramebufferStatus(GL_FRAMEBUFFER);
   if (status != GL_FRAMEBUFFER_COMPLETE) {
     glBindFramebuffer(GL_FRAMEBUFFER, 0);
     return Result::fail("offscreen: framebuffer incomplete (status 0x" + std::to_string(status) +
-                        ") at " + std::to_string(width) + "x" + std::to_string(height) +
-                        " with " + std::to_string(t.samples_) + " samples");
+                        ") at " + std::to_string(width) + "x" + std::to_string(height) + " with " +
+                        std::to_string(t.samples_) + " samples");
   }
   t.resolve_fbo_ = make_fbo();
   glBindFramebuffer(GL_FRAMEBUFFER, t.resolve_fbo_.get());
   t.resolve_color_ = make_rb(GL_RGBA8, width, height, 1);
-  glFramebufferRenderbuffer(GL_FRAMEBUFFER, GL_COLOR_ATTACHMENT0, GL_RENDERBUFFER, t.resolve_color_.get());
+  glFramebufferRenderbuffer(GL_FRAMEBUFFER, GL_COLOR_ATTACHMENT0, GL_RENDERBUFFER,
+                            t.resolve_color_.get());
   status = glCheckFramebufferStatus(GL_FRAMEBUFFER);
   glBindFramebuffer(GL_FRAMEBUFFER, 0);
   if (status != GL_FRAMEBUFFER_COMPLETE)
-    return Result::fail("offscreen: resolve framebuffer incomplete (status 0x" + std::to_string(status) + ")");
+    return Result::fail("offscreen: resolve framebuffer incomplete (status 0x" +
+                        std::to_string(status) + ")");
   *out = std::move(t);
   return {};
 }
@@ -70,7 +74,9 @@ void OffscreenTarget::bind() const {
   glViewport(0, 0, width_, height_);
 }
 
-void OffscreenTarget::bind_default() { glBindFramebuffer(GL_FRAMEBUFFER, 0); }
+void OffscreenTarget::bind_default() {
+  glBindFramebuffer(GL_FRAMEBUFFER, 0);
+}
 
 Result OffscreenTarget::read_rgba(std::vector<uint8_t>* rgba) const {
   glBindFramebuffer(GL_READ_FRAMEBUFFER, msaa_fbo_.get());
@@ -110,10 +116,12 @@ Result read_window_rgba(int width, int height, std::vector<uint8_t>* rgba) {
 
 Result write_png(const std::string& path, int width, int height, const std::vector<uint8_t>& rgba) {
   if (width < 1 || height < 1 || rgba.size() != size_t(width) * height * 4)
-    return Result::fail("png: pixel buffer of " + std::to_string(rgba.size()) + " bytes does not match " +
-                        std::to_string(width) + "x" + std::to_string(height) + " RGBA");
+    return Result::fail("png: pixel buffer of " + std::to_string(rgba.size()) +
+                        " bytes does not match " + std::to_string(width) + "x" +
+                        std::to_string(height) + " RGBA");
   if (!stbi_write_png(path.c_str(), width, height, 4, rgba.data(), width * 4))
-    return Result::fail("png: cannot write '" + path + "' (does the folder exist and is it writable?)");
+    return Result::fail("png: cannot write '" + path +
+                        "' (does the folder exist and is it writable?)");
   return {};
 }
 

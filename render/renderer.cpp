@@ -3,11 +3,17 @@
 // Frame order: opaque (token blocks, KV blocks, head sphere) with depth writes, then
 // blended layers without depth writes: grid (alpha), beams and halo (additive),
 // labels (alpha, last so text stays readable over beams).
+// Instance buffers are uploaded only when the content changed: a Scene with the revision
+// of the last upload reuses them outright; otherwise the freshly packed instances are
+// compared with the previous ones and only the changed byte range is sent. Animation is
+// uniforms (SceneAnim).
 #include "render/renderer.h"
 
 #include <glad/gl.h>
 
 #include <algorithm>
+#include <atomic>
+#include <utility>
 #include <chrono>
 #include <cstddef>
 
@@ -21,19 +27,21 @@ namespace {
 
 constexpr int kBeamSegments = 24;
 
-struct BlockInstance {  // matches block.vert locations 2..4
+struct BlockInstance {  // matches block.vert locations 2..5
   glm::vec3 center;
   glm::vec3 color;
   glm::vec4 params;  // brightness, recompute, highlight, unused
+  glm::vec3 anim;    // flash gain (brightness), flash gain (recompute), drop
 };
 struct BeamInstance {  // beam.vert locations 0..3
   glm::vec3 from, to;
   float weight;
   glm::vec3 color;
 };
-struct GlyphInstance {  // glyph.vert locations 0..3
+struct GlyphInstance {  // glyph.vert locations 0..4
   glm::vec3 anchor;
   glm::vec4 rect, uv, color;
+  float drop;
 };
 
 void float_attrib(GLuint loc, int n, GLsizei stride, size_t offset, bool per_instance) {
@@ -42,13 +50,32 @@ void float_attrib(GLuint loc, int n, GLsizei stride, size_t offset, bool per_ins
   glVertexAttribDivisor(loc, per_instance ? 1 : 0);
 }
 
+// Sends `data` to `buf`, which holds `prev` (what was sent last time): the whole buffer
+// when the size changed, else only the byte range that differs (nothing if none).
+// Returns the bytes sent. Afterwards *prev holds the new content (data is left stale).
 template <class T>
-void upload(const GlBuffer& buf, const std::vector<T>& data) {
-  glBindBuffer(GL_ARRAY_BUFFER, buf.get());
-  // Orphan then fill: the driver need not wait for last frame's draw.
-  glBufferData(GL_ARRAY_BUFFER, GLsizeiptr(data.size() * sizeof(T)), nullptr, GL_STREAM_DRAW);
-  if (!data.empty())
-    glBufferSubData(GL_ARRAY_BUFFER, 0, GLsizeiptr(data.size() * sizeof(T)), data.data());
+size_t upload_changes(const GlBuffer& buf, std::vector<T>& data, std::vector<T>* prev) {
+  const size_t bytes = data.size() * sizeof(T);
+  const auto* a = reinterpret_cast<const unsigned char*>(data.data());
+  const auto* b = reinterpret_cast<const unsigned char*>(prev->data());
+  size_t sent = 0;
+  if (data.size() != prev->size()) {
+    glBindBuffer(GL_ARRAY_BUFFER, buf.get());
+    glBufferData(GL_ARRAY_BUFFER, GLsizeiptr(bytes), data.empty() ? nullptr : data.data(),
+                 GL_DYNAMIC_DRAW);
+    sent = bytes;
+  } else if (bytes > 0) {
+    size_t lo = 0, hi = bytes;
+    while (lo < bytes && a[lo] == b[lo]) ++lo;
+    if (lo < bytes) {
+      while (hi > lo && a[hi - 1] == b[hi - 1]) --hi;
+      glBindBuffer(GL_ARRAY_BUFFER, buf.get());
+      glBufferSubData(GL_ARRAY_BUFFER, GLintptr(lo), GLsizeiptr(hi - lo), a + lo);
+      sent = hi - lo;
+    }
+  }
+  std::swap(*prev, data);
+  return sent;
 }
 
 }  // namespace
@@ -63,7 +90,15 @@ struct Renderer::Impl {
   std::vector<BlockInstance> token_data, kv_data;
   std::vector<BeamInstance> beam_data;
   std::vector<GlyphInstance> glyph_data;
+  // What the GPU buffers hold now (for the changed-range upload).
+  std::vector<BlockInstance> token_gpu, kv_gpu;
+  std::vector<BeamInstance> beam_gpu;
+  std::vector<GlyphInstance> glyph_gpu;
   std::vector<GlyphQuad> quads;
+  uint64_t revision = 0;              // Scene::revision of the buffers' content (0: none)
+  float grid_x0 = -8.0f, grid_x1 = 8.0f;  // token extent of that content
+
+  void pack(const Scene& scene, const GlyphAtlas& atlas);
 
   void setup_block_vao(const GlVertexArray& vao, const GlBuffer& inst) {
     glBindVertexArray(vao.get());
@@ -74,14 +109,66 @@ struct Renderer::Impl {
     float_attrib(2, 3, sizeof(BlockInstance), offsetof(BlockInstance, center), true);
     float_attrib(3, 3, sizeof(BlockInstance), offsetof(BlockInstance, color), true);
     float_attrib(4, 4, sizeof(BlockInstance), offsetof(BlockInstance, params), true);
+    float_attrib(5, 3, sizeof(BlockInstance), offsetof(BlockInstance, anim), true);
   }
 };
+
+void Renderer::Impl::pack(const Scene& scene, const GlyphAtlas& atlas) {
+  token_data.clear();
+  grid_x0 = -8.0f;
+  grid_x1 = 8.0f;
+  for (const TokenInstance& t : scene.tokens) {
+    token_data.push_back({t.position,
+                          t.color,
+                          {t.brightness, 0.0f, t.highlighted ? 1.0f : 0.0f, 0.0f},
+                          {0.0f, 0.0f, t.drop}});
+    grid_x0 = std::min(grid_x0, t.position.x - 8.0f);
+    grid_x1 = std::max(grid_x1, t.position.x + 8.0f);
+  }
+  kv_data.clear();
+  for (const KvBlockInstance& k : scene.kv_blocks)
+    kv_data.push_back({k.position,
+                       k.color,
+                       {k.brightness, k.recompute, 0.0f, 0.0f},
+                       {k.flash_brightness, k.flash_recompute, 0.0f}});
+  beam_data.clear();
+  for (const Beam& b : scene.beams) {
+    float w = std::clamp(b.weight, 0.0f, 1.0f);
+    if (w < 0.004f) continue;  // invisible anyway
+    beam_data.push_back({b.from, b.to, w, b.color});
+  }
+  glyph_data.clear();
+  float center_y = atlas.descent() + 0.5f;  // middle of a text line
+  for (const TokenInstance& t : scene.tokens) {
+    if (t.label.empty()) continue;
+    quads.clear();
+    float width_units = atlas.layout(t.label, &quads);
+    glm::vec3 anchor = t.position + glm::vec3(0.0f, 0.5f * scene.token_size.y + 0.12f, 0.0f);
+    float shade = 0.6f + 0.4f * std::clamp(t.brightness, 0.0f, 1.0f);
+    glm::vec4 color = t.highlighted ? glm::vec4(1.0f, 0.92f, 0.45f, 1.0f)
+                                    : glm::vec4(glm::vec3(0.95f * shade), 1.0f);
+    float dx = scene.labels_vertical ? 0.0f : -0.5f * width_units;
+    float dy = scene.labels_vertical ? -center_y : 0.0f;
+    for (const GlyphQuad& q : quads)
+      glyph_data.push_back({anchor,
+                            {q.x0 + dx, q.y0 + dy, q.x1 + dx, q.y1 + dy},
+                            {q.u0, q.v0, q.u1, q.v1},
+                            color,
+                            t.drop});
+  }
+}
+
+uint64_t next_scene_revision() {
+  static std::atomic<uint64_t> counter{0};
+  return ++counter;
+}
 
 Renderer::~Renderer() = default;
 
 Result Renderer::create(const RendererOptions& opts, std::unique_ptr<Renderer>* out) {
   if (opts.shader_dir.empty())
-    return Result::fail("renderer: shader folder not found (expected shaders/ next to the executable)");
+    return Result::fail(
+        "renderer: shader folder not found (expected shaders/ next to the executable)");
   std::unique_ptr<Renderer> r(new Renderer());
   r->impl_ = std::make_unique<Impl>();
   Impl& m = *r->impl_;
@@ -92,7 +179,8 @@ Result Renderer::create(const RendererOptions& opts, std::unique_ptr<Renderer>* 
     if (Result res = ShaderProgram::load(opts.shader_dir, name, prog); !res.ok()) return res;
 
   std::string font = opts.font_path.empty() ? GlyphAtlas::find_default_font() : opts.font_path;
-  if (Result res = GlyphAtlas::bake(font, opts.font_pixels, 1024, &r->atlas_); !res.ok()) return res;
+  if (Result res = GlyphAtlas::bake(font, opts.font_pixels, 1024, &r->atlas_); !res.ok())
+    return res;
 
   // Static meshes.
   MeshData cube = make_cube(), sphere = make_sphere(32, 20);
@@ -103,8 +191,8 @@ Result Renderer::create(const RendererOptions& opts, std::unique_ptr<Renderer>* 
   glBufferData(GL_ARRAY_BUFFER, GLsizeiptr(cube.vertices.size() * sizeof(float)),
                cube.vertices.data(), GL_STATIC_DRAW);
   for (GlBuffer* b : {&m.token_inst, &m.kv_inst, &m.beam_inst, &m.glyph_inst}) *b = make_buffer();
-  for (GlVertexArray* v : {&m.token_vao, &m.kv_vao, &m.sphere_vao, &m.beam_vao, &m.glyph_vao,
-                           &m.empty_vao})
+  for (GlVertexArray* v :
+       {&m.token_vao, &m.kv_vao, &m.sphere_vao, &m.beam_vao, &m.glyph_vao, &m.empty_vao})
     *v = make_vertex_array();
   m.setup_block_vao(m.token_vao, m.token_inst);
   m.setup_block_vao(m.kv_vao, m.kv_inst);
@@ -133,6 +221,7 @@ Result Renderer::create(const RendererOptions& opts, std::unique_ptr<Renderer>* 
   float_attrib(1, 4, sizeof(GlyphInstance), offsetof(GlyphInstance, rect), true);
   float_attrib(2, 4, sizeof(GlyphInstance), offsetof(GlyphInstance, uv), true);
   float_attrib(3, 4, sizeof(GlyphInstance), offsetof(GlyphInstance, color), true);
+  float_attrib(4, 1, sizeof(GlyphInstance), offsetof(GlyphInstance, drop), true);
   glBindVertexArray(0);
 
   // Glyph atlas texture (R8, mipmapped so small distant labels do not shimmer).
@@ -140,7 +229,8 @@ Result Renderer::create(const RendererOptions& opts, std::unique_ptr<Renderer>* 
   glBindTexture(GL_TEXTURE_2D, m.atlas_tex.get());
   glPixelStorei(GL_UNPACK_ALIGNMENT, 1);
   int n = r->atlas_.size();
-  glTexImage2D(GL_TEXTURE_2D, 0, GL_R8, n, n, 0, GL_RED, GL_UNSIGNED_BYTE, r->atlas_.pixels().data());
+  glTexImage2D(GL_TEXTURE_2D, 0, GL_R8, n, n, 0, GL_RED, GL_UNSIGNED_BYTE,
+               r->atlas_.pixels().data());
   glGenerateMipmap(GL_TEXTURE_2D);
   glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MIN_FILTER, GL_LINEAR_MIPMAP_LINEAR);
   glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MAG_FILTER, GL_LINEAR);
@@ -149,7 +239,8 @@ Result Renderer::create(const RendererOptions& opts, std::unique_ptr<Renderer>* 
   glBindTexture(GL_TEXTURE_2D, 0);
 
   if (GLenum e = glGetError(); e != GL_NO_ERROR)
-    return Result::fail("renderer: OpenGL error 0x" + std::to_string(e) + " while creating resources");
+    return Result::fail("renderer: OpenGL error 0x" + std::to_string(e) +
+                        " while creating resources");
   *out = std::move(r);
   return {};
 }
@@ -160,37 +251,20 @@ void Renderer::draw(const Scene& scene, int width, int height) {
   stats_ = FrameStats{};
   if (width <= 0 || height <= 0) return;
 
-  // ---- pack instances ----
-  m.token_data.clear();
-  for (const TokenInstance& t : scene.tokens)
-    m.token_data.push_back({t.position, t.color, {t.brightness, 0.0f, t.highlighted ? 1.0f : 0.0f, 0.0f}});
-  m.kv_data.clear();
-  for (const KvBlockInstance& k : scene.kv_blocks)
-    m.kv_data.push_back({k.position, k.color, {k.brightness, k.recompute, 0.0f, 0.0f}});
-  m.beam_data.clear();
-  for (const Beam& b : scene.beams) {
-    float w = std::clamp(b.weight, 0.0f, 1.0f);
-    if (w < 0.004f) continue;  // invisible anyway
-    m.beam_data.push_back({b.from, b.to, w, b.color});
+  // ---- instances: reuse, or pack and send what changed ----
+  if (scene.revision == 0 || scene.revision != m.revision) {
+    m.pack(scene, atlas_);
+    stats_.uploaded_bytes += upload_changes(m.token_inst, m.token_data, &m.token_gpu);
+    stats_.uploaded_bytes += upload_changes(m.kv_inst, m.kv_data, &m.kv_gpu);
+    stats_.uploaded_bytes += upload_changes(m.beam_inst, m.beam_data, &m.beam_gpu);
+    stats_.uploaded_bytes += upload_changes(m.glyph_inst, m.glyph_data, &m.glyph_gpu);
+    m.revision = scene.revision;
+    stats_.prepare_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  } else {
+    stats_.reused = true;
   }
-  m.glyph_data.clear();
-  float center_y = atlas_.descent() + 0.5f;  // middle of a text line
-  for (const TokenInstance& t : scene.tokens) {
-    if (t.label.empty()) continue;
-    m.quads.clear();
-    float width_units = atlas_.layout(t.label, &m.quads);
-    glm::vec3 anchor = t.position + glm::vec3(0.0f, 0.5f * scene.token_size.y + 0.12f, 0.0f);
-    float shade = 0.6f + 0.4f * std::clamp(t.brightness, 0.0f, 1.0f);
-    glm::vec4 color = t.highlighted ? glm::vec4(1.0f, 0.92f, 0.45f, 1.0f)
-                                    : glm::vec4(glm::vec3(0.95f * shade), 1.0f);
-    float dx = scene.labels_vertical ? 0.0f : -0.5f * width_units;
-    float dy = scene.labels_vertical ? -center_y : 0.0f;
-    for (const GlyphQuad& q : m.quads)
-      m.glyph_data.push_back({anchor,
-                              {q.x0 + dx, q.y0 + dy, q.x1 + dx, q.y1 + dy},
-                              {q.u0, q.v0, q.u1, q.v1},
-                              color});
-  }
+  const SceneAnim& anim = scene.anim;
 
   // ---- frame state ----
   const CameraView& cam = scene.camera;
@@ -207,11 +281,12 @@ void Renderer::draw(const Scene& scene, int width, int height) {
   glDisable(GL_BLEND);
   glDisable(GL_CULL_FACE);
 
-  auto draw_blocks = [&](const GlVertexArray& vao, const GlBuffer& inst,
-                         const std::vector<BlockInstance>& data, glm::vec3 size) {
+  auto draw_blocks = [&](const GlVertexArray& vao, const std::vector<BlockInstance>& data,
+                         glm::vec3 size) {
     if (data.empty()) return;
-    upload(inst, data);
     m.block.use();
+    glUniform1f(m.block.uniform("u_flash"), std::clamp(anim.flash, 0.0f, 1.0f));
+    glUniform1f(m.block.uniform("u_fall"), std::clamp(anim.fall, 0.0f, 1.0f));
     glUniformMatrix4fv(m.block.uniform("u_view_proj"), 1, GL_FALSE, glm::value_ptr(vp));
     glUniform3fv(m.block.uniform("u_size"), 1, glm::value_ptr(size));
     glUniform3fv(m.block.uniform("u_eye"), 1, glm::value_ptr(cam.eye));
@@ -219,8 +294,8 @@ void Renderer::draw(const Scene& scene, int width, int height) {
     glDrawArraysInstanced(GL_TRIANGLES, 0, m.cube_count, GLsizei(data.size()));
     ++stats_.draw_calls;
   };
-  draw_blocks(m.token_vao, m.token_inst, m.token_data, scene.token_size);
-  draw_blocks(m.kv_vao, m.kv_inst, m.kv_data, scene.kv_block_size);
+  draw_blocks(m.token_vao, m.token_gpu, scene.token_size);
+  draw_blocks(m.kv_vao, m.kv_gpu, scene.kv_block_size);
 
   if (scene.head.visible) {
     m.head.use();
@@ -240,11 +315,7 @@ void Renderer::draw(const Scene& scene, int width, int height) {
 
   if (scene.grid.visible) {
     glBlendFunc(GL_SRC_ALPHA, GL_ONE_MINUS_SRC_ALPHA);
-    float x0 = -8.0f, x1 = 8.0f, z0 = -10.0f, z1 = 10.0f;
-    for (const TokenInstance& t : scene.tokens) {
-      x0 = std::min(x0, t.position.x - 8.0f);
-      x1 = std::max(x1, t.position.x + 8.0f);
-    }
+    float x0 = m.grid_x0, x1 = m.grid_x1, z0 = -10.0f, z1 = 10.0f;
     x1 = std::max(x1, scene.head.position.x + 8.0f);
     m.grid.use();
     glUniformMatrix4fv(m.grid.uniform("u_view_proj"), 1, GL_FALSE, glm::value_ptr(vp));
@@ -258,15 +329,17 @@ void Renderer::draw(const Scene& scene, int width, int height) {
   }
 
   glBlendFunc(GL_ONE, GL_ONE);  // additive: beams and glow only ever add light
-  if (!m.beam_data.empty()) {
-    upload(m.beam_inst, m.beam_data);
+  if (!m.beam_gpu.empty()) {
     m.beam.use();
+    glUniform3fv(m.beam.uniform("u_shift"), 1, glm::value_ptr(anim.beam_shift));
+    glUniform1f(m.beam.uniform("u_fade"), std::max(anim.beam_fade, 0.0f));
     glUniformMatrix4fv(m.beam.uniform("u_view_proj"), 1, GL_FALSE, glm::value_ptr(vp));
     glUniform3fv(m.beam.uniform("u_eye"), 1, glm::value_ptr(cam.eye));
     glUniform1i(m.beam.uniform("u_segments"), kBeamSegments);
     glUniform1f(m.beam.uniform("u_width"), 0.09f);
     glBindVertexArray(m.beam_vao.get());
-    glDrawArraysInstanced(GL_TRIANGLE_STRIP, 0, 2 * (kBeamSegments + 1), GLsizei(m.beam_data.size()));
+    glDrawArraysInstanced(GL_TRIANGLE_STRIP, 0, 2 * (kBeamSegments + 1),
+                          GLsizei(m.beam_gpu.size()));
     ++stats_.draw_calls;
   }
   if (scene.head.visible && scene.head.glow > 0.0f) {
@@ -282,10 +355,10 @@ void Renderer::draw(const Scene& scene, int width, int height) {
     ++stats_.draw_calls;
   }
 
-  if (!m.glyph_data.empty()) {
+  if (!m.glyph_gpu.empty()) {
     glBlendFunc(GL_SRC_ALPHA, GL_ONE_MINUS_SRC_ALPHA);
-    upload(m.glyph_inst, m.glyph_data);
     m.glyph.use();
+    glUniform1f(m.glyph.uniform("u_fall"), std::clamp(anim.fall, 0.0f, 1.0f));
     glUniformMatrix4fv(m.glyph.uniform("u_view"), 1, GL_FALSE, glm::value_ptr(view));
     glUniformMatrix4fv(m.glyph.uniform("u_proj"), 1, GL_FALSE, glm::value_ptr(proj));
     glUniform1f(m.glyph.uniform("u_height"), scene.label_height);
@@ -295,7 +368,7 @@ void Renderer::draw(const Scene& scene, int width, int height) {
     glBindTexture(GL_TEXTURE_2D, m.atlas_tex.get());
     glUniform1i(m.glyph.uniform("u_atlas"), 0);
     glBindVertexArray(m.glyph_vao.get());
-    glDrawArraysInstanced(GL_TRIANGLE_STRIP, 0, 4, GLsizei(m.glyph_data.size()));
+    glDrawArraysInstanced(GL_TRIANGLE_STRIP, 0, 4, GLsizei(m.glyph_gpu.size()));
     ++stats_.draw_calls;
   }
 
@@ -304,11 +377,12 @@ void Renderer::draw(const Scene& scene, int width, int height) {
   glDisable(GL_BLEND);
   glUseProgram(0);
 
-  stats_.tokens = m.token_data.size();
-  stats_.kv_blocks = m.kv_data.size();
-  stats_.beams = m.beam_data.size();
-  stats_.glyphs = m.glyph_data.size();
-  stats_.cpu_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  stats_.tokens = m.token_gpu.size();
+  stats_.kv_blocks = m.kv_gpu.size();
+  stats_.beams = m.beam_gpu.size();
+  stats_.glyphs = m.glyph_gpu.size();
+  stats_.cpu_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace render

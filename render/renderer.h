@@ -20,6 +20,9 @@ struct FrameStats {
   int draw_calls = 0;
   size_t tokens = 0, kv_blocks = 0, beams = 0, glyphs = 0;
   double cpu_ms = 0;  // time spent in draw() on the CPU (building + submitting)
+  double prepare_ms = 0;      // part of cpu_ms spent packing and uploading instances
+  size_t uploaded_bytes = 0;  // instance bytes sent to the GPU this frame
+  bool reused = false;        // the scene's revision matched: no packing, no upload
 };
 
 struct RendererOptions {

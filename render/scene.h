@@ -1,7 +1,9 @@
 // scene.h — the plain data the renderer draws. No engine types, no GL types.
 //
-// A Scene is rebuilt by the app every frame (or whenever its inputs change) and handed
-// to render::Renderer::draw(). Everything is in world units; +x runs along the sequence,
+// A Scene is built by the app whenever its inputs change and handed to
+// render::Renderer::draw() every frame. Per-frame animation lives in SceneAnim (uniforms),
+// so an animated frame does not touch the instance data; `revision` tells the renderer
+// when the instance data is unchanged and its GPU buffers can be reused. Everything is in world units; +x runs along the sequence,
 // +y is up, +z points towards the default (FRONT) camera. Colors are linear RGB in [0,1].
 // Invariants: brightness/weight fields are in [0,1] (the renderer clamps them);
 // label text is valid UTF-8 (code points missing from the glyph atlas draw as '?').
@@ -22,14 +24,17 @@ struct TokenInstance {
   float brightness = 1.0f;   // 0 = black, 1 = full color; emissive boost above 0.8
   std::string label;         // display text, drawn above the block
   bool highlighted = false;  // hovered / selected: outlined by a brighter tint
+  float drop = 0.0f;         // world units above its slot when SceneAnim::fall is 1 (label too)
 };
 
 // One layer's KV-cache entry of one token: a small block in the stack under the token.
 struct KvBlockInstance {
   glm::vec3 position{0.0f};  // block center
   glm::vec3 color{1.0f};
-  float brightness = 1.0f;   // 0 = empty slot (drawn dark), 1 = filled
-  float recompute = 0.0f;    // 0..1: mixes in the red "being recomputed" flash
+  float brightness = 1.0f;  // 0 = empty slot (drawn dark), 1 = filled
+  float recompute = 0.0f;   // 0..1: mixes in the red "being recomputed" flash
+  // Added times SceneAnim::flash (results capped at 1): the step-flash of blocks written now.
+  float flash_brightness = 0.0f, flash_recompute = 0.0f;
 };
 
 // One attention beam from the write head back to an earlier token.
@@ -67,7 +72,21 @@ struct CameraView {
   float far_plane = 2000.0f;
 };
 
+// Per-frame animation, applied in the shaders (never re-uploads instance data).
+struct SceneAnim {
+  float flash = 0.0f;             // 0..1 multiplier of every KV block's flash_* gains
+  float fall = 0.0f;              // 0..1 fraction of each token's `drop` still to fall
+  float beam_fade = 1.0f;         // multiplies every beam's weight
+  glm::vec3 beam_shift{0.0f};     // added to every beam's origin (follows the head)
+};
+
 struct Scene {
+  // Nonzero: the instance content (tokens, labels, kv_blocks, beams, token/kv sizes,
+  // label settings) equals that of any earlier Scene with the same revision, so the
+  // renderer reuses its buffers. 0: unknown; the renderer repacks and re-uploads only the
+  // byte ranges that changed. Make fresh values with next_scene_revision().
+  uint64_t revision = 0;
+  SceneAnim anim;
   std::vector<TokenInstance> tokens;
   std::vector<KvBlockInstance> kv_blocks;
   std::vector<Beam> beams;
@@ -75,11 +94,14 @@ struct Scene {
   Grid grid;
   CameraView camera;
 
-  glm::vec3 token_size{0.8f, 0.8f, 0.8f};     // full extents of a token block
+  glm::vec3 token_size{0.8f, 0.8f, 0.8f};      // full extents of a token block
   glm::vec3 kv_block_size{0.6f, 0.12f, 0.6f};  // full extents of one KV block
-  float label_height = 0.42f;  // world height of one text line
-  bool labels_vertical = true; // labels read bottom-to-top (no overlap between neighbours)
+  float label_height = 0.42f;                  // world height of one text line
+  bool labels_vertical = true;  // labels read bottom-to-top (no overlap between neighbours)
   glm::vec3 background{0.035f, 0.04f, 0.06f};
 };
+
+// A process-wide unique nonzero revision (thread-safe).
+uint64_t next_scene_revision();
 
 }  // namespace render

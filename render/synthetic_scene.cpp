@@ -19,9 +19,9 @@ glm::vec3 palette::kv_color(float t) {
 Scene make_synthetic_scene(const SyntheticSpec& spec) {
   Scene s;
   int n = std::max(spec.n_tokens, 0);
-  static const char* kWords[] = {"Once", " upon", " a", " time", ",", " in", " a", " kingdom",
-                                 " far", " away", " lived", " a", " dragon", ".", " It",
-                                 " loved", " gold", "\xE2\x86\xB5"};
+  static const char* kWords[] = {"Once",    " upon",    " a",   " time",  ",",      " in",
+                                 " a",      " kingdom", " far", " away",  " lived", " a",
+                                 " dragon", ".",        " It",  " loved", " gold",  "\xE2\x86\xB5"};
   for (int i = 0; i < n; ++i) {
     TokenInstance t;
     t.position = layout::token_position(i);
@@ -49,7 +49,8 @@ Scene make_synthetic_scene(const SyntheticSpec& spec) {
       w[size_t(i)] = (i == 0 ? 0.9f : 0.0f) + local + spike;
     }
     float mx = *std::max_element(w.begin(), w.end());
-    if (mx > 0) for (float& x : w) x /= mx;
+    if (mx > 0)
+      for (float& x : w) x /= mx;
   }
   s.head.position = layout::head_position(n);
   for (int i = 0; i < n && i < int(w.size()); ++i) {
@@ -73,6 +74,8 @@ Bounds scene_bounds(const Scene& s) {
   for (const TokenInstance& t : s.tokens) grow(t.position + glm::vec3(0.0f, 3.0f, 0.0f));
   if (s.head.visible) grow(s.head.position + glm::vec3(s.head.radius));
   if (!s.tokens.empty()) grow(s.tokens.front().position - glm::vec3(0.5f));
+  // Never frame less than a dozen slots, so an empty scene is not a close-up of the head.
+  if (b.max.x - b.min.x < 12.0f) b.max.x = b.min.x + 12.0f;
   // Beam arcs peak halfway to their control point (see shaders/beam.vert).
   for (const Beam& bm : s.beams) {
     float span = glm::length(bm.to - bm.from);

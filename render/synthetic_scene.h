@@ -11,10 +11,10 @@
 namespace render {
 
 struct SyntheticSpec {
-  int n_tokens = 16;      // tokens in the sequence
-  int n_prompt = 6;       // the first n_prompt are prompt tokens (dim)
-  int n_layers = 6;       // KV blocks under each token
-  bool recompute = false; // NO CACHE look: every cached block flashes red
+  int n_tokens = 16;       // tokens in the sequence
+  int n_prompt = 6;        // the first n_prompt are prompt tokens (dim)
+  int n_layers = 6;        // KV blocks under each token
+  bool recompute = false;  // NO CACHE look: every cached block flashes red
   bool labels = true;
   // Beam weights for positions [0, n_tokens); empty = a deterministic pattern
   // (a sink at 0, local decay, a few long-range spikes), normalized to max 1.

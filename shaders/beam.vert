@@ -2,6 +2,7 @@
 // beam.vert — attention beams as camera-facing ribbons along a raised arc.
 // No vertex buffer: gl_VertexID walks a triangle strip of 2*(u_segments+1) vertices
 // (even = one side, odd = the other). Per instance: from, to, weight, color.
+// u_shift moves every origin and u_fade scales every weight (per-frame animation).
 layout(location = 0) in vec3 i_from;
 layout(location = 1) in vec3 i_to;
 layout(location = 2) in float i_weight;
@@ -11,6 +12,8 @@ uniform mat4 u_view_proj;
 uniform vec3 u_eye;
 uniform int u_segments;
 uniform float u_width;
+uniform vec3 u_shift;
+uniform float u_fade;
 
 out float v_side;
 out float v_t;
@@ -25,17 +28,18 @@ vec3 arc(float t, vec3 p0, vec3 p1, vec3 p2) {
 void main() {
   float t = float(gl_VertexID / 2) / float(u_segments);
   float side = (gl_VertexID & 1) == 0 ? -1.0 : 1.0;
-  float span = length(i_to - i_from);
+  vec3 from = i_from + u_shift;
+  float span = length(i_to - from);
   // Arcs rise and lean back (-z) so they read as arcs from the side and fan out from above.
-  vec3 mid = 0.5 * (i_from + i_to) + vec3(0.0, 0.35 + 0.16 * span, -0.22 * span);
-  vec3 p = arc(t, i_from, mid, i_to);
-  vec3 tangent = normalize(arc(min(t + 0.01, 1.0), i_from, mid, i_to) -
-                           arc(max(t - 0.01, 0.0), i_from, mid, i_to));
+  vec3 mid = 0.5 * (from + i_to) + vec3(0.0, 0.35 + 0.16 * span, -0.22 * span);
+  vec3 p = arc(t, from, mid, i_to);
+  vec3 tangent = normalize(arc(min(t + 0.01, 1.0), from, mid, i_to) -
+                           arc(max(t - 0.01, 0.0), from, mid, i_to));
   vec3 to_eye = normalize(u_eye - p);
   vec3 offset = cross(tangent, to_eye);
   float len = length(offset);
   offset = len > 1e-5 ? offset / len : vec3(0.0, 0.0, 1.0);
-  float w = i_weight;
+  float w = clamp(i_weight * u_fade, 0.0, 1.0);
   float width = u_width * (0.35 + 1.65 * sqrt(w));
   p += offset * side * width * 0.5;
   v_side = side;

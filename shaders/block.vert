@@ -1,15 +1,20 @@
 #version 330 core
 // block.vert — instanced boxes (token blocks and KV-cache blocks).
 // Per vertex: unit-cube corner (a_pos in [-0.5, 0.5]) and face normal.
-// Per instance: center, color, params = (brightness, recompute, highlight, unused).
+// Per instance: center, color, params = (brightness, recompute, highlight, unused),
+// anim = (flash gain on brightness, flash gain on recompute, drop height).
+// Uniforms u_flash and u_fall animate them without re-uploading instances.
 layout(location = 0) in vec3 a_pos;
 layout(location = 1) in vec3 a_normal;
 layout(location = 2) in vec3 i_center;
 layout(location = 3) in vec3 i_color;
 layout(location = 4) in vec4 i_params;
+layout(location = 5) in vec3 i_anim;
 
 uniform mat4 u_view_proj;
 uniform vec3 u_size;
+uniform float u_flash;
+uniform float u_fall;
 
 out vec3 v_normal;
 out vec3 v_local;
@@ -18,11 +23,14 @@ out vec4 v_params;
 out vec3 v_world;
 
 void main() {
-  vec3 world = i_center + a_pos * u_size;
+  vec3 center = i_center + vec3(0.0, i_anim.z * u_fall, 0.0);
+  vec3 world = center + a_pos * u_size;
   v_normal = a_normal;
   v_local = a_pos;
   v_color = i_color;
   v_params = i_params;
+  if (i_anim.x > 0.0) v_params.x = min(i_params.x + i_anim.x * u_flash, 1.0);
+  if (i_anim.y > 0.0) v_params.y = min(i_params.y + i_anim.y * u_flash, 1.0);
   v_world = world;
   gl_Position = u_view_proj * vec4(world, 1.0);
 }

@@ -1,16 +1,19 @@
 #version 330 core
 // glyph.vert — instanced text quads, camera-facing, sized in world units.
-// Per instance: anchor (world), rect (x0, y0, x1, y1 in line units), uv rect, color.
+// Per instance: anchor (world), rect (x0, y0, x1, y1 in line units), uv rect, color,
+// drop (world units above the anchor when u_fall is 1: labels fall with their token).
 // Vertical labels turn the line so it reads bottom-to-top on screen.
 layout(location = 0) in vec3 i_anchor;
 layout(location = 1) in vec4 i_rect;
 layout(location = 2) in vec4 i_uv;
 layout(location = 3) in vec4 i_color;
+layout(location = 4) in float i_drop;
 
 uniform mat4 u_view;
 uniform mat4 u_proj;
 uniform float u_height;
 uniform int u_vertical;
+uniform float u_fall;
 
 out vec2 v_uv;
 out vec4 v_color;
@@ -21,7 +24,7 @@ void main() {
   v_uv = vec2(mix(i_uv.x, i_uv.z, k.x), mix(i_uv.w, i_uv.y, k.y));
   v_color = i_color;
   vec2 offset = u_vertical != 0 ? vec2(-local.y, local.x) : local;
-  vec4 c = u_view * vec4(i_anchor, 1.0);
+  vec4 c = u_view * vec4(i_anchor + vec3(0.0, i_drop * u_fall, 0.0), 1.0);
   c.xy += offset * u_height;
   gl_Position = u_proj * c;
 }

@@ -34,7 +34,9 @@ bool run_engine(CacheMode mode, int steps, Timeline* tl) {
   return st.ok();
 }
 
-Image to_image(const std::vector<uint8_t>& rgba) { return Image{kW, kH, rgba}; }
+Image to_image(const std::vector<uint8_t>& rgba) {
+  return Image{kW, kH, rgba};
+}
 
 Image render_frame(render::Renderer& r, const render::Scene& s) {
   auto px = render_offscreen(r, s, kW, kH);
@@ -42,8 +44,12 @@ Image render_frame(render::Renderer& r, const render::Scene& s) {
   return px.ok() ? to_image(px.value()) : Image{};
 }
 
-float luminance(glm::vec3 c) { return 0.2126f * c.r + 0.7152f * c.g + 0.0722f * c.b; }
-bool is_red(glm::vec3 c) { return c.r > 0.55f && c.g < 0.22f && c.b < 0.22f; }
+float luminance(glm::vec3 c) {
+  return 0.2126f * c.r + 0.7152f * c.g + 0.0722f * c.b;
+}
+bool is_red(glm::vec3 c) {
+  return c.r > 0.55f && c.g < 0.22f && c.b < 0.22f;
+}
 int count_red(const Image& img) {
   int n = 0;
   for (int y = 0; y < img.height; ++y)
@@ -77,7 +83,8 @@ TEST_F(CapturePixels, TokenColumnsEqualSeqLen) {
   ASSERT_EQ(int(s.tokens.size()), seq_len);
   // Top faces: prompt tokens have one shade, generated tokens another.
   auto top = [&](int pos) {
-    return kvscope_test::to_screen(s, render::layout::token_position(pos) + glm::vec3(0, 0.4f, 0), kW, kH);
+    return kvscope_test::to_screen(s, render::layout::token_position(pos) + glm::vec3(0, 0.4f, 0),
+                                   kW, kH);
   };
   glm::vec2 p0 = top(0), pn = top(seq_len - 1);
   glm::vec3 prompt_face = img.at(int(p0.x), int(p0.y)), gen_face = img.at(int(pn.x), int(pn.y));
@@ -100,6 +107,7 @@ TEST_F(CapturePixels, BeamBrightnessFollowsEngineAttention) {
     ViewOptions view;
     view.layer = layer;
     view.head = head;
+    view.aggregation = HeadAggregation::Single;
     view.labels = false;
     render::Scene s = capture_scene(tl, view, 2.0, render::CameraPreset::Side, kW, kH);
     s.tokens.clear();
@@ -125,8 +133,9 @@ TEST_F(CapturePixels, BeamBrightnessFollowsEngineAttention) {
       for (size_t j = 0; j < w.size(); ++j)
         if (w[i] / mx > w[j] / mx + 0.2f) {
           ++checked;
-          EXPECT_GT(seen[i], seen[j]) << "layer " << layer << " head " << head << ": pos " << i
-                                      << " (w " << w[i] << ") vs pos " << j << " (w " << w[j] << ")";
+          EXPECT_GT(seen[i], seen[j])
+              << "layer " << layer << " head " << head << ": pos " << i << " (w " << w[i]
+              << ") vs pos " << j << " (w " << w[j] << ")";
         }
     EXPECT_GT(checked, 0) << "attention too flat to compare at layer " << layer;
   }
@@ -140,8 +149,10 @@ TEST_F(CapturePixels, NoCacheShowsRedRecomputeBlocksCacheDoesNot) {
   ASSERT_TRUE(run_engine(CacheMode::Cache, 5, &cached));
   ASSERT_TRUE(run_engine(CacheMode::NoCache, 5, &recomputed));
   ViewOptions view;
-  int red_cache = count_red(render_frame(*r, capture_scene(cached, view, 0.45, render::CameraPreset::ThreeQuarter, kW, kH)));
-  int red_nocache = count_red(render_frame(*r, capture_scene(recomputed, view, 0.45, render::CameraPreset::ThreeQuarter, kW, kH)));
+  int red_cache = count_red(render_frame(
+      *r, capture_scene(cached, view, 0.45, render::CameraPreset::ThreeQuarter, kW, kH)));
+  int red_nocache = count_red(render_frame(
+      *r, capture_scene(recomputed, view, 0.45, render::CameraPreset::ThreeQuarter, kW, kH)));
   EXPECT_LT(red_cache, 100);
   EXPECT_GT(red_nocache, 20000);
 }

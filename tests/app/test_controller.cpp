@@ -105,7 +105,9 @@ TEST(Controller, PlayToggleModeSwitchPromptAndShutdownInOrder) {
       ASSERT_TRUE(e.trace);
       EXPECT_EQ(e.trace->step, expect_step++) << "run " << run;
       EXPECT_EQ(e.trace->mode, mode) << "a trace after the mode toggle ran in the old mode";
-      if (mode == CacheMode::NoCache) EXPECT_EQ(e.trace->kv_bytes, 0u);
+      if (mode == CacheMode::NoCache) {
+        EXPECT_EQ(e.trace->kv_bytes, 0u);
+      }
     }
     EXPECT_NE(e.kind, Event::Kind::Error) << e.error;
   }
@@ -169,7 +171,8 @@ TEST(Controller, MaxTokensFinishesTheRunAndTimelineFollows) {
   EXPECT_EQ(int(tl.tokens().size()), tl.last()->seq_len);
   // Every position before the newest token has K/V norms for every layer.
   for (int p = 0; p + 1 < int(tl.tokens().size()); ++p)
-    for (int l = 0; l < tl.n_layer(); ++l) EXPECT_FALSE(std::isnan(tl.kv_norm(p, l, false))) << p << "," << l;
+    for (int l = 0; l < tl.n_layer(); ++l)
+      EXPECT_FALSE(std::isnan(tl.kv_norm(p, l, false))) << p << "," << l;
   // An event from an older run is ignored.
   Event stale{Event::Kind::Step, 0};
   EXPECT_FALSE(tl.apply(stale));
@@ -180,9 +183,89 @@ TEST(Controller, BadPromptIsAnErrorEventNotACrash) {
   if (!ctl) GTEST_SKIP() << "default model not found";
   std::vector<Event> ev;
   ctl->send(CmdReset{PromptSpec{"", false}, true});
-  collect(*ctl, ev, [](auto& e) { return !e.empty(); }, 10);
+  collect(
+      *ctl, ev, [](auto& e) { return !e.empty(); }, 10);
   ASSERT_FALSE(ev.empty());
   EXPECT_EQ(ev.front().kind, Event::Kind::Error);
   EXPECT_FALSE(ev.front().error.empty());
   EXPECT_FALSE(ctl->state().playing);
+}
+
+// The plots' comparison rule: the other mode's measured curve exists only after that
+// mode really ran on the same prompt; both series are the steps each run took.
+TEST(Controller, SamePromptInBothModesKeepsBothMeasuredSeries) {
+  const int kSteps = 6;
+  auto ctl = make_controller(kSteps);
+  if (!ctl) GTEST_SKIP() << "default model not found";
+  std::vector<Event> ev;
+  Timeline tl;
+  ctl->send(CmdSpeed{kSpeedMax});
+  ctl->send(CmdReset{kStory, true});
+  collect(*ctl, ev, [](auto& e) { return !e.empty() && e.back().kind == Event::Kind::Finished; });
+  ASSERT_EQ(ev.back().kind, Event::Kind::Finished);
+  for (const Event& e : ev) tl.apply(e);
+  int cache_steps = count_steps(ev, 1);
+  ASSERT_EQ(cache_steps, kSteps);
+  // Only one mode has run on this prompt: nothing to overlay.
+  ASSERT_TRUE(tl.current_series());
+  EXPECT_EQ(tl.other_series(), nullptr);
+
+  ev.clear();
+  ctl->send(CmdMode{CacheMode::NoCache});
+  ctl->send(CmdReset{kStory, true});
+  collect(*ctl, ev, [](auto& e) { return !e.empty() && e.back().kind == Event::Kind::Finished; });
+  ASSERT_EQ(ev.back().kind, Event::Kind::Finished);
+  for (const Event& e : ev) tl.apply(e);
+  int nocache_steps = count_steps(ev, 2);
+  ASSERT_EQ(nocache_steps, kSteps);
+
+  const RunSeries* c = tl.history().find(kStory.text, kStory.chat, CacheMode::Cache);
+  const RunSeries* n = tl.history().find(kStory.text, kStory.chat, CacheMode::NoCache);
+  ASSERT_TRUE(c && n);
+  EXPECT_EQ(tl.current_series(), n);
+  EXPECT_EQ(tl.other_series(), c);
+  EXPECT_EQ(int(c->flops.size()), cache_steps);
+  EXPECT_EQ(int(c->ms.size()), cache_steps);
+  EXPECT_EQ(int(n->flops.size()), nocache_steps);
+  EXPECT_EQ(int(n->ms.size()), nocache_steps);
+  EXPECT_TRUE(c->finished && n->finished);
+  EXPECT_FALSE(c->mixed() || n->mixed());
+  for (int i = 0; i < kSteps; ++i) {
+    EXPECT_GT(c->ms[size_t(i)], 0.0);
+    EXPECT_GT(n->ms[size_t(i)], 0.0);
+  }
+  // Step 1 is the same prefill in both modes; afterwards NO_CACHE redoes the whole sequence.
+  EXPECT_NEAR(n->flops[0], c->flops[0], 1e-6 * c->flops[0]);
+  for (int i = 1; i < kSteps; ++i)
+    EXPECT_GT(n->flops[size_t(i)], c->flops[size_t(i)]) << "step " << i + 1;
+  // The series are the traces' own numbers.
+  EXPECT_EQ(n->flops.back(), double(tl.last()->flops));
+  // Another prompt (or the chat flag) has no history of its own.
+  EXPECT_EQ(tl.history().find(kStory.text, true, CacheMode::Cache), nullptr);
+  EXPECT_EQ(tl.history().find(kCode.text, false, CacheMode::Cache), nullptr);
+}
+
+TEST(RunHistory, MixedRunKeepsEachStepsModeAndNewRunReplacesOld) {
+  RunHistory h;
+  StepTrace t;
+  t.mode = CacheMode::Cache;
+  t.flops = 100;
+  t.ms = 2;
+  h.record("p", false, 1, t);
+  t.mode = CacheMode::NoCache;
+  t.flops = 900;
+  h.record("p", false, 1, t);  // switched mid-run: stays in run 1's series
+  const RunSeries* s = h.find("p", false, CacheMode::Cache);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->steps(), 2u);
+  EXPECT_TRUE(s->mixed());
+  EXPECT_EQ(s->step_mode[1], CacheMode::NoCache);
+  EXPECT_EQ(h.find("p", false, CacheMode::NoCache), nullptr);
+  t.mode = CacheMode::Cache;
+  h.record("p", false, 2, t);  // a new CACHE run on the same prompt replaces run 1
+  s = h.find("p", false, CacheMode::Cache);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->run, 2u);
+  EXPECT_EQ(s->steps(), 1u);
+  EXPECT_FALSE(s->mixed());
 }

@@ -8,14 +8,16 @@
 namespace kvscope_test {
 namespace {
 std::string g_glfw_error;
-void on_glfw_error(int code, const char* msg) { g_glfw_error = msg ? msg : "unknown"; }
+void on_glfw_error(int code, const char* msg) {
+  g_glfw_error = msg ? msg : "unknown";
+}
 }  // namespace
 
 std::unique_ptr<GlTestContext> GlTestContext::create(std::string* why) {
   glfwSetErrorCallback(on_glfw_error);
   if (!glfwInit()) {
-    *why = "glfwInit failed (" + g_glfw_error + "); DISPLAY=" +
-           (std::getenv("DISPLAY") ? std::getenv("DISPLAY") : "(unset)");
+    *why = "glfwInit failed (" + g_glfw_error +
+           "); DISPLAY=" + (std::getenv("DISPLAY") ? std::getenv("DISPLAY") : "(unset)");
     return nullptr;
   }
   glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);

@@ -28,7 +28,7 @@ class GlTestContext {
 
 }  // namespace kvscope_test
 
-#define GL_TEST_CONTEXT_OR_SKIP(ctx)                                        \
-  std::string gl_skip_reason_;                                              \
-  auto ctx = ::kvscope_test::GlTestContext::create(&gl_skip_reason_);       \
+#define GL_TEST_CONTEXT_OR_SKIP(ctx)                                  \
+  std::string gl_skip_reason_;                                        \
+  auto ctx = ::kvscope_test::GlTestContext::create(&gl_skip_reason_); \
   if (!ctx) GTEST_SKIP() << "no OpenGL display: " << gl_skip_reason_

@@ -29,8 +29,12 @@ bool is_drawn(glm::vec3 c) {
   glm::vec3 bg = render::Scene{}.background;
   return std::max({std::abs(c.r - bg.r), std::abs(c.g - bg.g), std::abs(c.b - bg.b)}) > 0.04f;
 }
-bool is_red(glm::vec3 c) { return c.r > 0.55f && c.g < 0.22f && c.b < 0.22f; }
-float luminance(glm::vec3 c) { return 0.2126f * c.r + 0.7152f * c.g + 0.0722f * c.b; }
+bool is_red(glm::vec3 c) {
+  return c.r > 0.55f && c.g < 0.22f && c.b < 0.22f;
+}
+float luminance(glm::vec3 c) {
+  return 0.2126f * c.r + 0.7152f * c.g + 0.0722f * c.b;
+}
 
 render::Scene bare_scene(int tokens, int layers) {
   render::SyntheticSpec spec;
@@ -71,7 +75,8 @@ TEST(RenderPixels, OneBlockPerTokenSideAndTop) {
       glm::vec3 face = img.at(int(c0.x), int(c0.y));
       EXPECT_TRUE(is_drawn(face));
       auto same_face = [&](glm::vec3 c) {
-        return std::max({std::abs(c.r - face.r), std::abs(c.g - face.g), std::abs(c.b - face.b)}) < 0.05f;
+        return std::max({std::abs(c.r - face.r), std::abs(c.g - face.g), std::abs(c.b - face.b)}) <
+               0.05f;
       };
       EXPECT_EQ(count_runs(img, false, int(c0.y), same_face), n)
           << n << " tokens, preset " << render::camera_preset_name(p);
@@ -180,8 +185,10 @@ TEST(RenderPixels, LabelsDrawTextAboveTokens) {
   EXPECT_GT(r->last_stats().glyphs, 20u);
   Image b = render_image(*r, without, kW, kH);
   // Light text pixels in the band above token 7 (" kingdom").
-  glm::vec2 base = to_screen(with, render::layout::token_position(7) + glm::vec3(0, 0.6f, 0), kW, kH);
-  glm::vec2 top = to_screen(with, render::layout::token_position(7) + glm::vec3(0, 3.0f, 0), kW, kH);
+  glm::vec2 base =
+      to_screen(with, render::layout::token_position(7) + glm::vec3(0, 0.6f, 0), kW, kH);
+  glm::vec2 top =
+      to_screen(with, render::layout::token_position(7) + glm::vec3(0, 3.0f, 0), kW, kH);
   int light_a = 0, light_b = 0;
   for (int y = int(top.y); y < int(base.y); ++y)
     for (int x = int(base.x) - 15; x <= int(base.x) + 15; ++x) {
@@ -242,8 +249,10 @@ TEST(RenderPixels, BrokenShaderFolderIsAClearError) {
   auto dir = std::filesystem::temp_directory_path() / "kvscope_bad_shaders";
   std::filesystem::create_directories(dir);
   for (const char* n : {"block", "head", "halo", "beam", "glyph", "grid"}) {
-    std::ofstream(dir / (std::string(n) + ".vert")) << "#version 330 core\nvoid main(){gl_Position=vec4(0);}\n";
-    std::ofstream(dir / (std::string(n) + ".frag")) << "#version 330 core\nout vec4 c; void main(){ c = oops; }\n";
+    std::ofstream(dir / (std::string(n) + ".vert"))
+        << "#version 330 core\nvoid main(){gl_Position=vec4(0);}\n";
+    std::ofstream(dir / (std::string(n) + ".frag"))
+        << "#version 330 core\nout vec4 c; void main(){ c = oops; }\n";
   }
   render::RendererOptions opts;
   opts.shader_dir = dir.string();
@@ -254,4 +263,53 @@ TEST(RenderPixels, BrokenShaderFolderIsAClearError) {
   EXPECT_NE(res.error.find("fragment"), std::string::npos) << res.error;
   EXPECT_NE(res.error.find("block.frag"), std::string::npos) << res.error;
   std::filesystem::remove_all(dir);
+}
+
+// Animation is uniforms: a scene with an unchanged revision re-uploads nothing, yet a
+// flash set in SceneAnim still turns the flagged blocks red.
+TEST(RenderPixels, SameRevisionUploadsNothingAndAnimationStillShows) {
+  GL_TEST_CONTEXT_OR_SKIP(ctx);
+  auto r = ctx->make_renderer();
+  ASSERT_TRUE(r);
+  render::Scene s = bare_scene(10, 8);
+  for (auto& k : s.kv_blocks) {
+    k.recompute = 0.0f;
+    k.flash_recompute = 1.0f;  // red only while SceneAnim::flash is up
+  }
+  s.revision = render::next_scene_revision();
+  frame_scene(&s, CameraPreset::ThreeQuarter, kW, kH);
+  s.anim.flash = 0.0f;
+  int red_calm = count_red(render_image(*r, s, kW, kH));
+  EXPECT_GT(r->last_stats().uploaded_bytes, 0u);
+  EXPECT_FALSE(r->last_stats().reused);
+  s.anim.flash = 1.0f;
+  int red_flash = count_red(render_image(*r, s, kW, kH));
+  EXPECT_TRUE(r->last_stats().reused);
+  EXPECT_EQ(r->last_stats().uploaded_bytes, 0u);
+  EXPECT_EQ(r->last_stats().kv_blocks, s.kv_blocks.size());
+  EXPECT_LT(red_calm, 50);
+  EXPECT_GT(red_flash, 5000);
+}
+
+// Without a revision the renderer compares with what it sent and sends only the change;
+// the picture follows the change.
+TEST(RenderPixels, UnrevisionedSceneSendsOnlyTheChangedRange) {
+  GL_TEST_CONTEXT_OR_SKIP(ctx);
+  auto r = ctx->make_renderer();
+  ASSERT_TRUE(r);
+  render::Scene s = bare_scene(10, 8);
+  for (auto& k : s.kv_blocks) k.recompute = 0.0f;
+  frame_scene(&s, CameraPreset::ThreeQuarter, kW, kH);
+  render_image(*r, s, kW, kH);
+  size_t full = r->last_stats().uploaded_bytes;
+  render_image(*r, s, kW, kH);
+  EXPECT_EQ(r->last_stats().uploaded_bytes, 0u);
+  EXPECT_LT(count_red(render_image(*r, s, kW, kH)), 50);
+  s.kv_blocks[s.kv_blocks.size() / 2].recompute = 1.0f;  // one block turns red
+  int red = count_red(render_image(*r, s, kW, kH));
+  size_t sent = r->last_stats().uploaded_bytes;
+  EXPECT_GT(sent, 0u);
+  EXPECT_LT(sent, 64u);
+  EXPECT_LT(sent * 100, full);
+  EXPECT_GT(red, 30);
 }
