@@ -10,22 +10,11 @@
 namespace kvscope {
 namespace {
 
-// Bytes made displayable: valid UTF-8 kept, every invalid or incomplete byte as U+FFFD.
+// Bytes made displayable: valid UTF-8 kept, every invalid or incomplete sequence as U+FFFD.
 std::string display_text(std::string_view bytes) {
-  std::string out;
-  size_t i = 0;
-  while (i < bytes.size()) {
-    size_t bad = 0;
-    std::string_view rest = bytes.substr(i);
-    if (utf8_valid(rest, &bad)) {
-      out.append(rest);
-      break;
-    }
-    out.append(rest.substr(0, bad));
-    out.append("\xEF\xBF\xBD");
-    i += bad + 1;
-  }
-  return out;
+  Utf8Stream stream;
+  std::string out = stream.push(bytes);
+  return out + stream.flush();
 }
 
 }  // namespace
