@@ -174,7 +174,12 @@ int run_gui(const Args& args) {
   ImGuiIO& io = ImGui::GetIO();
   io.IniFilename = nullptr;
   std::string font = render::GlyphAtlas::find_default_font();
-  if (!font.empty()) io.Fonts->AddFontFromFileTTF(font.c_str(), 15.0f * scale);
+  if (!font.empty()) {
+    // Latin, Greek, Cyrillic and the arrows used to show whitespace tokens (↵ →).
+    static const ImWchar kRanges[] = {0x0020, 0x024F, 0x0370, 0x03FF, 0x0400, 0x04FF,
+                                      0x2000, 0x206F, 0x2190, 0x21FF, 0};
+    io.Fonts->AddFontFromFileTTF(font.c_str(), 15.0f * scale, nullptr, kRanges);
+  }
   ImGui::StyleColorsDark();
   ImGui::GetStyle().ScaleAllSizes(scale);
   ImGui_ImplGlfw_InitForOpenGL(win, true);

@@ -58,7 +58,7 @@ void panel_stats(const UiState& ui, const ControllerState& cs, const Timeline& t
     }
     ImGui::TextColored(accent, "SEQ_LEN   %d", t->seq_len);
     double ms = t->device_ms >= 0 ? t->device_ms : t->ms;
-    ImGui::Text("step      %.1f ms%s, %d tokens through the forward", ms,
+    ImGui::Text("step      %.1f ms%s, %d token(s) through the forward", ms,
                 t->device_ms >= 0 ? " (GPU)" : "", t->tokens_processed);
     double observed = observed_tokens_per_s(ui);
     if (observed > 0)
