@@ -23,18 +23,20 @@
 namespace kvscope::app {
 
 int run_bench_render(int argc, char** argv) {
-  int frames = 20, width = 1280, height = 720, layers = 30;
+  int frames = 20, width = 1280, height = 720, layers = 30, samples = 4;
   for (int i = 1; i < argc; ++i) {
     std::string k = argv[i];
     if (k == "--frames" && i + 1 < argc)
       frames = std::atoi(argv[++i]);
+    else if (k == "--samples" && i + 1 < argc)
+      samples = std::atoi(argv[++i]);
     else if (k == "--layers" && i + 1 < argc)
       layers = std::atoi(argv[++i]);
     else if (k == "--size" && i + 1 < argc) {
       if (std::sscanf(argv[++i], "%dx%d", &width, &height) != 2) width = 0;
     } else {
       std::fprintf(stderr,
-                   "kvscope bench-render: unknown option '%s' (--frames N --layers L --size WxH)\n",
+                   "kvscope bench-render: unknown option '%s' (--frames N --layers L --size WxH --samples S)\n",
                    k.c_str());
       return 2;
     }
@@ -64,7 +66,7 @@ int run_bench_render(int argc, char** argv) {
     return 1;
   }
   render::OffscreenTarget target;
-  if (render::Result res = render::OffscreenTarget::create(width, height, 4, &target); !res.ok()) {
+  if (render::Result res = render::OffscreenTarget::create(width, height, samples, &target); !res.ok()) {
     std::fprintf(stderr, "kvscope: %s\n", res.error.c_str());
     return 1;
   }

@@ -30,26 +30,39 @@ Expected<std::unique_ptr<GlWindow>> GlWindow::create(const WindowOptions& opts) 
   glfwWindowHint(GLFW_OPENGL_FORWARD_COMPAT, GLFW_TRUE);
   glfwWindowHint(GLFW_VISIBLE, opts.visible ? GLFW_TRUE : GLFW_FALSE);
   glfwWindowHint(GLFW_RESIZABLE, GLFW_TRUE);
-  glfwWindowHint(GLFW_SAMPLES, opts.samples);
 #ifdef GLFW_SCALE_TO_MONITOR
   glfwWindowHint(GLFW_SCALE_TO_MONITOR, GLFW_TRUE);
 #endif
-  GLFWwindow* w = glfwCreateWindow(opts.width, opts.height, opts.title.c_str(), nullptr, nullptr);
-  if (!w) {
-    std::string why = g_last_glfw_error;
-    glfwTerminate();
-    return make_error("cannot create an OpenGL 3.3 core window (", why,
-                      "); update the graphics driver or try LIBGL_ALWAYS_SOFTWARE=1");
+  auto open = [&](int samples) -> Expected<GLFWwindow*> {
+    glfwWindowHint(GLFW_SAMPLES, samples);
+    GLFWwindow* w = glfwCreateWindow(opts.width, opts.height, opts.title.c_str(), nullptr, nullptr);
+    if (!w)
+      return make_error("cannot create an OpenGL 3.3 core window (", g_last_glfw_error,
+                        "); update the graphics driver or try LIBGL_ALWAYS_SOFTWARE=1");
+    glfwMakeContextCurrent(w);
+    glfwSwapInterval(opts.vsync ? 1 : 0);
+    if (render::Result r = render::load_gl(glfwGetProcAddress); !r.ok()) {
+      glfwDestroyWindow(w);
+      return make_error(r.error);
+    }
+    return w;
+  };
+  auto w = open(opts.samples);
+  // Multisampling multiplies the cost of every pixel in a software rasterizer (llvmpipe):
+  // there the window is reopened without it so large scenes stay interactive.
+  if (w.ok() && opts.samples > 1) {
+    const std::string desc = render::gl_version_string();
+    if (desc.find("llvmpipe") != std::string::npos || desc.find("softpipe") != std::string::npos) {
+      glfwDestroyWindow(*w);
+      w = open(0);
+    }
   }
-  glfwMakeContextCurrent(w);
-  glfwSwapInterval(opts.vsync ? 1 : 0);
-  if (render::Result r = render::load_gl(glfwGetProcAddress); !r.ok()) {
-    glfwDestroyWindow(w);
+  if (!w.ok()) {
     glfwTerminate();
-    return make_error(r.error);
+    return w.error();
   }
   std::unique_ptr<GlWindow> out(new GlWindow());
-  out->window_ = w;
+  out->window_ = *w;
   out->gl_desc_ = render::gl_version_string();
   return out;
 }
