@@ -18,6 +18,8 @@
 // concurrent calls are safe.
 #include "engine/tokenizer.h"
 
+#include "engine/utf8.h"
+
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
@@ -83,42 +85,6 @@ const ByteMap& byte_map() {
   }();
   return m;
 }
-
-// Classification of the UTF-8 sequence starting at s[i].
-enum class SeqKind { Valid, Invalid, Truncated };
-struct Seq {
-  SeqKind kind;
-  size_t len;  // Valid: sequence length; Invalid: maximal invalid subpart; Truncated: bytes left
-};
-
-Seq classify_utf8(std::string_view s, size_t i) {
-  const auto b = static_cast<uint8_t>(s[i]);
-  if (b < 0x80) return {SeqKind::Valid, 1};
-  size_t need = 0;
-  uint8_t lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-  if (b >= 0xC2 && b <= 0xDF) {
-    need = 1;
-  } else if (b >= 0xE0 && b <= 0xEF) {
-    need = 2;
-    if (b == 0xE0) lo = 0xA0;  // no overlongs
-    if (b == 0xED) hi = 0x9F;  // no surrogates
-  } else if (b >= 0xF0 && b <= 0xF4) {
-    need = 3;
-    if (b == 0xF0) lo = 0x90;
-    if (b == 0xF4) hi = 0x8F;  // <= U+10FFFF
-  } else {
-    return {SeqKind::Invalid, 1};
-  }
-  for (size_t k = 1; k <= need; ++k) {
-    if (i + k >= s.size()) return {SeqKind::Truncated, k};
-    const auto c = static_cast<uint8_t>(s[i + k]);
-    const uint8_t l = (k == 1) ? lo : 0x80, h = (k == 1) ? hi : 0xBF;
-    if (c < l || c > h) return {SeqKind::Invalid, k};
-  }
-  return {SeqKind::Valid, need + 1};
-}
-
-constexpr const char* kReplacement = "\xEF\xBF\xBD";  // U+FFFD
 
 struct CodeDeleter {
   void operator()(pcre2_code* c) const { pcre2_code_free(c); }
@@ -498,8 +464,8 @@ std::string Tokenizer::token_bytes(int32_t id) const {
   std::string out;
   out.reserve(s.size());
   for (size_t i = 0; i < s.size();) {
-    const Seq q = classify_utf8(s, i);
-    if (q.kind != SeqKind::Valid) {  // malformed vocabulary text: pass bytes through
+    const Utf8Seq q = classify_utf8(s, i);
+    if (q.kind != Utf8SeqKind::Valid) {  // malformed vocabulary text: pass bytes through
       out.append(s, i, q.len);
       i += q.len;
       continue;
@@ -579,57 +545,6 @@ Expected<std::string> Tokenizer::apply_chat_template(const std::vector<ChatMessa
     out += "assistant\n";
   }
   return out;
-}
-
-std::string Utf8Stream::push(std::string_view bytes) {
-  pending_.append(bytes);
-  std::string out;
-  size_t i = 0;
-  while (i < pending_.size()) {
-    const Seq q = classify_utf8(pending_, i);
-    if (q.kind == SeqKind::Truncated) break;  // may still complete: hold it
-    if (q.kind == SeqKind::Valid) {
-      out.append(pending_, i, q.len);
-    } else {
-      out += kReplacement;
-    }
-    i += q.len;
-  }
-  pending_.erase(0, i);
-  return out;
-}
-
-std::string Utf8Stream::flush() {
-  std::string out;
-  size_t i = 0;
-  while (i < pending_.size()) {
-    const Seq q = classify_utf8(pending_, i);
-    if (q.kind == SeqKind::Valid) {
-      out.append(pending_, i, q.len);
-    } else {
-      out += kReplacement;
-    }
-    i += q.len;
-  }
-  pending_.clear();
-  return out;
-}
-
-bool utf8_valid(std::string_view s, size_t* bad_offset) {
-  for (size_t i = 0; i < s.size();) {
-    const auto b = static_cast<uint8_t>(s[i]);
-    if (b < 0x80) {
-      ++i;
-      continue;
-    }
-    const Seq q = classify_utf8(s, i);
-    if (q.kind != SeqKind::Valid) {
-      if (bad_offset) *bad_offset = i;
-      return false;
-    }
-    i += q.len;
-  }
-  return true;
 }
 
 }  // namespace kvscope

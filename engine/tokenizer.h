@@ -17,6 +17,7 @@
 
 #include "engine/gguf.h"
 #include "engine/status.h"
+#include "engine/utf8.h"
 
 namespace kvscope {
 
@@ -58,21 +59,5 @@ class Tokenizer {
   explicit Tokenizer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
-
-// Streams token bytes into text that never ends in half a UTF-8 character: push()
-// returns the longest complete prefix of everything pushed so far and holds the rest.
-// Bytes that can never complete (invalid sequences) are emitted as U+FFFD.
-class Utf8Stream {
- public:
-  std::string push(std::string_view bytes);
-  std::string flush();  // whatever is held, incomplete tails as U+FFFD
-  bool holding() const { return !pending_.empty(); }
-
- private:
-  std::string pending_;
-};
-
-// True if s is valid UTF-8; otherwise *bad_offset gets the first bad byte's offset.
-bool utf8_valid(std::string_view s, size_t* bad_offset = nullptr);
 
 }  // namespace kvscope
