@@ -36,27 +36,47 @@ inline __m128 scales_at(const uint8_t* p) {
   return _mm_cvtph_ps(_mm_cvtsi32_si128(v));
 }
 
-// Single-token products for the common types: the same dequantized values and the same
-// chunk order as dequant_rows + tile<NR, 1>, without the round trip through memory.
-template <int NR>
-void gemv_q4_1(const Weight& w, int64_t r0, const float* x, float* out) {
+// Block decoders: the 32 values of one block as two 16-lane registers. Both the batched
+// path (dequant_rows) and the single-token path (gemv) decode through these, so the two
+// see bit-identical weights.
+struct Q4_1Block {
+  static constexpr int kBytes = 20;
+  static void decode(const uint8_t* blk, __m512* v0, __m512* v1) {
+    const __m128i low = _mm_set1_epi8(0x0F);
+    const __m128 dm = scales_at(blk);
+    const __m512 d = _mm512_broadcastss_ps(dm);
+    const __m512 m = _mm512_broadcastss_ps(_mm_movehdup_ps(dm));
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 4));
+    *v0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(q, low))), d, m);
+    *v1 = _mm512_fmadd_ps(
+        _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(q, 4), low))), d, m);
+  }
+};
+
+struct Q8_0Block {
+  static constexpr int kBytes = 34;
+  static void decode(const uint8_t* blk, __m512* v0, __m512* v1) {
+    const __m512 d = _mm512_set1_ps(half_at(blk));
+    const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
+    const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18));
+    *v0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), d);
+    *v1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)), d);
+  }
+};
+
+// Single-token products of NR rows: the same dequantized values and the same chunk order
+// as dequant_rows + tile<NR, 1>, without the round trip through memory.
+template <class Block, int NR>
+void gemv(const Weight& w, int64_t r0, const float* x, float* out) {
   const int64_t nb = w.n_in / 32;
-  const __m128i low = _mm_set1_epi8(0x0F);
   __m512 acc[NR];
   for (int r = 0; r < NR; ++r) acc[r] = _mm512_setzero_ps();
   const uint8_t* rows = w.data + uint64_t(r0) * w.row_bytes;
   for (int64_t b = 0; b < nb; ++b) {
     const __m512 x0 = _mm512_loadu_ps(x + b * 32), x1 = _mm512_loadu_ps(x + b * 32 + 16);
     for (int r = 0; r < NR; ++r) {
-      const uint8_t* blk = rows + r * w.row_bytes + b * 20;
-      const __m128 dm = scales_at(blk);
-      const __m512 d = _mm512_broadcastss_ps(dm);
-      const __m512 m = _mm512_broadcastss_ps(_mm_movehdup_ps(dm));
-      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 4));
-      const __m512 v0 = _mm512_fmadd_ps(
-          _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(q, low))), d, m);
-      const __m512 v1 = _mm512_fmadd_ps(
-          _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(q, 4), low))), d, m);
+      __m512 v0, v1;
+      Block::decode(rows + r * w.row_bytes + b * Block::kBytes, &v0, &v1);
       acc[r] = _mm512_fmadd_ps(v0, x0, acc[r]);
       acc[r] = _mm512_fmadd_ps(v1, x1, acc[r]);
     }
@@ -64,36 +84,31 @@ void gemv_q4_1(const Weight& w, int64_t r0, const float* x, float* out) {
   for (int r = 0; r < NR; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
 }
 
-template <int NR>
-void gemv_q8_0(const Weight& w, int64_t r0, const float* x, float* out) {
-  const int64_t nb = w.n_in / 32;
-  __m512 acc[NR];
-  for (int r = 0; r < NR; ++r) acc[r] = _mm512_setzero_ps();
-  const uint8_t* rows = w.data + uint64_t(r0) * w.row_bytes;
-  for (int64_t b = 0; b < nb; ++b) {
-    const __m512 x0 = _mm512_loadu_ps(x + b * 32), x1 = _mm512_loadu_ps(x + b * 32 + 16);
-    for (int r = 0; r < NR; ++r) {
-      const uint8_t* blk = rows + r * w.row_bytes + b * 34;
-      const __m512 d = _mm512_set1_ps(half_at(blk));
-      const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
-      const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18));
-      const __m512 v0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), d);
-      const __m512 v1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)), d);
-      acc[r] = _mm512_fmadd_ps(v0, x0, acc[r]);
-      acc[r] = _mm512_fmadd_ps(v1, x1, acc[r]);
-    }
+template <class Block>
+void gemv_rows_of(const Weight& w, int64_t r_begin, int64_t r_end, const float* x, float* out) {
+  int64_t r = r_begin;
+  for (; r + 4 <= r_end; r += 4) gemv<Block, 4>(w, r, x, out + r);
+  for (; r < r_end; ++r) gemv<Block, 1>(w, r, x, out + r);
+}
+
+// Rows of one block type into buf (n values per row).
+template <class Block>
+void decode_row(const uint8_t* row, int64_t n, float* dst) {
+  for (int64_t b = 0; b < n / 32; ++b) {
+    __m512 v0, v1;
+    Block::decode(row + b * Block::kBytes, &v0, &v1);
+    _mm512_storeu_ps(dst + b * 32, v0);
+    _mm512_storeu_ps(dst + b * 32 + 16, v1);
   }
-  for (int r = 0; r < NR; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
 }
 
 // T == 1 for Q4_1 / Q8_0 rows [r_begin, r_end); false if the type has no fused path.
 bool gemv_rows(const Weight& w, int64_t r_begin, int64_t r_end, const float* x, float* out) {
-  if (w.type != GgmlType::Q4_1 && w.type != GgmlType::Q8_0) return false;
-  const bool q4 = w.type == GgmlType::Q4_1;
-  int64_t r = r_begin;
-  for (; r + 4 <= r_end; r += 4) q4 ? gemv_q4_1<4>(w, r, x, out + r) : gemv_q8_0<4>(w, r, x, out + r);
-  for (; r < r_end; ++r) q4 ? gemv_q4_1<1>(w, r, x, out + r) : gemv_q8_0<1>(w, r, x, out + r);
-  return true;
+  switch (w.type) {
+    case GgmlType::Q4_1: gemv_rows_of<Q4_1Block>(w, r_begin, r_end, x, out); return true;
+    case GgmlType::Q8_0: gemv_rows_of<Q8_0Block>(w, r_begin, r_end, x, out); return true;
+    default: return false;
+  }
 }
 #endif
 
@@ -110,36 +125,12 @@ void dequant_rows(const Weight& w, int64_t r0, int nr, float* buf) {
     const uint8_t* row = w.data + uint64_t(r0 + r) * w.row_bytes;
     float* dst = buf + r * n;
     switch (w.type) {
-      case GgmlType::Q4_1: {
-        const __m128i low = _mm_set1_epi8(0x0F);
-        for (int64_t b = 0; b < n / 32; ++b) {
-          const uint8_t* blk = row + b * 20;
-          const __m128 dm = scales_at(blk);
-          const __m512 d = _mm512_broadcastss_ps(dm);
-          const __m512 m = _mm512_broadcastss_ps(_mm_movehdup_ps(dm));
-          const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 4));
-          const __m128i lo = _mm_and_si128(q, low);
-          const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), low);
-          __m512 v0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(lo));
-          __m512 v1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi));
-          _mm512_storeu_ps(dst + b * 32, _mm512_fmadd_ps(v0, d, m));
-          _mm512_storeu_ps(dst + b * 32 + 16, _mm512_fmadd_ps(v1, d, m));
-        }
+      case GgmlType::Q4_1:
+        decode_row<Q4_1Block>(row, n, dst);
         break;
-      }
-      case GgmlType::Q8_0: {
-        for (int64_t b = 0; b < n / 32; ++b) {
-          const uint8_t* blk = row + b * 34;
-          const __m512 d = _mm512_set1_ps(half_at(blk));
-          const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
-          const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18));
-          _mm512_storeu_ps(dst + b * 32,
-                           _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), d));
-          _mm512_storeu_ps(dst + b * 32 + 16,
-                           _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)), d));
-        }
+      case GgmlType::Q8_0:
+        decode_row<Q8_0Block>(row, n, dst);
         break;
-      }
       case GgmlType::F32:
         std::memcpy(dst, row, size_t(n) * 4);
         break;
