@@ -15,6 +15,8 @@ enum Slot : int { kX, kH, kQ, kK, kV, kAtt, kGate, kUp, kOut, kLogits, kProbs, k
 
 }  // namespace
 
+const char* kv_dtype_name(KvDtype t) { return t == KvDtype::F16 ? "f16" : "f32"; }
+
 uint64_t forward_flops(const Model& model, int T, int pos0) {
   const ModelConfig& c = model.config();
   uint64_t macs = uint64_t(T) * model.block_macs_per_token();

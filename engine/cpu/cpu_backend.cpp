@@ -357,6 +357,4 @@ std::unique_ptr<Backend> make_cpu_backend(int n_threads) {
   return std::make_unique<CpuBackend>(n_threads);
 }
 
-const char* kv_dtype_name(KvDtype t) { return t == KvDtype::F16 ? "f16" : "f32"; }
-
 }  // namespace kvscope

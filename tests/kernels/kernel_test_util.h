@@ -7,9 +7,11 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
+#include "engine/quant.h"
 #include "kernels/kernels.h"
 
 namespace kvscope_test {
@@ -58,6 +60,22 @@ inline ::testing::AssertionResult all_close(const std::vector<float>& got,
   }
   if (bad == 0) return ::testing::AssertionSuccess();
   return r << bad << " of " << got.size() << " outside tolerance";
+}
+
+// The first n values of a KV cache side on the device, as fp32 (f16 or f32 storage).
+inline std::vector<float> read_cache(const DevVec<uint8_t>& side, bool f16, size_t n) {
+  const auto raw = side.get();
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (f16) {
+      uint16_t h;
+      std::memcpy(&h, raw.data() + 2 * i, 2);
+      out[i] = kvscope::fp16_to_fp32(h);
+    } else {
+      std::memcpy(&out[i], raw.data() + 4 * i, 4);
+    }
+  }
+  return out;
 }
 
 }  // namespace kvscope_test

@@ -137,21 +137,6 @@ TEST_F(KernelFused, GateUpSiluEqualsMatvecsThenSiluMul) {
 
 float to_f16_and_back(float f) { return kvscope::fp16_to_fp32(kvscope::fp32_to_fp16(f)); }
 
-std::vector<float> read_cache(const DevVec<uint8_t>& side, bool f16, size_t n) {
-  const auto raw = side.get();
-  std::vector<float> out(n);
-  for (size_t i = 0; i < n; ++i) {
-    if (f16) {
-      uint16_t h;
-      std::memcpy(&h, raw.data() + 2 * i, 2);
-      out[i] = kvscope::fp16_to_fp32(h);
-    } else {
-      std::memcpy(&out[i], raw.data() + 4 * i, 4);
-    }
-  }
-  return out;
-}
-
 TEST_F(KernelFused, RopeKvWriteEqualsRopeRopeAppend) {
   struct Shape { int H, Hkv, D, n_rot; };
   // Full rotation with D = 40; partial rotation; odd D with its short last pair.

@@ -118,18 +118,7 @@ struct CacheFixture {
   float round(float f) const { return f16 ? kvscope::fp16_to_fp32(kvscope::fp32_to_fp16(f)) : f; }
   kvscope_cuda::KvLayer layer() { return {k.p, v.p, f16, Hkv, D, cap}; }
   std::vector<float> stored(const DevVec<uint8_t>& side) const {
-    const auto raw = side.get();
-    std::vector<float> out(K.size());
-    for (size_t i = 0; i < out.size(); ++i) {
-      if (f16) {
-        uint16_t h;
-        std::memcpy(&h, raw.data() + 2 * i, 2);
-        out[i] = kvscope::fp16_to_fp32(h);
-      } else {
-        std::memcpy(&out[i], raw.data() + 4 * i, 4);
-      }
-    }
-    return out;
+    return read_cache(side, f16, K.size());
   }
 };
 
