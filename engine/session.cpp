@@ -193,7 +193,7 @@ Expected<StepTrace> Session::step() {
   tr.seq_len = int(tokens_.size());
   gen_bytes_ += tr.piece;
   tr.emitted = stream_.push(tr.piece);
-  if (config_.stop_at_eos && (id == tok.eos_id() || (tok.is_control(id) && id != tok.bos_id()))) {
+  if (config_.stop_at_eos && (tok.is_eog(id) || (tok.is_control(id) && id != tok.bos_id()))) {
     stop_ = StopReason::Eos;
   } else if (!config_.stop_strings.empty() &&
              std::any_of(config_.stop_strings.begin(), config_.stop_strings.end(),

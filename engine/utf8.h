@@ -1,8 +1,10 @@
 // utf8.h — UTF-8 helpers shared by the tokenizer and the session: validation, the
-// classification of one sequence, and a stream that never emits half a character.
+// classification of one sequence, encoding a code point, and a stream that never emits
+// half a character.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -30,6 +32,9 @@ class Utf8Stream {
  private:
   std::string pending_;
 };
+
+// Appends the UTF-8 encoding of code point `cp` (<= U+10FFFF) to `out`.
+void utf8_append(std::string& out, uint32_t cp);
 
 // True if s is valid UTF-8; otherwise *bad_offset gets the first bad byte's offset.
 bool utf8_valid(std::string_view s, size_t* bad_offset = nullptr);
