@@ -100,7 +100,7 @@ std::string parse_args(int argc, char** argv, Args* a) {
         return "--size needs WxH with both in [16, 8192], e.g. 1280x720";
       a->size_given = true;
     } else if (k == "--model") {
-      if (!value(&v)) return "--model needs a path";
+      if (!value(&v)) return "--model needs a built-in model name or a GGUF file path";
       a->cap.model_path = v;
     } else if (k == "--backend") {
       if (!value(&v)) return "--backend needs auto, cpu or cuda";
@@ -116,7 +116,8 @@ const char* kUsage =
     "usage: kvscope [options]              the desktop app\n"
     "       kvscope --screenshot OUT.png [options]  headless capture\n"
     "       kvscope generate|bench|bench-render ...\n"
-    "options: --model PATH  --backend auto|cpu|cuda  --prompt-file F  --steps N\n"
+    "options: --model NAME|PATH (smollm2-135m, gemma3-270m or a .gguf)\n"
+    "         --backend auto|cpu|cuda  --prompt-file F  --steps N\n"
     "         --mode cache|nocache  --camera top|side|front|3/4|follow\n"
     "         --layer L  --head H|mean|max  --all-layers  --no-sink  --size WxH\n"
     "         --play  --frames N (quit after N frames)  --window-shot OUT.png\n";

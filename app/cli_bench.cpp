@@ -50,7 +50,7 @@ int run_bench(int argc, char** argv) {
   int threads = 0;
   bool json = false;
   app.add_option("--threads", threads, "CPU threads (0 = all)")->check(CLI::NonNegativeNumber);
-  app.add_option("--model", model_path, "A llama-architecture GGUF file");
+  app.add_option("--model", model_path, "Built-in model name (smollm2-135m, the default; gemma3-270m) or GGUF file path");
   app.add_option("--backend", backend_name, "auto, cuda or cpu")->check(CLI::IsMember({"auto", "cuda", "cpu"}));
   app.add_flag("--json", json, "Print one JSON object");
   try {

@@ -1,4 +1,5 @@
-// cli_common.cpp — model path resolution, model loading and backend selection for the CLI.
+// cli_common.cpp — model name/path resolution, model loading and backend selection for the
+// CLI and the app.
 #include "app/cli_common.h"
 
 #include <cstdlib>
@@ -14,35 +15,82 @@
 namespace kvscope::cli {
 
 namespace fs = std::filesystem;
-constexpr const char* kDefaultModel = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
-std::string default_model_path() {
-  if (const char* env = std::getenv("KVSCOPE_MODEL"); env && *env) return env;
+const std::vector<BuiltinModel>& builtin_models() {
+  static const std::vector<BuiltinModel> models = {
+      {"smollm2-135m", "SmolLM2-135M-Instruct.Q4_1.gguf"},
+      {"gemma3-270m", "gemma-3-270m-q4_k_m.gguf"},
+  };
+  return models;
+}
+
+namespace {
+
+// assets/models/<file> next to the executable (build tree or install), then in the
+// source tree, then in the cwd: the first that exists, else the last candidate.
+std::string find_asset_model(const std::string& file) {
   std::error_code ec;
-  // Next to the executable (build tree or install), then the source tree, then the cwd.
   fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   std::vector<fs::path> candidates;
   if (!ec) {
     for (fs::path dir = exe.parent_path(); !dir.empty() && dir != dir.root_path();
          dir = dir.parent_path())
-      candidates.push_back(dir / "assets" / "models" / kDefaultModel);
+      candidates.push_back(dir / "assets" / "models" / file);
   }
 #if defined(KVSCOPE_SOURCE_DIR)
-  candidates.push_back(fs::path(KVSCOPE_SOURCE_DIR) / "assets" / "models" / kDefaultModel);
+  candidates.push_back(fs::path(KVSCOPE_SOURCE_DIR) / "assets" / "models" / file);
 #endif
-  candidates.push_back(fs::path("assets") / "models" / kDefaultModel);
+  candidates.push_back(fs::path("assets") / "models" / file);
   for (const auto& c : candidates)
     if (fs::exists(c, ec)) return c.string();
   return candidates.back().string();
 }
 
-Expected<std::shared_ptr<Model>> load_model(const std::string& path) {
+std::string builtin_names() {
+  std::string names;
+  for (const BuiltinModel& m : builtin_models())
+    names += std::string(names.empty() ? "" : ", ") + m.name + (names.empty() ? " (default)" : "");
+  return names;
+}
+
+}  // namespace
+
+std::string default_model_path() {
+  if (const char* env = std::getenv("KVSCOPE_MODEL"); env && *env) return env;
+  return find_asset_model(builtin_models().front().file);
+}
+
+Expected<std::string> resolve_model(const std::string& name_or_path) {
   std::error_code ec;
-  if (!fs::exists(path, ec))
-    return make_error("model file not found: ", path,
-                      " (run scripts/fetch_model.sh to get the default model, or pass --model "
-                      "PATH to a llama-architecture GGUF file)");
-  auto m = Model::load(path);
+  for (const BuiltinModel& m : builtin_models()) {
+    if (name_or_path != m.name) continue;
+    std::string path = find_asset_model(m.file);
+    if (!fs::exists(path, ec))
+      return make_error("built-in model '", m.name, "' is not fetched yet (", m.file,
+                        " is not in assets/models/): run scripts/fetch_model.sh ", m.name);
+    return path;
+  }
+  const std::string path = name_or_path.empty() ? default_model_path() : name_or_path;
+  if (fs::exists(path, ec)) return path;
+  if (name_or_path.empty())
+    return make_error("model file not found: ", path, " (run scripts/fetch_model.sh to get the ",
+                      "default model, or pass --model NAME|PATH)");
+  const bool looks_like_path =
+      name_or_path.find('/') != std::string::npos || fs::path(name_or_path).extension() == ".gguf";
+  if (looks_like_path)
+    return make_error("model file not found: ", name_or_path,
+                      " (built-in models: ", builtin_names(),
+                      "; get one with scripts/fetch_model.sh NAME)");
+  return make_error("model not found: '", name_or_path,
+                    "' is neither a file nor a built-in model name (built-in: ", builtin_names(),
+                    "; get one with scripts/fetch_model.sh NAME, or pass --model PATH to a GGUF "
+                    "file)");
+}
+
+Expected<std::shared_ptr<Model>> load_model(const std::string& name_or_path) {
+  auto path = resolve_model(name_or_path);
+  if (!path.ok()) return path.error();
+  auto m = Model::load(*path);
   if (!m.ok()) return m.error();
   return std::shared_ptr<Model>(std::move(m.value()));
 }

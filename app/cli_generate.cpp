@@ -97,7 +97,7 @@ int run_generate(int argc, char** argv) {
   app.add_option("--seed", seed, "Sampling seed");
   app.add_option("--stop", stops, "Stop when the output contains this text (repeatable)");
   app.add_option("--threads", threads, "CPU threads (0 = all)")->check(CLI::NonNegativeNumber);
-  app.add_option("--model", model_path, "A llama-architecture GGUF file (default: SmolLM2-135M-Instruct)");
+  app.add_option("--model", model_path, "Built-in model name (smollm2-135m, the default; gemma3-270m) or GGUF file path");
   app.add_option("--backend", backend_name, "auto, cuda or cpu")->check(CLI::IsMember({"auto", "cuda", "cpu"}));
   app.add_option("--kv-type", kv_type, "KV cache element type")->check(CLI::IsMember({"f16", "f32"}));
   app.add_flag("--json", json, "One JSON object per step, then a summary line");

@@ -39,10 +39,12 @@ check "prompt past the context" "context" generate --prompt-file "$long" --model
 check "missing prompt file" "prompt file" generate --prompt-file "$dir/none.txt" --model "$dir/tiny.gguf"
 check "no prompt" "no prompt" generate --model "$dir/tiny.gguf"
 check "cuda without a GPU" "cuda" generate --prompt hi --backend cuda --model "$dir/tiny.gguf"
+check "unknown model name" "built-in model name" generate --prompt hi --model no-such-model
+check "chat without a template" "no chat template" generate --prompt hi --chat --model "$dir/tiny.gguf"
 # And a good run on the same tiny model works.
 if ! "$kvscope" generate --prompt "the tin" --max-tokens 4 --backend cpu --model "$dir/tiny.gguf" >/dev/null 2>&1; then
   echo "FAIL: a valid tiny model did not generate"
   failures=$((failures + 1))
 fi
-echo "$((10 + 1 - failures)) passed, $failures failed"
+echo "$((12 + 1 - failures)) passed, $failures failed"
 [ "$failures" -eq 0 ]
