@@ -46,5 +46,11 @@ if ! "$kvscope" generate --prompt "the tin" --max-tokens 4 --backend cpu --model
   echo "FAIL: a valid tiny model did not generate"
   failures=$((failures + 1))
 fi
-echo "$((12 + 1 - failures)) passed, $failures failed"
+# A built-in model name finds its fetched file (fine to be absent: then it says so).
+if ! out=$("$kvscope" generate --prompt "Hi" --max-tokens 2 --backend cpu --model smollm2-135m 2>&1) &&
+   ! grep -q "not fetched yet" <<<"$out"; then
+  echo "FAIL: --model smollm2-135m did not generate: $out"
+  failures=$((failures + 1))
+fi
+echo "$((12 + 2 - failures)) passed, $failures failed"
 [ "$failures" -eq 0 ]
