@@ -1,5 +1,6 @@
-// app_main.cpp — argument parsing, the window loop (canonical Dear ImGui frame order),
-// mouse routing to the camera, and hover picking.
+// app_main.cpp — argument parsing and the window loop (canonical Dear ImGui frame order):
+// events in, the UI around the free rectangle, the 3D view in it, pointer routing to the
+// camera only over that rectangle, PNG export of the view.
 #include "app/app_main.h"
 
 #include <GLFW/glfw3.h>
@@ -7,12 +8,17 @@
 #include <imgui_impl_glfw.h>
 #include <imgui_impl_opengl3.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 
+#include "app/app_capture.h"
+#include "app/app_frame.h"
 #include "app/capture.h"
+#include "app/scene_view.h"
 #include "app/ui_state.h"
 #include "app/window.h"
 #include "render/gl.h"
@@ -30,6 +36,7 @@ struct Args {
   bool play = false;        // start playing right away
   int quit_after = 0;       // > 0: close after this many frames (smoke tests)
   std::string window_shot;  // save the last frame, panels included, as a PNG
+  bool scene_only = false;  // --screenshot without the panels (the 3D view fills the image)
 };
 
 bool parse_size(const char* s, int* w, int* h) {
@@ -91,6 +98,8 @@ std::string parse_args(int argc, char** argv, Args* a) {
     } else if (k == "--window-shot") {
       if (!value(&v)) return "--window-shot needs an output path";
       a->window_shot = v;
+    } else if (k == "--scene-only") {
+      a->scene_only = true;
     } else if (k == "--all-layers") {
       a->cap.view.all_layers = true;
     } else if (k == "--no-sink") {
@@ -114,46 +123,23 @@ std::string parse_args(int argc, char** argv, Args* a) {
 
 const char* kUsage =
     "usage: kvscope [options]              the desktop app\n"
-    "       kvscope --screenshot OUT.png [options]  headless capture\n"
+    "       kvscope --screenshot OUT.png [options]  the app drawn offscreen (no display needed)\n"
     "       kvscope generate|bench|bench-render ...\n"
     "options: --model NAME|PATH (smollm2-135m, gemma3-270m or a .gguf)\n"
     "         --backend auto|cpu|cuda  --prompt-file F  --steps N\n"
     "         --mode cache|nocache  --camera top|side|front|3/4|follow\n"
     "         --layer L  --head H|mean|max  --all-layers  --no-sink  --size WxH\n"
+    "         --scene-only (screenshot without the panels)\n"
     "         --play  --frames N (quit after N frames)  --window-shot OUT.png\n";
 
-ModelFacts facts_of(const EngineHandle& h) {
-  ModelFacts f;
-  const ModelConfig& c = h.model->config();
-  f.name = c.name;
-  f.backend = h.session->backend().name();
-  f.n_layer = c.n_layer;
-  f.n_head = c.n_head;
-  f.n_head_kv = c.n_head_kv;
-  f.head_dim = c.head_dim;
-  f.n_embd = c.n_embd;
-  f.n_vocab = c.n_vocab;
-  f.block_macs_per_token = h.model->block_macs_per_token();
-  KvDtype dt = h.session->config().kv_dtype;
-  f.kv_dtype = kv_dtype_name(dt);
-  f.kv_bytes_per_token = KvShape{c.n_layer, c.n_head_kv, c.head_dim}.bytes_per_token(dt);
-  return f;
-}
-
-// Token under the mouse: nearest projected token block within a small radius.
-int pick_token(const render::Scene& s, double mx, double my, int w, int h) {
-  int best = -1;
-  float best_d = 28.0f * 28.0f;
-  for (size_t i = 0; i < s.tokens.size(); ++i) {
-    auto p = render::project_to_screen(s.camera, s.tokens[i].position, w, h);
-    if (!p) continue;
-    float dx = p->x - float(mx), dy = p->y - float(my), d = dx * dx + dy * dy;
-    if (d < best_d) {
-      best_d = d;
-      best = int(i);
-    }
+// A file name for an exported view that does not overwrite an earlier one.
+std::string next_export_path() {
+  for (int i = 1; i < 10000; ++i) {
+    char name[64];
+    std::snprintf(name, sizeof name, "kvscope-view-%03d.png", i);
+    if (!std::filesystem::exists(name)) return name;
   }
-  return best;
+  return "kvscope-view.png";
 }
 
 int run_gui(const Args& args) {
@@ -173,16 +159,7 @@ int run_gui(const Args& args) {
   IMGUI_CHECKVERSION();
   ImGui::CreateContext();
   ImGuiIO& io = ImGui::GetIO();
-  io.IniFilename = nullptr;
-  std::string font = render::GlyphAtlas::find_default_font();
-  if (!font.empty()) {
-    // Latin, Greek, Cyrillic and the arrows used to show whitespace tokens (↵ →).
-    static const ImWchar kRanges[] = {0x0020, 0x024F, 0x0370, 0x03FF, 0x0400, 0x04FF,
-                                      0x2000, 0x206F, 0x2190, 0x21FF, 0};
-    io.Fonts->AddFontFromFileTTF(font.c_str(), 15.0f * scale, nullptr, kRanges);
-  }
-  ImGui::StyleColorsDark();
-  ImGui::GetStyle().ScaleAllSizes(scale);
+  setup_imgui_style(scale);
   ImGui_ImplGlfw_InitForOpenGL(win, true);
   ImGui_ImplOpenGL3_Init("#version 330 core");
 
@@ -208,9 +185,9 @@ int run_gui(const Args& args) {
   if (!engine.ok()) {
     ui.error = "Could not start the engine:\n" + engine.error().message;
   } else {
-    ui.facts = facts_of(engine.value());
+    ui.facts = model_facts(engine.value());
     if (ui.view.layer == kMiddleLayer) ui.view.layer = ui.facts.n_layer / 2;
-    ui.notice = engine.value().notice;
+    add_notice(ui, engine.value().notice);
     model = engine.value().model;
     ctl = std::make_unique<Controller>(std::move(engine.value().session));
     ui.engine_ready = true;
@@ -225,18 +202,19 @@ int run_gui(const Args& args) {
     ctl->send(CmdReset{ui.prompts.front().spec, args.play});
   }
 
+  // Scripted runs (--frames) park the pointer on the toolbar's empty end, so a window
+  // shot shows no hover tooltip wherever the display put the pointer.
+  if (args.quit_after > 0) {
+    int ww = 0, wh = 0;
+    glfwGetWindowSize(win, &ww, &wh);
+    glfwSetCursorPos(win, std::max(ww - 4, 0), 4);
+  }
+
   Timeline tl;
-  render::Camera camera;
+  SceneView view;
   double last_time = glfwGetTime();
   double last_mx = 0, last_my = 0;
-  render::Scene scene;
-  // What the cached scene was built from: rebuilt only when one of these changes; other
-  // frames only animate it (no instance upload).
-  struct Built {
-    uint64_t run = ~0ull;
-    size_t steps = 0;
-    ViewOptions view;
-  } built;
+  bool dragging_view = false;  // a drag that started in the 3D view (keeps going over panels)
   int frame = 0;
   while (!glfwWindowShouldClose(win)) {
     glfwPollEvents();
@@ -262,63 +240,66 @@ int run_gui(const Args& args) {
       cs = ctl->state();
     }
 
-    panel_controls(ui, ctl.get(), cs, tl);
-    panel_stats(ui, cs, tl);
-    panel_plots(ui, tl);
-    panel_candidates(tl);
-    overlay_computing(cs, tl);
-    if (!ui.notice.empty()) {
-      ImGui::SetNextWindowPos(ImVec2(io.DisplaySize.x * 0.5f, 10), ImGuiCond_Always,
-                              ImVec2(0.5f, 0));
-      ImGui::Begin("##notice", nullptr,
-                   ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_AlwaysAutoResize);
-      ImGui::TextDisabled("%s", ui.notice.c_str());
-      ImGui::End();
-    }
-    panel_error_modal(ui);
+    draw_frame_ui(ui, ctl.get(), cs, tl, ShownRange{view.shown_first(), view.shown_last()});
 
-    // Mouse to the camera only when ImGui does not want it.
+    // Pointer to the camera only over the view and when ImGui does not want it.
     double mx, my;
     glfwGetCursorPos(win, &mx, &my);
-    if (!io.WantCaptureMouse) {
-      float dx = float(mx - last_mx), dy = float(my - last_my);
-      if (glfwGetMouseButton(win, GLFW_MOUSE_BUTTON_LEFT) == GLFW_PRESS)
-        camera.orbit(-dx * 0.3f, dy * 0.3f);
-      if (glfwGetMouseButton(win, GLFW_MOUSE_BUTTON_RIGHT) == GLFW_PRESS ||
-          glfwGetMouseButton(win, GLFW_MOUSE_BUTTON_MIDDLE) == GLFW_PRESS)
-        camera.pan(dx / std::max(io.DisplaySize.y, 1.0f), dy / std::max(io.DisplaySize.y, 1.0f));
-      if (io.MouseWheel != 0) camera.zoom(io.MouseWheel);
-    }
+    ViewInput in;
+    in.mouse_x = float(mx);
+    in.mouse_y = float(my);
+    in.dx = float(mx - last_mx);
+    in.dy = float(my - last_my);
+    in.hover = !io.WantCaptureMouse && ui.layout.view.contains(in.mouse_x, in.mouse_y);
+    bool left = glfwGetMouseButton(win, GLFW_MOUSE_BUTTON_LEFT) == GLFW_PRESS;
+    bool other = glfwGetMouseButton(win, GLFW_MOUSE_BUTTON_RIGHT) == GLFW_PRESS ||
+                 glfwGetMouseButton(win, GLFW_MOUSE_BUTTON_MIDDLE) == GLFW_PRESS;
+    if (!left && !other)
+      dragging_view = false;
+    else if (in.hover &&
+             (ImGui::IsMouseClicked(0) || ImGui::IsMouseClicked(1) || ImGui::IsMouseClicked(2)))
+      dragging_view = true;
+    in.orbit = dragging_view && left;
+    in.pan = dragging_view && other && !left;
+    in.wheel = in.hover ? io.MouseWheel : 0.0f;
     last_mx = mx;
     last_my = my;
 
-    int fbw = 0, fbh = 0;
-    window.value()->framebuffer_size(&fbw, &fbh);
-    ui.view.hovered_pos = io.WantCaptureMouse ? -1 : ui.hovered_pos;
-    AnimClock clock{now - ui.last_step_time, cs.busy, now};
-    if (built.run != tl.run() || built.steps != tl.steps().size() || !(built.view == ui.view)) {
-      scene = build_scene(tl, ui.view, clock);
-      built = {tl.run(), tl.steps().size(), ui.view};
-    } else {
-      animate_scene(&scene, tl, clock);
-    }
-    camera.set_aspect(fbh > 0 ? float(fbw) / float(fbh) : 1.0f);
-    camera.set_content(render::scene_bounds(scene), scene.head.position);
-    if (ui.preset_changed) {
-      camera.set_preset(ui.preset);
-      ui.preset_changed = false;
-    }
-    camera.update(dt);
-    scene.camera = camera.view();
-    // Picking works in window coordinates; the projection only needs the aspect.
-    ui.hovered_pos = io.WantCaptureMouse
-                         ? -1
-                         : pick_token(scene, mx, my, int(io.DisplaySize.x), int(io.DisplaySize.y));
-    panel_inspector(ui, tl);
+    ViewFrame vf;
+    vf.timeline = &tl;
+    vf.view = ui.view;
+    vf.view.hovered_pos = ui.panel_hovered_pos >= 0 ? ui.panel_hovered_pos : ui.hovered_pos;
+    vf.clock = AnimClock{now - ui.last_step_time, cs.busy, now};
+    vf.preset = ui.preset;
+    vf.preset_changed = ui.preset_changed;
+    vf.rect = ui.layout.view;
+    vf.dt = dt;
+    vf.look_at_pos = ui.look_at_pos;
+    ui.preset_changed = false;
+    ui.look_at_pos = -1;
+    view.update(vf, in);
+    ui.hovered_pos = view.hovered_token();
+    if (ui.hovered_pos >= 0) panel_inspector(ui, tl);
 
     ImGui::Render();
-    if (renderer && fbw > 0 && fbh > 0) renderer->draw(scene, fbw, fbh);
+    int fbw = 0, fbh = 0;
+    window.value()->framebuffer_size(&fbw, &fbh);
+    float fb_scale = io.DisplaySize.x > 0 ? float(fbw) / io.DisplaySize.x : 1.0f;
+    render::clear_framebuffer(fbw, fbh, 0.06f, 0.065f, 0.08f);
+    if (renderer && fbw > 0 && fbh > 0) view.draw(*renderer, fbw, fbh, fb_scale);
     ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+    if (ui.export_png && renderer) {
+      ui.export_png = false;
+      render::Viewport vp = to_viewport(ui.layout.view, fb_scale);
+      std::string path = next_export_path();
+      auto px = render_offscreen(*renderer, view.scene(), vp.width, vp.height);
+      render::Result r = px.ok() ? render::write_png(path, vp.width, vp.height, px.value())
+                                 : render::Result::fail(px.error().message);
+      if (r.ok())
+        add_notice(ui, "Saved the view as " + std::filesystem::absolute(path).string(), 8.0);
+      else
+        ui.error = "Could not export the view: " + r.error;
+    }
     ++frame;
     bool last_frame = args.quit_after > 0 && frame >= args.quit_after;
     if (last_frame && !args.window_shot.empty()) {
@@ -352,7 +333,7 @@ int run_app(int argc, char** argv) {
     std::fprintf(stderr, "kvscope: %s\n", err.c_str());
     return 2;
   }
-  if (args.screenshot) return run_screenshot(args.cap);
+  if (args.screenshot) return run_screenshot(args.cap, !args.scene_only);
   return run_gui(args);
 }
 

@@ -1,5 +1,6 @@
-// capture.h — headless capture: run the real engine for N steps, render one frame
-// offscreen, write a PNG. Also the pieces tests use to check real frames.
+// capture.h — the pieces of headless capture: run the real engine for N steps into a
+// timeline, build a settled scene framed by a preset, render it offscreen. The whole-app
+// capture (`--screenshot`, with the panels) is app_capture.h.
 #pragma once
 
 #include <string>
@@ -19,7 +20,7 @@ struct CaptureOptions {
   CacheMode mode = CacheMode::Cache;
   render::CameraPreset camera = render::CameraPreset::ThreeQuarter;
   ViewOptions view;
-  int width = 1600, height = 900;
+  int width = 1280, height = 720;
   std::string model_path;
   std::string backend = "auto";
   double since_step = 0.45;  // animation time of the captured frame after the last step
@@ -36,8 +37,5 @@ render::Scene capture_scene(const Timeline& tl, const ViewOptions& view, double 
 // Draws into an offscreen MSAA target and reads RGBA8 back (top row first).
 Expected<std::vector<uint8_t>> render_offscreen(render::Renderer& r, const render::Scene& scene,
                                                 int width, int height);
-
-// `kvscope --screenshot OUT [...]`: returns the process exit code; one line on error.
-int run_screenshot(const CaptureOptions& opts);
 
 }  // namespace kvscope::app

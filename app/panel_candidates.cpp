@@ -1,4 +1,5 @@
 // panel_candidates.cpp — the top candidates of the newest step, the sampled one marked.
+// Draws content only, into the region the layout gives it (see app_frame.cpp).
 #include <imgui.h>
 
 #include <cstdio>
@@ -9,10 +10,6 @@
 namespace kvscope::app {
 
 void panel_candidates(const Timeline& tl) {
-  ImGuiIO& io = ImGui::GetIO();
-  ImGui::SetNextWindowPos(ImVec2(10, io.DisplaySize.y - 290), ImGuiCond_FirstUseEver);
-  ImGui::SetNextWindowSize(ImVec2(340, 280), ImGuiCond_FirstUseEver);
-  ImGui::Begin("Top candidates");
   const StepTrace* t = tl.last();
   if (!t || t->top.empty()) {
     ImGui::TextDisabled("no step yet");
@@ -31,11 +28,6 @@ void panel_candidates(const Timeline& tl) {
       ImGui::Text("'%s'%s", label.c_str(), sampled ? "  <- sampled" : "");
     }
   }
-  if (!tl.generated_text().empty()) {
-    ImGui::Separator();
-    ImGui::TextWrapped("%s", tl.generated_text().c_str());
-  }
-  ImGui::End();
 }
 
 }  // namespace kvscope::app

@@ -1,8 +1,8 @@
-// panel_controls.cpp — prompt, play/pause/step, speed, mode, sampling, view choices, camera.
+// panel_controls.cpp — the Controls section: prompt, pace, length, sampling, what the beams
+// show. Draws content only, into the region the layout gives it (see app_frame.cpp).
 #include <imgui.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 
 #include "app/ui_state.h"
@@ -16,14 +16,10 @@ void send(Controller* ctl, Command c) {
 }  // namespace
 
 void panel_controls(UiState& ui, Controller* ctl, const ControllerState& cs, const Timeline& tl) {
-  ImGui::SetNextWindowPos(ImVec2(10, 10), ImGuiCond_FirstUseEver);
-  float avail = ImGui::GetIO().DisplaySize.y - 320.0f;
-  ImGui::SetNextWindowSize(ImVec2(340, std::clamp(avail, 240.0f, 660.0f)), ImGuiCond_FirstUseEver);
-  ImGui::Begin("Controls");
+  (void)tl;
   ImGui::BeginDisabled(!ui.engine_ready);
 
   // Prompt.
-  ImGui::Separator();
   ImGui::TextDisabled("Prompt");
   int n = int(ui.prompts.size());
   for (int i = 0; i < n; ++i) {
@@ -37,33 +33,9 @@ void panel_controls(UiState& ui, Controller* ctl, const ControllerState& cs, con
     ImGui::TextWrapped("%s",
                        ui.prompts[size_t(std::clamp(ui.prompt_index, 0, n - 1))].spec.text.c_str());
 
-  // Transport.
+  // Pace and length (the transport buttons and the cache mode are in the toolbar).
   ImGui::Separator();
   ImGui::TextDisabled("Generation");
-  if (ImGui::Button("Reset") && n > 0)
-    send(ctl, CmdReset{ui.prompts[size_t(ui.prompt_index)].spec, false});
-  ImGui::SameLine();
-  if (cs.playing) {
-    if (ImGui::Button("Pause")) send(ctl, CmdPause{});
-  } else if (ImGui::Button("Play")) {
-    if (cs.finished && n > 0)
-      send(ctl, CmdReset{ui.prompts[size_t(ui.prompt_index)].spec, true});
-    else
-      send(ctl, CmdPlay{});
-  }
-  ImGui::SameLine();
-  if (ImGui::Button("Step")) send(ctl, CmdStep{});
-  ImGui::SameLine();
-  if (ImGui::Button("Stop")) send(ctl, CmdStop{});
-  if (cs.busy) {
-    ImGui::SameLine();
-    ImGui::TextColored(ImVec4(1.0f, 0.8f, 0.3f, 1.0f), "computing step %d... %.1f s",
-                       cs.computing_step, cs.busy_seconds);
-  } else if (cs.finished && tl.last()) {
-    ImGui::SameLine();
-    ImGui::TextDisabled("(%s)", stop_reason_name(tl.last()->stop));
-  }
-
   if (ImGui::Checkbox("as fast as possible", &ui.speed_max))
     send(ctl, CmdSpeed{ui.speed_max ? kSpeedMax : ui.speed});
   ImGui::BeginDisabled(ui.speed_max);
@@ -71,19 +43,8 @@ void panel_controls(UiState& ui, Controller* ctl, const ControllerState& cs, con
                          ImGuiSliderFlags_Logarithmic))
     send(ctl, CmdSpeed{ui.speed});
   ImGui::EndDisabled();
-  if (ImGui::SliderInt("max tokens", &ui.max_tokens, 1, 2048))
+  if (ImGui::SliderInt("max tokens", &ui.max_tokens, 1, 4096))
     send(ctl, CmdMaxTokens{ui.max_tokens});
-
-  int mode = ui.mode == CacheMode::Cache ? 0 : 1;
-  ImGui::Text("Mode:");
-  ImGui::SameLine();
-  bool changed = ImGui::RadioButton("KV CACHE", &mode, 0);
-  ImGui::SameLine();
-  changed |= ImGui::RadioButton("NO CACHE", &mode, 1);
-  if (changed) {
-    ui.mode = mode == 0 ? CacheMode::Cache : CacheMode::NoCache;
-    send(ctl, CmdMode{ui.mode});
-  }
 
   if (ImGui::TreeNode("Sampling")) {
     bool s = ImGui::SliderFloat("temperature", &ui.sampler.temperature, 0.0f, 2.0f, "%.2f");
@@ -117,28 +78,11 @@ void panel_controls(UiState& ui, Controller* ctl, const ControllerState& cs, con
   ImGui::EndDisabled();
   ImGui::Checkbox("renormalize without the sink (pos 0)", &ui.view.renormalize_sink);
   if (ImGui::IsItemHovered())
-    ImGui::SetTooltip("Position 0 usually takes most of the attention (an attention sink).\n"
-                      "On: drop it and rescale the rest to sum 1. Off: the real weights.");
+    ImGui::SetTooltip(
+        "Position 0 usually takes most of the attention (an attention sink).\n"
+        "On: drop it and rescale the rest to sum 1. Off: the real weights.");
   ImGui::Checkbox("color KV blocks by V norm", &ui.view.color_by_v);
   ImGui::Checkbox("token labels", &ui.view.labels);
-
-  ImGui::Separator();
-  ImGui::TextDisabled("Camera");
-  for (render::CameraPreset p : render::kAllCameraPresets) {
-    if (p != render::CameraPreset::Top) ImGui::SameLine();
-    std::string label = render::camera_preset_name(p);
-    for (char& c : label) c = char(std::toupper(static_cast<unsigned char>(c)));
-    bool active = ui.preset == p;
-    if (active)
-      ImGui::PushStyleColor(ImGuiCol_Button, ImGui::GetStyle().Colors[ImGuiCol_ButtonActive]);
-    if (ImGui::Button(label.c_str())) {
-      ui.preset = p;
-      ui.preset_changed = true;
-    }
-    if (active) ImGui::PopStyleColor();
-  }
-  ImGui::TextDisabled("drag: orbit, right-drag: pan, wheel: zoom");
-  ImGui::End();
 }
 
 }  // namespace kvscope::app

@@ -4,6 +4,7 @@
 // Colors identify the mode of each step (KV CACHE blue, NO CACHE orange), so a run that
 // switched modes mid-run shows its segments in both colors. This run is drawn thick,
 // the earlier run of the other mode thin. No curve here is computed from a formula.
+// Draws content only, into the region the layout gives it (see app_frame.cpp).
 #include <imgui.h>
 
 #include <algorithm>
@@ -92,11 +93,6 @@ void legend(const RunSeries& s, const char* which) {
 
 void panel_plots(const UiState& ui, const Timeline& tl) {
   (void)ui;
-  ImGuiIO& io = ImGui::GetIO();
-  ImGui::SetNextWindowPos(ImVec2(io.DisplaySize.x - 430, io.DisplaySize.y - 380),
-                          ImGuiCond_FirstUseEver);
-  ImGui::SetNextWindowSize(ImVec2(420, 370), ImGuiCond_FirstUseEver);
-  ImGui::Begin("Plots");
   const RunSeries* cur = tl.current_series();
   const RunSeries* other = tl.other_series();
   if (!cur) {
@@ -142,7 +138,6 @@ void panel_plots(const UiState& ui, const Timeline& tl) {
     dl->AddText(ImVec2(p0.x + 6, p0.y + 2), IM_COL32(180, 180, 190, 255),
                 format_bytes(uint64_t(mx)).c_str());
   }
-  ImGui::End();
 }
 
 }  // namespace kvscope::app

@@ -1,5 +1,5 @@
-// panel_stats.cpp — COMPUTE, KV_CACHE, SEQ_LEN and timing, as defined in DESIGN.md, plus
-// the "computing step N..." banner shown while a (long NO_CACHE) step runs.
+// panel_stats.cpp — COMPUTE, KV_CACHE, SEQ_LEN and timing, as defined in DESIGN.md.
+// Draws content only, into the region the layout gives it (see app_frame.cpp).
 #include <imgui.h>
 
 #include <algorithm>
@@ -14,26 +14,8 @@ double observed_tokens_per_s(const UiState& ui) {
   return double(a.size() - 1) / (a.back() - a.front());
 }
 
-void overlay_computing(const ControllerState& cs, const Timeline& tl) {
-  if (!cs.busy || cs.busy_seconds < 0.15) return;
-  ImGuiIO& io = ImGui::GetIO();
-  ImGui::SetNextWindowPos(ImVec2(io.DisplaySize.x * 0.5f, 40), ImGuiCond_Always, ImVec2(0.5f, 0));
-  ImGui::SetNextWindowBgAlpha(0.8f);
-  ImGui::Begin("##computing", nullptr,
-               ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_AlwaysAutoResize |
-                   ImGuiWindowFlags_NoInputs | ImGuiWindowFlags_NoFocusOnAppearing);
-  const char* spin = "|/-\\";
-  ImGui::TextColored(ImVec4(1.0f, 0.8f, 0.3f, 1.0f), "%c computing step %d... %.1f s  (%s)",
-                     spin[int(ImGui::GetTime() * 8.0) & 3], cs.computing_step, cs.busy_seconds,
-                     tl.mode() == CacheMode::Cache ? "KV CACHE" : "NO CACHE: whole sequence");
-  ImGui::End();
-}
-
 void panel_stats(const UiState& ui, const ControllerState& cs, const Timeline& tl) {
   ImGuiIO& io = ImGui::GetIO();
-  ImGui::SetNextWindowPos(ImVec2(io.DisplaySize.x - 370, 10), ImGuiCond_FirstUseEver);
-  ImGui::SetNextWindowSize(ImVec2(360, 330), ImGuiCond_FirstUseEver);
-  ImGui::Begin("Stats");
   const StepTrace* t = tl.last();
   ImVec4 accent(1.0f, 0.62f, 0.35f, 1.0f);
   bool nocache = tl.mode() == CacheMode::NoCache;
@@ -80,7 +62,6 @@ void panel_stats(const UiState& ui, const ControllerState& cs, const Timeline& t
                            : "paused",
               cs.finished ? " (finished)" : "");
   ImGui::Text("frame     %.1f ms", 1000.0f / std::max(io.Framerate, 1.0f));
-  ImGui::End();
 }
 
 }  // namespace kvscope::app

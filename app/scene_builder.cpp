@@ -92,6 +92,24 @@ float smooth01(float x) {
 
 }  // namespace
 
+std::vector<int> strongest_targets(const std::vector<float>& w, int k) {
+  std::vector<int> order(w.size());
+  for (size_t i = 0; i < w.size(); ++i) order[i] = int(i);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return w[size_t(a)] > w[size_t(b)]; });
+  // Labels of neighbouring positions would overlap when the whole sequence is on screen:
+  // keep the chosen ones at least 1/48 of the sequence apart.
+  const int gap = std::max(1, int(w.size()) / 48);
+  std::vector<int> out;
+  for (int j : order) {
+    if (int(out.size()) >= k || w[size_t(j)] <= 0.0f) break;
+    bool clear = true;
+    for (int o : out) clear &= std::abs(o - j) >= gap;
+    if (clear) out.push_back(j);
+  }
+  return out;
+}
+
 namespace {
 // Animation of one step, from the seconds since its trace arrived.
 float drop_progress(double since) { return smooth01((float(since) - 0.05f) / 0.35f); }
@@ -154,6 +172,10 @@ render::Scene build_scene(const Timeline& tl, const ViewOptions& opts, const Ani
   if (last && last->pos == n_tok - 1) origin = layout::head_position(last->pos);
   if (last && last->n_attn > 0) {
     std::vector<float> w = beam_weights(*last, opts);
+    if (opts.labels) {
+      for (int j : strongest_targets(w, kReadableTargets))
+        if (j < n_tok) s.tokens[size_t(j)].label_min_px = kReadableLabelPx;
+    }
     float mx = *std::max_element(w.begin(), w.end());
     for (int j = 0; j < int(w.size()); ++j) {
       render::Beam b;
@@ -166,6 +188,8 @@ render::Scene build_scene(const Timeline& tl, const ViewOptions& opts, const Ani
       s.beams.push_back(b);
     }
   }
+  // The newest token stays readable from any distance too.
+  if (opts.labels && n_tok > 0) s.tokens.back().label_min_px = kReadableLabelPx;
   s.grid.height = layout::floor_height(n_layer);
   animate_scene(&s, tl, clock);
   return s;

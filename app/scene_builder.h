@@ -47,6 +47,15 @@ std::string describe_view(const ViewOptions& opts, int n_layer);
 
 std::vector<float> beam_weights(const StepTrace& t, const ViewOptions& opts);
 
+// Level of detail for labels: the positions receiving the most attention (and the newest
+// token) keep labels at least kReadableLabelPx tall however far the camera is; the others
+// shrink with distance and fade out once unreadable (render::TokenInstance::label_min_px).
+inline constexpr int kReadableTargets = 12;
+inline constexpr float kReadableLabelPx = 13.0f;
+// Up to `k` positions in decreasing weight, skipping any closer than 1/48 of the sequence
+// to one already chosen (so their labels do not overlap when it is all on screen).
+std::vector<int> strongest_targets(const std::vector<float>& w, int k);
+
 // The scene's content (instances) from the timeline and view, with a fresh revision, and
 // its animation for `clock` (animate_scene). The content does not depend on the clock.
 render::Scene build_scene(const Timeline& tl, const ViewOptions& opts, const AnimClock& clock);

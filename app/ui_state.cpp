@@ -32,6 +32,17 @@ std::string format_count(double v) {
   return buf;
 }
 
+void add_notice(UiState& ui, std::string text, double seconds) {
+  if (text.empty()) return;
+  for (const Notice& n : ui.notices)
+    if (n.text == text) return;  // already shown
+  Notice n;
+  n.id = ui.next_notice_id++;
+  n.text = std::move(text);
+  n.seconds = seconds;
+  ui.notices.push_back(std::move(n));
+}
+
 void panel_error_modal(UiState& ui) {
   if (ui.error.empty()) return;
   ImGui::OpenPopup("kvscope error");

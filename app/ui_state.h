@@ -9,6 +9,7 @@
 #include "app/controller.h"
 #include "app/engine_setup.h"
 #include "app/scene_builder.h"
+#include "app/ui_layout.h"
 #include "render/camera.h"
 
 namespace kvscope::app {
@@ -19,6 +20,29 @@ struct ModelFacts {
   int n_layer = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_embd = 0, n_vocab = 0;
   uint64_t block_macs_per_token = 0;
   uint64_t kv_bytes_per_token = 0;
+};
+
+// A message for the user that does not need an answer: shown in a corner of the 3D view
+// until dismissed (or until it expires), never over the panels.
+struct Notice {
+  uint64_t id = 0;
+  std::string text;
+  double seconds = 0;    // > 0: goes away by itself this long after it first shows
+  double shown_at = -1;  // ImGui time it first showed (-1: not yet)
+};
+
+// The transcript's word wrapping, kept across frames: token widths are measured once,
+// lines are rebuilt only when the text or the width changes.
+struct TranscriptCache {
+  uint64_t run = ~0ull;
+  std::vector<std::string> texts;  // [T] display text of each token
+  std::vector<float> widths;       // [T] width in points
+  std::vector<bool> breaks;        // [T] the token ends a line (a newline in it)
+  float wrap = -1;                 // width the lines were built for
+  std::vector<int> line_first;     // first token of each line
+  size_t laid_out = 0;             // tokens placed on lines
+  float font_size = 0;
+  int follow_pos = -1;  // last position scrolled to from the 3D view
 };
 
 struct UiState {
@@ -35,22 +59,40 @@ struct UiState {
   int max_tokens = 200;
   ModelFacts facts;
   bool engine_ready = false;
-  std::string error;             // shown in a modal until dismissed
-  std::string notice;            // one-line status (e.g. backend fallback)
-  double last_step_time = -1e9;  // glfwGetTime() when the newest trace arrived
+  std::string error;            // shown in a modal until dismissed
+  std::vector<Notice> notices;  // dismissable messages (e.g. backend fallback)
+  uint64_t next_notice_id = 1;
+  LayoutPrefs layout_prefs;    // side columns open/closed, widths
+  UiLayout layout;             // this frame's regions (set by draw_frame_ui)
+  bool export_png = false;     // the toolbar asked to save the current view as a PNG
+  int panel_hovered_pos = -1;  // position hovered in the transcript or overview (-1: none)
+  int look_at_pos = -1;        // a position the overview asked the camera to show
+  TranscriptCache transcript;
+  double last_step_time = -1e9;      // glfwGetTime() when the newest trace arrived
   std::deque<double> step_arrivals;  // arrival times of the last few traces (observed tok/s)
   int hovered_pos = -1;
 };
 
-// One panel per file (panel_*.cpp). Each draws one ImGui window.
+// Adds a dismissable notice (`seconds` > 0: it also goes away by itself after that long).
+void add_notice(UiState& ui, std::string text, double seconds = 0);
+
+// One panel per file (panel_*.cpp). Section panels draw their content only, into the
+// region app_frame.cpp gives them (no Begin/End of their own).
 void panel_controls(UiState& ui, Controller* ctl, const ControllerState& cs, const Timeline& tl);
 void panel_stats(const UiState& ui, const ControllerState& cs, const Timeline& tl);
-// A centered banner "computing step N... 1.2 s" while a step runs longer than a blink.
-void overlay_computing(const ControllerState& cs, const Timeline& tl);
 // Generated tokens per second over the recent arrivals (0 when fewer than two).
 double observed_tokens_per_s(const UiState& ui);
 void panel_plots(const UiState& ui, const Timeline& tl);
 void panel_candidates(const Timeline& tl);
+// The text so far, token by token; hovering a token sets ui.panel_hovered_pos, and the
+// token hovered in the 3D view (ui.hovered_pos) is highlighted here.
+void panel_transcript(UiState& ui, const Timeline& tl);
+// The toolbar: transport (fixed places), cache mode, camera presets, export, status.
+void panel_toolbar(UiState& ui, Controller* ctl, const ControllerState& cs, const Timeline& tl);
+// The bottom strip: the whole sequence at a glance with this step's attention marks and
+// the part the 3D view shows; `shown` = [first, last] positions in view (or -1, -1).
+void panel_overview(UiState& ui, const Timeline& tl, int shown_first, int shown_last);
+// Floating windows: the tooltip of the hovered token, the error modal.
 void panel_inspector(const UiState& ui, const Timeline& tl);
 void panel_error_modal(UiState& ui);
 

@@ -82,6 +82,28 @@ float GlWindow::content_scale() const {
   return sx > 0 ? sx : 1.0f;
 }
 
+Expected<std::unique_ptr<OffscreenContext>> OffscreenContext::create() {
+  std::unique_ptr<OffscreenContext> c(new OffscreenContext());
+  render::Result egl = render::HeadlessGl::create(&c->headless_);
+  if (egl.ok()) {
+    c->desc_ = c->headless_->description();
+    return c;
+  }
+  WindowOptions wo;
+  wo.visible = false;
+  wo.vsync = false;
+  wo.width = 64;
+  wo.height = 64;
+  auto w = GlWindow::create(wo);
+  if (!w.ok())
+    return make_error("no OpenGL for offscreen drawing: ", egl.error, "; and ", w.error().message);
+  c->window_ = std::move(w.value());
+  c->desc_ = "hidden window: " + c->window_->gl_description();
+  return c;
+}
+
+OffscreenContext::~OffscreenContext() = default;
+
 std::string executable_dir() {
   std::error_code ec;
   auto p = std::filesystem::read_symlink("/proc/self/exe", ec);

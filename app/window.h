@@ -1,14 +1,15 @@
 // window.h — GLFW window + OpenGL 3.3 core context creation with one clear error.
 //
-// Used by the GUI (visible, resizable, vsync, HiDPI-aware) and by headless capture and
-// the render benchmark (hidden window; drawing goes to an offscreen FBO). Owns GLFW:
-// the first GlWindow initializes it and the destructor terminates it.
+// Used by the GUI (visible, resizable, vsync, HiDPI-aware); capture and the render
+// benchmark use an OffscreenContext (EGL without a display, else a hidden window). Owns
+// GLFW: the first GlWindow initializes it and the destructor terminates it.
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "engine/status.h"
+#include "render/headless_gl.h"
 
 struct GLFWwindow;
 
@@ -37,6 +38,22 @@ class GlWindow {
   GlWindow() = default;
   GLFWwindow* window_ = nullptr;
   std::string gl_desc_;
+};
+
+// A current OpenGL 3.3 core context for drawing offscreen (capture, benchmarks): EGL
+// with no display server first, else a hidden GLFW window (needs a display).
+class OffscreenContext {
+ public:
+  // Errors carry both attempts' reasons in one line.
+  static Expected<std::unique_ptr<OffscreenContext>> create();
+  ~OffscreenContext();
+  const std::string& description() const { return desc_; }
+
+ private:
+  OffscreenContext() = default;
+  std::unique_ptr<render::HeadlessGl> headless_;
+  std::unique_ptr<GlWindow> window_;
+  std::string desc_;
 };
 
 // Directory of the running executable (for shaders/ next to it).

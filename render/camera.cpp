@@ -95,16 +95,84 @@ Orbit Camera::preset_orbit(CameraPreset p) const {
   return o;
 }
 
+namespace {
+
+// Grows `b` to hold `p`; an empty box (min > max) takes `p` as it is.
+void grow(Bounds* b, glm::vec3 p) {
+  b->min = glm::min(b->min, p);
+  b->max = glm::max(b->max, p);
+}
+
+Bounds empty_bounds() {
+  return {glm::vec3(1e30f), glm::vec3(-1e30f)};
+}
+
+bool is_empty(const Bounds& b) {
+  return b.min.x > b.max.x;
+}
+
+// Never frame less than `w` units of the sequence, so a short one is not a close-up.
+void min_width(Bounds* b, float w) {
+  if (b->max.x - b->min.x < w) b->max.x = b->min.x + w;
+}
+
+}  // namespace
+
+BeamArc preset_beam_arc(CameraPreset p) {
+  BeamArc arc;
+  // From straight above, a chord of span s bows back by lean * s / 2: a lean near 1 gives
+  // the nested half-ellipses of an arc diagram, with room between beams of close spans.
+  if (p == CameraPreset::Top) arc.lean_per_span = 0.9f;
+  return arc;
+}
+
+FramingContent framing_content(const Scene& s, const BeamArc& arc, float window,
+                               float follow_window) {
+  FramingContent c;
+  c.head = s.head.position;
+  c.all = c.recent = c.follow = empty_bounds();
+  const float recent_x0 = c.head.x - std::max(window, 4.0f);
+  const float follow_x0 = c.head.x - std::max(follow_window, 2.0f);
+  const glm::vec3 half = 0.5f * s.token_size;
+  // Tokens with their labels above and their KV stacks down to the floor.
+  const float label_room = s.labels_vertical ? 3.0f : 1.0f;
+  for (const TokenInstance& t : s.tokens) {
+    glm::vec3 lo = t.position - half, hi = t.position + half + glm::vec3(0, label_room, 0);
+    lo.y = std::min(lo.y, s.grid.height);
+    for (Bounds* b : {&c.all, &c.recent, &c.follow}) {
+      if (b == &c.recent && t.position.x < recent_x0) continue;
+      if (b == &c.follow && t.position.x < follow_x0) continue;
+      grow(b, lo);
+      grow(b, hi);
+    }
+  }
+  // The head and its halo.
+  const float halo = s.head.visible ? s.head.radius * 4.0f : 0.5f;
+  for (Bounds* b : {&c.all, &c.recent, &c.follow}) {
+    grow(b, c.head - glm::vec3(halo));
+    grow(b, c.head + glm::vec3(halo));
+    grow(b, glm::vec3(c.head.x, s.grid.height, 0.0f));
+  }
+  // Beams: the apex of each arc (the chord's ends are tokens and the head, already in).
+  for (const Beam& bm : s.beams) {
+    if (bm.weight <= 0.004f) continue;  // not drawn
+    glm::vec3 apex = beam_apex(bm.from + s.anim.beam_shift, bm.to, arc);
+    grow(&c.all, apex);
+    if (bm.to.x >= recent_x0) grow(&c.recent, apex);
+  }
+  min_width(&c.all, 12.0f);
+  min_width(&c.recent, 12.0f);
+  return c;
+}
+
 Orbit Camera::framed(CameraPreset p) const {
   Orbit o = preset_orbit(p);
-  Bounds b = content_;
+  const Bounds& b = p == CameraPreset::Top      ? content_.all
+                    : p == CameraPreset::Follow ? content_.follow
+                                                : content_.recent;
   if (p == CameraPreset::Follow) {
-    // A fixed-size window around the head: a few tokens back, one ahead.
-    b.min.x = head_.x - 9.0f;
-    b.max.x = head_.x + 1.5f;
-  } else if (b.max.x - b.min.x > window_) {
-    b.max.x = std::max(head_.x + 1.0f, b.min.x + 1.0f);
-    b.min.x = std::max(b.min.x, b.max.x - window_);
+    o.yaw_deg += follow_yaw_;
+    o.pitch_deg = std::clamp(o.pitch_deg + follow_pitch_, -89.9f, 90.0f);
   }
   glm::vec3 center = 0.5f * (b.min + b.max);
   Basis bs = basis(o.yaw_deg, o.pitch_deg);
@@ -120,13 +188,27 @@ Orbit Camera::framed(CameraPreset p) const {
     dist = std::max({dist, z + x / tan_x, z + y / tan_y});
   }
   o.target = center;
-  o.distance = dist * 1.08f + 0.5f;
+  o.distance = dist * 1.06f + 0.5f;
+  if (p == CameraPreset::Follow) o.distance = std::clamp(o.distance * follow_zoom_, 0.5f, 5000.0f);
+  keep_above_ground(&o);
   return o;
+}
+
+void Camera::keep_above_ground(Orbit* o) const {
+  if (ground_ < -1e8f) return;
+  const float min_eye = ground_ + 0.3f;
+  o->target.y = std::max(o->target.y, ground_);
+  float eye_y = o->target.y + o->distance * std::sin(glm::radians(o->pitch_deg));
+  if (eye_y >= min_eye) return;
+  float s = std::clamp((min_eye - o->target.y) / std::max(o->distance, 1e-3f), -1.0f, 1.0f);
+  o->pitch_deg = std::max(o->pitch_deg, glm::degrees(std::asin(s)));
 }
 
 void Camera::set_preset(CameraPreset p, bool instant) {
   preset_ = p;
   auto_framing_ = true;
+  follow_yaw_ = follow_pitch_ = 0.0f;
+  follow_zoom_ = 1.0f;
   goal_ = framed(p);
   // Take the short way round.
   cur_.yaw_deg = goal_.yaw_deg + wrap_degrees(cur_.yaw_deg - goal_.yaw_deg);
@@ -134,16 +216,41 @@ void Camera::set_preset(CameraPreset p, bool instant) {
 }
 
 void Camera::set_content(const Bounds& content, glm::vec3 head, float window) {
+  FramingContent c;
+  c.head = head;
+  c.all = content;
+  c.recent = content;
+  window = std::max(window, 4.0f);
+  if (c.recent.max.x - c.recent.min.x > window) {
+    c.recent.max.x = std::max(head.x + 1.0f, c.recent.min.x + 1.0f);
+    c.recent.min.x = std::max(c.recent.min.x, c.recent.max.x - window);
+  }
+  c.follow = content;
+  c.follow.min.x = head.x - 9.0f;
+  c.follow.max.x = head.x + 1.5f;
+  set_content(c);
+}
+
+void Camera::set_content(const FramingContent& content) {
   content_ = content;
-  head_ = head;
-  window_ = std::max(window, 4.0f);
   if (auto_framing_) goal_ = framed(preset_);
 }
 
+bool Camera::follow_tracking() const {
+  return auto_framing_ && preset_ == CameraPreset::Follow;
+}
+
 void Camera::orbit(float d_yaw_deg, float d_pitch_deg) {
+  if (follow_tracking()) {  // keep tracking the head from the new angle
+    follow_yaw_ += d_yaw_deg;
+    follow_pitch_ = std::clamp(follow_pitch_ + d_pitch_deg, -100.0f, 80.0f);
+    goal_ = framed(preset_);
+    return;
+  }
   auto_framing_ = false;
   goal_.yaw_deg += d_yaw_deg;
   goal_.pitch_deg = std::clamp(goal_.pitch_deg + d_pitch_deg, -89.9f, 90.0f);
+  keep_above_ground(&goal_);
 }
 
 void Camera::pan(float dx, float dy) {
@@ -151,11 +258,44 @@ void Camera::pan(float dx, float dy) {
   Basis bs = basis(goal_.yaw_deg, goal_.pitch_deg);
   float h = 2.0f * goal_.distance * std::tan(glm::radians(fov_y_deg_) * 0.5f);
   goal_.target += (-dx * bs.right + dy * bs.up) * h;
+  keep_above_ground(&goal_);
 }
 
 void Camera::zoom(float steps) {
+  zoom_at(steps, glm::vec2(0.0f));
+}
+
+void Camera::zoom_at(float steps, glm::vec2 ndc) {
+  const float f = std::pow(0.88f, steps);
+  if (follow_tracking()) {  // FOLLOW zooms about the head it tracks
+    follow_zoom_ = std::clamp(follow_zoom_ * f, 0.05f, 50.0f);
+    goal_ = framed(preset_);
+    return;
+  }
   auto_framing_ = false;
-  goal_.distance = std::clamp(goal_.distance * std::pow(0.88f, steps), 0.5f, 5000.0f);
+  const float dist = std::clamp(goal_.distance * f, 0.5f, 5000.0f);
+  const float k = 1.0f - dist / goal_.distance;
+  // The point under the pointer on the plane through the target facing the camera stays
+  // under the pointer: the target moves toward it by the fraction the distance shrinks.
+  Basis bs = basis(goal_.yaw_deg, goal_.pitch_deg);
+  float tan_y = std::tan(glm::radians(fov_y_deg_) * 0.5f), tan_x = tan_y * aspect_;
+  glm::vec3 toward = bs.right * (ndc.x * tan_x) + bs.up * (ndc.y * tan_y);
+  goal_.target += k * goal_.distance * toward;
+  goal_.distance = dist;
+  keep_above_ground(&goal_);
+}
+
+void Camera::look_at_x(float x) {
+  auto_framing_ = false;
+  goal_.target.x = x;
+}
+
+bool Camera::settled() const {
+  float scale = std::max(goal_.distance, 1.0f);
+  return glm::length(cur_.target - goal_.target) < 0.002f * scale &&
+         std::abs(cur_.yaw_deg - goal_.yaw_deg) < 0.05f &&
+         std::abs(cur_.pitch_deg - goal_.pitch_deg) < 0.05f &&
+         std::abs(cur_.distance - goal_.distance) < 0.002f * scale;
 }
 
 void Camera::update(float dt) {
@@ -163,12 +303,14 @@ void Camera::update(float dt) {
     cur_ = goal_;
     return;
   }
+  cur_.yaw_deg = goal_.yaw_deg + wrap_degrees(cur_.yaw_deg - goal_.yaw_deg);
   float a = 1.0f - std::exp(-6.0f * dt);  // ~0.5 s to settle
   cur_.target += (goal_.target - cur_.target) * a;
   cur_.yaw_deg += (goal_.yaw_deg - cur_.yaw_deg) * a;
   cur_.pitch_deg += (goal_.pitch_deg - cur_.pitch_deg) * a;
   // Zoom in log space so large jumps feel even.
   cur_.distance *= std::pow(goal_.distance / cur_.distance, a);
+  keep_above_ground(&cur_);  // both ends are above it; the way between must be too
 }
 
 CameraView Camera::view() const {
@@ -179,7 +321,7 @@ CameraView Camera::view() const {
   v.up = bs.up;
   v.fov_y_deg = fov_y_deg_;
   v.near_plane = std::max(0.05f, cur_.distance * 0.01f);
-  float extent = glm::length(content_.max - content_.min);
+  float extent = is_empty(content_.all) ? 0.0f : glm::length(content_.all.max - content_.all.min);
   v.far_plane = cur_.distance * 4.0f + extent + 100.0f;
   return v;
 }
@@ -200,6 +342,13 @@ std::optional<glm::vec2> project_to_screen(const CameraView& v, glm::vec3 world,
   if (clip.w <= 1e-6f) return std::nullopt;
   glm::vec3 ndc = glm::vec3(clip) / clip.w;
   return glm::vec2((ndc.x * 0.5f + 0.5f) * width, (0.5f - ndc.y * 0.5f) * height);
+}
+
+std::optional<glm::vec2> project_to_viewport(const CameraView& v, glm::vec3 world,
+                                             const Viewport& vp) {
+  auto p = project_to_screen(v, world, vp.width, vp.height);
+  if (!p) return std::nullopt;
+  return glm::vec2(p->x + float(vp.x), p->y + float(vp.y));
 }
 
 }  // namespace render

@@ -144,6 +144,13 @@ void ShaderProgram::use() const {
   glUseProgram(prog_.get());
 }
 
+void clear_framebuffer(int width, int height, float r, float g, float b) {
+  glViewport(0, 0, width, height);
+  glDisable(GL_SCISSOR_TEST);
+  glClearColor(r, g, b, 1.0f);
+  glClear(GL_COLOR_BUFFER_BIT | GL_DEPTH_BUFFER_BIT);
+}
+
 std::string find_shader_dir(const std::string& exe_dir, const std::string& probe) {
   namespace fs = std::filesystem;
   std::error_code ec;

@@ -38,10 +38,11 @@ struct BeamInstance {  // beam.vert locations 0..3
   float weight;
   glm::vec3 color;
 };
-struct GlyphInstance {  // glyph.vert locations 0..4
+struct GlyphInstance {  // glyph.vert locations 0..5
   glm::vec3 anchor;
   glm::vec4 rect, uv, color;
   float drop;
+  float min_px;
 };
 
 void float_attrib(GLuint loc, int n, GLsizei stride, size_t offset, bool per_instance) {
@@ -154,7 +155,8 @@ void Renderer::Impl::pack(const Scene& scene, const GlyphAtlas& atlas) {
                             {q.x0 + dx, q.y0 + dy, q.x1 + dx, q.y1 + dy},
                             {q.u0, q.v0, q.u1, q.v1},
                             color,
-                            t.drop});
+                            t.drop,
+                            t.highlighted ? std::max(t.label_min_px, 16.0f) : t.label_min_px});
   }
 }
 
@@ -222,6 +224,7 @@ Result Renderer::create(const RendererOptions& opts, std::unique_ptr<Renderer>* 
   float_attrib(2, 4, sizeof(GlyphInstance), offsetof(GlyphInstance, uv), true);
   float_attrib(3, 4, sizeof(GlyphInstance), offsetof(GlyphInstance, color), true);
   float_attrib(4, 1, sizeof(GlyphInstance), offsetof(GlyphInstance, drop), true);
+  float_attrib(5, 1, sizeof(GlyphInstance), offsetof(GlyphInstance, min_px), true);
   glBindVertexArray(0);
 
   // Glyph atlas texture (R8, mipmapped so small distant labels do not shimmer).
@@ -245,11 +248,17 @@ Result Renderer::create(const RendererOptions& opts, std::unique_ptr<Renderer>* 
   return {};
 }
 
-void Renderer::draw(const Scene& scene, int width, int height) {
+void Renderer::draw(const Scene& scene, int fb_width, int fb_height, Viewport view_rect) {
   auto t0 = std::chrono::steady_clock::now();
   Impl& m = *impl_;
   stats_ = FrameStats{};
-  if (width <= 0 || height <= 0) return;
+  // Clip the rectangle to the framebuffer.
+  int x0 = std::max(view_rect.x, 0), y0 = std::max(view_rect.y, 0);
+  int x1 = std::min(view_rect.x + view_rect.width, fb_width);
+  int y1 = std::min(view_rect.y + view_rect.height, fb_height);
+  if (x1 <= x0 || y1 <= y0) return;
+  const int width = x1 - x0, height = y1 - y0;
+  const int gl_y = fb_height - y1;  // GL's origin is the bottom-left
 
   // ---- instances: reuse, or pack and send what changed ----
   if (scene.revision == 0 || scene.revision != m.revision) {
@@ -272,7 +281,9 @@ void Renderer::draw(const Scene& scene, int width, int height) {
   glm::mat4 view = view_matrix(cam), proj = projection_matrix(cam, aspect);
   glm::mat4 vp = proj * view;
 
-  glViewport(0, 0, width, height);
+  glViewport(x0, gl_y, width, height);
+  glEnable(GL_SCISSOR_TEST);
+  glScissor(x0, gl_y, width, height);
   glClearColor(scene.background.r, scene.background.g, scene.background.b, 1.0f);
   glClear(GL_COLOR_BUFFER_BIT | GL_DEPTH_BUFFER_BIT);
   glEnable(GL_DEPTH_TEST);
@@ -333,6 +344,8 @@ void Renderer::draw(const Scene& scene, int width, int height) {
     m.beam.use();
     glUniform3fv(m.beam.uniform("u_shift"), 1, glm::value_ptr(anim.beam_shift));
     glUniform1f(m.beam.uniform("u_fade"), std::max(anim.beam_fade, 0.0f));
+    glUniform3f(m.beam.uniform("u_arc"), anim.beam_arc.rise, anim.beam_arc.rise_per_span,
+                anim.beam_arc.lean_per_span);
     glUniformMatrix4fv(m.beam.uniform("u_view_proj"), 1, GL_FALSE, glm::value_ptr(vp));
     glUniform3fv(m.beam.uniform("u_eye"), 1, glm::value_ptr(cam.eye));
     glUniform1i(m.beam.uniform("u_segments"), kBeamSegments);
@@ -362,6 +375,7 @@ void Renderer::draw(const Scene& scene, int width, int height) {
     glUniformMatrix4fv(m.glyph.uniform("u_view"), 1, GL_FALSE, glm::value_ptr(view));
     glUniformMatrix4fv(m.glyph.uniform("u_proj"), 1, GL_FALSE, glm::value_ptr(proj));
     glUniform1f(m.glyph.uniform("u_height"), scene.label_height);
+    glUniform1f(m.glyph.uniform("u_viewport_h"), float(height));
     glUniform1i(m.glyph.uniform("u_vertical"), scene.labels_vertical ? 1 : 0);
     glUniform2f(m.glyph.uniform("u_texel"), 1.0f / atlas_.size(), 1.0f / atlas_.size());
     glActiveTexture(GL_TEXTURE0);
@@ -375,6 +389,8 @@ void Renderer::draw(const Scene& scene, int width, int height) {
   glBindVertexArray(0);
   glDepthMask(GL_TRUE);
   glDisable(GL_BLEND);
+  glDisable(GL_SCISSOR_TEST);
+  glDisable(GL_DEPTH_TEST);
   glUseProgram(0);
 
   stats_.tokens = m.token_gpu.size();

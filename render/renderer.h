@@ -38,7 +38,13 @@ class Renderer {
   ~Renderer();
 
   // Clears and draws `scene` into the currently bound framebuffer of width x height px.
-  void draw(const Scene& scene, int width, int height);
+  void draw(const Scene& scene, int width, int height) {
+    draw(scene, width, height, Viewport{0, 0, width, height});
+  }
+  // Draws `scene` into `view` (top-left origin, clipped to the framebuffer) of a
+  // fb_width x fb_height framebuffer; only that rectangle is cleared and touched. The
+  // projection uses the rectangle's aspect, so framing computed for it holds exactly.
+  void draw(const Scene& scene, int fb_width, int fb_height, Viewport view);
   const FrameStats& last_stats() const { return stats_; }
   const GlyphAtlas& atlas() const { return atlas_; }
 

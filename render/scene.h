@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include <glm/geometric.hpp>
 #include <glm/vec3.hpp>
 
 namespace render {
@@ -24,6 +25,10 @@ struct TokenInstance {
   float brightness = 1.0f;   // 0 = black, 1 = full color; emissive boost above 0.8
   std::string label;         // display text, drawn above the block
   bool highlighted = false;  // hovered / selected: outlined by a brighter tint
+  // Labels are world-sized (label_height) but never drawn smaller than this many pixels
+  // tall: > 0 keeps a label readable from far away (level of detail for the important
+  // tokens); 0 lets it shrink with distance and fade out once too small to read.
+  float label_min_px = 0.0f;
   float drop = 0.0f;         // world units above its slot when SceneAnim::fall is 1 (label too)
 };
 
@@ -72,12 +77,31 @@ struct CameraView {
   float far_plane = 2000.0f;
 };
 
+// The shape of every beam: a quadratic arc from the head to the token whose control point
+// sits above the chord's middle by rise + rise_per_span * span and behind it (-z) by
+// lean_per_span * span (span = chord length). Its apex is half that offset from the chord.
+// From the side the arcs rise; from above (TOP) the lean spreads them into a 2D fan.
+struct BeamArc {
+  float rise = 0.35f;
+  float rise_per_span = 0.16f;
+  float lean_per_span = 0.22f;
+};
+
+// The highest (and furthest back) point of a beam's arc: the middle of the quadratic arc
+// from `from` to `to` (see shaders/beam.vert), half the control point's offset away.
+inline glm::vec3 beam_apex(glm::vec3 from, glm::vec3 to, const BeamArc& arc) {
+  float span = glm::length(to - from);
+  return 0.5f * (from + to) +
+         0.5f * glm::vec3(0.0f, arc.rise + arc.rise_per_span * span, -arc.lean_per_span * span);
+}
+
 // Per-frame animation, applied in the shaders (never re-uploads instance data).
 struct SceneAnim {
   float flash = 0.0f;             // 0..1 multiplier of every KV block's flash_* gains
   float fall = 0.0f;              // 0..1 fraction of each token's `drop` still to fall
   float beam_fade = 1.0f;         // multiplies every beam's weight
   glm::vec3 beam_shift{0.0f};     // added to every beam's origin (follows the head)
+  BeamArc beam_arc;               // beam shape (a uniform: presets may change it per frame)
 };
 
 struct Scene {
@@ -99,6 +123,16 @@ struct Scene {
   float label_height = 0.42f;                  // world height of one text line
   bool labels_vertical = true;  // labels read bottom-to-top (no overlap between neighbours)
   glm::vec3 background{0.035f, 0.04f, 0.06f};
+};
+
+// A rectangle of the framebuffer in pixels, origin at the top-left (window convention).
+// The 3D view is drawn into the rectangle the UI panels leave free.
+struct Viewport {
+  int x = 0, y = 0, width = 0, height = 0;
+  float aspect() const { return height > 0 ? float(width) / float(height) : 1.0f; }
+  bool contains(float px, float py) const {
+    return px >= float(x) && py >= float(y) && px < float(x + width) && py < float(y + height);
+  }
 };
 
 // A process-wide unique nonzero revision (thread-safe).

@@ -77,10 +77,7 @@ Bounds scene_bounds(const Scene& s) {
   // Never frame less than a dozen slots, so an empty scene is not a close-up of the head.
   if (b.max.x - b.min.x < 12.0f) b.max.x = b.min.x + 12.0f;
   // Beam arcs peak halfway to their control point (see shaders/beam.vert).
-  for (const Beam& bm : s.beams) {
-    float span = glm::length(bm.to - bm.from);
-    grow(0.5f * (bm.from + bm.to) + 0.5f * glm::vec3(0.0f, 0.35f + 0.16f * span, -0.22f * span));
-  }
+  for (const Beam& bm : s.beams) grow(beam_apex(bm.from + s.anim.beam_shift, bm.to, s.anim.beam_arc));
   return b;
 }
 

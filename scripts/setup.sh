@@ -10,6 +10,7 @@ packages=(
   libpcre2-dev libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev
   libimgui-dev libglfw3-dev libglm-dev python3-glad libstb-dev fonts-dejavu-core
   libgl-dev libgl1-mesa-dri libglx-mesa0 xvfb xauth
+  libegl-dev libegl1 libegl-mesa0 libgbm1
   libboost-context-dev clang
 )
 missing=()

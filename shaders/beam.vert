@@ -2,7 +2,8 @@
 // beam.vert — attention beams as camera-facing ribbons along a raised arc.
 // No vertex buffer: gl_VertexID walks a triangle strip of 2*(u_segments+1) vertices
 // (even = one side, odd = the other). Per instance: from, to, weight, color.
-// u_shift moves every origin and u_fade scales every weight (per-frame animation).
+// u_shift moves every origin, u_fade scales every weight, u_arc shapes the arcs (per-frame
+// animation; see render::BeamArc).
 layout(location = 0) in vec3 i_from;
 layout(location = 1) in vec3 i_to;
 layout(location = 2) in float i_weight;
@@ -14,6 +15,7 @@ uniform int u_segments;
 uniform float u_width;
 uniform vec3 u_shift;
 uniform float u_fade;
+uniform vec3 u_arc;  // rise, rise per unit of span, lean (-z) per unit of span
 
 out float v_side;
 out float v_t;
@@ -31,7 +33,7 @@ void main() {
   vec3 from = i_from + u_shift;
   float span = length(i_to - from);
   // Arcs rise and lean back (-z) so they read as arcs from the side and fan out from above.
-  vec3 mid = 0.5 * (from + i_to) + vec3(0.0, 0.35 + 0.16 * span, -0.22 * span);
+  vec3 mid = 0.5 * (from + i_to) + vec3(0.0, u_arc.x + u_arc.y * span, -u_arc.z * span);
   vec3 p = arc(t, from, mid, i_to);
   vec3 tangent = normalize(arc(min(t + 0.01, 1.0), from, mid, i_to) -
                            arc(max(t - 0.01, 0.0), from, mid, i_to));

@@ -1,19 +1,23 @@
 #version 330 core
 // glyph.vert — instanced text quads, camera-facing, sized in world units.
 // Per instance: anchor (world), rect (x0, y0, x1, y1 in line units), uv rect, color,
-// drop (world units above the anchor when u_fall is 1: labels fall with their token).
-// Vertical labels turn the line so it reads bottom-to-top on screen.
+// drop (world units above the anchor when u_fall is 1: labels fall with their token),
+// min_px.
+// Vertical labels turn the line so it reads bottom-to-top on screen. min_px > 0: the
+// label never gets smaller than that many pixels tall; 0: it fades out below ~6 px.
 layout(location = 0) in vec3 i_anchor;
 layout(location = 1) in vec4 i_rect;
 layout(location = 2) in vec4 i_uv;
 layout(location = 3) in vec4 i_color;
 layout(location = 4) in float i_drop;
+layout(location = 5) in float i_min_px;
 
 uniform mat4 u_view;
 uniform mat4 u_proj;
 uniform float u_height;
 uniform int u_vertical;
 uniform float u_fall;
+uniform float u_viewport_h;  // pixels
 
 out vec2 v_uv;
 out vec4 v_color;
@@ -25,6 +29,11 @@ void main() {
   v_color = i_color;
   vec2 offset = u_vertical != 0 ? vec2(-local.y, local.x) : local;
   vec4 c = u_view * vec4(i_anchor + vec3(0.0, i_drop * u_fall, 0.0), 1.0);
-  c.xy += offset * u_height;
+  // Level of detail: the line's height on screen; labels with a minimum size grow to it,
+  // the others fade out once too small to read.
+  float px = u_height * u_proj[1][1] * 0.5 * u_viewport_h / max(-c.z, 1e-3);
+  float grow = i_min_px > 0.0 ? max(1.0, i_min_px / max(px, 1e-3)) : 1.0;
+  if (i_min_px <= 0.0) v_color.a *= smoothstep(4.0, 8.0, px);
+  c.xy += offset * u_height * grow;
   gl_Position = u_proj * c;
 }

@@ -1,4 +1,4 @@
-// gl_test_context.cpp — hidden GLFW window + glad loading for render/app tests.
+// gl_test_context.cpp — EGL (no display) or hidden GLFW window + glad loading for tests.
 #include "gl_test_context.h"
 
 #include <GLFW/glfw3.h>
@@ -14,9 +14,12 @@ void on_glfw_error(int code, const char* msg) {
 }  // namespace
 
 std::unique_ptr<GlTestContext> GlTestContext::create(std::string* why) {
+  std::unique_ptr<GlTestContext> headless(new GlTestContext());
+  render::Result egl = render::HeadlessGl::create(&headless->headless_);
+  if (egl.ok()) return headless;
   glfwSetErrorCallback(on_glfw_error);
   if (!glfwInit()) {
-    *why = "glfwInit failed (" + g_glfw_error +
+    *why = egl.error + "; glfwInit failed (" + g_glfw_error +
            "); DISPLAY=" + (std::getenv("DISPLAY") ? std::getenv("DISPLAY") : "(unset)");
     return nullptr;
   }
@@ -44,7 +47,8 @@ std::unique_ptr<GlTestContext> GlTestContext::create(std::string* why) {
 }
 
 GlTestContext::~GlTestContext() {
-  if (window_) glfwDestroyWindow(static_cast<GLFWwindow*>(window_));
+  if (!window_) return;  // EGL: headless_ releases itself
+  glfwDestroyWindow(static_cast<GLFWwindow*>(window_));
   glfwTerminate();
 }
 

@@ -1,7 +1,8 @@
-// gl_test_context.h — a hidden GLFW window with an OpenGL 3.3 core context for tests.
+// gl_test_context.h — an OpenGL 3.3 core context for tests: EGL with no display server
+// (render::HeadlessGl), else a hidden GLFW window on the X display.
 //
-// When no X display can be opened (no DISPLAY, no Xvfb) tests skip with a message
-// instead of failing: GL_TEST_CONTEXT_OR_SKIP(ctx) in a test body.
+// When neither works tests skip with a message instead of failing:
+// GL_TEST_CONTEXT_OR_SKIP(ctx) in a test body.
 #pragma once
 
 #include <memory>
@@ -9,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "render/headless_gl.h"
 #include "render/renderer.h"
 
 namespace kvscope_test {
@@ -23,6 +25,7 @@ class GlTestContext {
 
  private:
   GlTestContext() = default;
+  std::unique_ptr<render::HeadlessGl> headless_;
   void* window_ = nullptr;
 };
 

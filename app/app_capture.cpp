@@ -1,0 +1,180 @@
+// app_capture.cpp — offscreen frames of the whole app, and the --screenshot command.
+#include "app/app_capture.h"
+
+#include <imgui.h>
+#include <imgui_impl_opengl3.h>
+
+#include <cstdio>
+
+#include "app/app_frame.h"
+#include "app/scene_view.h"
+#include "app/window.h"
+#include "render/gl.h"
+#include "render/offscreen.h"
+
+namespace kvscope::app {
+
+ModelFacts model_facts(const EngineHandle& h) {
+  ModelFacts f;
+  const ModelConfig& c = h.model->config();
+  f.name = c.name;
+  f.backend = h.session->backend().name();
+  f.n_layer = c.n_layer;
+  f.n_head = c.n_head;
+  f.n_head_kv = c.n_head_kv;
+  f.head_dim = c.head_dim;
+  f.n_embd = c.n_embd;
+  f.n_vocab = c.n_vocab;
+  f.block_macs_per_token = h.model->block_macs_per_token();
+  KvDtype dt = h.session->config().kv_dtype;
+  f.kv_dtype = kv_dtype_name(dt);
+  f.kv_bytes_per_token = KvShape{c.n_layer, c.n_head_kv, c.head_dim}.bytes_per_token(dt);
+  return f;
+}
+
+namespace {
+
+// An ImGui context of its own for one capture, restoring the caller's afterwards.
+class ScopedImGui {
+ public:
+  ScopedImGui() : prev_(ImGui::GetCurrentContext()), ctx_(ImGui::CreateContext()) {
+    ImGui::SetCurrentContext(ctx_);
+    setup_imgui_style(1.0f);
+    ok_ = ImGui_ImplOpenGL3_Init("#version 330 core");
+  }
+  ~ScopedImGui() {
+    if (ok_) ImGui_ImplOpenGL3_Shutdown();
+    ImGui::DestroyContext(ctx_);
+    ImGui::SetCurrentContext(prev_);
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  ImGuiContext* prev_;
+  ImGuiContext* ctx_;
+  bool ok_ = false;
+};
+
+}  // namespace
+
+Expected<AppShotResult> capture_app(render::Renderer& r, UiState& ui, const Timeline& tl,
+                                    const AppShot& shot) {
+  if (shot.width < 16 || shot.height < 16 || shot.width > 8192 || shot.height > 8192)
+    return make_error("capture: size ", shot.width, "x", shot.height, " out of range [16, 8192]");
+  render::OffscreenTarget target;
+  if (render::Result res = render::OffscreenTarget::create(shot.width, shot.height, 4, &target);
+      !res.ok())
+    return make_error(res.error);
+  ScopedImGui imgui;
+  if (!imgui.ok()) return make_error("capture: the ImGui OpenGL backend could not start");
+
+  ControllerState cs;
+  cs.finished = tl.finished();
+  cs.steps = int(tl.steps().size());
+  ui.engine_ready = true;
+  SceneView view;
+  AppShotResult out;
+  const int frames = std::max(shot.frames, 0) + 1;
+  for (int f = 0; f < frames; ++f) {
+    ImGuiIO& io = ImGui::GetIO();
+    io.DisplaySize = ImVec2(float(shot.width), float(shot.height));
+    io.DisplayFramebufferScale = ImVec2(1.0f, 1.0f);
+    io.DeltaTime = 1.0f / 60.0f;
+    ImGui_ImplOpenGL3_NewFrame();
+    ImGui::NewFrame();
+    if (shot.panels) {
+      draw_frame_ui(ui, nullptr, cs, tl, ShownRange{view.shown_first(), view.shown_last()});
+    } else {
+      ui.layout = UiLayout{};
+      ui.layout.view = {0, 0, float(shot.width), float(shot.height)};
+    }
+    ViewFrame vf;
+    vf.timeline = &tl;
+    vf.view = ui.view;
+    vf.clock.since_step = shot.since_step;
+    vf.clock.time = shot.since_step;
+    vf.preset = shot.preset;
+    vf.preset_changed = f == 0;
+    vf.rect = ui.layout.view;
+    vf.dt = 0;  // no transition: the preset's framing at once
+    view.update(vf, ViewInput{});
+    ImGui::Render();
+    target.bind();
+    render::clear_framebuffer(shot.width, shot.height, 0.06f, 0.065f, 0.08f);
+    view.draw(r, shot.width, shot.height, 1.0f);
+    if (shot.panels) ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+  }
+  if (render::Result res = target.read_rgba(&out.rgba); !res.ok()) return make_error(res.error);
+  render::OffscreenTarget::bind_default();
+  out.layout = ui.layout;
+  out.view = to_viewport(ui.layout.view, 1.0f);
+  out.scene = view.scene();
+  return out;
+}
+
+int run_screenshot(const CaptureOptions& opts, bool panels) {
+  auto fail = [](const std::string& msg) {
+    std::fprintf(stderr, "kvscope: %s\n", msg.c_str());
+    return 1;
+  };
+  if (opts.out_path.empty())
+    return fail("--screenshot needs an output path, e.g. --screenshot out.png");
+  if (opts.steps < 1 || opts.steps > 100000) return fail("--steps must be in [1, 100000]");
+  PromptSpec prompt;
+  if (!opts.prompt_file.empty()) {
+    auto p = read_prompt_file(opts.prompt_file);
+    if (!p.ok()) return fail(p.error().message);
+    prompt = p.value();
+  } else {
+    prompt = load_prompts().front().spec;
+  }
+  auto gl = OffscreenContext::create();
+  if (!gl.ok()) return fail(gl.error().message);
+
+  EngineOptions eo;
+  eo.model_path = opts.model_path;
+  eo.backend = opts.backend;
+  eo.mode = opts.mode;
+  eo.max_tokens = opts.steps + 1;
+  auto engine = open_engine(eo);
+  if (!engine.ok()) return fail(engine.error().message);
+  EngineHandle& eng = engine.value();
+  Timeline tl;
+  if (Status st = run_steps(*eng.session, prompt, opts.steps, &tl); !st.ok())
+    return fail(st.message());
+
+  render::RendererOptions ro;
+  ro.shader_dir = render::find_shader_dir(executable_dir());
+  std::unique_ptr<render::Renderer> renderer;
+  if (render::Result r = render::Renderer::create(ro, &renderer); !r.ok()) return fail(r.error);
+
+  UiState ui;
+  ui.prompts = load_prompts();
+  if (!opts.prompt_file.empty()) ui.prompts.insert(ui.prompts.begin(), {"file", prompt});
+  ui.facts = model_facts(eng);
+  ui.view = opts.view;
+  if (ui.view.layer == kMiddleLayer) ui.view.layer = ui.facts.n_layer / 2;
+  ui.preset = opts.camera;
+  ui.mode = eng.session->mode();
+  add_notice(ui, eng.notice);
+  AppShot shot;
+  shot.width = opts.width;
+  shot.height = opts.height;
+  shot.preset = opts.camera;
+  shot.since_step = opts.since_step;
+  shot.panels = panels;
+  auto img = capture_app(*renderer, ui, tl, shot);
+  if (!img.ok()) return fail(img.error().message);
+  if (render::Result r =
+          render::write_png(opts.out_path, opts.width, opts.height, img.value().rgba);
+      !r.ok())
+    return fail(r.error);
+  const StepTrace* last = tl.last();
+  std::printf("kvscope: wrote %s (%dx%d, %d steps, seq_len %d, mode %s, camera %s, %s)\n",
+              opts.out_path.c_str(), opts.width, opts.height, int(tl.steps().size()),
+              last ? last->seq_len : 0, cache_mode_name(eng.session->mode()),
+              render::camera_preset_name(opts.camera), gl.value()->description().c_str());
+  return 0;
+}
+
+}  // namespace kvscope::app

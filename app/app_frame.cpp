@@ -1,0 +1,168 @@
+// app_frame.cpp — the layout's regions as fixed, undecorated ImGui windows.
+//
+// Each region is one window pinned to its rectangle (no move, no resize, no title bar);
+// the side columns scroll and hold collapsible sections; a closed column is a thin strip
+// with an arrow to open it again. Notices stack in the top-right corner of the 3D view,
+// each with its own close button.
+#include "app/app_frame.h"
+
+#include <imgui.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "render/glyph_atlas.h"
+
+namespace kvscope::app {
+namespace {
+
+constexpr ImGuiWindowFlags kRegionFlags = ImGuiWindowFlags_NoTitleBar | ImGuiWindowFlags_NoResize |
+                                          ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoCollapse |
+                                          ImGuiWindowFlags_NoSavedSettings |
+                                          ImGuiWindowFlags_NoBringToFrontOnFocus;
+
+bool begin_region(const char* id, const UiRect& r, ImGuiWindowFlags extra = 0) {
+  ImGui::SetNextWindowPos(ImVec2(r.x, r.y), ImGuiCond_Always);
+  ImGui::SetNextWindowSize(ImVec2(r.w, r.h), ImGuiCond_Always);
+  return ImGui::Begin(id, nullptr, kRegionFlags | extra);
+}
+
+// The header row of an open column: its title and the arrow that closes it.
+void column_header(const char* title, bool left, ColumnMode* mode) {
+  if (!left) {
+    if (ImGui::ArrowButton("##close", ImGuiDir_Right)) *mode = ColumnMode::Closed;
+    if (ImGui::IsItemHovered()) ImGui::SetTooltip("Hide this column (more room for the scene)");
+    ImGui::SameLine();
+  }
+  ImGui::TextDisabled("%s", title);
+  if (left) {
+    ImGui::SameLine(ImGui::GetContentRegionMax().x - ImGui::GetFrameHeight());
+    if (ImGui::ArrowButton("##close", ImGuiDir_Left)) *mode = ColumnMode::Closed;
+    if (ImGui::IsItemHovered()) ImGui::SetTooltip("Hide this column (more room for the scene)");
+  }
+}
+
+// A closed column: one arrow that opens it, and the names of what is inside.
+void closed_column(const char* contents, bool left, ColumnMode* mode) {
+  if (ImGui::ArrowButton("##open", left ? ImGuiDir_Right : ImGuiDir_Left)) *mode = ColumnMode::Open;
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("Show %s", contents);
+}
+
+void draw_notices(UiState& ui) {
+  const UiRect& v = ui.layout.view;
+  const double now = ImGui::GetTime();
+  float y = v.y + 8.0f;
+  const float width = std::min(380.0f * ui_scale(), v.w - 16.0f);
+  for (size_t i = 0; i < ui.notices.size();) {
+    Notice& n = ui.notices[i];
+    if (n.shown_at < 0) n.shown_at = now;
+    if (n.seconds > 0 && now - n.shown_at > n.seconds) {
+      ui.notices.erase(ui.notices.begin() + long(i));
+      continue;
+    }
+    char id[32];
+    std::snprintf(id, sizeof id, "##notice%llu", static_cast<unsigned long long>(n.id));
+    ImGui::SetNextWindowPos(ImVec2(v.right() - 8.0f, y), ImGuiCond_Always, ImVec2(1.0f, 0.0f));
+    ImGui::SetNextWindowSizeConstraints(ImVec2(0, 0), ImVec2(width, v.h * 0.5f));
+    ImGui::SetNextWindowBgAlpha(0.88f);
+    bool close = false;
+    ImGui::Begin(id, nullptr,
+                 ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_AlwaysAutoResize |
+                     ImGuiWindowFlags_NoSavedSettings | ImGuiWindowFlags_NoFocusOnAppearing |
+                     ImGuiWindowFlags_NoNav);
+    ImGui::PushTextWrapPos(width - ImGui::GetFrameHeight() * 2.0f);
+    ImGui::TextUnformatted(n.text.c_str());
+    ImGui::PopTextWrapPos();
+    ImGui::SameLine();
+    close = ImGui::SmallButton("x");
+    if (ImGui::IsItemHovered()) ImGui::SetTooltip("Dismiss");
+    y += ImGui::GetWindowHeight() + 6.0f;
+    ImGui::End();
+    if (close)
+      ui.notices.erase(ui.notices.begin() + long(i));
+    else
+      ++i;
+  }
+}
+
+}  // namespace
+
+float ui_scale() {
+  // Fonts are loaded at 15 px times the content scale; the layout follows the same factor.
+  float s = ImGui::GetFontSize() / 15.0f;
+  return s > 0.5f ? s : 1.0f;
+}
+
+void setup_imgui_style(float content_scale) {
+  ImGuiIO& io = ImGui::GetIO();
+  io.IniFilename = nullptr;
+  std::string font = render::GlyphAtlas::find_default_font();
+  if (!font.empty()) {
+    // Latin, Greek, Cyrillic and the arrows used to show whitespace tokens (↵ →).
+    static const ImWchar kRanges[] = {0x0020, 0x024F, 0x0370, 0x03FF, 0x0400, 0x04FF,
+                                      0x2000, 0x206F, 0x2190, 0x21FF, 0};
+    io.Fonts->AddFontFromFileTTF(font.c_str(), 15.0f * content_scale, nullptr, kRanges);
+  }
+  ImGui::StyleColorsDark();
+  ImGuiStyle& st = ImGui::GetStyle();
+  st.ScaleAllSizes(content_scale);
+  st.Colors[ImGuiCol_WindowBg] = ImVec4(0.075f, 0.08f, 0.10f, 0.97f);
+}
+
+void draw_frame_ui(UiState& ui, Controller* ctl, const ControllerState& cs, const Timeline& tl,
+                   ShownRange shown) {
+  ImGuiIO& io = ImGui::GetIO();
+  ui.layout = compute_layout(io.DisplaySize.x, io.DisplaySize.y, ui.layout_prefs, ui_scale());
+  const UiLayout& L = ui.layout;
+  ui.panel_hovered_pos = -1;
+  ImGui::PushStyleVar(ImGuiStyleVar_WindowRounding, 0.0f);
+  ImGui::PushStyleVar(ImGuiStyleVar_WindowBorderSize, 1.0f);
+
+  if (!L.toolbar.empty()) {
+    ImGui::PushStyleVar(ImGuiStyleVar_WindowPadding,
+                        ImVec2(8.0f, (L.toolbar.h - ImGui::GetFrameHeight()) * 0.5f));
+    begin_region("##toolbar", L.toolbar, ImGuiWindowFlags_NoScrollbar);
+    ImGui::PopStyleVar();
+    panel_toolbar(ui, ctl, cs, tl);
+    ImGui::End();
+  }
+
+  // Left column: what to run and what to look at, then the text so far.
+  begin_region("##left", L.left, L.left_open ? 0 : ImGuiWindowFlags_NoScrollbar);
+  if (L.left_open) {
+    column_header("kvscope", true, &ui.layout_prefs.left);
+    if (ImGui::CollapsingHeader("Controls", ImGuiTreeNodeFlags_DefaultOpen))
+      panel_controls(ui, ctl, cs, tl);
+    if (ImGui::CollapsingHeader("Transcript", ImGuiTreeNodeFlags_DefaultOpen))
+      panel_transcript(ui, tl);
+  } else {
+    closed_column("the controls and the transcript", true, &ui.layout_prefs.left);
+  }
+  ImGui::End();
+
+  // Right column: the numbers.
+  begin_region("##right", L.right, L.right_open ? 0 : ImGuiWindowFlags_NoScrollbar);
+  if (L.right_open) {
+    column_header("measured", false, &ui.layout_prefs.right);
+    if (ImGui::CollapsingHeader("Stats", ImGuiTreeNodeFlags_DefaultOpen)) panel_stats(ui, cs, tl);
+    if (ImGui::CollapsingHeader("Top candidates", ImGuiTreeNodeFlags_DefaultOpen))
+      panel_candidates(tl);
+    if (ImGui::CollapsingHeader("Plots", ImGuiTreeNodeFlags_DefaultOpen)) panel_plots(ui, tl);
+  } else {
+    closed_column("the stats, candidates and plots", false, &ui.layout_prefs.right);
+  }
+  ImGui::End();
+
+  if (!L.bottom.empty()) {
+    begin_region("##bottom", L.bottom, ImGuiWindowFlags_NoScrollbar);
+    panel_overview(ui, tl, shown.first, shown.last);
+    ImGui::End();
+  }
+  ImGui::PopStyleVar(2);
+
+  draw_notices(ui);
+  panel_error_modal(ui);
+}
+
+}  // namespace kvscope::app

@@ -1,0 +1,120 @@
+// panel_overview.cpp — the bottom strip: the whole sequence at a glance, however long.
+//
+// Every position gets a sliver of the strip's width (several positions share a pixel
+// column past the strip's width in points; a column then shows the strongest of them).
+// A band along the bottom says prompt (blue) or generated (orange); bars rising from it
+// are the newest step's attention, with the same weights and square-root scaling as the
+// beams; a bracket marks the part the 3D view shows, a yellow tick the write head.
+// Hover: the token's text and weight (and its block lights up in 3D). Click or drag: the
+// camera goes to that part of the sequence.
+#include <imgui.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "app/scene_builder.h"
+#include "app/ui_state.h"
+
+namespace kvscope::app {
+
+void panel_overview(UiState& ui, const Timeline& tl, int shown_first, int shown_last) {
+  const auto& toks = tl.tokens();
+  const int n = int(toks.size());
+  const StepTrace* last = tl.last();
+  const int n_layer = std::max(tl.n_layer(), last ? last->n_layer : 0);
+
+  char caption[200];
+  if (last && last->n_attn > 0)
+    std::snprintf(caption, sizeof caption, "Overview: %d tokens; bars = attention of step %d (%s)",
+                  n, last->step, describe_view(ui.view, n_layer).c_str());
+  else
+    std::snprintf(caption, sizeof caption, "Overview: %d tokens", n);
+  ImGui::TextDisabled("%s", caption);
+
+  ImVec2 avail = ImGui::GetContentRegionAvail();
+  ImVec2 p0 = ImGui::GetCursorScreenPos();
+  ImVec2 size(std::max(avail.x, 10.0f), std::max(avail.y, 12.0f));
+  ImVec2 p1(p0.x + size.x, p0.y + size.y);
+  ImGui::InvisibleButton("##overview", size);
+  const bool hovered = ImGui::IsItemHovered();
+  const bool active = ImGui::IsItemActive();
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  dl->AddRectFilled(p0, p1, IM_COL32(16, 18, 26, 255), 3.0f);
+  if (n == 0) return;
+
+  // Slots: every token plus the head's slot after the last one.
+  const int slots = n + 1;
+  const float x0 = p0.x + 2.0f, w = size.x - 4.0f;
+  auto slot_x = [&](float pos) { return x0 + w * (pos + 0.5f) / float(slots); };
+  auto pos_at = [&](float x) {
+    return std::clamp(int(std::floor((x - x0) / w * float(slots))), 0, n - 1);
+  };
+  const float band_h = 4.0f, base_y = p1.y - band_h - 1.0f, bar_max = base_y - p0.y - 3.0f;
+
+  // Prompt / generated band, drawn in runs.
+  for (int i = 0; i < n;) {
+    int j = i;
+    while (j < n && toks[size_t(j)].prompt == toks[size_t(i)].prompt) ++j;
+    ImU32 col = toks[size_t(i)].prompt ? IM_COL32(95, 120, 175, 255) : IM_COL32(230, 110, 70, 255);
+    dl->AddRectFilled(ImVec2(x0 + w * float(i) / slots, base_y + 1.0f),
+                      ImVec2(x0 + w * float(j) / slots, p1.y - 1.0f), col);
+    i = j;
+  }
+
+  // Attention bars: one pixel column at a time, the strongest weight in it.
+  std::vector<float> weights;
+  if (last && last->n_attn > 0) weights = beam_weights(*last, ui.view);
+  if (!weights.empty()) {
+    float mx = *std::max_element(weights.begin(), weights.end());
+    int cols = std::max(1, int(w));
+    std::vector<float> col_w(size_t(cols), 0.0f);
+    for (int j = 0; j < int(weights.size()); ++j) {
+      int c = std::clamp(int((slot_x(float(j)) - x0)), 0, cols - 1);
+      col_w[size_t(c)] = std::max(col_w[size_t(c)], weights[size_t(j)]);
+    }
+    float bar_w = std::max(1.0f, w / float(slots) - 1.0f);
+    for (int c = 0; c < cols; ++c) {
+      if (col_w[size_t(c)] <= 0 || mx <= 0) continue;
+      float v = std::sqrt(col_w[size_t(c)] / mx);
+      if (v < 0.06f) continue;
+      float x = x0 + float(c);
+      ImU32 col = ImGui::ColorConvertFloat4ToU32(
+          ImVec4(0.45f + 0.5f * v, 0.8f + 0.2f * v, 1.0f, 0.35f + 0.65f * v));
+      dl->AddRectFilled(ImVec2(x, base_y - bar_max * v), ImVec2(x + std::min(bar_w, 6.0f), base_y),
+                        col);
+    }
+  }
+
+  // The part of the sequence the 3D view shows.
+  if (shown_first >= 0 && shown_last >= shown_first) {
+    float a = x0 + w * float(shown_first) / slots, b = x0 + w * float(shown_last + 1) / slots;
+    dl->AddRectFilled(ImVec2(a, p0.y + 1), ImVec2(b, p1.y - 1), IM_COL32(255, 255, 255, 18));
+    dl->AddRect(ImVec2(a, p0.y + 1), ImVec2(b, p1.y - 1), IM_COL32(220, 225, 240, 120), 2.0f);
+  }
+  // The write head.
+  float hx = slot_x(float(n));
+  dl->AddTriangleFilled(ImVec2(hx - 4, p0.y + 1), ImVec2(hx + 4, p0.y + 1), ImVec2(hx, p0.y + 7),
+                        IM_COL32(255, 215, 110, 255));
+  dl->AddLine(ImVec2(hx, p0.y + 7), ImVec2(hx, p1.y - 1), IM_COL32(255, 215, 110, 160), 1.0f);
+  // The token hovered anywhere.
+  int hi = ui.hovered_pos >= 0 ? ui.hovered_pos : ui.panel_hovered_pos;
+  if (hi >= 0 && hi < n)
+    dl->AddLine(ImVec2(slot_x(float(hi)), p0.y + 1), ImVec2(slot_x(float(hi)), p1.y - 1),
+                IM_COL32(255, 235, 140, 255), 2.0f);
+
+  if (hovered || active) {
+    int pos = pos_at(ImGui::GetIO().MousePos.x);
+    ui.panel_hovered_pos = pos;
+    if (active) ui.look_at_pos = pos;
+    ImGui::BeginTooltip();
+    ImGui::Text("position %d: '%s'%s", pos, display_text(toks[size_t(pos)].text).c_str(),
+                toks[size_t(pos)].prompt ? " (prompt)" : "");
+    if (pos < int(weights.size()))
+      ImGui::Text("attention from the newest query: %.4f", weights[size_t(pos)]);
+    ImGui::TextDisabled("click or drag: show this part in 3D");
+    ImGui::EndTooltip();
+  }
+}
+
+}  // namespace kvscope::app

@@ -1,0 +1,17 @@
+#!/bin/sh
+# headless_capture.sh KVSCOPE OUTDIR — `kvscope --screenshot` with no display server at all
+# (DISPLAY and WAYLAND_DISPLAY unset, no Xvfb): it must render through EGL, exit 0 and
+# write a PNG of the requested size.
+set -eu
+kvscope=$1
+out=$2/headless_capture.png
+rm -f "$out"
+env -u DISPLAY -u WAYLAND_DISPLAY "$kvscope" --screenshot "$out" --steps 3 --size 640x400 \
+  --backend cpu --camera top
+[ -s "$out" ] || { echo "headless_capture: $out was not written" >&2; exit 1; }
+# PNG signature, then the IHDR chunk's width and height (big-endian) at bytes 16..23.
+sig=$(od -An -tx1 -N8 "$out" | tr -d ' \n')
+[ "$sig" = "89504e470d0a1a0a" ] || { echo "headless_capture: not a PNG ($sig)" >&2; exit 1; }
+size=$(od -An -tu1 -j16 -N8 "$out" | tr -s ' ' | sed 's/^ //')
+[ "$size" = "0 0 2 128 0 0 1 144" ] || { echo "headless_capture: size bytes '$size', want 640x400" >&2; exit 1; }
+echo "headless_capture: wrote $out (640x400) with no display"
