@@ -72,6 +72,7 @@ Expected<AppShotResult> capture_app(render::Renderer& r, UiState& ui, const Time
   cs.finished = tl.finished();
   cs.steps = int(tl.steps().size());
   ui.engine_ready = true;
+  ui.preset = shot.preset;
   SceneView view;
   AppShotResult out;
   const int frames = std::max(shot.frames, 0) + 1;

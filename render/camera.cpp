@@ -212,7 +212,13 @@ void Camera::set_preset(CameraPreset p, bool instant) {
   goal_ = framed(p);
   // Take the short way round.
   cur_.yaw_deg = goal_.yaw_deg + wrap_degrees(cur_.yaw_deg - goal_.yaw_deg);
-  if (instant) cur_ = goal_;
+  if (instant) {
+    cur_ = goal_;
+    transition_ = -1.0f;
+  } else {
+    from_ = cur_;
+    transition_ = 0.0f;
+  }
 }
 
 void Camera::set_content(const Bounds& content, glm::vec3 head, float window) {
@@ -241,6 +247,7 @@ bool Camera::follow_tracking() const {
 }
 
 void Camera::orbit(float d_yaw_deg, float d_pitch_deg) {
+  transition_ = -1.0f;  // the user takes over from where the camera is
   if (follow_tracking()) {  // keep tracking the head from the new angle
     follow_yaw_ += d_yaw_deg;
     follow_pitch_ = std::clamp(follow_pitch_ + d_pitch_deg, -100.0f, 80.0f);
@@ -254,6 +261,7 @@ void Camera::orbit(float d_yaw_deg, float d_pitch_deg) {
 }
 
 void Camera::pan(float dx, float dy) {
+  transition_ = -1.0f;  // the user takes over from where the camera is
   auto_framing_ = false;
   Basis bs = basis(goal_.yaw_deg, goal_.pitch_deg);
   float h = 2.0f * goal_.distance * std::tan(glm::radians(fov_y_deg_) * 0.5f);
@@ -266,6 +274,7 @@ void Camera::zoom(float steps) {
 }
 
 void Camera::zoom_at(float steps, glm::vec2 ndc) {
+  transition_ = -1.0f;  // the user takes over from where the camera is
   const float f = std::pow(0.88f, steps);
   if (follow_tracking()) {  // FOLLOW zooms about the head it tracks
     follow_zoom_ = std::clamp(follow_zoom_ * f, 0.05f, 50.0f);
@@ -286,11 +295,13 @@ void Camera::zoom_at(float steps, glm::vec2 ndc) {
 }
 
 void Camera::look_at_x(float x) {
+  transition_ = -1.0f;  // the user takes over from where the camera is
   auto_framing_ = false;
   goal_.target.x = x;
 }
 
 bool Camera::settled() const {
+  if (transition_ >= 0.0f) return false;
   float scale = std::max(goal_.distance, 1.0f);
   return glm::length(cur_.target - goal_.target) < 0.002f * scale &&
          std::abs(cur_.yaw_deg - goal_.yaw_deg) < 0.05f &&
@@ -301,10 +312,26 @@ bool Camera::settled() const {
 void Camera::update(float dt) {
   if (dt <= 0.0f) {
     cur_ = goal_;
+    transition_ = -1.0f;
+    return;
+  }
+  if (transition_ >= 0.0f) {
+    // A preset change: ease in and out over a fixed time (no jump on the first frame
+    // however far the goal is), toward the goal as it is now (framing may move it).
+    transition_ = std::min(transition_ + dt / kTransitionSeconds, 1.0f);
+    float x = transition_, k = x * x * x * (x * (x * 6.0f - 15.0f) + 10.0f);
+    cur_.target = from_.target + (goal_.target - from_.target) * k;
+    float yaw_to = from_.yaw_deg + wrap_degrees(goal_.yaw_deg - from_.yaw_deg);
+    cur_.yaw_deg = from_.yaw_deg + (yaw_to - from_.yaw_deg) * k;
+    cur_.pitch_deg = from_.pitch_deg + (goal_.pitch_deg - from_.pitch_deg) * k;
+    cur_.distance = from_.distance * std::pow(goal_.distance / from_.distance, k);
+    keep_above_ground(&cur_);
+    if (transition_ >= 1.0f) transition_ = -1.0f;
     return;
   }
   cur_.yaw_deg = goal_.yaw_deg + wrap_degrees(cur_.yaw_deg - goal_.yaw_deg);
-  float a = 1.0f - std::exp(-6.0f * dt);  // ~0.5 s to settle
+  // Following a moving goal (new steps, the user's input): exponential, ~0.5 s to settle.
+  float a = 1.0f - std::exp(-6.0f * dt);
   cur_.target += (goal_.target - cur_.target) * a;
   cur_.yaw_deg += (goal_.yaw_deg - cur_.yaw_deg) * a;
   cur_.pitch_deg += (goal_.pitch_deg - cur_.pitch_deg) * a;

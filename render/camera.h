@@ -105,6 +105,11 @@ class Camera {
   // FOLLOW keeps tracking the head while the user orbits and zooms: their changes are
   // kept as offsets to the framed orbit.
   float follow_yaw_ = 0.0f, follow_pitch_ = 0.0f, follow_zoom_ = 1.0f;
+  // A preset change eases from `from_` to the goal over kTransitionSeconds; transition_ is
+  // its progress in [0, 1), or -1 when none runs.
+  static constexpr float kTransitionSeconds = 0.9f;
+  Orbit from_;
+  float transition_ = -1.0f;
 };
 
 // The three framing boxes of a scene: `window` world units before the head for the recent

@@ -350,6 +350,8 @@ void Renderer::draw(const Scene& scene, int fb_width, int fb_height, Viewport vi
     glUniform3fv(m.beam.uniform("u_eye"), 1, glm::value_ptr(cam.eye));
     glUniform1i(m.beam.uniform("u_segments"), kBeamSegments);
     glUniform1f(m.beam.uniform("u_width"), 0.09f);
+    glUniform1f(m.beam.uniform("u_px_scale"), proj[1][1] * 0.5f * float(height));
+    glUniform1f(m.beam.uniform("u_min_px"), 1.3f);
     glBindVertexArray(m.beam_vao.get());
     glDrawArraysInstanced(GL_TRIANGLE_STRIP, 0, 2 * (kBeamSegments + 1),
                           GLsizei(m.beam_gpu.size()));
@@ -376,6 +378,7 @@ void Renderer::draw(const Scene& scene, int fb_width, int fb_height, Viewport vi
     glUniformMatrix4fv(m.glyph.uniform("u_proj"), 1, GL_FALSE, glm::value_ptr(proj));
     glUniform1f(m.glyph.uniform("u_height"), scene.label_height);
     glUniform1f(m.glyph.uniform("u_viewport_h"), float(height));
+    glUniform1f(m.glyph.uniform("u_fit_px"), scene.label_fit_px);
     glUniform1i(m.glyph.uniform("u_vertical"), scene.labels_vertical ? 1 : 0);
     glUniform2f(m.glyph.uniform("u_texel"), 1.0f / atlas_.size(), 1.0f / atlas_.size());
     glActiveTexture(GL_TEXTURE0);

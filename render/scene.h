@@ -121,6 +121,7 @@ struct Scene {
   glm::vec3 token_size{0.8f, 0.8f, 0.8f};      // full extents of a token block
   glm::vec3 kv_block_size{0.6f, 0.12f, 0.6f};  // full extents of one KV block
   float label_height = 0.42f;                  // world height of one text line
+  float label_fit_px = 11.0f;  // labels grow toward this many pixels while there is room
   bool labels_vertical = true;  // labels read bottom-to-top (no overlap between neighbours)
   glm::vec3 background{0.035f, 0.04f, 0.06f};
 };

@@ -16,6 +16,8 @@ uniform float u_width;
 uniform vec3 u_shift;
 uniform float u_fade;
 uniform vec3 u_arc;  // rise, rise per unit of span, lean (-z) per unit of span
+uniform float u_px_scale;  // pixels per world unit at distance 1 (proj[1][1] * viewport_h / 2)
+uniform float u_min_px;    // a beam is never thinner than this on screen
 
 out float v_side;
 out float v_t;
@@ -43,6 +45,9 @@ void main() {
   offset = len > 1e-5 ? offset / len : vec3(0.0, 0.0, 1.0);
   float w = clamp(i_weight * u_fade, 0.0, 1.0);
   float width = u_width * (0.35 + 1.65 * sqrt(w));
+  // Seen from far (TOP over a long sequence) beams keep a visible width.
+  float world_per_px = (u_view_proj * vec4(p, 1.0)).w / u_px_scale;
+  width = max(width, u_min_px * world_per_px);
   p += offset * side * width * 0.5;
   v_side = side;
   v_t = t;

@@ -4,7 +4,8 @@
 // drop (world units above the anchor when u_fall is 1: labels fall with their token),
 // min_px.
 // Vertical labels turn the line so it reads bottom-to-top on screen. min_px > 0: the
-// label never gets smaller than that many pixels tall; 0: it fades out below ~6 px.
+// label never gets smaller than that many pixels tall; every label grows toward u_fit_px
+// while the token spacing on screen leaves room; what stays below ~5 px fades out.
 layout(location = 0) in vec3 i_anchor;
 layout(location = 1) in vec4 i_rect;
 layout(location = 2) in vec4 i_uv;
@@ -18,6 +19,7 @@ uniform float u_height;
 uniform int u_vertical;
 uniform float u_fall;
 uniform float u_viewport_h;  // pixels
+uniform float u_fit_px;      // every label grows toward this while its neighbours leave room
 
 out vec2 v_uv;
 out vec4 v_color;
@@ -29,11 +31,15 @@ void main() {
   v_color = i_color;
   vec2 offset = u_vertical != 0 ? vec2(-local.y, local.x) : local;
   vec4 c = u_view * vec4(i_anchor + vec3(0.0, i_drop * u_fall, 0.0), 1.0);
-  // Level of detail: the line's height on screen; labels with a minimum size grow to it,
-  // the others fade out once too small to read.
-  float px = u_height * u_proj[1][1] * 0.5 * u_viewport_h / max(-c.z, 1e-3);
-  float grow = i_min_px > 0.0 ? max(1.0, i_min_px / max(px, 1e-3)) : 1.0;
-  if (i_min_px <= 0.0) v_color.a *= smoothstep(4.0, 8.0, px);
+  // Level of detail, from the line's height on screen: a label grows toward u_fit_px as
+  // long as it stays narrower than the distance to the next token (vertical labels are one
+  // line wide), and to its own min_px whatever the room; what is still too small to read
+  // fades out.
+  float unit_px = u_proj[1][1] * 0.5 * u_viewport_h / max(-c.z, 1e-3);  // px per world unit
+  float px = u_height * unit_px;
+  float want = max(i_min_px, min(u_fit_px, 0.8 * unit_px));
+  float grow = max(1.0, want / max(px, 1e-3));
+  v_color.a *= smoothstep(3.5, 6.5, px * grow);
   c.xy += offset * u_height * grow;
   gl_Position = u_proj * c;
 }

@@ -1,0 +1,219 @@
+// test_app_view.cpp — whole-app frames (panels and 3D view, offscreen, as a user sees
+// them): at 1024x640, 1280x720 and 1920x1080 every camera preset shows the write head
+// and the newest token inside the rectangle the panels leave free, located by their
+// pixels; TOP at 300 tokens has every beam's end inside that rectangle, and lit.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <string>
+
+#include "app/app_capture.h"
+#include "app/engine_setup.h"
+#include "gl_test_context.h"
+#include "pixel_utils.h"
+#include "render/layout.h"
+#include "render/offscreen.h"
+#include "render/synthetic_scene.h"
+
+using namespace kvscope;
+using namespace kvscope::app;
+using kvscope_test::Image;
+
+namespace {
+
+const PromptSpec kPrompt{"Once upon a time, in a kingdom far away, there lived", false};
+
+Image image_of(const AppShotResult& r, int w, int h) {
+  // KVSCOPE_TEST_DUMP=DIR saves every frame for a human to look at.
+  if (const char* dir = std::getenv("KVSCOPE_TEST_DUMP")) {
+    static int counter = 0;
+    std::string path = std::string(dir) + "/app_view_" + std::to_string(counter++) + ".png";
+    (void)render::write_png(path, w, h, r.rgba);
+  }
+  return Image{w, h, r.rgba};
+}
+
+bool inside(const render::Viewport& v, glm::vec2 p, float margin) {
+  return p.x >= v.x + margin && p.y >= v.y + margin && p.x < v.x + v.width - margin &&
+         p.y < v.y + v.height - margin;
+}
+
+// The head's glow: bright, warm, yellow-white (the halo over the sphere).
+bool is_head_glow(glm::vec3 c) {
+  return c.r > 0.8f && c.g > 0.62f && c.r > c.b + 0.15f;
+}
+// A generated token's block: the orange of palette::kGeneratedToken, lit or shaded.
+bool is_generated_orange(glm::vec3 c) {
+  return c.r > 0.35f && c.r > c.g + 0.15f && c.r > c.b + 0.18f;
+}
+
+// Pixels within `radius` of p that satisfy pred.
+template <class Pred>
+int count_near(const Image& img, glm::vec2 p, int radius, Pred pred) {
+  int n = 0;
+  for (int dy = -radius; dy <= radius; ++dy)
+    for (int dx = -radius; dx <= radius; ++dx) {
+      int x = int(p.x) + dx, y = int(p.y) + dy;
+      if (img.inside(x, y) && pred(img.at(x, y))) ++n;
+    }
+  return n;
+}
+
+glm::vec2 project(const AppShotResult& r, glm::vec3 world) {
+  auto p = render::project_to_viewport(r.scene.camera, world, r.view);
+  EXPECT_TRUE(p.has_value());
+  return p.value_or(glm::vec2(-1e6f));
+}
+
+UiState ui_for(const ModelFacts& facts) {
+  UiState ui;
+  ui.prompts = {{"narrative", kPrompt}};
+  ui.facts = facts;
+  ui.view.layer = facts.n_layer / 2;
+  return ui;
+}
+
+// A timeline of `n_tokens` tokens (8 prompt) from hand-made traces whose attention gives
+// every earlier position a visible weight: a sink at 0, a local decay, a floor.
+Timeline synthetic_timeline(int n_tokens) {
+  const int L = 2, H = 2, P = 8;
+  Timeline tl;
+  Event reset{Event::Kind::Reset, 1};
+  reset.prompt_text = "synthetic";
+  tl.apply(reset);
+  for (int step = 1; P + step - 1 < n_tokens; ++step) {
+    auto t = std::make_shared<StepTrace>();
+    t->step = step;
+    t->pos = P + step - 1;
+    t->token_id = 100 + step;
+    t->text = " w" + std::to_string(t->pos);
+    if (step == 1)
+      for (int i = 0; i < P; ++i) t->prompt.push_back({i, " p" + std::to_string(i)});
+    t->n_layer = L;
+    t->n_head = H;
+    t->n_attn = t->pos;
+    t->attention.resize(size_t(L) * H * t->n_attn);
+    for (int lh = 0; lh < L * H; ++lh) {
+      float sum = 0;
+      float* a = &t->attention[size_t(lh) * t->n_attn];
+      for (int j = 0; j < t->n_attn; ++j) {
+        a[j] = (j == 0 ? 20.0f : 0.0f) + 1.0f + 5.0f * std::exp(-float(t->n_attn - 1 - j) / 10.0f);
+        sum += a[j];
+      }
+      for (int j = 0; j < t->n_attn; ++j) a[j] /= sum;
+    }
+    t->kv_first_pos = step == 1 ? 0 : t->pos - 1;
+    t->kv_written = step == 1 ? P : 1;
+    for (int l = 0; l < L; ++l)
+      for (int i = 0; i < t->kv_written; ++i) {
+        t->k_norm.push_back(1.0f + 0.1f * float((t->kv_first_pos + i + l) % 7));
+        t->v_norm.push_back(1.0f);
+      }
+    t->seq_len = t->pos + 1;
+    t->tokens_processed = step == 1 ? P : 1;
+    Event e{Event::Kind::Step, 1};
+    e.trace = t;
+    tl.apply(e);
+  }
+  return tl;
+}
+
+}  // namespace
+
+class AppView : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(KVSCOPE_DEFAULT_MODEL)) GTEST_SKIP() << "default model not found";
+  }
+};
+
+TEST_F(AppView, EveryPresetShowsTheHeadAndNewestTokenInTheFreeRectangle) {
+  GL_TEST_CONTEXT_OR_SKIP(ctx);
+  auto r = ctx->make_renderer();
+  ASSERT_TRUE(r);
+  EngineOptions eo;
+  eo.model_path = KVSCOPE_DEFAULT_MODEL;
+  eo.backend = "cpu";
+  auto eng = open_engine(eo);
+  ASSERT_TRUE(eng.ok()) << eng.error().message;
+  Timeline tl;
+  ASSERT_TRUE(run_steps(*eng.value().session, kPrompt, 10, &tl).ok());
+  const ModelFacts facts = model_facts(eng.value());
+  const int newest = int(tl.tokens().size()) - 1;
+  ASSERT_FALSE(tl.tokens()[size_t(newest)].prompt);
+
+  for (auto [W, H] : {std::pair{1024, 640}, std::pair{1280, 720}, std::pair{1920, 1080}}) {
+    for (render::CameraPreset p : render::kAllCameraPresets) {
+      std::string what =
+          std::to_string(W) + "x" + std::to_string(H) + " " + render::camera_preset_name(p);
+      UiState ui = ui_for(facts);
+      AppShot shot;
+      shot.width = W;
+      shot.height = H;
+      shot.preset = p;
+      auto res = capture_app(*r, ui, tl, shot);
+      ASSERT_TRUE(res.ok()) << res.error().message;
+      const AppShotResult& cap = res.value();
+      Image img = image_of(cap, W, H);
+      // The free rectangle is the layout's view, and it is what the 3D view filled.
+      EXPECT_EQ(cap.view.x, int(std::lround(cap.layout.view.x))) << what;
+      EXPECT_GT(cap.view.width, W / 2 - 1) << what;
+
+      glm::vec2 head = project(cap, cap.scene.head.position);
+      EXPECT_TRUE(inside(cap.view, head, 4.0f))
+          << what << ": head at " << head.x << "," << head.y << " outside the view " << cap.view.x
+          << "," << cap.view.y << " " << cap.view.width << "x" << cap.view.height;
+      EXPECT_GE(count_near(img, head, 3, is_head_glow), 6) << what << ": no head glow at its place";
+
+      glm::vec2 tok = project(cap, render::layout::token_position(newest));
+      EXPECT_TRUE(inside(cap.view, tok, 2.0f)) << what << ": newest token outside the view";
+      EXPECT_GE(count_near(img, tok, 3, is_generated_orange), 4)
+          << what << ": the newest token's colour is not where it projects";
+    }
+  }
+}
+
+TEST(AppViewTop, ThreeHundredTokensEveryBeamEndsInsideTheFrameAndIsLit) {
+  GL_TEST_CONTEXT_OR_SKIP(ctx);
+  auto r = ctx->make_renderer();
+  ASSERT_TRUE(r);
+  Timeline tl = synthetic_timeline(300);
+  ASSERT_EQ(tl.tokens().size(), 300u);
+  ModelFacts facts;
+  facts.n_layer = 2;
+  facts.n_head = 2;
+  for (auto [W, H] : {std::pair{1024, 640}, std::pair{1280, 720}, std::pair{1920, 1080}}) {
+    std::string what = std::to_string(W) + "x" + std::to_string(H);
+    UiState ui = ui_for(facts);
+    AppShot shot;
+    shot.width = W;
+    shot.height = H;
+    shot.preset = render::CameraPreset::Top;
+    auto res = capture_app(*r, ui, tl, shot);
+    ASSERT_TRUE(res.ok()) << res.error().message;
+    const AppShotResult& cap = res.value();
+    Image img = image_of(cap, W, H);
+    const render::Scene& s = cap.scene;
+    ASSERT_EQ(s.beams.size(), 299u) << what;  // the newest query attends every earlier slot
+    const glm::vec3 bg = s.background;
+    int lit = 0;
+    for (size_t i = 0; i < s.beams.size(); ++i) {
+      const render::Beam& b = s.beams[i];
+      ASSERT_GT(b.weight, 0.004f) << "beam " << i << " would not be drawn";
+      glm::vec2 end = project(cap, b.to);
+      glm::vec2 apex =
+          project(cap, render::beam_apex(b.from + s.anim.beam_shift, b.to, s.anim.beam_arc));
+      EXPECT_TRUE(inside(cap.view, end, 1.0f)) << what << ": beam " << i << " ends outside";
+      EXPECT_TRUE(inside(cap.view, apex, 1.0f)) << what << ": beam " << i << " arcs outside";
+      // Something brighter than the background where the beam lands.
+      lit += count_near(img, end, 2, [&](glm::vec3 c) {
+               return std::max({c.r - bg.r, c.g - bg.g, c.b - bg.b}) > 0.08f;
+             }) > 0;
+    }
+    EXPECT_EQ(lit, 299) << what;
+    // The head too.
+    EXPECT_TRUE(inside(cap.view, project(cap, s.head.position), 2.0f)) << what;
+  }
+}
