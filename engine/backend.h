@@ -73,7 +73,7 @@ class KvCache {
 class Backend {
  public:
   virtual ~Backend() = default;
-  // Short description for the UI and CLI, e.g. "cpu (2 threads)" or "cuda (NVIDIA H100)".
+  // Short description for the UI and CLI, e.g. "cpu (2 threads, avx512)" or "cuda (NVIDIA H100)".
   virtual std::string name() const = 0;
 
   // Scratch memory for activations: slot `slot` holds at least rows*cols floats

@@ -1,6 +1,7 @@
 // model.cpp — reads a llama-architecture model's config and weight views from GGUF.
 #include "engine/model.h"
 
+#include <atomic>
 #include <filesystem>
 
 #include "engine/quant.h"
@@ -16,6 +17,11 @@ Expected<int> get_dim(const GgufFile& f, const std::string& key, int64_t lo, int
     return make_error("model: ", f.path(), ": '", key, "' = ", *v, " is outside the allowed range [",
                       lo, ", ", hi, "]");
   return int(*v);
+}
+
+uint64_t next_weight_uid() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1);
 }
 
 // Finds a tensor and checks its shape {n_in, n_out} (n_out 1 for vectors) and type.
@@ -44,6 +50,7 @@ Expected<Weight> get_weight(const GgufFile& f, const std::string& name, int64_t 
   w.n_out = n_out;
   w.data = t->data;
   w.row_bytes = row_bytes(t->type, uint64_t(n_in));
+  w.uid = next_weight_uid();
   return w;
 }
 

@@ -44,6 +44,9 @@ struct Weight {
   int64_t n_out = 0;
   const uint8_t* data = nullptr;  // inside the mapped file
   uint64_t row_bytes = 0;         // bytes per row of n_in values
+  // Unique among the weights loaded by this process (0: a weight built by hand). A
+  // backend may key data it derives from the weight, such as a re-laid-out copy, on it.
+  uint64_t uid = 0;
 };
 
 struct LayerWeights {

@@ -9,9 +9,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
+#include "engine/cpu/cpu_isa.h"
 #include "engine/cpu/matmul.h"
+#include "engine/cpu/packed_weight.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/quant.h"
 
@@ -122,7 +125,8 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(int n_threads) : pool_(n_threads) {}
 
   std::string name() const override {
-    return "cpu (" + std::to_string(pool_.size()) + (pool_.size() == 1 ? " thread)" : " threads)");
+    return "cpu (" + std::to_string(pool_.size()) + (pool_.size() == 1 ? " thread, " : " threads, ") +
+           cpu::isa_name(cpu::isa_active()) + ")";
   }
 
   Expected<Tensor> scratch(int slot, int64_t rows, int64_t cols) override {
@@ -173,21 +177,23 @@ class CpuBackend final : public Backend {
   }
 
   Status matmul(const Weight& w, Tensor x, Tensor out) override {
-    cpu::matmul(pool_, w, x.data, x.rows, out.data);
-    return Status::Ok();
+    const Weight* ws[1] = {&w};
+    float* outs[1] = {out.data};
+    return matmul_jobs(ws, outs, 1, x);
   }
 
   Status matmul_qkv(const Weight& wq, const Weight& wk, const Weight& wv, Tensor x, Tensor q,
                     Tensor k, Tensor v) override {
-    const cpu::MatmulJob jobs[3] = {{&wq, q.data}, {&wk, k.data}, {&wv, v.data}};
-    cpu::matmul_many(pool_, jobs, 3, x.data, x.rows);
-    return Status::Ok();
+    const Weight* ws[3] = {&wq, &wk, &wv};
+    float* outs[3] = {q.data, k.data, v.data};
+    return matmul_jobs(ws, outs, 3, x);
   }
 
   Status matmul_gate_up_silu(const Weight& w_gate, const Weight& w_up, Tensor x, Tensor out,
                              Tensor up) override {
-    const cpu::MatmulJob jobs[2] = {{&w_gate, out.data}, {&w_up, up.data}};
-    cpu::matmul_many(pool_, jobs, 2, x.data, x.rows);
+    const Weight* ws[2] = {&w_gate, &w_up};
+    float* outs[2] = {out.data, up.data};
+    KV_TRY(matmul_jobs(ws, outs, 2, x));
     return silu_mul(out, up, out);
   }
 
@@ -332,6 +338,38 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // The packed copy of w (engine/cpu/packed_weight.h), made on first use and kept for
+  // the backend's lifetime; a weight without a uid is packed into `temp` for this call.
+  Expected<const cpu::PackedWeight*> packed(const Weight& w,
+                                            std::unique_ptr<cpu::PackedWeight>& temp) {
+    if (w.uid != 0)
+      if (auto it = packed_.find(w.uid); it != packed_.end()) return it->second.get();
+    auto p = cpu::pack_weight(w, pool_);
+    if (!p)
+      return make_error("cpu: cannot pack weight '", w.name, "' (type ", ggml_type_name(w.type),
+                        ", ", w.n_in, " x ", w.n_out, "): out of memory or unsupported type");
+    const cpu::PackedWeight* raw = p.get();
+    if (w.uid != 0) {
+      packed_[w.uid] = std::move(p);
+    } else {
+      temp = std::move(p);
+    }
+    return raw;
+  }
+
+  // out[j] = x · ws[j]ᵀ for n jobs (at most 3) in one parallel region.
+  Status matmul_jobs(const Weight* const* ws, float* const* outs, int n, Tensor x) {
+    cpu::MatmulJob jobs[3];
+    std::unique_ptr<cpu::PackedWeight> temp[3];
+    for (int j = 0; j < n; ++j) {
+      auto p = packed(*ws[j], temp[j]);
+      if (!p.ok()) return p.error();
+      jobs[j] = {*p, outs[j]};
+    }
+    cpu::matmul_many(pool_, jobs, n, x.data, x.rows);
+    return Status::Ok();
+  }
+
   // Runs fn(t) for every row, in parallel when the rows are many.
   template <class Fn>
   void for_rows(int64_t rows, int64_t cols, Fn&& fn) {
@@ -345,6 +383,7 @@ class CpuBackend final : public Backend {
   }
 
   ThreadPool pool_;
+  std::unordered_map<uint64_t, std::unique_ptr<cpu::PackedWeight>> packed_;  // by Weight::uid
   std::vector<float> kv_f32_;  // attention's fp32 copy of one layer's K/V
   std::vector<Buffer> slots_;
   std::vector<size_t> slot_sizes_;

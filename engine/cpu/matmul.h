@@ -1,33 +1,36 @@
 // matmul.h — CPU matrix products on quantized weights.
 //
-// out[t][o] = sum_i W[o][i] * x[t][i] for x [T][n_in], W {n_in, n_out} in its stored
-// type, out [T][n_out]. The value of every output element is computed with the same
-// arithmetic whatever T is (same dequantized values, same chunk order, same reduction),
-// so a token's result does not depend on how many tokens were batched with it — the
-// KV CACHE and NO CACHE loops therefore produce bit-identical logits.
+// out[t][o] = sum_i W[o][i] * x[t][i] for x [T][n_in], W {n_in, n_out} packed for the
+// CPU (packed_weight.h), out [T][n_out], with the kernels of the active instruction set
+// (cpu_isa.h). Every output element is computed with the same arithmetic whatever T is,
+// whatever the thread count and whichever instruction set: W[o][0]·x[0] + W[o][1]·x[1]
+// + ... added in order of the input index with fused multiply-adds
+// (engine/cpu/kernels_impl.h). A token's result therefore does not depend on how many
+// tokens were batched with it — the KV CACHE and NO CACHE loops produce bit-identical
+// logits.
 #pragma once
 
 #include <cstdint>
 
+#include "engine/cpu/packed_weight.h"
 #include "engine/cpu/thread_pool.h"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
-#include "engine/model.h"
 
 namespace kvscope::cpu {
 
-void matmul(ThreadPool& pool, const Weight& w, const float* x, int64_t T, float* out);
+void matmul(ThreadPool& pool, const PackedWeight& w, const float* x, int64_t T, float* out);
 
 // Several products of the same x [T][n_in] in one parallel region: out_j = x · W_jᵀ.
 struct MatmulJob {
-  const Weight* w;
+  const PackedWeight* w;
   float* out;  // [T][w->n_out]
 };
 void matmul_many(ThreadPool& pool, const MatmulJob* jobs, int n_jobs, const float* x, int64_t T);
 
-// Dot product of two fp32 vectors with the same chunk order and reduction as matmul.
+// Dot product of two fp32 vectors (attention's q·k).
 inline float dot_f32(const float* a, const float* b, int64_t n) {
 #if defined(__AVX512F__)
   if (n % 16 == 0) {

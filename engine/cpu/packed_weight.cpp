@@ -1,0 +1,181 @@
+// packed_weight.cpp — the 16-row interleaved weight layout (see packed_weight.h).
+//
+// Plain scalar code: every source field is read with memcpy (rows need no alignment)
+// and written to its packed place; nothing is converted, so a packed weight holds
+// exactly the numbers of the file.
+#include "engine/cpu/packed_weight.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "engine/quant.h"
+
+namespace kvscope::cpu {
+namespace {
+
+constexpr int R = kPackRows;
+
+inline uint32_t u32_at(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// The 4-bit value k (0..31) of a Q4_0/Q4_1/Q5 payload: low nibble of byte k for k < 16,
+// high nibble of byte k - 16 otherwise.
+inline int nib32(const uint8_t* qs, int k) {
+  return k < 16 ? qs[k] & 0xF : qs[k - 16] >> 4;
+}
+
+// Value k (0..255) of a Q4_K block's 4-bit payload.
+inline int nib_q4k(const uint8_t* qs, int k) {
+  const int g = k / 64, l = k % 32;
+  return (k % 64) < 32 ? qs[32 * g + l] & 0xF : qs[32 * g + l] >> 4;
+}
+
+// Value k (0..255) of a Q6_K block as q6 − 32.
+inline int q6k_value(const uint8_t* b, int k) {
+  const int n = k / 128, q = (k % 128) / 32, l = k % 32;
+  const uint8_t* ql = b + 64 * n;
+  const uint8_t* qh = b + 128 + 32 * n;
+  const int lo = q < 2 ? ql[l + 32 * (q & 1)] & 0xF : ql[l + 32 * (q & 1)] >> 4;
+  const int hi = (qh[l] >> (2 * q)) & 3;
+  return (lo | (hi << 4)) - 32;
+}
+
+// The 6-bit scale and min of Q4_K sub-block s (0..7).
+inline void q4k_scale_min(const uint8_t* sc, int s, int* scale, int* min) {
+  if (s < 4) {
+    *scale = sc[s] & 63;
+    *min = sc[s + 4] & 63;
+  } else {
+    *scale = (sc[s + 4] & 0xF) | ((sc[s - 4] >> 6) << 4);
+    *min = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
+  }
+}
+
+// Packs block b of row i (0..15) of a group: src is that row's block, dst the group's
+// packed block.
+void pack_block(GgmlType t, const uint8_t* src, int i, uint8_t* dst) {
+  switch (t) {
+    case GgmlType::F32:
+      std::memcpy(dst + 4 * i, src, 4);
+      return;
+    case GgmlType::F16:
+    case GgmlType::BF16:
+      std::memcpy(dst + 2 * i, src, 2);
+      return;
+    case GgmlType::Q8_0:
+      std::memcpy(dst + 2 * i, src, 2);
+      for (int k = 0; k < 32; ++k) dst[32 + k * R + i] = src[2 + k];
+      return;
+    case GgmlType::Q4_0:
+    case GgmlType::Q4_1: {
+      const int head = t == GgmlType::Q4_0 ? 2 : 4;  // bytes of d (and m)
+      std::memcpy(dst + 2 * i, src, 2);
+      if (t == GgmlType::Q4_1) std::memcpy(dst + 32 + 2 * i, src + 2, 2);
+      uint8_t* q = dst + 16 * head;
+      for (int p = 0; p < 16; ++p)
+        q[p * R + i] = uint8_t(nib32(src + head, 2 * p) | (nib32(src + head, 2 * p + 1) << 4));
+      return;
+    }
+    case GgmlType::Q5_0:
+    case GgmlType::Q5_1: {
+      const bool has_m = t == GgmlType::Q5_1;
+      std::memcpy(dst + 2 * i, src, 2);
+      if (has_m) std::memcpy(dst + 32 + 2 * i, src + 2, 2);
+      const uint32_t h = u32_at(src + (has_m ? 4 : 2));
+      const uint8_t* qs = src + (has_m ? 8 : 6);
+      uint8_t* q = dst + (has_m ? 64 : 32);
+      for (int p = 0; p < 16; ++p)
+        q[p * R + i] = uint8_t(nib32(qs, 2 * p) | (nib32(qs, 2 * p + 1) << 4));
+      uint8_t* hb = q + 16 * R;
+      for (int k = 0; k < 32; ++k)
+        if ((h >> k) & 1u) hb[2 * k + i / 8] |= uint8_t(1u << (i % 8));
+      return;
+    }
+    case GgmlType::Q4_K: {
+      std::memcpy(dst + 2 * i, src, 2);
+      std::memcpy(dst + 32 + 2 * i, src + 2, 2);
+      for (int s = 0; s < 8; ++s) {
+        int scale, min;
+        q4k_scale_min(src + 4, s, &scale, &min);
+        dst[64 + s * R + i] = uint8_t(scale);
+        dst[64 + 128 + s * R + i] = uint8_t(min);
+      }
+      uint8_t* q = dst + 64 + 256;
+      for (int p = 0; p < 128; ++p)
+        q[p * R + i] = uint8_t(nib_q4k(src + 16, 2 * p) | (nib_q4k(src + 16, 2 * p + 1) << 4));
+      return;
+    }
+    case GgmlType::Q6_K: {
+      std::memcpy(dst + 2 * i, src + 208, 2);
+      for (int j = 0; j < 16; ++j) dst[32 + j * R + i] = src[192 + j];
+      for (int k = 0; k < 256; ++k) dst[32 + 256 + k * R + i] = uint8_t(int8_t(q6k_value(src, k)));
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+}  // namespace
+
+PackedLayout packed_layout(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32:
+      return {1, 4 * R};
+    case GgmlType::F16:
+    case GgmlType::BF16:
+      return {1, 2 * R};
+    case GgmlType::Q8_0:
+      return {32, 2 * R + 32 * R};
+    case GgmlType::Q4_0:
+      return {32, 2 * R + 16 * R};
+    case GgmlType::Q4_1:
+      return {32, 4 * R + 16 * R};
+    case GgmlType::Q5_0:
+      return {32, 2 * R + 16 * R + 64};
+    case GgmlType::Q5_1:
+      return {32, 4 * R + 16 * R + 64};
+    case GgmlType::Q4_K:
+      return {256, 4 * R + 16 * R + 128 * R};
+    case GgmlType::Q6_K:
+      return {256, 2 * R + 16 * R + 256 * R};
+    default:
+      return {0, 0};
+  }
+}
+
+std::unique_ptr<PackedWeight> pack_weight(const Weight& w, ThreadPool& pool) {
+  const PackedLayout lay = packed_layout(w.type);
+  const TypeTraits* tt = type_traits(w.type);
+  if (lay.block_values == 0 || !tt || w.n_in % lay.block_values != 0) return nullptr;
+  auto p = std::make_unique<PackedWeight>();
+  p->type = w.type;
+  p->n_in = w.n_in;
+  p->n_out = w.n_out;
+  p->groups = (w.n_out + R - 1) / R;
+  const int64_t blocks = w.n_in / lay.block_values;
+  p->group_bytes = uint64_t(blocks) * lay.block_bytes;
+  const uint64_t total =
+      std::max<uint64_t>(64, (p->group_bytes * uint64_t(p->groups) + 63) / 64 * 64);
+  p->data = {static_cast<uint8_t*>(std::aligned_alloc(64, total)), std::free};
+  if (!p->data) return nullptr;
+  const uint64_t src_block = tt->type_size * (uint64_t(lay.block_values) / tt->block_size);
+  pool.parallel_for(p->groups, [&](int64_t g0, int64_t g1) {
+    std::memset(p->data.get() + uint64_t(g0) * p->group_bytes, 0,
+                uint64_t(g1 - g0) * p->group_bytes);
+    for (int64_t g = g0; g < g1; ++g)
+      for (int i = 0; i < R && g * R + i < w.n_out; ++i) {
+        const uint8_t* row = w.data + uint64_t(g * R + i) * w.row_bytes;
+        uint8_t* dst = p->data.get() + uint64_t(g) * p->group_bytes;
+        for (int64_t b = 0; b < blocks; ++b)
+          pack_block(w.type, row + uint64_t(b) * src_block, i, dst + uint64_t(b) * lay.block_bytes);
+      }
+  });
+  return p;
+}
+
+}  // namespace kvscope::cpu

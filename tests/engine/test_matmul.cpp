@@ -1,0 +1,345 @@
+// test_matmul.cpp — the CPU matrix-product kernels on every dispatch path (AVX-512, AVX2,
+// scalar; forced with set_isa) and every weight type, against a scalar reference, on odd
+// shapes: row counts that fill no tile, T = 1, 3, 17, 64, 513, float rows whose length is
+// no multiple of anything.
+//
+// Two references:
+//  - exact: the arithmetic the kernels promise (engine/cpu/kernels_impl.h), written out
+//    here from the ggml block definitions with plain scalar code: every weight value
+//    decoded by the documented formula, then W[o][0]·x[0] + W[o][1]·x[1] + ... in order,
+//    each step one std::fma. Every path, T and thread count must equal it bit for bit —
+//    which is what keeps KV CACHE and NO CACHE identical;
+//  - independent: the engine's dequantize_row and a float64 dot, within a bound on fp32
+//    rounding, so the decoding formulas themselves are checked against ggml's.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "engine/cpu/cpu_backend.h"
+#include "engine/cpu/cpu_isa.h"
+#include "engine/cpu/matmul.h"
+#include "engine/cpu/packed_weight.h"
+#include "engine/quant.h"
+#include "tests/util/gguf_writer.h"
+
+namespace kvscope {
+namespace {
+
+using cpu::Isa;
+
+const GgmlType kTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,
+                           GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
+                           GgmlType::Q4_K, GgmlType::Q6_K};
+
+uint16_t u16_at(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+float half_at(const uint8_t* p) {
+  return fp16_to_fp32(u16_at(p));
+}
+
+// A matrix of random rows: real values quantized where the test writer can, else random
+// block bytes with small sane fp16 scales.
+struct Matrix {
+  GgmlType type;
+  int64_t n_in, n_out;
+  std::vector<uint8_t> bytes;
+  Weight weight() const {
+    Weight w;
+    w.name = "test";
+    w.type = type;
+    w.n_in = n_in;
+    w.n_out = n_out;
+    w.data = bytes.data();
+    w.row_bytes = row_bytes(type, uint64_t(n_in));
+    return w;
+  }
+};
+
+Matrix random_matrix(GgmlType t, int64_t n_in, int64_t n_out, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  Matrix m{t, n_in, n_out, {}};
+  switch (t) {
+    case GgmlType::F32:
+    case GgmlType::F16:
+    case GgmlType::BF16:
+    case GgmlType::Q8_0:
+    case GgmlType::Q4_0:
+    case GgmlType::Q4_1: {
+      std::vector<float> v(size_t(n_in * n_out));
+      for (float& x : v) x = u(rng);
+      m.bytes = test::quantize_rows(t, v, uint64_t(n_in));
+      return m;
+    }
+    default:
+      break;
+  }
+  const TypeTraits* tt = type_traits(t);
+  m.bytes.resize(row_bytes(t, uint64_t(n_in)) * uint64_t(n_out));
+  for (uint8_t& b : m.bytes) b = uint8_t(rng());
+  for (size_t blk = 0; blk < m.bytes.size() / tt->type_size; ++blk) {
+    uint8_t* p = m.bytes.data() + blk * tt->type_size;
+    auto scale = [&](size_t at) {
+      const uint16_t h = fp32_to_fp16(u(rng) * 0.05f);
+      std::memcpy(p + at, &h, 2);
+    };
+    if (t == GgmlType::Q6_K) {
+      scale(208);
+    } else {
+      scale(0);
+      if (t == GgmlType::Q5_1 || t == GgmlType::Q4_K) scale(2);
+    }
+  }
+  return m;
+}
+
+// Value k of a row by the formula the kernels use (see kernels_impl.h), from the ggml
+// block layout (ENGINE_FACTS.md "Quant blocks").
+float kernel_value(GgmlType t, const uint8_t* row, int64_t k) {
+  auto nib = [](const uint8_t* qs, int j) { return j < 16 ? qs[j] & 0xF : qs[j - 16] >> 4; };
+  switch (t) {
+    case GgmlType::F32: {
+      float f;
+      std::memcpy(&f, row + 4 * k, 4);
+      return f;
+    }
+    case GgmlType::F16:
+      return half_at(row + 2 * k);
+    case GgmlType::BF16:
+      return bf16_to_fp32(u16_at(row + 2 * k));
+    default:
+      break;
+  }
+  const TypeTraits* tt = type_traits(t);
+  const uint8_t* b = row + (k / tt->block_size) * tt->type_size;
+  const int j = int(k % tt->block_size);
+  switch (t) {
+    case GgmlType::Q8_0:
+      return float(int8_t(b[2 + j])) * half_at(b);
+    case GgmlType::Q4_0:
+      return float(nib(b + 2, j) - 8) * half_at(b);
+    case GgmlType::Q4_1:
+      return std::fma(float(nib(b + 4, j)), half_at(b), half_at(b + 2));
+    case GgmlType::Q5_0:
+    case GgmlType::Q5_1: {
+      const bool m = t == GgmlType::Q5_1;
+      uint32_t h;
+      std::memcpy(&h, b + (m ? 4 : 2), 4);
+      const int q = nib(b + (m ? 8 : 6), j) | int(((h >> j) & 1u) << 4);
+      return m ? std::fma(float(q), half_at(b), half_at(b + 2)) : float(q - 16) * half_at(b);
+    }
+    case GgmlType::Q4_K: {
+      const int s = j / 32, g = j / 64, l = j % 32;
+      const uint8_t* sc = b + 4;
+      int scale, min;
+      if (s < 4) {
+        scale = sc[s] & 63;
+        min = sc[s + 4] & 63;
+      } else {
+        scale = (sc[s + 4] & 0xF) | ((sc[s - 4] >> 6) << 4);
+        min = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
+      }
+      const int q = s % 2 == 0 ? b[16 + 32 * g + l] & 0xF : b[16 + 32 * g + l] >> 4;
+      return std::fma(float(q), half_at(b) * float(scale), -(half_at(b + 2) * float(min)));
+    }
+    case GgmlType::Q6_K: {
+      const int n = j / 128, q = (j % 128) / 32, l = j % 32;
+      const uint8_t ql = b[64 * n + l + 32 * (q & 1)];
+      const int lo = q < 2 ? ql & 0xF : ql >> 4;
+      const int hi = (b[128 + 32 * n + l] >> (2 * q)) & 3;
+      const float scale = half_at(b + 208) * float(int8_t(b[192 + j / 16]));
+      return float((lo | (hi << 4)) - 32) * scale;
+    }
+    default:
+      return NAN;
+  }
+}
+
+// The exact reference: out[t][o] by the kernels' fixed arithmetic.
+std::vector<float> exact_reference(const Matrix& m, const std::vector<float>& x, int64_t T) {
+  const uint64_t rb = row_bytes(m.type, uint64_t(m.n_in));
+  std::vector<float> w(size_t(m.n_in * m.n_out));
+  for (int64_t o = 0; o < m.n_out; ++o)
+    for (int64_t k = 0; k < m.n_in; ++k)
+      w[size_t(o * m.n_in + k)] = kernel_value(m.type, m.bytes.data() + uint64_t(o) * rb, k);
+  std::vector<float> out(size_t(T * m.n_out));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t o = 0; o < m.n_out; ++o) {
+      float acc = 0.0f;
+      for (int64_t k = 0; k < m.n_in; ++k)
+        acc = std::fma(w[size_t(o * m.n_in + k)], x[size_t(t * m.n_in + k)], acc);
+      out[size_t(t * m.n_out + o)] = acc;
+    }
+  return out;
+}
+
+std::vector<float> random_x(int64_t T, int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  std::vector<float> x(size_t(T * n));
+  for (float& v : x) v = u(rng);
+  return x;
+}
+
+std::vector<int64_t> lengths_for(GgmlType t) {
+  const int64_t bs = type_traits(t)->block_size;
+  if (bs == 1) return {7, 33, 100};
+  if (bs == 32) return {32, 96, 160};
+  return {256, 512};
+}
+
+// Restores the path chosen at start-up after each test.
+class Matmul : public ::testing::Test {
+ protected:
+  void TearDown() override { cpu::set_isa(saved_); }
+  const Isa saved_ = cpu::isa_active();
+};
+
+TEST_F(Matmul, EveryPathAndTypeEqualsTheExactReferenceBitForBit) {
+  ThreadPool pool(2);
+  int paths = 0;
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+    if (!cpu::set_isa(isa)) {
+      std::printf("%s: not supported by this CPU, not run\n", cpu::isa_name(isa));
+      continue;
+    }
+    ++paths;
+    for (GgmlType t : kTypes)
+      for (int64_t n_in : lengths_for(t))
+        for (int64_t n_out : {5, 83}) {
+          const Matrix m = random_matrix(t, n_in, n_out, uint32_t(n_in * 131 + n_out));
+          auto packed = cpu::pack_weight(m.weight(), pool);
+          ASSERT_TRUE(packed) << ggml_type_name(t);
+          for (int64_t T : {1, 3, 17, 64, 513}) {
+            const auto x = random_x(T, n_in, uint32_t(T + n_in));
+            const auto want = exact_reference(m, x, T);
+            std::vector<float> got(want.size(), NAN);
+            cpu::matmul(pool, *packed, x.data(), T, got.data());
+            for (size_t i = 0; i < want.size(); ++i)
+              ASSERT_EQ(got[i], want[i])
+                  << cpu::isa_name(isa) << " " << ggml_type_name(t) << " n_in=" << n_in
+                  << " n_out=" << n_out << " T=" << T << " token " << i / size_t(n_out) << " row "
+                  << i % size_t(n_out);
+          }
+        }
+  }
+  EXPECT_GE(paths, 1);
+}
+
+// The kernels' decoding against the engine's dequantize_row (ggml's formulas) and a
+// float64 dot: only fp32 rounding apart. Sequential fp32 sums of n products are within
+// about n·2^-24 of the exact sum, relative to Σ|w·x|.
+TEST_F(Matmul, AgreesWithDequantizeAndAFloat64Dot) {
+  ThreadPool pool(1);
+  for (GgmlType t : kTypes)
+    for (int64_t n_in : lengths_for(t)) {
+      const int64_t n_out = 37, T = 9;
+      const Matrix m = random_matrix(t, n_in, n_out, 77);
+      auto packed = cpu::pack_weight(m.weight(), pool);
+      ASSERT_TRUE(packed);
+      const auto x = random_x(T, n_in, 5);
+      std::vector<float> got(size_t(T * n_out));
+      cpu::matmul(pool, *packed, x.data(), T, got.data());
+      std::vector<float> w(static_cast<size_t>(n_in));
+      const uint64_t rb = row_bytes(t, uint64_t(n_in));
+      for (int64_t o = 0; o < n_out; ++o) {
+        dequantize_row(t, m.bytes.data() + uint64_t(o) * rb, w.data(), n_in);
+        for (int64_t tk = 0; tk < T; ++tk) {
+          double ref = 0, mag = 0;
+          for (int64_t k = 0; k < n_in; ++k) {
+            ref += double(w[size_t(k)]) * x[size_t(tk * n_in + k)];
+            mag += std::fabs(double(w[size_t(k)]) * x[size_t(tk * n_in + k)]);
+          }
+          ASSERT_NEAR(got[size_t(tk * n_out + o)], ref, (double(n_in) + 4) * 6e-8 * mag + 1e-6)
+              << ggml_type_name(t) << " n_in=" << n_in << " row " << o << " token " << tk;
+        }
+      }
+    }
+}
+
+TEST_F(Matmul, ResultsDoNotDependOnTheThreadCount) {
+  const Matrix m = random_matrix(GgmlType::Q4_1, 576, 700, 3);
+  const auto x = random_x(33, 576, 4);
+  std::vector<float> first;
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    auto packed = cpu::pack_weight(m.weight(), pool);
+    ASSERT_TRUE(packed);
+    for (int64_t T : {1, 33}) {
+      std::vector<float> out(size_t(T * 700));
+      cpu::matmul(pool, *packed, x.data(), T, out.data());
+      if (T != 33) continue;
+      if (threads == 1) {
+        first = out;
+      } else {
+        EXPECT_EQ(out, first) << threads << " threads";
+      }
+    }
+  }
+}
+
+TEST_F(Matmul, SeveralJobsInOneRegionEqualSeparateProducts) {
+  ThreadPool pool(2);
+  const Matrix a = random_matrix(GgmlType::Q8_0, 96, 50, 1);
+  const Matrix b = random_matrix(GgmlType::Q4_0, 96, 17, 2);
+  auto pa = cpu::pack_weight(a.weight(), pool), pb = cpu::pack_weight(b.weight(), pool);
+  ASSERT_TRUE(pa && pb);
+  for (int64_t T : {1, 7}) {
+    const auto x = random_x(T, 96, 9);
+    std::vector<float> oa(size_t(T * 50)), ob(size_t(T * 17)), sa(oa.size()), sb(ob.size());
+    const cpu::MatmulJob jobs[2] = {{pa.get(), oa.data()}, {pb.get(), ob.data()}};
+    cpu::matmul_many(pool, jobs, 2, x.data(), T);
+    cpu::matmul(pool, *pa, x.data(), T, sa.data());
+    cpu::matmul(pool, *pb, x.data(), T, sb.data());
+    EXPECT_EQ(oa, sa);
+    EXPECT_EQ(ob, sb);
+  }
+}
+
+// The backend packs a weight without a uid (built by hand) for the call alone, and
+// gives the same numbers as a loaded (cached) one.
+TEST_F(Matmul, BackendHandlesWeightsWithAndWithoutAUid) {
+  auto backend = make_cpu_backend(2);
+  const Matrix m = random_matrix(GgmlType::Q5_0, 160, 40, 8);
+  const auto x = random_x(3, 160, 10);
+  auto xs = backend->scratch(0, 3, 160);
+  auto o1 = backend->scratch(1, 3, 40);
+  ASSERT_TRUE(xs.ok() && o1.ok());
+  std::memcpy(xs->data, x.data(), x.size() * 4);
+  Weight w = m.weight();
+  ASSERT_TRUE(backend->matmul(w, *xs, *o1).ok());
+  const std::vector<float> a(o1->data, o1->data + 120);
+  w.uid = 987654321;  // as if loaded: packed once, then reused
+  ASSERT_TRUE(backend->matmul(w, *xs, *o1).ok());
+  ASSERT_TRUE(backend->matmul(w, *xs, *o1).ok());
+  const std::vector<float> b(o1->data, o1->data + 120);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a, exact_reference(m, x, 3));
+}
+
+// KVSCOPE_CPU_ISA picks the path at start-up, clamped to what the CPU can run; ctest
+// runs this test once per value (tests/engine/CMakeLists.txt).
+TEST(CpuIsa, StartsOnThePathTheEnvironmentNames) {
+  const char* env = std::getenv("KVSCOPE_CPU_ISA");
+  Isa want = cpu::isa_best();
+  if (env) {
+    auto named = cpu::isa_from_name(env);
+    ASSERT_TRUE(named.has_value()) << env;
+    if (int(*named) < int(want)) want = *named;
+  }
+  EXPECT_EQ(cpu::isa_active(), want) << "KVSCOPE_CPU_ISA=" << (env ? env : "(unset)");
+  std::printf("cpu: best %s, active %s\n", cpu::isa_name(cpu::isa_best()),
+              cpu::isa_name(cpu::isa_active()));
+  EXPECT_TRUE(cpu::isa_supported(Isa::Scalar));
+  EXPECT_FALSE(cpu::isa_from_name("sse9").has_value());
+}
+
+}  // namespace
+}  // namespace kvscope
