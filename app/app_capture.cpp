@@ -26,9 +26,10 @@ ModelFacts model_facts(const EngineHandle& h) {
   f.n_embd = c.n_embd;
   f.n_vocab = c.n_vocab;
   f.block_macs_per_token = h.model->block_macs_per_token();
-  KvDtype dt = h.session->config().kv_dtype;
-  f.kv_dtype = kv_dtype_name(dt);
-  f.kv_bytes_per_token = KvShape{c.n_layer, c.n_head_kv, c.head_dim}.bytes_per_token(dt);
+  const KvTypes kt = h.session->config().kv_types;
+  f.kv_dtype = kv_types_name(kt);
+  f.kv_bytes_per_token =
+      uint64_t(c.n_layer) * kv_position_bytes({c.n_layer, c.n_head_kv, c.head_dim}, kt);
   return f;
 }
 

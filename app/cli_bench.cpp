@@ -73,7 +73,8 @@ int run_bench(int argc, char** argv) {
   }
   Backend& backend = **be;
   const ModelConfig& c = m.config();
-  const KvShape shape{c.n_layer, c.n_head_kv, c.head_dim};
+  const KvCacheConfig kv_cfg = kv_cache_config(m, KvTypes{}, KvPolicy::ModelWindow);
+  const KvCacheConfig scratch_cfg = kv_config_scratch(kv_cfg);  // NO CACHE's
 
   std::vector<int32_t> tokens;
   while (tokens.size() < 640) {
@@ -94,7 +95,7 @@ int run_bench(int argc, char** argv) {
   for (int len : {64, 128, 256, 512}) {
     double best = 1e30;
     for (int rep = 0; rep < 3; ++rep) {
-      auto cache = backend.create_kv_cache(shape, KvDtype::F16, len);
+      auto cache = backend.create_kv_cache(scratch_cfg, len);
       if (!cache.ok()) return fail(cache.error());
       ForwardOutput out;
       double t0 = now_ms();
@@ -110,7 +111,7 @@ int run_bench(int argc, char** argv) {
   // then the same after a 512-token prefill (attention over 512..639 keys).
   const int G = 128;
   auto decode_ms_from = [&](int start) -> Expected<double> {
-    auto cache = backend.create_kv_cache(shape, KvDtype::F16, start + G);
+    auto cache = backend.create_kv_cache(kv_cfg, start + G);
     if (!cache.ok()) return cache.error();
     ForwardOutput out;
     if (start > 0) KV_TRY(forward(backend, m, tokens.data(), start, 0, **cache, out));

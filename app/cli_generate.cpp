@@ -53,6 +53,18 @@ std::string step_json(const StepTrace& tr) {
   j.key("kv_rows_total").value(tr.kv_rows_total);
   j.key("kv_bytes").value(tr.kv_bytes);
   j.key("kv_transient_bytes").value(tr.kv_transient_bytes);
+  // Per layer: attention window (0: none) and the positions its cache holds.
+  j.key("kv_layers").begin_array();
+  for (const KvLayerState& l : tr.kv_layers) {
+    j.begin_object();
+    j.key("window").value(l.window);
+    j.key("held").begin_array();
+    for (const KvRange& r : l.held) j.begin_array().value(r.begin).value(r.end).end_array();
+    j.end_array();
+    j.key("bytes").value(l.bytes);
+    j.end_object();
+  }
+  j.end_array();
   j.key("seq_len").value(tr.seq_len);
   j.key("tokens_processed").value(tr.tokens_processed);
   j.key("ms").value(tr.ms);
@@ -130,7 +142,7 @@ int run_generate(int argc, char** argv) {
 
   SessionConfig cfg;
   cfg.mode = mode == "cache" ? CacheMode::Cache : CacheMode::NoCache;
-  cfg.kv_dtype = kv_type == "f16" ? KvDtype::F16 : KvDtype::F32;
+  cfg.kv_types.k = cfg.kv_types.v = kv_type == "f16" ? KvDtype::F16 : KvDtype::F32;
   cfg.max_tokens = max_tokens;
   cfg.stop_strings = stops;
   auto session = Session::create(*model, std::move(backend.value()), cfg);

@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 
+#include "engine/kv_cache.h"
 #include "engine/model.h"
 #include "engine/status.h"
 
@@ -32,44 +33,6 @@ struct Tensor {
   int64_t size() const { return rows * cols; }
 };
 
-enum class KvDtype { F16, F32 };
-const char* kv_dtype_name(KvDtype t);
-inline int kv_dtype_bytes(KvDtype t) { return t == KvDtype::F16 ? 2 : 4; }
-
-struct KvShape {
-  int n_layer = 0;    // L
-  int n_head_kv = 0;  // Hkv
-  int head_dim = 0;   // D
-  // Bytes of K and V for one token across all layers.
-  uint64_t bytes_per_token(KvDtype t) const {
-    return uint64_t(n_layer) * 2 * n_head_kv * head_dim * kv_dtype_bytes(t);
-  }
-};
-
-// Per layer K and V, each [Hkv][capacity][D] in the cache dtype, in backend memory.
-// Positions [0, length) hold valid rows. The forward/session manage `length`.
-class KvCache {
- public:
-  KvCache(KvShape shape, KvDtype dtype) : shape_(shape), dtype_(dtype) {}
-  virtual ~KvCache() = default;
-  // Grows the capacity to at least n_tokens, keeping rows [0, length).
-  virtual Status reserve(int n_tokens) = 0;
-  virtual int capacity() const = 0;
-
-  const KvShape& shape() const { return shape_; }
-  KvDtype dtype() const { return dtype_; }
-  int length() const { return length_; }
-  void set_length(int n) { length_ = n; }
-  // Bytes that the valid rows occupy (what the KV_CACHE stat shows).
-  uint64_t bytes_used() const { return uint64_t(length_) * shape_.bytes_per_token(dtype_); }
-  uint64_t bytes_allocated() const { return uint64_t(capacity()) * shape_.bytes_per_token(dtype_); }
-
- private:
-  KvShape shape_;
-  KvDtype dtype_;
-  int length_ = 0;
-};
-
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -79,7 +42,8 @@ class Backend {
   // Scratch memory for activations: slot `slot` holds at least rows*cols floats
   // (contents not preserved when it grows). The forward uses a fixed set of slots.
   virtual Expected<Tensor> scratch(int slot, int64_t rows, int64_t cols) = 0;
-  virtual Expected<std::unique_ptr<KvCache>> create_kv_cache(KvShape shape, KvDtype dtype,
+  // A cache laid out for `capacity` positions to start with (it grows as needed).
+  virtual Expected<std::unique_ptr<KvCache>> create_kv_cache(const KvCacheConfig& config,
                                                              int capacity) = 0;
 
   // out[t][:] = row ids[t] of tok_embd (dequantized). ids are host memory, T = out.rows;
@@ -92,21 +56,24 @@ class Backend {
   // In place on x [T][n_heads*head_dim]: rotates adjacent pairs (2i, 2i+1) of the first
   // n_rot dims of every head by pos * base^(-2i/n_rot), row t at position pos0 + t.
   virtual Status rope(Tensor x, int n_heads, int head_dim, int n_rot, int pos0, float base) = 0;
-  // Stores k, v [T][Hkv*D] into the cache of `layer` at positions pos0 .. pos0+T-1
-  // (converted to the cache dtype). Capacity must already be >= pos0 + T.
+  // Stores k, v [T][Hkv*D] (row t is position pos0 + t) into the cache of `layer`, each
+  // at slot cache.slot_of(layer, pos0 + t), converted to the cache's K and V types. The
+  // cache's begin(pos0, T) has made room and recorded the positions.
   virtual Status kv_write(KvCache& cache, int layer, Tensor k, Tensor v, int pos0) = 0;
-  // Causal grouped-query attention of q [T][H*D] (row t at position pos0 + t) over the
-  // cache of `layer`, whose positions [0, pos0+T) must be filled. Query head h reads KV
-  // head h / (H / Hkv); scores scaled by 1/sqrt(D); softmax with max subtracted.
-  // out [T][H*D]. probs_last [H][pos0+T] receives the softmax row of the last query.
+  // Grouped-query attention of q [T][H*D] (row t at position pos0 + t) over the keys the
+  // cache of `layer` holds (its slot -> position map) that cache.rule(layer) makes visible
+  // to that query (causal, window, sinks); every visible key must be held. Query head h
+  // reads KV head h / (H / Hkv); scores times `scale`; softmax with max subtracted; keys
+  // in ascending position order. out [T][H*D]. probs_last [H][pos0+T] receives the last
+  // query's softmax row indexed by position (0 for positions it does not see).
   virtual Status attention(Tensor q, const KvCache& cache, int layer, int pos0, int n_head,
-                           Tensor out, Tensor probs_last) = 0;
+                           float scale, Tensor out, Tensor probs_last) = 0;
   // out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + exp(-x)). out may alias gate.
   virtual Status silu_mul(Tensor gate, Tensor up, Tensor out) = 0;
   // x[i] += y[i].
   virtual Status add(Tensor x, Tensor y) = 0;
-  // For positions pos0 .. pos0+T-1 of `layer`: k_norm[0][t] = L2 norm of the stored K
-  // row (all kv heads), v_norm likewise. k_norm, v_norm are [1][T].
+  // For positions pos0 .. pos0+T-1 of `layer` (just written): k_norm[0][t] = L2 norm of
+  // the stored K row (all kv heads), v_norm likewise. k_norm, v_norm are [1][T].
   virtual Status kv_row_norms(const KvCache& cache, int layer, int pos0, int T, Tensor k_norm,
                               Tensor v_norm) = 0;
   // Copies src (rows*cols floats) to host memory; returns when the data is there.
@@ -130,7 +97,7 @@ class Backend {
     KV_TRY(matmul(w_up, x, up));
     return silu_mul(out, up, out);
   }
-  // RoPE on q and k, then k and v stored into the cache at pos0.
+  // RoPE on q and k, then k and v stored into the cache at positions pos0 .. (kv_write).
   virtual Status rope_kv_write(Tensor q, Tensor k, Tensor v, KvCache& cache, int layer,
                                int n_head, int n_rot, int pos0, float base) {
     const int D = cache.shape().head_dim;

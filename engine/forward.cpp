@@ -7,38 +7,84 @@
 // defaults are the plain sequence above.
 #include "engine/forward.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace kvscope {
 namespace {
 
 // Scratch slots of the backend.
 enum Slot : int { kX, kH, kQ, kK, kV, kAtt, kGate, kUp, kOut, kLogits, kProbs, kNorms };
 
+Status run_blocks(Backend& be, const Model& model, const int32_t* tokens, int T, int pos0,
+                  KvCache& cache, ForwardOutput& out);
+
 }  // namespace
 
-const char* kv_dtype_name(KvDtype t) { return t == KvDtype::F16 ? "f16" : "f32"; }
+KvCacheConfig kv_cache_config(const Model& model, KvTypes types, KvPolicy policy) {
+  const ModelConfig& c = model.config();
+  KvCacheConfig cfg = kv_config_full({c.n_layer, c.n_head_kv, c.head_dim}, types);
+  (void)policy;
+  return cfg;
+}
 
-uint64_t forward_flops(const Model& model, int T, int pos0) {
+uint64_t visible_keys(const KvLayerRule& r, int query_pos) {
+  const uint64_t all = uint64_t(query_pos) + 1;
+  if (r.window == 0 || all <= uint64_t(r.window)) return all;
+  // The last `window` keys, plus sinks older than them.
+  return uint64_t(r.window) + std::min<uint64_t>(uint64_t(r.sink), all - uint64_t(r.window));
+}
+
+uint64_t forward_flops(const Model& model, const std::vector<KvLayerRule>& rules, int T,
+                       int pos0) {
   const ModelConfig& c = model.config();
   uint64_t macs = uint64_t(T) * model.block_macs_per_token();
   macs += uint64_t(c.n_embd) * uint64_t(c.n_vocab);  // LM head, last token
-  // Attention: query at position p reads p+1 keys; q·k and p·v are D MACs each, per head.
+  // Attention: each query reads the keys its layer's rule makes visible; q·k and p·v are
+  // D MACs each, per head.
   uint64_t keys = 0;
-  for (int t = 0; t < T; ++t) keys += uint64_t(pos0 + t + 1);
-  macs += keys * 2ull * uint64_t(c.head_dim) * uint64_t(c.n_head) * uint64_t(c.n_layer);
+  for (const KvLayerRule& r : rules)
+    for (int t = 0; t < T; ++t) keys += visible_keys(r, pos0 + t);
+  macs += keys * 2ull * uint64_t(c.head_dim) * uint64_t(c.n_head);
   return 2 * macs;
 }
 
 Status forward(Backend& be, const Model& model, const int32_t* tokens, int T, int pos0,
                KvCache& cache, ForwardOutput& out) {
   const ModelConfig& c = model.config();
+  const int L = c.n_layer;
+  if (T <= 0) return make_error("forward: no tokens to process");
+  const KvShape& ks = cache.shape();
+  if (ks.n_layer != L || ks.n_head_kv != c.n_head_kv || ks.head_dim != c.head_dim)
+    return make_error("forward: the cache is shaped ", ks.n_layer, " layers x ", ks.n_head_kv,
+                      " kv heads x ", ks.head_dim, " dims, the model ", L, " x ", c.n_head_kv,
+                      " x ", c.head_dim);
+  if (cache.length() != pos0)
+    return make_error("forward: the cache holds ", cache.length(), " positions but position ",
+                      pos0, " was asked for");
+  KV_TRY(cache.begin(pos0, T));
+  Status s = run_blocks(be, model, tokens, T, pos0, cache, out);
+  if (!s.ok()) {
+    cache.cancel();
+    return s;
+  }
+  KV_TRY(cache.end());
+  std::vector<KvLayerRule> rules;
+  for (int l = 0; l < L; ++l) rules.push_back(cache.rule(l));
+  out.flops = forward_flops(model, rules, T, pos0);
+  out.kv_rows = uint64_t(T) * uint64_t(L);
+  return Status::Ok();
+}
+
+namespace {
+
+Status run_blocks(Backend& be, const Model& model, const int32_t* tokens, int T, int pos0,
+                  KvCache& cache, ForwardOutput& out) {
+  const ModelConfig& c = model.config();
   const int C = c.n_embd, D = c.head_dim, H = c.n_head, Hkv = c.n_head_kv, F = c.n_ff,
             L = c.n_layer, V = c.n_vocab;
   const int n_keys = pos0 + T;
-  if (T <= 0) return make_error("forward: no tokens to process");
-  if (cache.length() < pos0)
-    return make_error("forward: the cache holds ", cache.length(), " positions but position ",
-                      pos0, " was asked for");
-  KV_TRY(cache.reserve(n_keys));
+  const float scale = 1.0f / std::sqrt(float(D));
 
   auto slot = [&](int s, int64_t rows, int64_t cols) { return be.scratch(s, rows, cols); };
   auto x = slot(kX, T, C);
@@ -76,7 +122,7 @@ Status forward(Backend& be, const Model& model, const int32_t* tokens, int T, in
     KV_TRY(be.rope_kv_write(*q, *k, *v, cache, l, H, c.n_rot, pos0, c.rope_base));
     KV_TRY(be.kv_row_norms(cache, l, pos0, T, norms->row(l), norms->row(L + l)));
     Tensor probs_l = probs->row_range(int64_t(l) * H, H);
-    KV_TRY(be.attention(*q, cache, l, pos0, H, *att, probs_l));
+    KV_TRY(be.attention(*q, cache, l, pos0, H, scale, *att, probs_l));
     KV_TRY(be.matmul(w.wo, *att, *o));
     KV_TRY(be.add_rmsnorm(*x, *o, w.ffn_norm, c.rms_eps, *h));
     KV_TRY(be.matmul_gate_up_silu(w.w_gate, w.w_up, *h, *gate, *up));
@@ -85,7 +131,6 @@ Status forward(Backend& be, const Model& model, const int32_t* tokens, int T, in
     KV_TRY(be.add_rmsnorm(*x, *o, next_norm, c.rms_eps, *h));
   }
   KV_TRY(be.matmul(model.output(), h->row(T - 1), *logits));
-  cache.set_length(n_keys);
 
   out.logits.resize(size_t(V));
   out.attention.resize(size_t(L) * H * n_keys);
@@ -95,9 +140,9 @@ Status forward(Backend& be, const Model& model, const int32_t* tokens, int T, in
   KV_TRY(be.download(*norms, norm_host.data()));
   out.k_norm.assign(norm_host.begin(), norm_host.begin() + int64_t(L) * T);
   out.v_norm.assign(norm_host.begin() + int64_t(L) * T, norm_host.end());
-  out.flops = forward_flops(model, T, pos0);
-  out.kv_rows = uint64_t(T) * uint64_t(L);
   return Status::Ok();
 }
+
+}  // namespace
 
 }  // namespace kvscope

@@ -1,7 +1,7 @@
 // forward.h — the llama transformer forward pass, written once against Backend.
 //
 // forward() runs T tokens at positions pos0 .. pos0+T-1 through every block, storing
-// their K/V into `cache` (which must already hold positions [0, pos0)), and returns the
+// their K/V into `cache` (whose length() must be pos0), and returns the
 // logits of the last token, the last query's attention rows and per-layer K/V row
 // norms. FLOPs are counted here from the shapes executed, so every backend reports the
 // same numbers: 2 per multiply-add of every weight matmul and of attention (q.k and p.v).
@@ -25,8 +25,16 @@ struct ForwardOutput {
   uint64_t kv_rows = 0;          // T * L
 };
 
-// FLOPs of one forward over T tokens starting at pos0 (closed form; see file comment).
-uint64_t forward_flops(const Model& model, int T, int pos0);
+// The cache layout for `model`: per layer its attention window (from the model) and,
+// under KvPolicy::ModelWindow, a ring holding only what that window can see.
+KvCacheConfig kv_cache_config(const Model& model, KvTypes types, KvPolicy policy);
+
+// Keys a query at query_pos sees under rule r.
+uint64_t visible_keys(const KvLayerRule& r, int query_pos);
+// FLOPs of one forward over T tokens starting at pos0 with the given per-layer rules
+// (closed form; see file comment).
+uint64_t forward_flops(const Model& model, const std::vector<KvLayerRule>& rules, int T,
+                       int pos0);
 
 Status forward(Backend& backend, const Model& model, const int32_t* tokens, int T, int pos0,
                KvCache& cache, ForwardOutput& out);

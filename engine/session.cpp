@@ -111,7 +111,7 @@ Expected<StepTrace> Session::step() {
     return make_error("session: generation has stopped (", stop_reason_name(stop_),
                       "); reset with a prompt first");
   const ModelConfig& c = model_->config();
-  const KvShape shape{c.n_layer, c.n_head_kv, c.head_dim};
+  const KvCacheConfig kv_cfg = kv_cache_config(*model_, config_.kv_types, config_.kv_policy);
   const int seq = int(tokens_.size());
   const auto t0 = std::chrono::steady_clock::now();
   backend_->begin_step();
@@ -121,13 +121,14 @@ Expected<StepTrace> Session::step() {
   KvCache* cache = nullptr;
   if (config_.mode == CacheMode::Cache) {
     if (!cache_) {
-      auto made = backend_->create_kv_cache(shape, config_.kv_dtype, std::max(seq + 64, 256));
+      auto made = backend_->create_kv_cache(kv_cfg, std::max(seq + 64, 256));
       if (!made.ok()) return made.error();
       cache_ = std::move(made.value());
     }
     cache = cache_.get();
   } else {
-    auto made = backend_->create_kv_cache(shape, config_.kv_dtype, seq);
+    // The same masks over a cache that holds every position it computes.
+    auto made = backend_->create_kv_cache(kv_config_scratch(kv_cfg), seq);
     if (!made.ok()) return made.error();
     scratch = std::move(made.value());
     cache = scratch.get();
@@ -135,7 +136,10 @@ Expected<StepTrace> Session::step() {
   const int pos0 = cache->length();
   const int T = seq - pos0;
   ForwardOutput fo;
-  KV_TRY(forward(*backend_, *model_, tokens_.data() + pos0, T, pos0, *cache, fo));
+  if (Status s = forward(*backend_, *model_, tokens_.data() + pos0, T, pos0, *cache, fo); !s.ok()) {
+    cache_.reset();  // possibly half-written: the next CACHE step rebuilds it
+    return s.error();
+  }
 
   logits_ = std::move(fo.logits);
   const int32_t id = sampler_.sample(logits_);
@@ -184,6 +188,15 @@ Expected<StepTrace> Session::step() {
   kv_rows_total_ += fo.kv_rows;
   tr.flops_total = flops_total_;
   tr.kv_rows_total = kv_rows_total_;
+  tr.kv_layers.resize(size_t(c.n_layer));
+  for (int l = 0; l < c.n_layer; ++l) {
+    KvLayerState& ks = tr.kv_layers[size_t(l)];
+    ks.window = kv_cfg.layers[size_t(l)].window;
+    if (cache_) {
+      ks.held = cache_->held_ranges(l);
+      ks.bytes = cache_->layer_bytes(l);
+    }
+  }
   tr.kv_bytes = cache_ ? cache_->bytes_used() : 0;
   tr.kv_transient_bytes = scratch ? scratch->bytes_used() : 0;
   scratch.reset();

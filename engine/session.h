@@ -39,7 +39,8 @@ struct PromptSpec {
 
 struct SessionConfig {
   CacheMode mode = CacheMode::Cache;
-  KvDtype kv_dtype = KvDtype::F16;
+  KvTypes kv_types;                       // K and V element types of the cache
+  KvPolicy kv_policy = KvPolicy::ModelWindow;  // which positions windowed layers keep
   int max_tokens = 256;                   // generated tokens, then StopReason::MaxTokens
   std::vector<std::string> stop_strings;  // stop when the generated text contains one
   bool stop_at_eos = true;
@@ -51,6 +52,13 @@ struct Candidate {
   std::string text;  // token bytes, lossy-decoded to valid UTF-8 for display
   float p = 0;       // probability after temperature (softmax of the full distribution)
   float logit = 0;
+};
+
+// One layer's KV cache after a step.
+struct KvLayerState {
+  int window = 0;              // attention window of the layer (0: all earlier positions)
+  std::vector<KvRange> held;   // positions in its cache, ascending (empty in NO CACHE)
+  uint64_t bytes = 0;          // bytes those rows take
 };
 
 struct PromptToken {
@@ -74,7 +82,8 @@ struct StepTrace {
   int sampled_rank = -1;            // -1 if the sampled token is not in `top`
 
   // Attention of the step's newest query (position pos-1) over positions [0, n_attn):
-  // attention[(l * n_head + h) * n_attn + j].
+  // attention[(l * n_head + h) * n_attn + j]; 0 at positions the layer does not see
+  // (outside its window).
   int n_layer = 0, n_head = 0, n_attn = 0;
   std::vector<float> attention;
 
@@ -82,6 +91,10 @@ struct StepTrace {
   // k_norm[l * kv_written + i] is the L2 norm of layer l's K row at that position.
   int kv_first_pos = 0, kv_written = 0;
   std::vector<float> k_norm, v_norm;
+
+  // Per layer: its window and which positions its cache holds (a windowed layer's held
+  // range starts at the window start: older positions were evicted).
+  std::vector<KvLayerState> kv_layers;
 
   CacheMode mode = CacheMode::Cache;
   uint64_t flops = 0, flops_total = 0;      // multiply-adds x2 of this step / since reset

@@ -55,33 +55,42 @@ cudaError_t matvec_q(QMatrix w, const float* x, int T, float* out, cudaStream_t 
 // Same over an fp16 matrix w16 [n_out][n_in].
 cudaError_t matvec_f16(const __half* w16, int64_t n_in, int64_t n_out, const float* x, int T,
                        float* out, cudaStream_t s);
-// Cache rows: K and V of one layer, each [Hkv][cap][D] of KT (__half or float).
+// One layer of the KV cache: K and V each [Hkv][n_slots][D] of their element type (the
+// values are ggml type ids, as the engine's KvDtype), and pos [n_slots], the position each
+// slot holds (-1: empty). Position p is stored in slot p when p < sink, else in
+// sink + (p - sink) % (n_slots - sink) (kernels/kv_layout.cuh). A query at q sees the key
+// at position k iff k <= q and (window == 0 or q - k < window or k < sink).
+enum class KvElem : int { F32 = 0, F16 = 1 };
 struct KvLayer {
   void* k = nullptr;
   void* v = nullptr;
-  bool f16 = true;
-  int n_head_kv = 0, head_dim = 0, capacity = 0;
+  KvElem k_type = KvElem::F16, v_type = KvElem::F16;
+  int n_head_kv = 0, head_dim = 0, n_slots = 0;
+  int sink = 0, window = 0;
+  int32_t* pos = nullptr;
 };
-// Stores k, v [T][Hkv*D] at positions pos0 .. pos0+T-1.
+// Stores k, v [T][Hkv*D] at positions pos0 .. pos0+T-1 (their slots) and records those
+// positions in kv.pos.
 cudaError_t kv_append(KvLayer kv, const float* k, const float* v, int T, int pos0,
                       cudaStream_t s);
-// k_norm[t], v_norm[t] = L2 norm over all kv heads of the rows at pos0 + t. With pos0_dev
+// k_norm[t], v_norm[t] = L2 norm over all kv heads of the rows of position pos0 + t. With pos0_dev
 // non-null the position is read from device memory instead (CUDA graph replay).
 cudaError_t kv_norms(KvLayer kv, int pos0, int T, float* k_norm, float* v_norm, cudaStream_t s,
                      const int* pos0_dev = nullptr);
-// Causal GQA attention: q [T][H*D] at positions pos0.., out [T][H*D]; probs_last [H][pos0+T]
-// (may be null) gets the softmax row of the last query. Dynamic shared memory holds one
-// score row: N = pos0 + T must be <= attention_max_keys().
-cudaError_t attention(const float* q, KvLayer kv, int T, int pos0, int n_head, float* out,
-                      float* probs_last, int64_t probs_stride, cudaStream_t s);
+// GQA attention of q [T][H*D] (row t at position pos0 + t) over the keys the layer holds
+// that are visible to each query (kv.pos and the window rule), scores times `scale`;
+// out [T][H*D]. probs_last [H][probs_stride] (may be null) gets the last query's softmax
+// row indexed by position: entries [0, pos0+T) written, 0 where the key is not seen.
+// Dynamic shared memory holds one score per slot: kv.n_slots <= attention_max_keys().
+cudaError_t attention(const float* q, KvLayer kv, int T, int pos0, int n_head, float scale,
+                      float* out, float* probs_last, int64_t probs_stride, cudaStream_t s);
 int attention_max_keys();
 // The same for a CUDA graph replayed at every decode step: pos0 is read from *pos0_dev
-// (so N = *pos0_dev + T), probability rows are N apart starting at row probs_row0 of
-// probs_base, and shared memory is sized for kv.capacity keys (which must be <=
-// attention_max_keys()), so the captured launch is valid for every step until the
-// cache grows.
+// and probability rows are pos0 + T apart starting at row probs_row0 of probs_base, so
+// the captured launch is valid for every step until the cache is laid out anew.
 cudaError_t attention_dev(const float* q, KvLayer kv, int T, const int* pos0_dev, int n_head,
-                          float* out, float* probs_base, int64_t probs_row0, cudaStream_t s);
+                          float scale, float* out, float* probs_base, int64_t probs_row0,
+                          cudaStream_t s);
 // Raises the kernels' dynamic shared memory limits; call once per device.
 cudaError_t kernels_init();
 // out[i] = silu(gate[i]) * up[i]; out may alias gate.
@@ -101,7 +110,7 @@ cudaError_t matvec_qkv(QMatrix wq, QMatrix wk, QMatrix wv, const float* x, int T
 cudaError_t matvec_gate_up_silu(QMatrix w_gate, QMatrix w_up, const float* x, int T, float* out,
                                 cudaStream_t s);
 // RoPE on q [T][n_head*D] and k [T][Hkv*D] (both in place, exactly as rope()), then the
-// rotated k and v [T][Hkv*D] stored into the cache at pos0 + t (as kv_append()). When
+// rotated k and v [T][Hkv*D] stored into the cache for positions pos0 + t (as kv_append()). When
 // pos0_dev is non-null the position of row 0 is read from device memory instead of pos0
 // (CUDA graph replay, where the position changes between replays).
 cudaError_t rope_kv_write(float* q, float* k, const float* v, int T, int n_head, int n_rot,

@@ -1,21 +1,25 @@
 // kv_norms.cu — L2 norm of each stored K and V row (all kv heads of one position), which
 // colours the cache blocks in the scene.
 // Thread mapping: one block per position; threads stride over (kv head, d); two block sums.
-// Shapes: cache K, V [Hkv][capacity][D]; k_norm, v_norm [T] for positions pos0 + t.
+// Shapes: cache K, V [Hkv][n_slots][D]; k_norm, v_norm [T] for positions pos0 + t (read
+// from their slots, kv_layout.cuh).
+#include "kernels/kv_layout.cuh"
 #include "kernels/launch.cuh"
 #include "kernels/reduce.cuh"
 
 namespace kvscope_cuda {
 namespace {
 
-template <class KT>
-__global__ void kv_norms_kernel(const KT* kc, const KT* vc, int Hkv, int D, int cap, int pos0,
+template <class KT, class VT>
+__global__ void kv_norms_kernel(const KT* kc, const VT* vc, KvLayer kv, int pos0,
                                 const int* pos0_dev, float* k_norm, float* v_norm) {
   __shared__ float scratch[32];
+  const int D = kv.head_dim;
   const int p = (pos0_dev != nullptr ? *pos0_dev : pos0) + static_cast<int>(blockIdx.x);
+  const int slot = kv_slot(kv, p);
   float sk = 0.0f, sv = 0.0f;
-  for (int e = threadIdx.x; e < Hkv * D; e += blockDim.x) {
-    const int64_t idx = (int64_t(e / D) * cap + p) * D + e % D;
+  for (int e = threadIdx.x; e < kv.n_head_kv * D; e += blockDim.x) {
+    const int64_t idx = (int64_t(e / D) * kv.n_slots + slot) * D + e % D;
     const float a = static_cast<float>(kc[idx]), b = static_cast<float>(vc[idx]);
     sk += a * a;
     sv += b * b;
@@ -33,13 +37,14 @@ __global__ void kv_norms_kernel(const KT* kc, const KT* vc, int Hkv, int D, int 
 cudaError_t kv_norms(KvLayer kv, int pos0, int T, float* k_norm, float* v_norm, cudaStream_t s,
                      const int* pos0_dev) {
   if (T <= 0) return cudaSuccess;
-  if (kv.f16)
-    return launch(kv_norms_kernel<__half>, dim3(T), dim3(128), 0, s,
-                  static_cast<const __half*>(kv.k), static_cast<const __half*>(kv.v),
-                  kv.n_head_kv, kv.head_dim, kv.capacity, pos0, pos0_dev, k_norm, v_norm);
-  return launch(kv_norms_kernel<float>, dim3(T), dim3(128), 0, s, static_cast<const float*>(kv.k),
-                static_cast<const float*>(kv.v), kv.n_head_kv, kv.head_dim, kv.capacity, pos0,
-                pos0_dev, k_norm, v_norm);
+  if (kv.n_slots <= kv.sink) return cudaErrorInvalidValue;
+  return kv_dispatch(kv, [&](auto kt, auto vt) {
+    using KT = typename decltype(kt)::type;
+    using VT = typename decltype(vt)::type;
+    return launch(kv_norms_kernel<KT, VT>, dim3(T), dim3(128), 0, s,
+                  static_cast<const KT*>(kv.k), static_cast<const VT*>(kv.v), kv, pos0, pos0_dev,
+                  k_norm, v_norm);
+  });
 }
 
 }  // namespace kvscope_cuda

@@ -5,19 +5,24 @@
 // values of the pair; the second only when it exists, for odd D) into the cache. Each
 // item is owned by exactly one thread, so no barrier is needed. Rotation and
 // conversion come from rope_kv.cuh: results equal rope() + rope() + kv_append().
-// Shapes: q [T][H*D], k, v [T][Hkv*D] fp32; cache K, V [Hkv][capacity][D] at pos0 + t.
+// The item (kv head 0, pair 0) of each token also records the position in the slot map.
+// Shapes: q [T][H*D], k, v [T][Hkv*D] fp32; cache K, V [Hkv][n_slots][D] at the slot of
+// position pos0 + t (kernels/kv_layout.cuh).
+#include "kernels/kv_layout.cuh"
 #include "kernels/launch.cuh"
 #include "kernels/rope_kv.cuh"
 
 namespace kvscope_cuda {
 namespace {
 
-template <class KT>
-__global__ void rope_kv_write_kernel(float* q, float* k, const float* v, int H, int Hkv, int D,
-                                     int n_rot, float base, int cap, int pos0,
-                                     const int* pos0_dev, KT* kc, KT* vc) {
+template <class KT, class VT>
+__global__ void rope_kv_write_kernel(float* q, float* k, const float* v, int H, int n_rot,
+                                     float base, KvLayer kv, int pos0, const int* pos0_dev,
+                                     KT* kc, VT* vc) {
   const int t = blockIdx.x;
+  const int Hkv = kv.n_head_kv, D = kv.head_dim;
   const int pos = (pos0_dev != nullptr ? *pos0_dev : pos0) + t;
+  const int slot = kv_slot(kv, pos);
   const int half = n_rot / 2;
   const int pairs = (D + 1) / 2;  // pairs per kv head row, the last one short for odd D
   const int n_q = H * half;
@@ -40,13 +45,14 @@ __global__ void rope_kv_write_kernel(float* q, float* k, const float* v, int H, 
       rope_cos_sin(pos, i, n_rot, base, &c, &s);
       rope_rotate(kp, c, s);
     }
-    const int64_t dst = (int64_t(h) * cap + pos) * D + 2 * i;
+    const int64_t dst = (int64_t(h) * kv.n_slots + slot) * D + 2 * i;
     kc[dst] = to_cache<KT>(kp[0]);
-    vc[dst] = to_cache<KT>(vr[h * D + 2 * i]);
+    vc[dst] = to_cache<VT>(vr[h * D + 2 * i]);
     if (2 * i + 1 < D) {
       kc[dst + 1] = to_cache<KT>(kp[1]);
-      vc[dst + 1] = to_cache<KT>(vr[h * D + 2 * i + 1]);
+      vc[dst + 1] = to_cache<VT>(vr[h * D + 2 * i + 1]);
     }
+    if (r == 0) kv.pos[slot] = pos;
   }
 }
 
@@ -56,17 +62,17 @@ cudaError_t rope_kv_write(float* q, float* k, const float* v, int T, int n_head,
                           float base, KvLayer kv, int pos0, const int* pos0_dev,
                           cudaStream_t s) {
   if (T <= 0) return cudaSuccess;
-  if (n_rot < 0 || n_rot % 2 != 0 || n_rot > kv.head_dim || n_head <= 0 || kv.n_head_kv <= 0)
+  if (n_rot < 0 || n_rot % 2 != 0 || n_rot > kv.head_dim || n_head <= 0 || kv.n_head_kv <= 0 ||
+      kv.pos == nullptr || kv.n_slots <= kv.sink)
     return cudaErrorInvalidValue;
   const int work = n_head * (n_rot / 2) + kv.n_head_kv * ((kv.head_dim + 1) / 2);
   const int threads = work >= 256 ? 256 : (work + 31) / 32 * 32;
-  if (kv.f16)
-    return launch(rope_kv_write_kernel<__half>, dim3(T), dim3(threads), 0, s, q, k, v, n_head,
-                  kv.n_head_kv, kv.head_dim, n_rot, base, kv.capacity, pos0, pos0_dev,
-                  static_cast<__half*>(kv.k), static_cast<__half*>(kv.v));
-  return launch(rope_kv_write_kernel<float>, dim3(T), dim3(threads), 0, s, q, k, v, n_head,
-                kv.n_head_kv, kv.head_dim, n_rot, base, kv.capacity, pos0, pos0_dev,
-                static_cast<float*>(kv.k), static_cast<float*>(kv.v));
+  return kv_dispatch(kv, [&](auto kt, auto vt) {
+    using KT = typename decltype(kt)::type;
+    using VT = typename decltype(vt)::type;
+    return launch(rope_kv_write_kernel<KT, VT>, dim3(T), dim3(threads), 0, s, q, k, v, n_head,
+                  n_rot, base, kv, pos0, pos0_dev, static_cast<KT*>(kv.k), static_cast<VT*>(kv.v));
+  });
 }
 
 }  // namespace kvscope_cuda

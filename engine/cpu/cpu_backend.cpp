@@ -1,5 +1,6 @@
 // cpu_backend.cpp — Backend ops on the CPU. Tensors are host memory; the KV cache is
-// per layer K and V, each [Hkv][capacity][D] in f16 or f32. Loops over rows/heads are
+// per layer K and V, each [Hkv][n_slots][D] in its K / V type (f16 or f32), slots mapped
+// to positions by the engine's KvCache. Loops over rows/heads are
 // split across the thread pool; each output element is written by one thread, so
 // results do not depend on the thread count.
 #include "engine/cpu/cpu_backend.h"
@@ -35,47 +36,52 @@ Buffer alloc_bytes(size_t bytes) {
   return Buffer(static_cast<uint8_t*>(std::aligned_alloc(64, std::max<size_t>(64, rounded))));
 }
 
+// Per layer K and V, each [Hkv][n_slots][row bytes of D values] in the K / V type.
 class CpuKvCache final : public KvCache {
  public:
-  CpuKvCache(KvShape shape, KvDtype dtype) : KvCache(shape, dtype) {
-    k_.resize(size_t(shape.n_layer));
-    v_.resize(size_t(shape.n_layer));
-  }
-  Status reserve(int n_tokens) override {
-    if (n_tokens <= capacity_) return Status::Ok();
-    int cap = std::max(n_tokens, std::max(64, capacity_ * 2));
-    const KvShape& s = shape();
-    const size_t elem = size_t(kv_dtype_bytes(dtype()));
-    const size_t row = size_t(s.head_dim) * elem;
-    for (int l = 0; l < s.n_layer; ++l) {
-      for (auto* side : {&k_, &v_}) {
-        Buffer fresh = alloc_bytes(size_t(s.n_head_kv) * size_t(cap) * row);
-        if (!fresh)
-          return make_error("cpu: out of memory growing the KV cache to ", cap, " tokens");
-        Buffer& old = (*side)[size_t(l)];
-        if (old)
-          for (int h = 0; h < s.n_head_kv; ++h)
-            std::memcpy(fresh.get() + size_t(h) * cap * row, old.get() + size_t(h) * capacity_ * row,
-                        size_t(length()) * row);
-        old = std::move(fresh);
-      }
-    }
-    capacity_ = cap;
-    return Status::Ok();
-  }
-  int capacity() const override { return capacity_; }
+  explicit CpuKvCache(const KvCacheConfig& config)
+      : KvCache(config), k_(size_t(config.shape.n_layer)), v_(size_t(config.shape.n_layer)),
+        slots_(size_t(config.shape.n_layer), 0) {}
 
-  // Row of head h at position p in layer l (K or V).
-  uint8_t* row(bool is_v, int l, int h, int p) const {
-    const KvShape& s = shape();
-    const size_t row_bytes = size_t(s.head_dim) * kv_dtype_bytes(dtype());
-    const Buffer& b = (is_v ? v_ : k_)[size_t(l)];
-    return b.get() + (size_t(h) * capacity_ + size_t(p)) * row_bytes;
+  static Expected<std::unique_ptr<KvCache>> create(const KvCacheConfig& config, int capacity) {
+    auto cache = std::make_unique<CpuKvCache>(config);
+    KV_TRY(cache->init_storage(capacity));
+    return std::unique_ptr<KvCache>(std::move(cache));
+  }
+
+  // Row of kv head h in slot s of layer l.
+  uint8_t* k_row(int l, int h, int s) const { return row(k_, types().k, l, h, s); }
+  uint8_t* v_row(int l, int h, int s) const { return row(v_, types().v, l, h, s); }
+
+ protected:
+  Status relayout(int layer, int n_slots, const std::vector<int32_t>& from) override {
+    const KvShape& sh = shape();
+    const auto moves = kv_moves(from);
+    for (auto [side, type] : {std::pair{&k_, types().k}, std::pair{&v_, types().v}}) {
+      const size_t rb = kv_row_bytes(type, sh.head_dim);
+      Buffer fresh = alloc_bytes(size_t(sh.n_head_kv) * size_t(n_slots) * rb);
+      if (!fresh)
+        return make_error("cpu: out of memory laying out the KV cache in ", n_slots, " slots");
+      const Buffer& old = (*side)[size_t(layer)];
+      const size_t old_slots = slots_[size_t(layer)];
+      for (int h = 0; h < sh.n_head_kv; ++h)
+        for (const KvMove& m : moves)
+          std::memcpy(fresh.get() + (size_t(h) * n_slots + size_t(m.dst)) * rb,
+                      old.get() + (size_t(h) * old_slots + size_t(m.src)) * rb, size_t(m.n) * rb);
+      (*side)[size_t(layer)] = std::move(fresh);
+    }
+    slots_[size_t(layer)] = size_t(n_slots);
+    return Status::Ok();
   }
 
  private:
-  int capacity_ = 0;
+  uint8_t* row(const std::vector<Buffer>& side, KvDtype type, int l, int h, int s) const {
+    const size_t rb = kv_row_bytes(type, shape().head_dim);
+    return side[size_t(l)].get() + (size_t(h) * slots_[size_t(l)] + size_t(s)) * rb;
+  }
+
   std::vector<Buffer> k_, v_;
+  std::vector<size_t> slots_;  // slots allocated per layer
 };
 
 // Loads D values of a cache row as fp32.
@@ -144,11 +150,9 @@ class CpuBackend final : public Backend {
     return Tensor{reinterpret_cast<float*>(slots_[size_t(slot)].get()), rows, cols};
   }
 
-  Expected<std::unique_ptr<KvCache>> create_kv_cache(KvShape shape, KvDtype dtype,
+  Expected<std::unique_ptr<KvCache>> create_kv_cache(const KvCacheConfig& config,
                                                      int capacity) override {
-    auto cache = std::make_unique<CpuKvCache>(shape, dtype);
-    KV_TRY(cache->reserve(capacity));
-    return std::unique_ptr<KvCache>(std::move(cache));
+    return CpuKvCache::create(config, capacity);
   }
 
   Status embed(const Weight& tok_embd, const int32_t* ids, Tensor out) override {
@@ -223,76 +227,92 @@ class CpuBackend final : public Backend {
   Status kv_write(KvCache& cache, int layer, Tensor k, Tensor v, int pos0) override {
     auto& c = static_cast<CpuKvCache&>(cache);
     const int D = c.shape().head_dim, Hkv = c.shape().n_head_kv;
-    if (pos0 + k.rows > c.capacity())
-      return make_error("cpu: kv_write past the cache capacity (", pos0 + k.rows, " > ",
-                        c.capacity(), ")");
-    for (int64_t t = 0; t < k.rows; ++t)
+    for (int64_t t = 0; t < k.rows; ++t) {
+      const int slot = c.slot_of(layer, int(pos0 + t));
+      if (slot < 0 || slot >= c.n_slots(layer) || c.slot_pos(layer)[size_t(slot)] != pos0 + t)
+        return make_error("cpu: kv_write of position ", pos0 + t, " in layer ", layer,
+                          " which the cache did not make room for");
       for (int h = 0; h < Hkv; ++h) {
-        store_row(c.dtype(), k.data + t * k.cols + h * D, c.row(false, layer, h, int(pos0 + t)), D);
-        store_row(c.dtype(), v.data + t * v.cols + h * D, c.row(true, layer, h, int(pos0 + t)), D);
+        store_row(c.types().k, k.data + t * k.cols + h * D, c.k_row(layer, h, slot), D);
+        store_row(c.types().v, v.data + t * v.cols + h * D, c.v_row(layer, h, slot), D);
       }
+    }
     return Status::Ok();
   }
 
-  Status attention(Tensor q, const KvCache& cache, int layer, int pos0, int n_head, Tensor out,
-                   Tensor probs_last) override {
+  Status attention(Tensor q, const KvCache& cache, int layer, int pos0, int n_head, float scale,
+                   Tensor out, Tensor probs_last) override {
     const auto& c = static_cast<const CpuKvCache&>(cache);
     const int D = c.shape().head_dim, Hkv = c.shape().n_head_kv;
     const int group = n_head / Hkv;
     const int64_t T = q.rows;
-    const int n_keys = int(pos0 + T);
-    const float scale = 1.0f / std::sqrt(float(D));
-    // K and V of every kv head as fp32, [2][Hkv][n_keys][D], converted once per call.
-    const size_t plane = size_t(n_keys) * D;
+    const KvLayerRule rule = c.rule(layer);
+    // The held keys in ascending position order, as fp32: [2][Hkv][n][D], converted once
+    // per call, and their positions.
+    const std::vector<int32_t> order = c.slots_by_position(layer);
+    const int n = int(order.size());
+    key_pos_.resize(size_t(n));
+    for (int i = 0; i < n; ++i) key_pos_[size_t(i)] = c.slot_pos(layer)[size_t(order[size_t(i)])];
+    const size_t plane = size_t(n) * D;
     kv_f32_.resize(2 * size_t(Hkv) * plane);
     auto convert = [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
-        const int hk = int(r / n_keys), j = int(r % n_keys);
-        load_row(c.dtype(), c.row(false, layer, hk, j), kv_f32_.data() + hk * plane + size_t(j) * D, D);
-        load_row(c.dtype(), c.row(true, layer, hk, j),
-                 kv_f32_.data() + (Hkv + hk) * plane + size_t(j) * D, D);
+        const int hk = int(r / n), i = int(r % n), s = order[size_t(i)];
+        load_row(c.types().k, c.k_row(layer, hk, s), kv_f32_.data() + hk * plane + size_t(i) * D, D);
+        load_row(c.types().v, c.v_row(layer, hk, s),
+                 kv_f32_.data() + (Hkv + hk) * plane + size_t(i) * D, D);
       }
     };
     // Short caches are converted on this thread: a hand-off would cost more.
-    if (int64_t(Hkv) * n_keys <= 4096) {
-      convert(0, int64_t(Hkv) * n_keys);
+    if (int64_t(Hkv) * n <= 4096) {
+      convert(0, int64_t(Hkv) * n);
     } else {
-      pool_.parallel_for(int64_t(Hkv) * n_keys, convert);
+      pool_.parallel_for(int64_t(Hkv) * n, convert);
     }
+    if (probs_last.data)
+      for (int h = 0; h < n_head; ++h)
+        std::fill_n(probs_last.data + int64_t(h) * probs_last.cols, pos0 + T, 0.0f);
+    const int32_t* kpos = key_pos_.data();
     // One work item per (query row, head).
     const int64_t items = T * n_head;
     pool_.parallel_for(items, [&](int64_t b, int64_t e) {
-      std::vector<float> scores(static_cast<size_t>(n_keys));
+      std::vector<float> scores(static_cast<size_t>(n));
+      std::vector<int> seen(static_cast<size_t>(n));
       std::vector<float> acc(static_cast<size_t>(D));
       for (int64_t it = b; it < e; ++it) {
         const int64_t t = it / n_head;
         const int h = int(it % n_head), hk = h / group;
-        const int n = int(pos0 + t + 1);  // causal: keys [0, pos0 + t]
+        const int qp = int(pos0 + t);
         const float* qv = q.data + t * q.cols + h * D;
         const float* K = kv_f32_.data() + hk * plane;
         const float* Vv = kv_f32_.data() + (Hkv + hk) * plane;
+        // Visible keys in position order (positions ascend, so stop past the query).
+        int m = 0;
         float mx = -INFINITY;
-        for (int j = 0; j < n; ++j) {
-          const float sc = cpu::dot_f32(qv, K + size_t(j) * D, D) * scale;
-          scores[size_t(j)] = sc;
+        for (int i = 0; i < n && kpos[i] <= qp; ++i) {
+          if (!rule.visible(kpos[i], qp)) continue;
+          const float sc = cpu::dot_f32(qv, K + size_t(i) * D, D) * scale;
+          seen[size_t(m)] = i;
+          scores[size_t(m++)] = sc;
           mx = std::max(mx, sc);
         }
         double sum = 0;
-        for (int j = 0; j < n; ++j) {
+        for (int j = 0; j < m; ++j) {
           scores[size_t(j)] = std::exp(scores[size_t(j)] - mx);
           sum += scores[size_t(j)];
         }
         const float inv = float(1.0 / sum);
         std::fill(acc.begin(), acc.end(), 0.0f);
-        for (int j = 0; j < n; ++j) {
+        for (int j = 0; j < m; ++j) {
           const float p = scores[size_t(j)] * inv;
           scores[size_t(j)] = p;
-          cpu::axpy_f32(p, Vv + size_t(j) * D, acc.data(), D);
+          cpu::axpy_f32(p, Vv + size_t(seen[size_t(j)]) * D, acc.data(), D);
         }
         std::memcpy(out.data + t * out.cols + h * D, acc.data(), size_t(D) * 4);
-        if (t == T - 1 && probs_last.data)
-          std::memcpy(probs_last.data + int64_t(h) * probs_last.cols, scores.data(),
-                      size_t(n) * 4);
+        if (t == T - 1 && probs_last.data) {
+          float* row = probs_last.data + int64_t(h) * probs_last.cols;
+          for (int j = 0; j < m; ++j) row[kpos[seen[size_t(j)]]] = scores[size_t(j)];
+        }
       }
     });
     return Status::Ok();
@@ -319,11 +339,12 @@ class CpuBackend final : public Backend {
     const int D = c.shape().head_dim, Hkv = c.shape().n_head_kv;
     std::vector<float> row(static_cast<size_t>(D));
     for (int t = 0; t < T; ++t) {
+      const int s = c.slot_of(layer, pos0 + t);
       double sk = 0, sv = 0;
       for (int h = 0; h < Hkv; ++h) {
-        load_row(c.dtype(), c.row(false, layer, h, pos0 + t), row.data(), D);
+        load_row(c.types().k, c.k_row(layer, h, s), row.data(), D);
         for (float f : row) sk += double(f) * f;
-        load_row(c.dtype(), c.row(true, layer, h, pos0 + t), row.data(), D);
+        load_row(c.types().v, c.v_row(layer, h, s), row.data(), D);
         for (float f : row) sv += double(f) * f;
       }
       k_norm.data[t] = float(std::sqrt(sk));
@@ -384,7 +405,8 @@ class CpuBackend final : public Backend {
 
   ThreadPool pool_;
   std::unordered_map<uint64_t, std::unique_ptr<cpu::PackedWeight>> packed_;  // by Weight::uid
-  std::vector<float> kv_f32_;  // attention's fp32 copy of one layer's K/V
+  std::vector<float> kv_f32_;     // attention's fp32 copy of one layer's held K/V
+  std::vector<int32_t> key_pos_;  // their positions, ascending
   std::vector<Buffer> slots_;
   std::vector<size_t> slot_sizes_;
 };

@@ -91,46 +91,77 @@ struct DeviceBuffer {
   }
 };
 
+// Per layer K and V, each [Hkv][n_slots][D] of the K / V type, and the slot -> position
+// map [n_slots] int32 (a device copy of the engine's map: the K/V store kernels write the
+// entries of the positions they store; relayout() uploads the whole map).
 class CudaKvCache final : public KvCache {
  public:
-  CudaKvCache(KvShape shape, KvDtype dtype, cudaStream_t stream)
-      : KvCache(shape, dtype), stream_(stream), k_(size_t(shape.n_layer)), v_(size_t(shape.n_layer)) {}
+  CudaKvCache(const KvCacheConfig& config, cudaStream_t stream)
+      : KvCache(config), stream_(stream), k_(size_t(config.shape.n_layer)),
+        v_(size_t(config.shape.n_layer)), pos_(size_t(config.shape.n_layer)),
+        slots_(size_t(config.shape.n_layer), 0) {}
 
-  Status reserve(int n_tokens) override {
-    if (n_tokens <= capacity_) return Status::Ok();
-    const int cap = std::max(n_tokens, std::max(64, capacity_ * 2));
-    const KvShape& s = shape();
-    const size_t row = size_t(s.head_dim) * size_t(kv_dtype_bytes(dtype()));
-    for (int l = 0; l < s.n_layer; ++l) {
-      for (auto* side : {&k_, &v_}) {
-        DeviceBuffer fresh;
-        KV_TRY(fresh.ensure(size_t(s.n_head_kv) * size_t(cap) * row, "the KV cache"));
-        DeviceBuffer& old = (*side)[size_t(l)];
-        if (old.p && length() > 0)
-          for (int h = 0; h < s.n_head_kv; ++h)
-            KV_TRY(check(cudaMemcpyAsync(static_cast<uint8_t*>(fresh.p) + size_t(h) * cap * row,
-                                         static_cast<uint8_t*>(old.p) + size_t(h) * capacity_ * row,
-                                         size_t(length()) * row, cudaMemcpyDeviceToDevice, stream_),
-                         "copying the KV cache while growing it"));
-        // The old buffer is freed only after the copies: cudaFree waits for them.
-        old = std::move(fresh);
-      }
-    }
-    capacity_ = cap;
-    return Status::Ok();
+  static Expected<std::unique_ptr<KvCache>> create(const KvCacheConfig& config, int capacity,
+                                                   cudaStream_t stream) {
+    for (KvDtype t : {config.types.k, config.types.v})
+      if (t != KvDtype::F16 && t != KvDtype::F32)
+        return make_error("cuda: KV cache type ", kv_dtype_name(t), " is not supported (f16, f32)");
+    auto cache = std::make_unique<CudaKvCache>(config, stream);
+    KV_TRY(cache->init_storage(capacity));
+    return std::unique_ptr<KvCache>(std::move(cache));
   }
-  int capacity() const override { return capacity_; }
 
   kvscope_cuda::KvLayer layer(int l) const {
     const KvShape& s = shape();
-    return {k_[size_t(l)].p, v_[size_t(l)].p, dtype() == KvDtype::F16, s.n_head_kv, s.head_dim,
-            capacity_};
+    kvscope_cuda::KvLayer kl;
+    kl.k = k_[size_t(l)].p;
+    kl.v = v_[size_t(l)].p;
+    kl.k_type = kvscope_cuda::KvElem(int(types().k));
+    kl.v_type = kvscope_cuda::KvElem(int(types().v));
+    kl.n_head_kv = s.n_head_kv;
+    kl.head_dim = s.head_dim;
+    kl.n_slots = slots_[size_t(l)];
+    kl.sink = rule(l).sink;
+    kl.window = rule(l).window;
+    kl.pos = static_cast<int32_t*>(pos_[size_t(l)].p);
+    return kl;
+  }
+
+ protected:
+  Status relayout(int layer, int n_slots, const std::vector<int32_t>& from) override {
+    const KvShape& s = shape();
+    const auto moves = kv_moves(from);
+    const size_t old_slots = size_t(slots_[size_t(layer)]);
+    for (auto [side, type] : {std::pair{&k_, types().k}, std::pair{&v_, types().v}}) {
+      const size_t rb = kv_row_bytes(type, s.head_dim);
+      DeviceBuffer fresh;
+      KV_TRY(fresh.ensure(size_t(s.n_head_kv) * size_t(n_slots) * rb, "the KV cache"));
+      const DeviceBuffer& old = (*side)[size_t(layer)];
+      for (int h = 0; h < s.n_head_kv; ++h)
+        for (const KvMove& m : moves)
+          KV_TRY(check(cudaMemcpyAsync(static_cast<uint8_t*>(fresh.p) + (size_t(h) * n_slots + size_t(m.dst)) * rb,
+                                       static_cast<const uint8_t*>(old.p) + (size_t(h) * old_slots + size_t(m.src)) * rb,
+                                       size_t(m.n) * rb, cudaMemcpyDeviceToDevice, stream_),
+                       "moving KV cache rows"));
+      // The old buffer is freed only after the copies: cudaFree waits for them.
+      (*side)[size_t(layer)] = std::move(fresh);
+    }
+    DeviceBuffer map;
+    KV_TRY(map.ensure(size_t(n_slots) * sizeof(int32_t), "the KV cache slot map"));
+    // Pageable source: the call returns once the bytes are staged.
+    KV_TRY(check(cudaMemcpyAsync(map.p, slot_pos(layer).data(), size_t(n_slots) * sizeof(int32_t),
+                                 cudaMemcpyHostToDevice, stream_),
+                 "uploading the KV cache slot map"));
+    pos_[size_t(layer)] = std::move(map);
+    slots_[size_t(layer)] = n_slots;
+    return Status::Ok();
   }
 
  private:
   cudaStream_t stream_;
-  int capacity_ = 0;
-  std::vector<DeviceBuffer> k_, v_;  // per layer [Hkv][capacity][D]
+  std::vector<DeviceBuffer> k_, v_;  // per layer [Hkv][n_slots][D]
+  std::vector<DeviceBuffer> pos_;    // per layer [n_slots] int32
+  std::vector<int> slots_;
 };
 
 // A weight on the device: the raw quantized bytes, an fp16 copy made on first need, and
@@ -192,12 +223,10 @@ class CudaBackend final : public Backend {
     return Tensor{static_cast<float*>(slots_[size_t(slot)].p), rows, cols};
   }
 
-  Expected<std::unique_ptr<KvCache>> create_kv_cache(KvShape shape, KvDtype dtype,
+  Expected<std::unique_ptr<KvCache>> create_kv_cache(const KvCacheConfig& config,
                                                      int capacity) override {
     KV_TRY(graph_.flush());
-    auto cache = std::make_unique<CudaKvCache>(shape, dtype, stream_);
-    KV_TRY(cache->reserve(capacity));
-    return std::unique_ptr<KvCache>(std::move(cache));
+    return CudaKvCache::create(config, capacity, stream_);
   }
 
   Status embed(const Weight& tok_embd, const int32_t* ids, Tensor out) override {
@@ -291,10 +320,8 @@ class CudaBackend final : public Backend {
 
   Status kv_write(KvCache& cache, int layer, Tensor k, Tensor v, int pos0) override {
     auto& c = static_cast<CudaKvCache&>(cache);
-    if (pos0 + k.rows > c.capacity())
-      return make_error("cuda: kv_write past the cache capacity (", pos0 + k.rows, " > ",
-                        c.capacity(), ")");
     if (layer < 0 || layer >= c.shape().n_layer) return make_error("cuda: kv_write layer ", layer);
+    KV_TRY(check_room(c, layer, pos0, int(k.rows), "kv_write"));
     if (graph_.recording()) graph_.not_graphable();  // pos0 is an argument of this kernel
     const kvscope_cuda::KvLayer kl = c.layer(layer);
     cudaStream_t st = stream_;
@@ -303,12 +330,12 @@ class CudaBackend final : public Backend {
     });
   }
 
-  Status attention(Tensor q, const KvCache& cache, int layer, int pos0, int n_head, Tensor out,
-                   Tensor probs_last) override {
+  Status attention(Tensor q, const KvCache& cache, int layer, int pos0, int n_head, float scale,
+                   Tensor out, Tensor probs_last) override {
     const auto& c = static_cast<const CudaKvCache&>(cache);
     const int n_keys = int(pos0 + q.rows);
-    if (n_keys > kvscope_cuda::attention_max_keys())
-      return make_error("cuda: attention over ", n_keys, " keys exceeds this GPU's limit of ",
+    if (c.n_slots(layer) > kvscope_cuda::attention_max_keys())
+      return make_error("cuda: attention over ", c.n_slots(layer), " cache slots exceeds this GPU's limit of ",
                         kvscope_cuda::attention_max_keys(), " (shared memory per block)");
     if (c.shape().n_head_kv <= 0 || n_head % c.shape().n_head_kv != 0)
       return make_error("cuda: ", n_head, " query heads do not group over ", c.shape().n_head_kv,
@@ -323,21 +350,20 @@ class CudaBackend final : public Backend {
       int64_t row0 = 0;
       float* base = probs_last.data ? slot_base(probs_last, &row0) : nullptr;
       const bool ok = q.rows == 1 && probs_last.cols == n_keys &&
-                      (probs_last.data == nullptr || base != nullptr) &&
-                      kl.capacity <= kvscope_cuda::attention_max_keys() && graph_.use_pos0(pos0);
+                      (probs_last.data == nullptr || base != nullptr) && graph_.use_pos0(pos0);
       if (ok) {
         const int* pos_dev = graph_.pos0_dev();
         return issue("attention kernel",
-                     key(7, q.data, kl.k, kl.v, kl.capacity, n_head, out.data, base, row0),
+                     key(7, q.data, kl, n_head, scale, out.data, base, row0),
                      [=] {
-                       return kvscope_cuda::attention_dev(q.data, kl, 1, pos_dev, n_head, out.data,
-                                                          base, row0, st);
+                       return kvscope_cuda::attention_dev(q.data, kl, 1, pos_dev, n_head, scale,
+                                                          out.data, base, row0, st);
                      });
       }
       graph_.not_graphable();
     }
     return issue("attention kernel", key(8), [=] {
-      return kvscope_cuda::attention(q.data, kl, int(q.rows), pos0, n_head, out.data,
+      return kvscope_cuda::attention(q.data, kl, int(q.rows), pos0, n_head, scale, out.data,
                                      probs_last.data, probs_last.cols, st);
     });
   }
@@ -362,7 +388,7 @@ class CudaBackend final : public Backend {
     cudaStream_t st = stream_;
     const int* pos_dev = nullptr;
     if (graph_.recording() && graph_.use_pos0(pos0)) pos_dev = graph_.pos0_dev();
-    return issue("kv norms kernel", key(11, kl.k, kl.v, kl.capacity, T, k_norm.data, v_norm.data),
+    return issue("kv norms kernel", key(11, kl, T, k_norm.data, v_norm.data),
                  [=] { return kvscope_cuda::kv_norms(kl, pos0, T, k_norm.data, v_norm.data, st, pos_dev); });
   }
 
@@ -431,17 +457,14 @@ class CudaBackend final : public Backend {
                         " heads of ", D, " dims, n_rot ", n_rot);
     if (layer < 0 || layer >= sh.n_layer)
       return make_error("cuda: rope_kv_write layer ", layer, " outside [0, ", sh.n_layer, ")");
-    if (pos0 < 0 || pos0 + q.rows > c.capacity())
-      return make_error("cuda: rope_kv_write past the cache capacity (", pos0 + q.rows, " > ",
-                        c.capacity(), ")");
+    KV_TRY(check_room(c, layer, pos0, int(q.rows), "rope_kv_write"));
     const kvscope_cuda::KvLayer kl = c.layer(layer);
     cudaStream_t st = stream_;
     const int* pos_dev = nullptr;
     if (graph_.recording() && graph_.use_pos0(pos0)) pos_dev = graph_.pos0_dev();
     const int T = int(q.rows);
     return issue("fused rope/kv write kernel",
-                 key(14, q.data, k.data, v.data, T, n_head, n_rot, base, kl.k, kl.v, int(kl.f16),
-                     kl.n_head_kv, kl.head_dim, kl.capacity),
+                 key(14, q.data, k.data, v.data, T, n_head, n_rot, base, kl),
                  [=] {
                    return kvscope_cuda::rope_kv_write(q.data, k.data, v.data, T, n_head, n_rot, base,
                                                       kl, pos0, pos_dev, st);
@@ -550,9 +573,33 @@ class CudaBackend final : public Backend {
   static int64_t word(I i) {
     return int64_t(i);
   }
+  // A cache layer identifies its launch by every field (buffers, types, layout, rule).
+  static void put(std::vector<int64_t>& k, const kvscope_cuda::KvLayer& kl) {
+    for (int64_t w : {word(kl.k), word(kl.v), int64_t(kl.k_type), int64_t(kl.v_type),
+                      int64_t(kl.n_head_kv), int64_t(kl.head_dim), int64_t(kl.n_slots),
+                      int64_t(kl.sink), int64_t(kl.window), word(kl.pos)})
+      k.push_back(w);
+  }
+  template <class A>
+  static void put(std::vector<int64_t>& k, const A& a) {
+    k.push_back(word(a));
+  }
   template <class... A>
   static std::vector<int64_t> key(int op, const A&... a) {
-    return {int64_t(op), word(a)...};
+    std::vector<int64_t> k{int64_t(op)};
+    (put(k, a), ...);
+    return k;
+  }
+
+  // Positions pos0 .. pos0+T-1 must have been given slots by the cache's begin().
+  static Status check_room(const CudaKvCache& c, int layer, int pos0, int T, const char* op) {
+    for (int p = pos0; p < pos0 + T; ++p) {
+      const int s = c.slot_of(layer, p);
+      if (s < 0 || s >= c.n_slots(layer) || c.slot_pos(layer)[size_t(s)] != p)
+        return make_error("cuda: ", op, " of position ", p, " in layer ", layer,
+                          " which the cache did not make room for");
+    }
+    return Status::Ok();
   }
 
   // The scratch slot holding t's data, and t's row index in it (rows of t.cols floats);

@@ -99,7 +99,7 @@ TEST_F(ForwardGolden, TopFiveLogitsMatchAlongTheGoldenPath) {
   double sum_diff = 0;
   int n_diff = 0;
   for (const Golden& g : load_golden()) {
-    auto cache = backend->create_kv_cache({c.n_layer, c.n_head_kv, c.head_dim}, KvDtype::F16, 128);
+    auto cache = backend->create_kv_cache(kv_config_full({c.n_layer, c.n_head_kv, c.head_dim}, {KvDtype::F16, KvDtype::F16}), 128);
     ASSERT_TRUE(cache.ok());
     std::vector<int32_t> seq = g.prompt_ids;
     ForwardOutput out;
@@ -179,7 +179,7 @@ void compare_with_fp32_reference(const Model& model, KvDtype kv, float tol) {
   for (const auto& p : j.at("prompts")) {
     auto ids = p.at("prompt_ids").get<std::vector<int32_t>>();
     auto greedy = p.at("greedy_ids").get<std::vector<int32_t>>();
-    auto cache = backend->create_kv_cache({c.n_layer, c.n_head_kv, c.head_dim}, kv, 128);
+    auto cache = backend->create_kv_cache(kv_config_full({c.n_layer, c.n_head_kv, c.head_dim}, {kv, kv}), 128);
     ASSERT_TRUE(cache.ok());
     ForwardOutput out;
     ASSERT_TRUE(forward(*backend, model, ids.data(), int(ids.size()), 0, **cache, out).ok());

@@ -99,8 +99,8 @@ void check_forward_parity(const Model& model, KvDtype dtype, int prompt_len) {
   auto cpu = make_cpu_backend(1);
   const ModelConfig& c = model.config();
   const KvShape shape{c.n_layer, c.n_head_kv, c.head_dim};
-  auto cache_cpu = cpu->create_kv_cache(shape, dtype, 4);
-  auto cache_gpu = (*cuda)->create_kv_cache(shape, dtype, 4);  // grows during the test
+  auto cache_cpu = cpu->create_kv_cache(kv_config_full(shape, {dtype, dtype}), 4);
+  auto cache_gpu = (*cuda)->create_kv_cache(kv_config_full(shape, {dtype, dtype}), 4);  // grows during the test
   ASSERT_TRUE(cache_cpu.ok() && cache_gpu.ok());
   std::vector<int32_t> tokens = {1, 40, 41, 72, 100, 101, 102, 33, 3, 90, 91, 92};
   tokens.resize(size_t(prompt_len));
@@ -153,6 +153,46 @@ TEST_F(CudaBackendParity, ForwardMatchesCpuWithFp32Cache) {
   check_forward_parity(*model, KvDtype::F32, 11);
 }
 
+// A window of 5 on layer 0 (a ring of 5 slots, exercised past its wrap) and full layer 1:
+// CUDA (with and without the decode graph) equals the CPU step by step, and both hold
+// the same positions.
+TEST_F(CudaBackendParity, WindowedRingMatchesCpu) {
+  test::TinyModelSpec spec;
+  spec.seed = 9;
+  auto model = load_tiny(spec, "ring");
+  ASSERT_TRUE(model);
+  const ModelConfig& c = model->config();
+  KvCacheConfig cfg = kv_config_full({c.n_layer, c.n_head_kv, c.head_dim}, {});
+  cfg.layers[0] = KvLayerRule{5, 0, 5};
+  for (bool use_graph : {false, true}) {
+    SCOPED_TRACE(use_graph ? "graph" : "no graph");
+    CudaBackendOptions opt;
+    opt.decode_graph = use_graph;
+    auto cuda = make_cuda_backend(*model, opt);
+    ASSERT_TRUE(cuda.ok()) << cuda.error().message;
+    auto cpu = make_cpu_backend(1);
+    auto cc = cpu->create_kv_cache(cfg, 4);
+    auto gc = (*cuda)->create_kv_cache(cfg, 4);
+    ASSERT_TRUE(cc.ok() && gc.ok());
+    std::vector<int32_t> tokens = {1, 40, 41, 72, 100, 101, 102};
+    for (int step = 0; step < 12; ++step) {
+      const int pos0 = (*cc)->length();
+      const int T = step == 0 ? int(tokens.size()) : 1;
+      ForwardOutput a, b;
+      ASSERT_TRUE(forward(*cpu, *model, tokens.data() + pos0, T, pos0, **cc, a).ok());
+      Status st = forward(**cuda, *model, tokens.data() + pos0, T, pos0, **gc, b);
+      ASSERT_TRUE(st.ok()) << st.message();
+      EXPECT_LE(max_abs_diff(a.logits, b.logits), kLogitTolShort) << "step " << step;
+      EXPECT_LE(max_abs_diff(a.attention, b.attention), kProbTolShort) << "step " << step;
+      EXPECT_EQ(a.flops, b.flops);
+      for (int l = 0; l < c.n_layer; ++l) EXPECT_EQ((*cc)->held_ranges(l), (*gc)->held_ranges(l));
+      EXPECT_EQ((*gc)->bytes_used(), (*cc)->bytes_used());
+      tokens.push_back(int32_t(std::max_element(a.logits.begin(), a.logits.end()) - a.logits.begin()));
+    }
+    EXPECT_EQ((*gc)->held(0), 5);
+  }
+}
+
 struct RunResult {
   std::vector<StepTrace> steps;
   std::vector<std::vector<float>> logits;
@@ -163,7 +203,7 @@ RunResult run_session(std::shared_ptr<const Model> model, std::unique_ptr<Backen
   RunResult r;
   SessionConfig cfg;
   cfg.mode = mode;
-  cfg.kv_dtype = dtype;
+  cfg.kv_types = {dtype, dtype};
   cfg.max_tokens = n_steps + 8;
   cfg.stop_at_eos = false;
   auto s = Session::create(std::move(model), std::move(be), cfg);
@@ -288,7 +328,7 @@ TEST_F(CudaBackendParity, DecodeStepLaunchesNinePerLayerOrOneGraph) {
     opt.decode_graph = use_graph;
     auto cuda = make_cuda_backend(*model, opt);
     ASSERT_TRUE(cuda.ok()) << cuda.error().message;
-    auto cache = (*cuda)->create_kv_cache(shape, KvDtype::F16, 32);
+    auto cache = (*cuda)->create_kv_cache(kv_config_full(shape, {KvDtype::F16, KvDtype::F16}), 32);
     ASSERT_TRUE(cache.ok());
     const int32_t tokens[8] = {1, 40, 41, 72, 100, 101, 102, 33};
     ForwardOutput out;

@@ -156,7 +156,8 @@ TEST_F(KernelFused, RopeKvWriteEqualsRopeRopeAppend) {
           DevVec<float> fq(q), fk(k), fv(v);
           DevVec<uint8_t> fkc(kv_vals * eb), fvc(kv_vals * eb);
           DevVec<int> pos_dev(std::vector<int>{pos0});
-          const kvscope_cuda::KvLayer fl{fkc.p, fvc.p, f16, Hkv, D, cap};
+          DevVec<int32_t> fpos(std::vector<int32_t>(size_t(cap), -1));
+          const auto fl = kvscope_test::kv_layer(fkc.p, fvc.p, f16, Hkv, D, cap, fpos.p);
           ASSERT_EQ(kvscope_cuda::rope_kv_write(fq.p, fk.p, fv.p, T, H, sh.n_rot, base, fl,
                                                 from_device ? -12345 : pos0,
                                                 from_device ? pos_dev.p : nullptr, nullptr),
@@ -165,7 +166,8 @@ TEST_F(KernelFused, RopeKvWriteEqualsRopeRopeAppend) {
           // Unfused.
           DevVec<float> uq(q), uk(k), uv(v);
           DevVec<uint8_t> ukc(kv_vals * eb), uvc(kv_vals * eb);
-          const kvscope_cuda::KvLayer ul{ukc.p, uvc.p, f16, Hkv, D, cap};
+          DevVec<int32_t> upos(std::vector<int32_t>(size_t(cap), -1));
+          const auto ul = kvscope_test::kv_layer(ukc.p, uvc.p, f16, Hkv, D, cap, upos.p);
           ASSERT_EQ(kvscope_cuda::rope(uq.p, T, H, D, sh.n_rot, pos0, base, nullptr), cudaSuccess);
           ASSERT_EQ(kvscope_cuda::rope(uk.p, T, Hkv, D, sh.n_rot, pos0, base, nullptr), cudaSuccess);
           ASSERT_EQ(kvscope_cuda::kv_append(ul, uk.p, uv.p, T, pos0, nullptr), cudaSuccess);
@@ -174,6 +176,9 @@ TEST_F(KernelFused, RopeKvWriteEqualsRopeRopeAppend) {
           EXPECT_TRUE(all_close(gk, uk.get(), 0.f, 0.f));
           EXPECT_EQ(fkc.get(), ukc.get()) << "K cache bytes differ";  // untouched rows: 0xFF both
           EXPECT_EQ(fvc.get(), uvc.get()) << "V cache bytes differ";
+          const auto fmap = fpos.get();
+          EXPECT_EQ(fmap, upos.get()) << "slot maps differ";
+          for (int t = 0; t < T; ++t) EXPECT_EQ(fmap[size_t(pos0 + t)], pos0 + t);
           // Against the double reference.
           auto rotate = [&](std::vector<float> x, int heads) {
             for (int t = 0; t < T; ++t)

@@ -87,36 +87,48 @@ TEST_F(KernelOps, SiluMulAndAdd) {
   EXPECT_TRUE(all_close(dx.get(), exact, 0.f, 0.f));
 }
 
-// A small cache with Hkv = 2, D = 40 (not a multiple of 32) and rows filled by kv_append.
+// A small cache with Hkv = 2, D = 40 (not a multiple of 32) and rows filled by kv_append
+// in two appends (positions [0, n-3) then [n-3, n)). With window > 0 the layer is a ring
+// of `cap` slots whose queries see the last `window` positions.
 struct CacheFixture {
-  int Hkv = 2, D = 40, cap = 50;
+  int Hkv = 2, D = 40, cap = 50, window = 0;
   bool f16;
   std::vector<float> K, V;  // [Hkv][cap][D] as stored (after fp16 rounding)
+  std::vector<int32_t> P;   // [cap] position held by each slot
   DevVec<uint8_t> k, v;
-  CacheFixture(bool is_f16, int n_keys)
-      : f16(is_f16),
+  DevVec<int32_t> pos;
+  CacheFixture(bool is_f16, int n_keys, int slots = 50, int win = 0)
+      : cap(slots),
+        window(win),
+        f16(is_f16),
         K(size_t(Hkv * cap * D)),
         V(size_t(Hkv * cap * D)),
+        P(size_t(cap), -1),
         k(size_t(Hkv * cap * D) * (is_f16 ? 2 : 4)),
-        v(size_t(Hkv * cap * D) * (is_f16 ? 2 : 4)) {
+        v(size_t(Hkv * cap * D) * (is_f16 ? 2 : 4)),
+        pos(std::vector<int32_t>(size_t(cap), -1)) {
     const auto kin = random_floats(size_t(n_keys * Hkv * D), 6, -2.f, 2.f);
     const auto vin = random_floats(size_t(n_keys * Hkv * D), 7);
     DevVec<float> dk(kin), dv(vin);
-    // Two appends: positions [0, n-3) then [n-3, n).
     EXPECT_EQ(kvscope_cuda::kv_append(layer(), dk.p, dv.p, n_keys - 3, 0, nullptr), cudaSuccess);
     const size_t off = size_t((n_keys - 3) * Hkv * D);
     EXPECT_EQ(kvscope_cuda::kv_append(layer(), dk.p + off, dv.p + off, 3, n_keys - 3, nullptr),
               cudaSuccess);
-    for (int p = 0; p < n_keys; ++p)
+    for (int p = 0; p < n_keys; ++p) {
+      const int slot = p % cap;
+      P[size_t(slot)] = p;
       for (int h = 0; h < Hkv; ++h)
         for (int d = 0; d < D; ++d) {
-          const size_t src = size_t((p * Hkv + h) * D + d), dst = size_t((h * cap + p) * D + d);
+          const size_t src = size_t((p * Hkv + h) * D + d), dst = size_t((h * cap + slot) * D + d);
           K[dst] = round(kin[src]);
           V[dst] = round(vin[src]);
         }
+    }
   }
   float round(float f) const { return f16 ? kvscope::fp16_to_fp32(kvscope::fp32_to_fp16(f)) : f; }
-  kvscope_cuda::KvLayer layer() { return {k.p, v.p, f16, Hkv, D, cap}; }
+  kvscope_cuda::KvLayer layer() {
+    return kvscope_test::kv_layer(k.p, v.p, f16, Hkv, D, cap, pos.p, window);
+  }
   std::vector<float> stored(const DevVec<uint8_t>& side) const {
     return read_cache(side, f16, K.size());
   }
@@ -136,6 +148,8 @@ TEST_F(KernelOps, KvAppendStoresRowsAndNormsMatch) {
         }
     // Rows past the written positions keep the 0xFF fill (NaN): nothing wrote past n.
     EXPECT_TRUE(std::isnan(k[size_t(n * c.D)]));
+    // The slot map records exactly the written positions.
+    EXPECT_EQ(c.pos.get(), c.P);
     DevVec<float> kn(4), vn(4);
     ASSERT_EQ(kvscope_cuda::kv_norms(c.layer(), 5, 4, kn.p, vn.p, nullptr), cudaSuccess);
     std::vector<float> wk(4), wv(4);
@@ -155,54 +169,80 @@ TEST_F(KernelOps, KvAppendStoresRowsAndNormsMatch) {
   }
 }
 
+// Reference attention in double over the fixture's slots: query t at pos0 + t sees the
+// held positions k <= q with q - k < window (window 0: all).
+void check_attention(CacheFixture& c, int T, int pos0, int H, float scale) {
+  const int n_keys = pos0 + T, D = c.D, group = H / c.Hkv;
+  const auto q = random_floats(size_t(T * H * D), 8, -1.5f, 1.5f);
+  DevVec<float> dq(q), out(size_t(T * H * D));
+  const int64_t stride = n_keys + 5;
+  DevVec<float> probs(size_t(H * stride));
+  ASSERT_EQ(kvscope_cuda::attention(dq.p, c.layer(), T, pos0, H, scale, out.p, probs.p, stride,
+                                    nullptr),
+            cudaSuccess)
+      << kvscope_cuda::error_detail();
+  std::vector<float> want(out.n), want_p(probs.n);
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < H; ++h) {
+      const int hk = h / group, qp = pos0 + t;
+      std::vector<int> seen;  // slots
+      for (int s = 0; s < c.cap; ++s) {
+        const int kp = c.P[size_t(s)];
+        if (kp >= 0 && kp <= qp && (c.window == 0 || qp - kp < c.window)) seen.push_back(s);
+      }
+      std::vector<double> sc(seen.size());
+      double mx = -1e300;
+      for (size_t j = 0; j < seen.size(); ++j) {
+        double acc = 0;
+        for (int d = 0; d < D; ++d)
+          acc += double(q[size_t((t * H + h) * D + d)]) * c.K[size_t((hk * c.cap + seen[j]) * D + d)];
+        sc[j] = acc * scale;
+        mx = std::max(mx, sc[j]);
+      }
+      double sum = 0;
+      for (double& e : sc) sum += (e = std::exp(e - mx));
+      for (int d = 0; d < D; ++d) {
+        double acc = 0;
+        for (size_t j = 0; j < seen.size(); ++j)
+          acc += sc[j] / sum * c.V[size_t((hk * c.cap + seen[j]) * D + d)];
+        want[size_t((t * H + h) * D + d)] = float(acc);
+      }
+      if (t == T - 1)
+        for (size_t j = 0; j < seen.size(); ++j)
+          want_p[size_t(h * stride + c.P[size_t(seen[j])])] = float(sc[j] / sum);
+    }
+  EXPECT_TRUE(all_close(out.get(), want, 1e-5f, 1e-5f));
+  // Entries [0, n_keys) of each probability row are written (0 where unseen), the rest not.
+  std::vector<float> got_p = probs.get();
+  for (int h = 0; h < H; ++h)
+    for (int64_t j = n_keys; j < stride; ++j) {
+      EXPECT_TRUE(std::isnan(got_p[size_t(h * stride + j)]));
+      got_p[size_t(h * stride + j)] = 0;
+    }
+  EXPECT_TRUE(all_close(got_p, want_p, 2e-6f, 1e-5f));
+}
+
 TEST_F(KernelOps, AttentionCausalGqaWithProbabilityRow) {
   for (bool f16 : {true, false}) {
     for (int T : {1, 3}) {
-      const int H = 6, pos0 = 37, n_keys = pos0 + T;
-      CacheFixture c(f16, n_keys);
-      const int D = c.D, group = H / c.Hkv;
-      const auto q = random_floats(size_t(T * H * D), 8, -1.5f, 1.5f);
-      DevVec<float> dq(q), out(size_t(T * H * D));
-      const int64_t stride = n_keys + 5;
-      DevVec<float> probs(size_t(H * stride));
-      ASSERT_EQ(kvscope_cuda::attention(dq.p, c.layer(), T, pos0, H, out.p, probs.p, stride,
-                                        nullptr),
-                cudaSuccess)
-          << kvscope_cuda::error_detail();
-      std::vector<float> want(out.n), want_p(probs.n);
-      const auto got_p_all = probs.get();
-      for (int t = 0; t < T; ++t)
-        for (int h = 0; h < H; ++h) {
-          const int hk = h / group, n = pos0 + t + 1;
-          std::vector<double> s(static_cast<size_t>(n));
-          double mx = -1e300;
-          for (int j = 0; j < n; ++j) {
-            double acc = 0;
-            for (int d = 0; d < D; ++d)
-              acc += double(q[size_t((t * H + h) * D + d)]) * c.K[size_t((hk * c.cap + j) * D + d)];
-            s[size_t(j)] = acc / std::sqrt(double(D));
-            mx = std::max(mx, s[size_t(j)]);
-          }
-          double sum = 0;
-          for (double& e : s) sum += (e = std::exp(e - mx));
-          for (int d = 0; d < D; ++d) {
-            double acc = 0;
-            for (int j = 0; j < n; ++j) acc += s[size_t(j)] / sum * c.V[size_t((hk * c.cap + j) * D + d)];
-            want[size_t((t * H + h) * D + d)] = float(acc);
-          }
-          if (t == T - 1)
-            for (int j = 0; j < n; ++j) want_p[size_t(h * stride + j)] = float(s[size_t(j)] / sum);
-        }
-      EXPECT_TRUE(all_close(out.get(), want, 1e-5f, 1e-5f)) << "f16 " << f16 << " T " << T;
-      // Only the first n_keys entries of each probability row are written.
-      std::vector<float> got_p = got_p_all;
-      for (int h = 0; h < H; ++h)
-        for (int64_t j = n_keys; j < stride; ++j) {
-          EXPECT_TRUE(std::isnan(got_p[size_t(h * stride + j)]));
-          got_p[size_t(h * stride + j)] = 0;
-        }
-      EXPECT_TRUE(all_close(got_p, want_p, 2e-6f, 1e-5f)) << "probs f16 " << f16 << " T " << T;
+      SCOPED_TRACE(testing::Message() << "f16 " << f16 << " T " << T);
+      const int pos0 = 37;
+      CacheFixture c(f16, pos0 + T);
+      check_attention(c, T, pos0, 6, 1.0f / std::sqrt(float(c.D)));
     }
+  }
+}
+
+// A ring of 16 slots after 45 positions, window 13: each query sees only the last 13
+// positions, its probability row is 0 before them, and the slots hold positions 29..44
+// out of order.
+TEST_F(KernelOps, AttentionOverARingWithAWindow) {
+  for (int T : {1, 3}) {
+    SCOPED_TRACE(testing::Message() << "T " << T);
+    const int n = 45, pos0 = n - T;
+    CacheFixture c(true, n, /*slots=*/16, /*win=*/13);
+    EXPECT_EQ(c.pos.get(), c.P);
+    check_attention(c, T, pos0, 4, 0.3f);
   }
 }
 

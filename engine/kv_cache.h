@@ -1,0 +1,166 @@
+// kv_cache.h — the KV cache: per layer K and V rows in slots, and which position each
+// slot holds.
+//
+// Storage (backend memory, owned by the backend's subclass): per layer l, K and V each
+// [Hkv][n_slots(l)][D], K rows in types().k and V rows in types().v (chosen apart; a row of
+// D values takes kv_row_bytes(type, D) bytes, so block types with 32 values along D fit
+// the same layout). Slots are not positions: slot_pos(l)[s] is the position slot s holds
+// (-1: empty), and attention, the scene (held_ranges) and KV_CACHE (bytes_used) all read
+// that map. The engine keeps the map on the host; a backend whose kernels need it keeps
+// its own copy in step (its K/V store writes the entries it fills; relayout() sends it
+// the whole map).
+//
+// Which positions a layer keeps is the layer's KvLayerRule:
+//   - window/sink: the attention mask. Query q sees key k iff k <= q and (window == 0 or
+//     q - k < window or k < sink). Gemma 3's local layers: window 512. NO CACHE applies
+//     the same rule to its scratch cache, so both modes see the same keys.
+//   - keep: 0 holds every position; otherwise the layer holds its first `sink` positions
+//     and the last `keep` ones (a ring: position p >= sink goes to slot
+//     sink + (p - sink) % (n_slots - sink)). A ring of `keep` slots is exact for one-token
+//     decode when keep >= window; a T-token batch needs up to keep - 1 + T slots, so
+//     begin() widens the ring for the batch and end() trims it back (trim = true).
+// A KvPolicy turns the model's per-layer windows into rules (kv_cache_config()).
+//
+// The forward's protocol for T new positions pos0 .. pos0+T-1 (pos0 == length()):
+//   begin(pos0, T)  makes room in every layer without dropping a key one of the T queries
+//                   can see (growing or re-laying-out slots through relayout()), and
+//                   records the new positions in the map;
+//   backend kv_write / rope_kv_write store the rows at slot_of(l, p);
+//   end()           length() = pos0 + T; rings are trimmed to `keep` positions.
+// Extension points (KV element types, sink + window, context shift): add the dtype to
+// KvDtype and kv_row_bytes() and teach the backends' row load/store; a policy fills
+// KvLayerRule (sink, window, keep) in kv_cache_config(); a context shift is a new
+// operation that moves/re-rotates rows on the backend and rewrites the map (relayout()
+// already moves rows between slots).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/status.h"
+
+namespace kvscope {
+
+// Element type of cached K or V rows. The values are the ggml type ids (Q8_0 = 8 and
+// Q4_0 = 2 would follow the same numbering).
+enum class KvDtype : int { F32 = 0, F16 = 1 };
+const char* kv_dtype_name(KvDtype t);  // "f32", "f16"
+// Parses a name from kv_dtype_name(); false when unknown.
+bool kv_dtype_parse(const std::string& name, KvDtype* out);
+// Bytes of one cached row of D values.
+uint64_t kv_row_bytes(KvDtype t, int D);
+
+struct KvTypes {
+  KvDtype k = KvDtype::F16;
+  KvDtype v = KvDtype::F16;
+  bool operator==(const KvTypes&) const = default;
+};
+// "f16" when K and V agree, else "k=f16,v=f32".
+std::string kv_types_name(KvTypes t);
+
+struct KvShape {
+  int n_layer = 0;    // L
+  int n_head_kv = 0;  // Hkv
+  int head_dim = 0;   // D
+};
+
+// Bytes of one position's K and V rows in one layer (all kv heads).
+uint64_t kv_position_bytes(const KvShape& s, KvTypes t);
+
+struct KvLayerRule {
+  int window = 0;  // attention window W (0: all earlier positions)
+  int sink = 0;    // positions [0, sink) stay visible and held whatever the window
+  int keep = 0;    // positions >= sink held: the last `keep` (0: all)
+  bool visible(int key_pos, int query_pos) const {
+    return key_pos <= query_pos && (window == 0 || query_pos - key_pos < window || key_pos < sink);
+  }
+};
+
+// Which positions caches keep. Full: every position of every layer (windowed layers
+// still mask). ModelWindow: a windowed layer keeps only what its window can see.
+enum class KvPolicy { Full, ModelWindow };
+const char* kv_policy_name(KvPolicy p);  // "full", "window"
+
+struct KvCacheConfig {
+  KvShape shape;
+  KvTypes types;
+  std::vector<KvLayerRule> layers;  // [L]
+  // Rings shrink back to `keep` after a batch. Off for NO CACHE's scratch cache, which
+  // holds everything it computed and is then thrown away.
+  bool trim = true;
+};
+// A config where every layer holds everything with no window (tests, tools).
+KvCacheConfig kv_config_full(KvShape shape, KvTypes types);
+// NO CACHE's scratch cache for `c`: the same attention masks, every position held, no trim.
+KvCacheConfig kv_config_scratch(KvCacheConfig c);
+
+// A run of positions [begin, end).
+struct KvRange {
+  int begin = 0, end = 0;
+  bool operator==(const KvRange&) const = default;
+};
+
+// A run of n rows copied from old slot src.. to new slot dst.. during a relayout.
+struct KvMove {
+  int dst = 0, src = 0, n = 0;
+};
+// relayout()'s `from` as runs of consecutive slots (what a backend copies).
+std::vector<KvMove> kv_moves(const std::vector<int32_t>& from);
+
+class KvCache {
+ public:
+  explicit KvCache(KvCacheConfig config);
+  virtual ~KvCache() = default;
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
+
+  const KvCacheConfig& config() const { return cfg_; }
+  const KvShape& shape() const { return cfg_.shape; }
+  KvTypes types() const { return cfg_.types; }
+  const KvLayerRule& rule(int layer) const { return cfg_.layers[size_t(layer)]; }
+
+  // Positions [0, length()) have gone through the cache.
+  int length() const { return length_; }
+  int n_slots(int layer) const { return int(pos_[size_t(layer)].size()); }
+  // [n_slots(layer)]: the position each slot holds, -1 when empty.
+  const std::vector<int32_t>& slot_pos(int layer) const { return pos_[size_t(layer)]; }
+  // The slot position `pos` is (or would be) stored in under the current layout.
+  int slot_of(int layer, int pos) const;
+  // Slots of `layer` in ascending order of the positions they hold (empty slots left out).
+  std::vector<int32_t> slots_by_position(int layer) const;
+  int held(int layer) const;                          // slots holding a position
+  std::vector<KvRange> held_ranges(int layer) const;  // ascending, disjoint
+
+  uint64_t layer_bytes(int layer) const;  // bytes of the rows `layer` holds
+  uint64_t bytes_used() const;            // all layers: what KV_CACHE shows
+  uint64_t bytes_allocated() const;       // every slot, held or not
+
+  // The forward's protocol (see the file comment). begin() fails when pos0 != length().
+  Status begin(int pos0, int T);
+  Status end();
+  // After a failed forward: forgets the positions begin() recorded. Rows a ring
+  // overwrote for them are gone, so the caller should treat the cache as lost.
+  void cancel();
+
+ protected:
+  // Storage hook: lay `layer` out in n_slots slots where new slot s takes the K/V rows of
+  // old slot from[s] (-1: nothing; contents undefined). slot_pos(layer) already shows the
+  // new layout when this is called. Also called once per layer by the constructor's
+  // owner through init_storage() to allocate the first layout.
+  virtual Status relayout(int layer, int n_slots, const std::vector<int32_t>& from) = 0;
+  // Allocates every layer with `slots` empty slots (call from the subclass's factory).
+  Status init_storage(int slots);
+
+ private:
+  // New layout of `layer` with n_slots slots keeping the positions for which keep(p).
+  template <class Keep>
+  Status resize(int layer, int n_slots, Keep keep);
+
+  KvCacheConfig cfg_;
+  std::vector<std::vector<int32_t>> pos_;  // [L][n_slots]
+  int length_ = 0;
+  int pending_end_ = -1;  // pos0 + T between begin() and end()
+};
+
+}  // namespace kvscope
