@@ -4,6 +4,7 @@
 #include <imgui.h>
 #include <imgui_impl_opengl3.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "app/app_frame.h"
@@ -93,6 +94,7 @@ Expected<AppShotResult> capture_app(render::Renderer& r, UiState& ui, const Time
     ViewFrame vf;
     vf.timeline = &tl;
     vf.view = ui.view;
+    vf.view.hovered_pos = ui.hovered_pos;  // a token to show as if pointed at (--highlight)
     vf.clock.since_step = shot.since_step;
     vf.clock.time = shot.since_step;
     vf.preset = shot.preset;
@@ -158,24 +160,37 @@ int run_screenshot(const CaptureOptions& opts, bool panels) {
   if (ui.view.layer == kMiddleLayer) ui.view.layer = ui.facts.n_layer / 2;
   ui.preset = opts.camera;
   ui.mode = eng.session->mode();
+  ui.hovered_pos = opts.view.hovered_pos;
   add_notice(ui, eng.notice);
-  AppShot shot;
-  shot.width = opts.width;
-  shot.height = opts.height;
-  shot.preset = opts.camera;
-  shot.since_step = opts.since_step;
-  shot.panels = panels;
-  auto img = capture_app(*renderer, ui, tl, shot);
-  if (!img.ok()) return fail(img.error().message);
-  if (render::Result r =
-          render::write_png(opts.out_path, opts.width, opts.height, img.value().rgba);
-      !r.ok())
-    return fail(r.error);
+  std::vector<render::CameraPreset> presets{opts.camera};
+  presets.insert(presets.end(), opts.more_cameras.begin(), opts.more_cameras.end());
+  for (render::CameraPreset preset : presets) {
+    std::string path = opts.out_path;
+    if (presets.size() > 1) {  // out.png -> out-top.png, out-34.png, ...
+      std::string tag = render::camera_preset_name(preset);
+      tag.erase(std::remove(tag.begin(), tag.end(), '/'), tag.end());
+      size_t dot = path.rfind('.');
+      size_t slash = path.rfind('/');
+      if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) dot = path.size();
+      path = path.substr(0, dot) + "-" + tag + path.substr(dot);
+    }
+    AppShot shot;
+    shot.width = opts.width;
+    shot.height = opts.height;
+    shot.preset = preset;
+    shot.since_step = opts.since_step;
+    shot.panels = panels;
+    auto img = capture_app(*renderer, ui, tl, shot);
+    if (!img.ok()) return fail(img.error().message);
+    if (render::Result r = render::write_png(path, opts.width, opts.height, img.value().rgba);
+        !r.ok())
+      return fail(r.error);
+    std::printf("kvscope: wrote %s (camera %s)\n", path.c_str(), render::camera_preset_name(preset));
+  }
   const StepTrace* last = tl.last();
-  std::printf("kvscope: wrote %s (%dx%d, %d steps, seq_len %d, mode %s, camera %s, %s)\n",
-              opts.out_path.c_str(), opts.width, opts.height, int(tl.steps().size()),
-              last ? last->seq_len : 0, cache_mode_name(eng.session->mode()),
-              render::camera_preset_name(opts.camera), gl.value()->description().c_str());
+  std::printf("kvscope: %dx%d, %d steps, seq_len %d, mode %s, %s\n", opts.width, opts.height,
+              int(tl.steps().size()), last ? last->seq_len : 0,
+              cache_mode_name(eng.session->mode()), gl.value()->description().c_str());
   return 0;
 }
 

@@ -86,6 +86,37 @@ void draw_notices(UiState& ui) {
   }
 }
 
+// The inner edge of an open column can be dragged to resize it: a few points of the view
+// next to it take the pointer (the column's own edge holds its scrollbar).
+void column_splitters(UiState& ui) {
+  ImGuiIO& io = ImGui::GetIO();
+  const UiLayout& L = ui.layout;
+  const float grab = 6.0f * ui_scale();
+  const ImVec2 m = io.MousePos;
+  auto over = [&](const UiRect& col, bool left) {
+    float edge = left ? col.right() : col.x;
+    float x0 = left ? edge : edge - grab;
+    return m.y >= col.y && m.y < col.bottom() && m.x >= x0 && m.x < x0 + grab;
+  };
+  if (ui.splitter_drag == 0 && !io.WantCaptureMouse) {
+    int side = L.left_open && over(L.left, true) ? -1 : L.right_open && over(L.right, false) ? 1 : 0;
+    if (side != 0) {
+      ImGui::SetMouseCursor(ImGuiMouseCursor_ResizeEW);
+      if (ImGui::IsMouseClicked(0)) ui.splitter_drag = side;
+    }
+  }
+  if (ui.splitter_drag != 0) {
+    if (!ImGui::IsMouseDown(0)) {
+      ui.splitter_drag = 0;
+      return;
+    }
+    ImGui::SetMouseCursor(ImGuiMouseCursor_ResizeEW);
+    float w = ui.splitter_drag < 0 ? m.x : io.DisplaySize.x - m.x;
+    w = std::clamp(w / ui_scale(), kMinColumnWidth, kMaxColumnWidth * 1.5f);
+    (ui.splitter_drag < 0 ? ui.layout_prefs.left_width : ui.layout_prefs.right_width) = w;
+  }
+}
+
 }  // namespace
 
 float ui_scale() {
@@ -161,6 +192,7 @@ void draw_frame_ui(UiState& ui, Controller* ctl, const ControllerState& cs, cons
   }
   ImGui::PopStyleVar(2);
 
+  column_splitters(ui);
   draw_notices(ui);
   panel_error_modal(ui);
 }

@@ -55,9 +55,21 @@ std::string parse_args(int argc, char** argv, Args* a) {
         return std::string("--mode ") + v + " (choose cache or nocache)";
     } else if (k == "--camera") {
       if (!value(&v)) return "--camera needs a preset";
-      auto p = render::parse_camera_preset(v);
-      if (!p) return std::string("--camera ") + v + " (choose top, side, front, 3/4, follow)";
-      a->cap.camera = *p;
+      std::string list = v;
+      a->cap.more_cameras.clear();
+      bool first = true;
+      for (size_t start = 0, i = 0; i <= list.size(); ++i) {
+        if (i < list.size() && list[i] != ',') continue;
+        std::string name = list.substr(start, i - start);
+        start = i + 1;
+        auto p = render::parse_camera_preset(name);
+        if (!p) return "--camera " + name + " (choose top, side, front, 3/4, follow; or a list a,b)";
+        if (first)
+          a->cap.camera = *p;
+        else
+          a->cap.more_cameras.push_back(*p);
+        first = false;
+      }
     } else if (k == "--layer") {
       if (!value(&v)) return "--layer needs a number";
       a->cap.view.layer = std::atoi(v);
@@ -84,6 +96,9 @@ std::string parse_args(int argc, char** argv, Args* a) {
     } else if (k == "--ui-nice") {
       if (!value(&v) || std::atoi(v) < 0 || std::atoi(v) > 19) return "--ui-nice needs 0..19";
       a->ui_nice = std::atoi(v);
+    } else if (k == "--highlight") {
+      if (!value(&v) || std::atoi(v) < 0) return "--highlight needs a position >= 0";
+      a->cap.view.hovered_pos = std::atoi(v);
     } else if (k == "--scene-only") {
       a->scene_only = true;
     } else if (k == "--all-layers") {
@@ -113,9 +128,10 @@ const char* kUsage =
     "       kvscope generate|bench|bench-render ...\n"
     "options: --model NAME|PATH (smollm2-135m, gemma3-270m or a .gguf)\n"
     "         --backend auto|cpu|cuda  --prompt-file F  --steps N\n"
-    "         --mode cache|nocache  --camera top|side|front|3/4|follow\n"
+    "         --mode cache|nocache  --camera top|side|front|3/4|follow (or a list: top,3/4)\n"
     "         --layer L  --head H|mean|max  --all-layers  --no-sink  --size WxH\n"
     "         --scene-only (screenshot without the panels)\n"
+    "         --highlight POS (screenshot: show that token as if pointed at)\n"
     "         --play  --frames N (quit after N frames)  --window-shot OUT.png\n"
     "         --measure N (play N steps flat out, print engine step and frame times)\n"
     "         --ui-nice N (lower the UI thread's priority by N, default 5; 0 = off)\n";

@@ -19,6 +19,9 @@ struct CaptureOptions {
   int steps = 12;
   CacheMode mode = CacheMode::Cache;
   render::CameraPreset camera = render::CameraPreset::ThreeQuarter;
+  // More presets for one screenshot run (`--camera top,3/4`): one PNG each, named
+  // OUT-top.png, OUT-34.png, ... The engine runs once.
+  std::vector<render::CameraPreset> more_cameras;
   ViewOptions view;
   int width = 1280, height = 720;
   std::string model_path;

@@ -251,7 +251,8 @@ int run_gui(const GuiOptions& o) {
     in.mouse_y = float(my);
     in.dx = float(mx - last_mx);
     in.dy = float(my - last_my);
-    in.hover = !io.WantCaptureMouse && ui.layout.view.contains(in.mouse_x, in.mouse_y);
+    in.hover = !io.WantCaptureMouse && ui.splitter_drag == 0 &&
+               ui.layout.view.contains(in.mouse_x, in.mouse_y);
     bool left = glfwGetMouseButton(win, GLFW_MOUSE_BUTTON_LEFT) == GLFW_PRESS;
     bool other = glfwGetMouseButton(win, GLFW_MOUSE_BUTTON_RIGHT) == GLFW_PRESS ||
                  glfwGetMouseButton(win, GLFW_MOUSE_BUTTON_MIDDLE) == GLFW_PRESS;

@@ -3,10 +3,10 @@
 // Every position gets a sliver of the strip's width (several positions share a pixel
 // column past the strip's width in points; a column then shows the strongest of them).
 // A band along the bottom says prompt (blue) or generated (orange); bars rising from it
-// are the newest step's attention, with the same weights and square-root scaling as the
-// beams; a bracket marks the part the 3D view shows, a yellow tick the write head.
-// Hover: the token's text and weight (and its block lights up in 3D). Click or drag: the
-// camera goes to that part of the sequence.
+// are the newest step's attention, with the same weights and log scaling as the beams; a bracket
+// marks the part the 3D view shows, a yellow tick the write head. Hover: the token's text and
+// weight (and its block lights up in 3D). Click or drag: the camera goes to that part of the
+// sequence.
 #include <imgui.h>
 
 #include <algorithm>
@@ -73,11 +73,11 @@ void panel_overview(UiState& ui, const Timeline& tl, int shown_first, int shown_
       int c = std::clamp(int((slot_x(float(j)) - x0)), 0, cols - 1);
       col_w[size_t(c)] = std::max(col_w[size_t(c)], weights[size_t(j)]);
     }
-    float bar_w = std::max(1.0f, w / float(slots) - 1.0f);
+    float bar_w = std::max(2.0f, w / float(slots) - 1.0f);
     for (int c = 0; c < cols; ++c) {
       if (col_w[size_t(c)] <= 0 || mx <= 0) continue;
-      float v = std::sqrt(col_w[size_t(c)] / mx);
-      if (v < 0.06f) continue;
+      float v = beam_brightness(col_w[size_t(c)], mx);
+      if (v < 0.04f) continue;
       float x = x0 + float(c);
       ImU32 col = ImGui::ColorConvertFloat4ToU32(
           ImVec4(0.45f + 0.5f * v, 0.8f + 0.2f * v, 1.0f, 0.35f + 0.65f * v));

@@ -92,6 +92,11 @@ float smooth01(float x) {
 
 }  // namespace
 
+float beam_brightness(float w, float max_w) {
+  if (!(w > 0.0f) || !(max_w > 0.0f)) return 0.0f;
+  return std::clamp(1.0f + std::log10(w / max_w) / kBrightnessDecades, 0.0f, 1.0f);
+}
+
 std::vector<int> strongest_targets(const std::vector<float>& w, int k) {
   std::vector<int> order(w.size());
   for (size_t i = 0; i < w.size(); ++i) order[i] = int(i);
@@ -117,6 +122,42 @@ float step_flash(double since) { return std::exp(-float(since) / 0.8f); }
 float beam_fade(double since) { return 0.75f + 0.25f * std::exp(-float(since) / 0.5f); }
 }  // namespace
 
+namespace {
+
+// What the newest step did to the cache, as the KV blocks show it.
+struct KvStepState {
+  bool nocache = false;                     // NO CACHE: nothing is kept, all is recomputed
+  int written_first = 0, written_end = 0;  // positions whose K/V rows this step wrote
+};
+
+// One layer's cache entry at one position: the one place a block's look is decided, so
+// a new per-block state (a position a windowed layer has evicted, say) is one more case.
+// Blocks written this step flash (SceneAnim::flash); in NO CACHE they flash red.
+render::KvBlockInstance kv_block(const Timeline& tl, const ViewOptions& opts,
+                                 const KvStepState& step, int pos, int layer) {
+  const bool written_now = pos >= step.written_first && pos < step.written_end;
+  render::KvBlockInstance k;
+  k.position = render::layout::kv_block_position(pos, layer);
+  float v = tl.kv_norm(pos, layer, opts.color_by_v);
+  if (std::isnan(v)) {  // not computed yet (the newest token, before the next step)
+    k.color = {0.16f, 0.18f, 0.24f};
+    k.brightness = 0.35f;
+  } else {
+    float lo = tl.kv_norm_min(layer, opts.color_by_v), hi = tl.kv_norm_max(layer, opts.color_by_v);
+    float x = hi > lo ? (v - lo) / (hi - lo) : 0.5f;
+    k.color = render::palette::kv_color(x);
+    k.brightness = step.nocache ? 0.55f : 0.95f;  // NO CACHE keeps nothing: dimmer stacks
+    if (written_now && !step.nocache) k.flash_brightness = 0.6f;
+  }
+  if (step.nocache && written_now) {
+    k.recompute = 0.35f;
+    k.flash_recompute = 0.65f;
+  }
+  return k;
+}
+
+}  // namespace
+
 render::Scene build_scene(const Timeline& tl, const ViewOptions& opts, const AnimClock& clock) {
   namespace layout = render::layout;
   render::Scene s;
@@ -139,33 +180,14 @@ render::Scene build_scene(const Timeline& tl, const ViewOptions& opts, const Ani
     s.tokens.push_back(std::move(t));
   }
 
-  // KV stacks: one block per layer under every position whose K/V rows exist. Blocks
-  // written this step flash (SceneAnim::flash); in NO_CACHE they flash red.
-  bool nocache = last && last->mode == CacheMode::NoCache;
+  // KV stacks: one block per layer under every position.
+  KvStepState step;
+  step.nocache = last && last->mode == CacheMode::NoCache;
+  step.written_first = last ? last->kv_first_pos : 0;
+  step.written_end = last ? last->kv_first_pos + last->kv_written : 0;
   s.kv_blocks.reserve(size_t(n_tok) * size_t(std::max(n_layer, 0)));
-  for (int i = 0; i < n_tok; ++i) {
-    bool written_now = last && i >= last->kv_first_pos && i < last->kv_first_pos + last->kv_written;
-    for (int l = 0; l < n_layer; ++l) {
-      float v = tl.kv_norm(i, l, opts.color_by_v);
-      render::KvBlockInstance k;
-      k.position = layout::kv_block_position(i, l);
-      if (std::isnan(v)) {  // not computed yet (the newest token, before the next step)
-        k.color = {0.16f, 0.18f, 0.24f};
-        k.brightness = 0.35f;
-      } else {
-        float lo = tl.kv_norm_min(l, opts.color_by_v), hi = tl.kv_norm_max(l, opts.color_by_v);
-        float x = hi > lo ? (v - lo) / (hi - lo) : 0.5f;
-        k.color = render::palette::kv_color(x);
-        k.brightness = nocache ? 0.55f : 0.95f;  // NO CACHE keeps nothing: dimmer stacks
-        if (written_now && !nocache) k.flash_brightness = 0.6f;
-      }
-      if (nocache && written_now) {
-        k.recompute = 0.35f;
-        k.flash_recompute = 0.65f;
-      }
-      s.kv_blocks.push_back(k);
-    }
-  }
+  for (int i = 0; i < n_tok; ++i)
+    for (int l = 0; l < n_layer; ++l) s.kv_blocks.push_back(kv_block(tl, opts, step, i, l));
 
   // Beams from the head's slot (SceneAnim::beam_shift slides them with the head).
   glm::vec3 origin = layout::head_position(n_tok);
@@ -181,9 +203,7 @@ render::Scene build_scene(const Timeline& tl, const ViewOptions& opts, const Ani
       render::Beam b;
       b.from = origin;
       b.to = layout::beam_target(j, s.token_size.y);
-      // Strongest beam at full brightness. The square root is monotone (brightness order is
-      // the engine's order) and keeps 1-5% weights visible next to a sink holding 70%.
-      b.weight = mx > 0 ? std::sqrt(w[size_t(j)] / mx) : 0.0f;
+      b.weight = beam_brightness(w[size_t(j)], mx);
       b.color = render::palette::kBeam;
       s.beams.push_back(b);
     }

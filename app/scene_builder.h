@@ -47,6 +47,14 @@ std::string describe_view(const ViewOptions& opts, int n_layer);
 
 std::vector<float> beam_weights(const StepTrace& t, const ViewOptions& opts);
 
+// Display brightness of an attention weight next to the strongest one `max_w`: 1 for the
+// strongest, falling linearly with log10 of the ratio to 0 at kBrightnessDecades below it.
+// Monotone (brightness order is the engine's order); a log scale keeps the few targets
+// that matter visible next to a sink holding 70% of the weight, even over 2,000 tokens
+// where most weights are 1/2,000 of it (the beams and the overview's bars both use it).
+inline constexpr float kBrightnessDecades = 3.0f;
+float beam_brightness(float w, float max_w);
+
 // Level of detail for labels: the positions receiving the most attention (and the newest
 // token) keep labels at least kReadableLabelPx tall however far the camera is; the others
 // shrink with distance and fade out once unreadable (render::TokenInstance::label_min_px).

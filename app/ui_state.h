@@ -63,6 +63,7 @@ struct UiState {
   std::vector<Notice> notices;  // dismissable messages (e.g. backend fallback)
   uint64_t next_notice_id = 1;
   LayoutPrefs layout_prefs;    // side columns open/closed, widths
+  int splitter_drag = 0;       // a column's inner edge being dragged: -1 left, 1 right
   UiLayout layout;             // this frame's regions (set by draw_frame_ui)
   bool export_png = false;     // the toolbar asked to save the current view as a PNG
   int panel_hovered_pos = -1;  // position hovered in the transcript or overview (-1: none)

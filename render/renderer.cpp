@@ -3,6 +3,9 @@
 // Frame order: opaque (token blocks, KV blocks, head sphere) with depth writes, then
 // blended layers without depth writes: grid (alpha), beams and halo (additive),
 // labels (alpha, last so text stays readable over beams).
+// Only the instances in view are drawn: tokens, KV blocks and labels lie in x order, so
+// what the frustum holds is one contiguous range of each (found by testing each token's
+// column against the frustum), drawn by pointing the instance attributes at its start.
 // Instance buffers are uploaded only when the content changed: a Scene with the revision
 // of the last upload reuses them outright; otherwise the freshly packed instances are
 // compared with the previous ones and only the changed byte range is sent. Animation is
@@ -12,10 +15,11 @@
 #include <glad/gl.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
-#include <utility>
 #include <chrono>
 #include <cstddef>
+#include <utility>
 
 #include <glm/gtc/type_ptr.hpp>
 
@@ -96,8 +100,11 @@ struct Renderer::Impl {
   std::vector<BeamInstance> beam_gpu;
   std::vector<GlyphInstance> glyph_gpu;
   std::vector<GlyphQuad> quads;
-  uint64_t revision = 0;              // Scene::revision of the buffers' content (0: none)
+  uint64_t revision = 0;                  // Scene::revision of the buffers' content (0: none)
   float grid_x0 = -8.0f, grid_x1 = 8.0f;  // token extent of that content
+  // Tokens, KV blocks and glyphs are each in non-decreasing x (the app's layout): the
+  // part in view is then one contiguous range of each, and only that range is drawn.
+  bool x_sorted = false;
 
   void pack(const Scene& scene, const GlyphAtlas& atlas);
 
@@ -106,13 +113,65 @@ struct Renderer::Impl {
     glBindBuffer(GL_ARRAY_BUFFER, cube_vbo.get());
     float_attrib(0, 3, 6 * sizeof(float), 0, false);
     float_attrib(1, 3, 6 * sizeof(float), 3 * sizeof(float), false);
+    bind_block_instances(vao, inst, 0);
+  }
+  // Points the per-instance attributes at instance `first` (drawing a sub-range without
+  // GL 4.2's base instance).
+  void bind_block_instances(const GlVertexArray& vao, const GlBuffer& inst, size_t first) {
+    const size_t base = first * sizeof(BlockInstance);
+    glBindVertexArray(vao.get());
     glBindBuffer(GL_ARRAY_BUFFER, inst.get());
-    float_attrib(2, 3, sizeof(BlockInstance), offsetof(BlockInstance, center), true);
-    float_attrib(3, 3, sizeof(BlockInstance), offsetof(BlockInstance, color), true);
-    float_attrib(4, 4, sizeof(BlockInstance), offsetof(BlockInstance, params), true);
-    float_attrib(5, 3, sizeof(BlockInstance), offsetof(BlockInstance, anim), true);
+    float_attrib(2, 3, sizeof(BlockInstance), base + offsetof(BlockInstance, center), true);
+    float_attrib(3, 3, sizeof(BlockInstance), base + offsetof(BlockInstance, color), true);
+    float_attrib(4, 4, sizeof(BlockInstance), base + offsetof(BlockInstance, params), true);
+    float_attrib(5, 3, sizeof(BlockInstance), base + offsetof(BlockInstance, anim), true);
+  }
+  void bind_glyph_instances(size_t first) {
+    const size_t base = first * sizeof(GlyphInstance);
+    glBindVertexArray(glyph_vao.get());
+    glBindBuffer(GL_ARRAY_BUFFER, glyph_inst.get());
+    float_attrib(0, 3, sizeof(GlyphInstance), base + offsetof(GlyphInstance, anchor), true);
+    float_attrib(1, 4, sizeof(GlyphInstance), base + offsetof(GlyphInstance, rect), true);
+    float_attrib(2, 4, sizeof(GlyphInstance), base + offsetof(GlyphInstance, uv), true);
+    float_attrib(3, 4, sizeof(GlyphInstance), base + offsetof(GlyphInstance, color), true);
+    float_attrib(4, 1, sizeof(GlyphInstance), base + offsetof(GlyphInstance, drop), true);
+    float_attrib(5, 1, sizeof(GlyphInstance), base + offsetof(GlyphInstance, min_px), true);
   }
 };
+
+namespace {
+
+struct Range {
+  size_t first = 0, count = 0;
+};
+
+// The six planes of the view frustum (Gribb & Hartmann): a point p is inside when
+// dot(plane.xyz, p) + plane.w >= 0 for all six.
+std::array<glm::vec4, 6> frustum_planes(const glm::mat4& m) {
+  glm::vec4 r0{m[0][0], m[1][0], m[2][0], m[3][0]}, r1{m[0][1], m[1][1], m[2][1], m[3][1]},
+      r2{m[0][2], m[1][2], m[2][2], m[3][2]}, r3{m[0][3], m[1][3], m[2][3], m[3][3]};
+  return {r3 + r0, r3 - r0, r3 + r1, r3 - r1, r3 + r2, r3 - r2};
+}
+
+bool box_visible(const std::array<glm::vec4, 6>& planes, glm::vec3 lo, glm::vec3 hi) {
+  for (const glm::vec4& p : planes) {
+    // The box corner furthest along the plane's normal.
+    glm::vec3 far{p.x >= 0 ? hi.x : lo.x, p.y >= 0 ? hi.y : lo.y, p.z >= 0 ? hi.z : lo.z};
+    if (glm::dot(glm::vec3(p), far) + p.w < 0) return false;
+  }
+  return true;
+}
+
+// Instances of `v` whose x (from `x_of`) lies in [x0, x1]; `v` is sorted by x.
+template <class T, class F>
+Range x_range(const std::vector<T>& v, float x0, float x1, F x_of) {
+  auto lo =
+      std::lower_bound(v.begin(), v.end(), x0, [&](const T& a, float x) { return x_of(a) < x; });
+  auto hi = std::upper_bound(lo, v.end(), x1, [&](float x, const T& a) { return x < x_of(a); });
+  return {size_t(lo - v.begin()), size_t(hi - lo)};
+}
+
+}  // namespace
 
 void Renderer::Impl::pack(const Scene& scene, const GlyphAtlas& atlas) {
   token_data.clear();
@@ -132,6 +191,13 @@ void Renderer::Impl::pack(const Scene& scene, const GlyphAtlas& atlas) {
                        k.color,
                        {k.brightness, k.recompute, 0.0f, 0.0f},
                        {k.flash_brightness, k.flash_recompute, 0.0f}});
+  auto sorted = [](const auto& v, auto x_of) {
+    for (size_t i = 1; i < v.size(); ++i)
+      if (x_of(v[i]) < x_of(v[i - 1])) return false;
+    return true;
+  };
+  x_sorted = sorted(token_data, [](const BlockInstance& b) { return b.center.x; }) &&
+             sorted(kv_data, [](const BlockInstance& b) { return b.center.x; });
   beam_data.clear();
   for (const Beam& b : scene.beams) {
     float w = std::clamp(b.weight, 0.0f, 1.0f);
@@ -158,6 +224,7 @@ void Renderer::Impl::pack(const Scene& scene, const GlyphAtlas& atlas) {
                             t.drop,
                             t.highlighted ? std::max(t.label_min_px, 16.0f) : t.label_min_px});
   }
+  x_sorted = x_sorted && sorted(glyph_data, [](const GlyphInstance& g) { return g.anchor.x; });
 }
 
 uint64_t next_scene_revision() {
@@ -292,21 +359,51 @@ void Renderer::draw(const Scene& scene, int fb_width, int fb_height, Viewport vi
   glDisable(GL_BLEND);
   glDisable(GL_CULL_FACE);
 
-  auto draw_blocks = [&](const GlVertexArray& vao, const std::vector<BlockInstance>& data,
+  // ---- the instance ranges in view (all of them when the content is not x-sorted) ----
+  Range tok_range{0, m.token_gpu.size()}, kv_range{0, m.kv_gpu.size()},
+      glyph_range{0, m.glyph_gpu.size()};
+  if (m.x_sorted && scene.cull_offscreen && !m.token_gpu.empty()) {
+    const auto planes = frustum_planes(vp);
+    const float pad = 0.5f * std::max({scene.token_size.x, scene.token_size.z, 1.0f});
+    const float y_floor = std::min(scene.grid.height, -1.0f);
+    long lo = -1, hi = -1;
+    for (size_t i = 0; i < m.token_gpu.size(); ++i) {
+      // A token's column: its KV stack down to the floor, its label and drop above.
+      const BlockInstance& t = m.token_gpu[i];
+      glm::vec3 a{t.center.x - pad, y_floor, t.center.z - pad};
+      glm::vec3 b{t.center.x + pad, t.center.y + scene.token_size.y + 8.0f + t.anim.z,
+                  t.center.z + pad};
+      if (box_visible(planes, a, b)) {
+        if (lo < 0) lo = long(i);
+        hi = long(i);
+      }
+    }
+    if (lo < 0) {
+      tok_range = kv_range = glyph_range = Range{};
+    } else {
+      const float x0 = m.token_gpu[size_t(lo)].center.x - pad,
+                  x1 = m.token_gpu[size_t(hi)].center.x + pad;
+      tok_range = {size_t(lo), size_t(hi - lo + 1)};
+      kv_range = x_range(m.kv_gpu, x0, x1, [](const BlockInstance& k) { return k.center.x; });
+      glyph_range = x_range(m.glyph_gpu, x0, x1, [](const GlyphInstance& g) { return g.anchor.x; });
+    }
+  }
+
+  auto draw_blocks = [&](const GlVertexArray& vao, const GlBuffer& inst, Range range,
                          glm::vec3 size) {
-    if (data.empty()) return;
+    if (range.count == 0) return;
     m.block.use();
     glUniform1f(m.block.uniform("u_flash"), std::clamp(anim.flash, 0.0f, 1.0f));
     glUniform1f(m.block.uniform("u_fall"), std::clamp(anim.fall, 0.0f, 1.0f));
     glUniformMatrix4fv(m.block.uniform("u_view_proj"), 1, GL_FALSE, glm::value_ptr(vp));
     glUniform3fv(m.block.uniform("u_size"), 1, glm::value_ptr(size));
     glUniform3fv(m.block.uniform("u_eye"), 1, glm::value_ptr(cam.eye));
-    glBindVertexArray(vao.get());
-    glDrawArraysInstanced(GL_TRIANGLES, 0, m.cube_count, GLsizei(data.size()));
+    m.bind_block_instances(vao, inst, range.first);
+    glDrawArraysInstanced(GL_TRIANGLES, 0, m.cube_count, GLsizei(range.count));
     ++stats_.draw_calls;
   };
-  draw_blocks(m.token_vao, m.token_gpu, scene.token_size);
-  draw_blocks(m.kv_vao, m.kv_gpu, scene.kv_block_size);
+  draw_blocks(m.token_vao, m.token_inst, tok_range, scene.token_size);
+  draw_blocks(m.kv_vao, m.kv_inst, kv_range, scene.kv_block_size);
 
   if (scene.head.visible) {
     m.head.use();
@@ -370,7 +467,7 @@ void Renderer::draw(const Scene& scene, int fb_width, int fb_height, Viewport vi
     ++stats_.draw_calls;
   }
 
-  if (!m.glyph_gpu.empty()) {
+  if (glyph_range.count > 0) {
     glBlendFunc(GL_SRC_ALPHA, GL_ONE_MINUS_SRC_ALPHA);
     m.glyph.use();
     glUniform1f(m.glyph.uniform("u_fall"), std::clamp(anim.fall, 0.0f, 1.0f));
@@ -384,8 +481,8 @@ void Renderer::draw(const Scene& scene, int fb_width, int fb_height, Viewport vi
     glActiveTexture(GL_TEXTURE0);
     glBindTexture(GL_TEXTURE_2D, m.atlas_tex.get());
     glUniform1i(m.glyph.uniform("u_atlas"), 0);
-    glBindVertexArray(m.glyph_vao.get());
-    glDrawArraysInstanced(GL_TRIANGLE_STRIP, 0, 4, GLsizei(m.glyph_gpu.size()));
+    m.bind_glyph_instances(glyph_range.first);
+    glDrawArraysInstanced(GL_TRIANGLE_STRIP, 0, 4, GLsizei(glyph_range.count));
     ++stats_.draw_calls;
   }
 
@@ -400,6 +497,9 @@ void Renderer::draw(const Scene& scene, int fb_width, int fb_height, Viewport vi
   stats_.kv_blocks = m.kv_gpu.size();
   stats_.beams = m.beam_gpu.size();
   stats_.glyphs = m.glyph_gpu.size();
+  stats_.drawn_tokens = tok_range.count;
+  stats_.drawn_kv_blocks = kv_range.count;
+  stats_.drawn_glyphs = glyph_range.count;
   stats_.cpu_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }

@@ -19,6 +19,7 @@ namespace render {
 struct FrameStats {
   int draw_calls = 0;
   size_t tokens = 0, kv_blocks = 0, beams = 0, glyphs = 0;
+  size_t drawn_tokens = 0, drawn_kv_blocks = 0, drawn_glyphs = 0;  // in view, so drawn
   double cpu_ms = 0;  // time spent in draw() on the CPU (building + submitting)
   double prepare_ms = 0;      // part of cpu_ms spent packing and uploading instances
   size_t uploaded_bytes = 0;  // instance bytes sent to the GPU this frame

@@ -123,6 +123,8 @@ struct Scene {
   float label_height = 0.42f;                  // world height of one text line
   float label_fit_px = 11.0f;  // labels grow toward this many pixels while there is room
   bool labels_vertical = true;  // labels read bottom-to-top (no overlap between neighbours)
+  // Draw only the tokens, KV blocks and labels in view (when they lie in x order).
+  bool cull_offscreen = true;
   glm::vec3 background{0.035f, 0.04f, 0.06f};
 };
 

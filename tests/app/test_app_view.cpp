@@ -217,3 +217,36 @@ TEST(AppViewTop, ThreeHundredTokensEveryBeamEndsInsideTheFrameAndIsLit) {
     EXPECT_TRUE(inside(cap.view, project(cap, s.head.position), 2.0f)) << what;
   }
 }
+
+TEST(AppViewNotices, ANoticeDrawsInsideTheViewNeverOverThePanels) {
+  GL_TEST_CONTEXT_OR_SKIP(ctx);
+  auto r = ctx->make_renderer();
+  ASSERT_TRUE(r);
+  Timeline tl = synthetic_timeline(40);
+  ModelFacts facts;
+  facts.n_layer = 2;
+  facts.n_head = 2;
+  const int W = 1280, H = 720;
+  AppShot shot;
+  shot.width = W;
+  shot.height = H;
+  UiState plain = ui_for(facts);
+  auto a = capture_app(*r, plain, tl, shot);
+  UiState noticed = ui_for(facts);
+  add_notice(noticed, "no usable GPU (no CUDA device found); using the CPU backend");
+  auto b = capture_app(*r, noticed, tl, shot);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(noticed.notices.size(), 1u);  // still there: it goes only when dismissed
+  const render::Viewport v = b.value().view;
+  int inside_changed = 0, outside_changed = 0;
+  for (int y = 0; y < H; ++y)
+    for (int x = 0; x < W; ++x) {
+      size_t i = (size_t(y) * W + x) * 4;
+      bool differs = std::abs(int(a.value().rgba[i]) - int(b.value().rgba[i])) > 8 ||
+                     std::abs(int(a.value().rgba[i + 1]) - int(b.value().rgba[i + 1])) > 8;
+      bool in_view = x >= v.x && x < v.x + v.width && y >= v.y && y < v.y + v.height;
+      (in_view ? inside_changed : outside_changed) += differs;
+    }
+  EXPECT_GT(inside_changed, 2000);  // the notice is drawn, in the view
+  EXPECT_EQ(outside_changed, 0);    // and nothing of the panels changed
+}

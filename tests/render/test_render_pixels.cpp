@@ -313,3 +313,33 @@ TEST(RenderPixels, UnrevisionedSceneSendsOnlyTheChangedRange) {
   EXPECT_LT(sent * 100, full);
   EXPECT_GT(red, 30);
 }
+
+TEST(RenderPixels, OnlyTheInstancesInViewAreDrawnAndTheImageIsTheSame) {
+  GL_TEST_CONTEXT_OR_SKIP(ctx);
+  auto r = ctx->make_renderer();
+  ASSERT_TRUE(r);
+  render::SyntheticSpec spec;
+  spec.n_tokens = 1500;
+  spec.n_layers = 12;
+  render::Scene s = render::make_synthetic_scene(spec);
+  for (CameraPreset p : {CameraPreset::ThreeQuarter, CameraPreset::Follow, CameraPreset::Top}) {
+    frame_scene(&s, p, kW, kH);
+    s.cull_offscreen = true;
+    s.revision = render::next_scene_revision();
+    Image culled = render_image(*r, s, kW, kH);
+    render::FrameStats st = r->last_stats();
+    s.cull_offscreen = false;
+    Image full = render_image(*r, s, kW, kH);
+    EXPECT_EQ(r->last_stats().drawn_kv_blocks, s.kv_blocks.size());
+    int differ = 0;
+    for (size_t i = 0; i < culled.rgba.size(); ++i) differ += culled.rgba[i] != full.rgba[i];
+    EXPECT_EQ(differ, 0) << render::camera_preset_name(p);
+    if (p == CameraPreset::Top) {
+      EXPECT_EQ(st.drawn_tokens, s.tokens.size());  // everything is in view from above
+    } else {
+      EXPECT_LT(st.drawn_tokens, s.tokens.size() / 4) << render::camera_preset_name(p);
+      EXPECT_LT(st.drawn_kv_blocks, s.kv_blocks.size() / 4) << render::camera_preset_name(p);
+      EXPECT_GT(st.drawn_tokens, 8u);
+    }
+  }
+}
