@@ -15,6 +15,10 @@ namespace kvscope::cli {
 int run_generate(int argc, char** argv);
 // `kvscope bench ...`: prefill / decode / NO CACHE timings. Returns the exit code.
 int run_bench(int argc, char** argv);
+// `kvscope compare ...`: a KV cache configuration against a reference (cli_compare.cpp).
+int run_compare(int argc, char** argv);
+// `kvscope perplexity ...`: perplexity of a text under a cache configuration.
+int run_perplexity(int argc, char** argv);
 
 // A model kvscope knows by name; `scripts/fetch_model.sh NAME` puts its file under
 // assets/models/. The first one is the default.

@@ -2,10 +2,10 @@
 // window and streams the text, or one JSON object per step with --json.
 #include <CLI/CLI.hpp>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "app/cli_common.h"
+#include "app/cli_kv_options.h"
+#include "app/cli_prompt.h"
 #include "app/json_writer.h"
 #include "engine/session.h"
 
@@ -15,28 +15,6 @@ namespace {
 int fail(const std::string& message) {
   std::fprintf(stderr, "kvscope: %s\n", message.c_str());
   return 1;
-}
-
-// Reads a prompt file. A first line "#chat" or "#raw" says how the rest is used.
-Expected<PromptSpec> read_prompt_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error("cannot read the prompt file ", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  PromptSpec spec;
-  spec.text = ss.str();
-  auto strip_header = [&](const char* tag, bool chat) {
-    const std::string t = tag;
-    if (spec.text.rfind(t, 0) == 0 && (spec.text.size() == t.size() || spec.text[t.size()] == '\n')) {
-      spec.text.erase(0, std::min(spec.text.size(), t.size() + 1));
-      spec.chat = chat;
-      return true;
-    }
-    return false;
-  };
-  if (!strip_header("#chat", true)) strip_header("#raw", false);
-  while (!spec.text.empty() && spec.text.back() == '\n') spec.text.pop_back();
-  return spec;
 }
 
 std::string step_json(const StepTrace& tr) {
@@ -88,18 +66,14 @@ std::string step_json(const StepTrace& tr) {
 int run_generate(int argc, char** argv) {
   CLI::App app{"Run the model step by step without a window and stream what it writes.",
                "kvscope generate"};
-  std::string prompt, prompt_file, mode = "cache", model_path, backend_name = "auto",
-                                    kv_type = "f16";
-  bool chat = false, json = false;
+  std::string mode = "cache", model_path, backend_name = "auto";
+  bool json = false;
   int max_tokens = 64, threads = 0, top_k = 0;
   float temp = 0.0f, top_p = 1.0f, min_p = 0.0f;
   uint64_t seed = 0;
   std::vector<std::string> stops;
-  auto* p_opt = app.add_option("--prompt", prompt, "Prompt text");
-  auto* pf_opt = app.add_option("--prompt-file", prompt_file,
-                                "Prompt file (first line #chat or #raw picks the form)");
-  p_opt->excludes(pf_opt);
-  app.add_flag("--chat", chat, "Wrap the prompt as one user turn in the chat template");
+  PromptOptions prompt;
+  add_prompt_options(app, prompt);
   app.add_option("--mode", mode, "KV cache mode")->check(CLI::IsMember({"cache", "nocache"}));
   app.add_option("--max-tokens", max_tokens, "Tokens to generate")->check(CLI::Range(1, 1 << 20));
   app.add_option("--temp", temp, "Temperature (0 = greedy)")->check(CLI::Range(0.0, 100.0));
@@ -111,7 +85,8 @@ int run_generate(int argc, char** argv) {
   app.add_option("--threads", threads, "CPU threads (0 = all)")->check(CLI::NonNegativeNumber);
   app.add_option("--model", model_path, "Built-in model name (smollm2-135m, the default; gemma3-270m) or GGUF file path");
   app.add_option("--backend", backend_name, "auto, cuda or cpu")->check(CLI::IsMember({"auto", "cuda", "cpu"}));
-  app.add_option("--kv-type", kv_type, "KV cache element type")->check(CLI::IsMember({"f16", "f32"}));
+  KvOptions kv;
+  add_kv_options(app, kv);
   app.add_flag("--json", json, "One JSON object per step, then a summary line");
   try {
     app.parse(argc, argv);
@@ -119,19 +94,11 @@ int run_generate(int argc, char** argv) {
     return app.exit(e);
   }
 
-  PromptSpec spec;
-  if (!prompt_file.empty()) {
-    auto p = read_prompt_file(prompt_file);
-    if (!p.ok()) return fail(p.error().message);
-    spec = *p;
-    if (chat) spec.chat = true;
-  } else if (p_opt->count() > 0) {
-    spec.text = prompt;
-    spec.chat = chat;
-  } else {
-    return fail("no prompt: pass --prompt TEXT or --prompt-file FILE");
-  }
-  if (spec.text.empty()) return fail("prompt: the prompt is empty");
+  auto spec_or = prompt_from_options(prompt);
+  if (!spec_or.ok()) return fail(spec_or.error().message);
+  const PromptSpec spec = *spec_or;
+  SessionConfig cfg;
+  if (Status st = apply_kv_options(kv, cfg); !st.ok()) return fail(st.message());
 
   if (model_path.empty()) model_path = default_model_path();
   auto model = load_model(model_path);
@@ -140,9 +107,7 @@ int run_generate(int argc, char** argv) {
   auto backend = make_backend(backend_name, **model, threads, &notice);
   if (!backend.ok()) return fail(backend.error().message);
 
-  SessionConfig cfg;
   cfg.mode = mode == "cache" ? CacheMode::Cache : CacheMode::NoCache;
-  cfg.kv_types.k = cfg.kv_types.v = kv_type == "f16" ? KvDtype::F16 : KvDtype::F32;
   cfg.max_tokens = max_tokens;
   cfg.stop_strings = stops;
   auto session = Session::create(*model, std::move(backend.value()), cfg);

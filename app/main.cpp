@@ -12,14 +12,18 @@ int main(int argc, char** argv) {
     return kvscope::cli::run_generate(argc - 1, argv + 1);
   if (argc >= 2 && std::strcmp(argv[1], "bench") == 0)
     return kvscope::cli::run_bench(argc - 1, argv + 1);
+  if (argc >= 2 && std::strcmp(argv[1], "compare") == 0)
+    return kvscope::cli::run_compare(argc - 1, argv + 1);
+  if (argc >= 2 && std::strcmp(argv[1], "perplexity") == 0)
+    return kvscope::cli::run_perplexity(argc - 1, argv + 1);
 #if defined(KVSCOPE_WITH_APP)
   if (argc >= 2 && std::strcmp(argv[1], "bench-render") == 0)
     return kvscope::app::run_bench_render(argc - 1, argv + 1);
   return kvscope::app::run_app(argc, argv);
 #else
   std::fprintf(stderr,
-               "kvscope: built without the desktop app (KVSCOPE_APP=OFF); use `kvscope generate` "
-               "or `kvscope bench`\n");
+               "kvscope: built without the desktop app (KVSCOPE_APP=OFF); use `kvscope generate`, "
+               "`bench`, `compare` or `perplexity`\n");
   return 2;
 #endif
 }

@@ -39,6 +39,10 @@ Expected<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Model> 
   if (!backend) return make_error("session: no backend");
   if (config.max_tokens < 1)
     return make_error("session: max_tokens ", config.max_tokens, " must be at least 1");
+  const int trained = model->config().n_ctx;
+  if (config.n_ctx != 0 && (config.n_ctx < 2 || config.n_ctx > trained))
+    return make_error("ctx: context size ", config.n_ctx, " is outside [2, ", trained,
+                      "] (the model was trained for ", trained, " positions)");
   std::unique_ptr<Session> s(new Session());
   s->model_ = std::move(model);
   s->backend_ = std::move(backend);
@@ -49,7 +53,9 @@ Expected<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Model> 
 
 Session::~Session() = default;
 
-int Session::context_limit() const { return model_->config().n_ctx; }
+int Session::context_limit() const {
+  return config_.n_ctx > 0 ? config_.n_ctx : model_->config().n_ctx;
+}
 
 Status Session::reset(const PromptSpec& prompt) {
   const Tokenizer& tok = model_->tokenizer();
@@ -70,8 +76,18 @@ Status Session::reset(const PromptSpec& prompt) {
   if (tok.add_bos() && tok.bos_id() >= 0) seq.push_back(tok.bos_id());
   seq.insert(seq.end(), ids->begin(), ids->end());
   if (seq.empty()) return make_error("prompt: the prompt produced no tokens");
+  return reset_tokens(std::move(seq));
+}
+
+Status Session::reset_tokens(std::vector<int32_t> seq) {
+  const Tokenizer& tok = model_->tokenizer();
+  if (seq.empty()) return make_error("prompt: the prompt has no tokens");
+  for (size_t i = 0; i < seq.size(); ++i)
+    if (seq[i] < 0 || seq[i] >= model_->config().n_vocab)
+      return make_error("prompt: token ", i, " has id ", seq[i], ", outside the vocabulary [0, ",
+                        model_->config().n_vocab, ")");
   if (int(seq.size()) >= context_limit())
-    return make_error("prompt: the prompt has ", seq.size(), " tokens but the model's context holds ",
+    return make_error("prompt: the prompt has ", seq.size(), " tokens but the context holds ",
                       context_limit(), "; shorten it to at most ", context_limit() - 1, " tokens");
 
   tokens_ = std::move(seq);
@@ -106,7 +122,16 @@ uint64_t Session::kv_bytes() const { return cache_ ? cache_->bytes_used() : 0; }
 
 std::string Session::generated_text() const { return display_text(gen_bytes_); }
 
-Expected<StepTrace> Session::step() {
+Expected<StepTrace> Session::step() { return run_step(std::nullopt); }
+
+Expected<StepTrace> Session::step_forced(int32_t id) {
+  if (id < 0 || id >= model_->config().n_vocab)
+    return make_error("session: forced token id ", id, " is outside the vocabulary [0, ",
+                      model_->config().n_vocab, ")");
+  return run_step(id);
+}
+
+Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
   if (done())
     return make_error("session: generation has stopped (", stop_reason_name(stop_),
                       "); reset with a prompt first");
@@ -142,7 +167,7 @@ Expected<StepTrace> Session::step() {
   }
 
   logits_ = std::move(fo.logits);
-  const int32_t id = sampler_.sample(logits_);
+  const int32_t id = forced ? *forced : sampler_.sample(logits_);
   std::optional<double> device_ms = backend_->end_step();
 
   StepTrace tr;

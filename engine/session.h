@@ -41,6 +41,7 @@ struct SessionConfig {
   CacheMode mode = CacheMode::Cache;
   KvTypes kv_types;                       // K and V element types of the cache
   KvPolicy kv_policy = KvPolicy::ModelWindow;  // which positions windowed layers keep
+  int n_ctx = 0;  // context size: the most tokens a sequence holds (0 = the model's own)
   int max_tokens = 256;                   // generated tokens, then StopReason::MaxTokens
   std::vector<std::string> stop_strings;  // stop when the generated text contains one
   bool stop_at_eos = true;
@@ -118,8 +119,15 @@ class Session {
   // Tokenizes the prompt and clears the sequence and cache. Errors: empty prompt,
   // invalid UTF-8, prompt longer than the context.
   Status reset(const PromptSpec& prompt);
+  // The same with the prompt given as token ids (no BOS is added). Errors: no tokens,
+  // an id outside the vocabulary, more tokens than the context.
+  Status reset_tokens(std::vector<int32_t> ids);
   // Runs one step. Error if the session is done (check done()) or the backend fails.
   Expected<StepTrace> step();
+  // Teacher forcing: runs one step like step() but appends `id` instead of sampling
+  // (the sampler is not consulted). The trace's candidates are the model's own
+  // distribution; sampled_rank is where `id` stands among them (-1 if not in `top`).
+  Expected<StepTrace> step_forced(int32_t id);
   bool done() const { return stop_ != StopReason::None; }
   StopReason stop_reason() const { return stop_; }
 
@@ -143,6 +151,7 @@ class Session {
 
  private:
   Session() = default;
+  Expected<StepTrace> run_step(std::optional<int32_t> forced);
   std::shared_ptr<const Model> model_;
   std::unique_ptr<Backend> backend_;
   SessionConfig config_;

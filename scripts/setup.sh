@@ -12,6 +12,7 @@ packages=(
   libgl-dev libgl1-mesa-dri libglx-mesa0 xvfb xauth
   libegl-dev libegl1 libegl-mesa0 libgbm1
   libboost-context-dev clang
+  base-files  # /usr/share/common-licenses/GPL-3, the long text of `kvscope perplexity`
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,0 +1,45 @@
+// cli_kv_options.cpp — KV cache options of the headless subcommands (see cli_kv_options.h).
+#include "app/cli_kv_options.h"
+
+namespace kvscope::cli {
+namespace {
+
+constexpr const char* kTypeChoices = "f32, f16";
+
+Status parse_type(const std::string& option, const std::string& name, KvDtype* out) {
+  if (!kv_dtype_parse(name, out))
+    return make_error(option, ": unknown cache type '", name, "' (choose ", kTypeChoices, ")");
+  return Status::Ok();
+}
+
+}  // namespace
+
+void add_kv_options(CLI::App& app, KvOptions& o, const std::string& prefix) {
+  const std::string types = std::string(" (") + kTypeChoices + ")";
+  app.add_option("--" + prefix + "kv-type", o.kv_type, "KV cache element type of K and V" + types);
+  app.add_option("--" + prefix + "kv-type-k", o.kv_type_k,
+                 "Element type of cached K (default: --kv-type)");
+  app.add_option("--" + prefix + "kv-type-v", o.kv_type_v,
+                 "Element type of cached V (default: --kv-type)");
+  app.add_option("--" + prefix + "ctx", o.ctx,
+                 "Context size in tokens (0 = the model's trained context)");
+}
+
+Status apply_kv_options(const KvOptions& o, SessionConfig& cfg, const std::string& prefix) {
+  const std::string p = "--" + prefix;
+  KV_TRY(parse_type(p + "kv-type", o.kv_type, &cfg.kv_types.k));
+  cfg.kv_types.v = cfg.kv_types.k;
+  // --kv-type-k / --kv-type-v override --kv-type for their side.
+  if (!o.kv_type_k.empty()) KV_TRY(parse_type(p + "kv-type-k", o.kv_type_k, &cfg.kv_types.k));
+  if (!o.kv_type_v.empty()) KV_TRY(parse_type(p + "kv-type-v", o.kv_type_v, &cfg.kv_types.v));
+  if (o.ctx < 0) return make_error(p, "ctx: ", o.ctx, " is negative (0 = the model's)");
+  cfg.n_ctx = o.ctx;
+  return Status::Ok();
+}
+
+std::string describe_kv_config(const SessionConfig& cfg, int model_ctx) {
+  return "kv " + kv_types_name(cfg.kv_types) + ", ctx " +
+         std::to_string(cfg.n_ctx > 0 ? cfg.n_ctx : model_ctx);
+}
+
+}  // namespace kvscope::cli

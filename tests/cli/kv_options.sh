@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# kv_options.sh KVSCOPE MAKE_BAD_MODELS — the KV cache options of generate, compare and
+# perplexity: every bad value gives exactly one line on stderr starting with "kvscope:"
+# that names the option, nothing on stdout, exit status 1; and the good paths run
+# (compare of identical configurations reports KL 0 and full agreement).
+set -u
+kvscope=$1
+make_bad=$2
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+"$make_bad" "$dir" || { echo "FAIL: could not build the tiny model"; exit 1; }
+tiny="$dir/tiny.gguf"  # context 256
+printf 'abc\xff\xfedef' > "$dir/invalid.txt"
+printf 'The quick brown fox jumps over the lazy dog. ' > "$dir/text.txt"
+for i in $(seq 1 6); do cat "$dir/text.txt" "$dir/text.txt" > "$dir/t2" && mv "$dir/t2" "$dir/text.txt"; done
+
+failures=0
+passed=0
+check() {  # name, expected substring, args...
+  local name=$1 want=$2
+  shift 2
+  "$kvscope" "$@" >"$dir/out" 2>"$dir/err"
+  local rc=$?
+  local lines
+  lines=$(wc -l <"$dir/err")
+  if [ "$rc" -ne 1 ] || [ "$lines" -ne 1 ] || [ -s "$dir/out" ] ||
+     ! grep -q '^kvscope: ' "$dir/err" || ! grep -qi -- "$want" "$dir/err"; then
+    echo "FAIL: $name (exit $rc, $lines stderr lines, want '$want')"
+    sed 's/^/  stderr: /' "$dir/err"
+    sed 's/^/  stdout: /' "$dir/out" | head -3
+    failures=$((failures + 1))
+  else
+    echo "ok:   $name -> $(cat "$dir/err")"
+    passed=$((passed + 1))
+  fi
+}
+m=(--model "$tiny" --backend cpu --threads 1)
+check "unknown cache type (generate)" "--kv-type: unknown cache type 'q5_0'" generate --prompt hi --kv-type q5_0 "${m[@]}"
+check "unknown cache type (compare)" "--kv-type: unknown cache type" compare --prompt hi --kv-type F16 "${m[@]}"
+check "unknown V type" "--kv-type-v: unknown cache type 'half'" generate --prompt hi --kv-type-v half "${m[@]}"
+check "unknown reference type" "--ref-kv-type: unknown cache type" compare --prompt hi --ref-kv-type int8 "${m[@]}"
+check "unknown cache type (perplexity)" "unknown cache type" perplexity --file "$dir/text.txt" --kv-type fp8 "${m[@]}"
+check "context past the trained one" "ctx: context size 1000 is outside \[2, 256\]" generate --prompt hi --ctx 1000 "${m[@]}"
+check "negative context" "--ctx: -5 is negative" generate --prompt hi --ctx -5 "${m[@]}"
+check "prompt past a small context" "context holds 4" generate --prompt "the tin can" --ctx 4 "${m[@]}"
+check "reference context too small" "reference's context" compare --prompt hi --ref-ctx 16 --max-tokens 64 "${m[@]}"
+check "missing text file" "cannot read the text file" perplexity --file "$dir/none.txt" "${m[@]}"
+check "invalid UTF-8 text" "UTF-8" perplexity --file "$dir/invalid.txt" "${m[@]}"
+
+# Good paths.
+good() {  # name, grep pattern for stdout, args...
+  local name=$1 want=$2
+  shift 2
+  if "$kvscope" "$@" >"$dir/out" 2>"$dir/err" && grep -q -- "$want" "$dir/out"; then
+    echo "ok:   $name"
+    passed=$((passed + 1))
+  else
+    echo "FAIL: $name (want '$want')"
+    sed 's/^/  stderr: /' "$dir/err"
+    tail -3 "$dir/out" | sed 's/^/  stdout: /'
+    failures=$((failures + 1))
+  fi
+}
+good "compare identical configurations" '"mean_kl":0,"max_kl":0,"top1_agreement":1,"max_attn_diff":0' \
+  compare --prompt "the tin" --max-tokens 8 --json "${m[@]}"
+good "compare f32 against f16" '"steps":8' compare --prompt "the tin" --max-tokens 8 --kv-type f32 --json "${m[@]}"
+good "K and V types apart" '"candidate":"kv k=f32,v=f16' compare --prompt "the tin" --max-tokens 2 --kv-type-k f32 --json "${m[@]}"
+good "perplexity in chunks" '"chunks":3' perplexity --file "$dir/text.txt" --max-tokens 100 --ctx 40 --json "${m[@]}"
+echo "$passed passed, $failures failed"
+[ "$failures" -eq 0 ]
