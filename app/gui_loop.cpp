@@ -130,6 +130,17 @@ struct Measurement {
 
 }  // namespace
 
+double frame_wait(const FramePace& p) {
+  const bool wanted = p.changed || p.animating || p.slow;
+  if (!wanted) return kIdleWait;
+  const double busy_fps = std::clamp(kBusyShare * p.cores * 1000.0 / std::max(p.frame_ms, 0.1),
+                                     kBusyFpsMin, kBusyFpsMax);
+  double min_dt = 1.0 / (p.engine_busy ? busy_fps : kActiveFps);
+  if (p.slow && !p.changed && !p.animating) min_dt = std::max(min_dt, kSlowFrame);
+  const double left = min_dt - p.since_draw;
+  return left < 0.0005 ? 0.0 : left;  // within half a millisecond: now
+}
+
 int run_gui(const GuiOptions& o) {
   UiState ui;
   ui.prompts = load_prompts();
@@ -202,16 +213,20 @@ int run_gui(const GuiOptions& o) {
         input_events = 0;
         settle = 3;
       }
-      const bool flat_out = cs.busy || (cs.playing && cs.speed <= kSpeedMax);
-      const bool wanted = settle > 0 || !pending.empty() || view.animating() ||
-                          !ui.notices.empty() || o.quit_after > 0 || glfwWindowShouldClose(win);
-      const double busy_fps =
-          std::clamp(kBusyShare * cores * 1000.0 / frame_ms, kBusyFpsMin, kBusyFpsMax);
-      const double min_dt = 1.0 / (flat_out ? busy_fps : kActiveFps);
-      const double since = glfwGetTime() - last_draw;
-      if (wanted && since >= min_dt) break;
-      // Input wakes this early; controller events are picked up within 50 ms.
-      glfwWaitEventsTimeout(wanted ? std::max(min_dt - since, 0.001) : 0.05);
+      FramePace pace;
+      pace.changed =
+          settle > 0 || !pending.empty() || o.quit_after > 0 || glfwWindowShouldClose(win);
+      pace.animating = view.animating();
+      // A focused text field's cursor blinks and timed notices expire.
+      pace.slow = io.WantTextInput || std::any_of(ui.notices.begin(), ui.notices.end(),
+                                                  [](const Notice& n) { return n.seconds > 0; });
+      pace.engine_busy = cs.busy || (cs.playing && cs.speed <= kSpeedMax);
+      pace.since_draw = glfwGetTime() - last_draw;
+      pace.frame_ms = frame_ms;
+      pace.cores = cores;
+      const double wait = frame_wait(pace);
+      if (wait <= 0) break;
+      glfwWaitEventsTimeout(wait);  // input wakes it early
     }
     if (glfwWindowShouldClose(win)) break;
     const auto work_start = std::chrono::steady_clock::now();
@@ -316,6 +331,7 @@ int run_gui(const GuiOptions& o) {
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - work_start)
             .count();
     frame_ms += 0.2 * (work_ms - frame_ms);
+    ui.frame_work_ms = frame_ms;
     if (measure.t0 >= 0 && !measure.done()) {
       ++measure.frames;
       measure.frame_work_ms += work_ms;

@@ -18,6 +18,21 @@ namespace kvscope::app {
 inline constexpr double kActiveFps = 60.0;  // cap while animating or handling input
 inline constexpr double kBusyShare = 0.05;  // of all cores, for frames while the engine computes
 inline constexpr double kBusyFpsMin = 2.0, kBusyFpsMax = 20.0;
+inline constexpr double kSlowFrame = 0.25;  // a blinking cursor, a notice's timer
+inline constexpr double kIdleWait = 0.05;   // nothing to draw: look for engine events this often
+
+// What decides when the next frame is drawn.
+struct FramePace {
+  bool changed = false;      // input, a controller event, frames still settling
+  bool animating = false;    // the camera or a step's animation is moving
+  bool slow = false;         // only a cursor blink or a notice timer wants frames
+  bool engine_busy = false;  // a step is computing, or the engine plays flat out
+  double since_draw = 0;     // seconds since the last frame
+  double frame_ms = 20;      // what a frame's work costs lately
+  double cores = 1;          // hardware threads
+};
+// Seconds to wait before the next frame (input wakes the wait early); 0: draw now.
+double frame_wait(const FramePace& p);
 
 struct GuiOptions {
   CaptureOptions cap;       // model, backend, prompt file, mode, camera, view, size

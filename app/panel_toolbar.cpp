@@ -53,8 +53,9 @@ std::string status_text(const UiState& ui, const ControllerState& cs, const Time
   if (cs.finished) {
     const StepTrace* last = tl.last();
     if (!last) return "ready: press Play or Step";
-    std::snprintf(buf, sizeof buf, "finished (%s), %d tokens", stop_reason_name(last->stop),
-                  last->seq_len);
+    // A run ended by Stop has no engine stop reason of its own.
+    const char* why = last->stop == StopReason::None ? "stopped" : stop_reason_name(last->stop);
+    std::snprintf(buf, sizeof buf, "finished (%s), %d tokens", why, last->seq_len);
     return buf;
   }
   if (cs.playing) {

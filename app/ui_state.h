@@ -69,6 +69,7 @@ struct UiState {
   int panel_hovered_pos = -1;  // position hovered in the transcript or overview (-1: none)
   int look_at_pos = -1;        // a position the overview asked the camera to show
   TranscriptCache transcript;
+  double frame_work_ms = 0;  // what drawing one frame costs lately (frames are paced: see gui_loop.h)
   double last_step_time = -1e9;      // glfwGetTime() when the newest trace arrived
   std::deque<double> step_arrivals;  // arrival times of the last few traces (observed tok/s)
   int hovered_pos = -1;
