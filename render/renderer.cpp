@@ -24,6 +24,7 @@
 #include <glm/gtc/type_ptr.hpp>
 
 #include "render/camera.h"
+#include "render/frustum.h"
 #include "render/meshes.h"
 
 namespace render {
@@ -138,40 +139,6 @@ struct Renderer::Impl {
     float_attrib(5, 1, sizeof(GlyphInstance), base + offsetof(GlyphInstance, min_px), true);
   }
 };
-
-namespace {
-
-struct Range {
-  size_t first = 0, count = 0;
-};
-
-// The six planes of the view frustum (Gribb & Hartmann): a point p is inside when
-// dot(plane.xyz, p) + plane.w >= 0 for all six.
-std::array<glm::vec4, 6> frustum_planes(const glm::mat4& m) {
-  glm::vec4 r0{m[0][0], m[1][0], m[2][0], m[3][0]}, r1{m[0][1], m[1][1], m[2][1], m[3][1]},
-      r2{m[0][2], m[1][2], m[2][2], m[3][2]}, r3{m[0][3], m[1][3], m[2][3], m[3][3]};
-  return {r3 + r0, r3 - r0, r3 + r1, r3 - r1, r3 + r2, r3 - r2};
-}
-
-bool box_visible(const std::array<glm::vec4, 6>& planes, glm::vec3 lo, glm::vec3 hi) {
-  for (const glm::vec4& p : planes) {
-    // The box corner furthest along the plane's normal.
-    glm::vec3 far{p.x >= 0 ? hi.x : lo.x, p.y >= 0 ? hi.y : lo.y, p.z >= 0 ? hi.z : lo.z};
-    if (glm::dot(glm::vec3(p), far) + p.w < 0) return false;
-  }
-  return true;
-}
-
-// Instances of `v` whose x (from `x_of`) lies in [x0, x1]; `v` is sorted by x.
-template <class T, class F>
-Range x_range(const std::vector<T>& v, float x0, float x1, F x_of) {
-  auto lo =
-      std::lower_bound(v.begin(), v.end(), x0, [&](const T& a, float x) { return x_of(a) < x; });
-  auto hi = std::upper_bound(lo, v.end(), x1, [&](float x, const T& a) { return x < x_of(a); });
-  return {size_t(lo - v.begin()), size_t(hi - lo)};
-}
-
-}  // namespace
 
 void Renderer::Impl::pack(const Scene& scene, const GlyphAtlas& atlas) {
   token_data.clear();
@@ -360,7 +327,7 @@ void Renderer::draw(const Scene& scene, int fb_width, int fb_height, Viewport vi
   glDisable(GL_CULL_FACE);
 
   // ---- the instance ranges in view (all of them when the content is not x-sorted) ----
-  Range tok_range{0, m.token_gpu.size()}, kv_range{0, m.kv_gpu.size()},
+  InstanceRange tok_range{0, m.token_gpu.size()}, kv_range{0, m.kv_gpu.size()},
       glyph_range{0, m.glyph_gpu.size()};
   if (m.x_sorted && scene.cull_offscreen && !m.token_gpu.empty()) {
     const auto planes = frustum_planes(vp);
@@ -379,7 +346,7 @@ void Renderer::draw(const Scene& scene, int fb_width, int fb_height, Viewport vi
       }
     }
     if (lo < 0) {
-      tok_range = kv_range = glyph_range = Range{};
+      tok_range = kv_range = glyph_range = InstanceRange{};
     } else {
       const float x0 = m.token_gpu[size_t(lo)].center.x - pad,
                   x1 = m.token_gpu[size_t(hi)].center.x + pad;
@@ -389,7 +356,7 @@ void Renderer::draw(const Scene& scene, int fb_width, int fb_height, Viewport vi
     }
   }
 
-  auto draw_blocks = [&](const GlVertexArray& vao, const GlBuffer& inst, Range range,
+  auto draw_blocks = [&](const GlVertexArray& vao, const GlBuffer& inst, InstanceRange range,
                          glm::vec3 size) {
     if (range.count == 0) return;
     m.block.use();
