@@ -4,18 +4,17 @@
 namespace kvscope::cli {
 namespace {
 
-constexpr const char* kTypeChoices = "f32, f16";
-
 Status parse_type(const std::string& option, const std::string& name, KvDtype* out) {
   if (!kv_dtype_parse(name, out))
-    return make_error(option, ": unknown cache type '", name, "' (choose ", kTypeChoices, ")");
+    return make_error(option, ": unknown cache type '", name, "' (choose ", kv_dtype_choices(),
+                      ")");
   return Status::Ok();
 }
 
 }  // namespace
 
 void add_kv_options(CLI::App& app, KvOptions& o, const std::string& prefix) {
-  const std::string types = std::string(" (") + kTypeChoices + ")";
+  const std::string types = std::string(" (") + kv_dtype_choices() + ")";
   app.add_option("--" + prefix + "kv-type", o.kv_type, "KV cache element type of K and V" + types);
   app.add_option("--" + prefix + "kv-type-k", o.kv_type_k,
                  "Element type of cached K (default: --kv-type)");

@@ -21,12 +21,20 @@ const char* kv_dtype_name(KvDtype t) {
       return "f32";
     case KvDtype::F16:
       return "f16";
+    case KvDtype::Q8_0:
+      return "q8_0";
+    case KvDtype::Q4_0:
+      return "q4_0";
   }
   return "?";
 }
 
+const char* kv_dtype_choices() {
+  return "f32, f16, q8_0, q4_0";
+}
+
 bool kv_dtype_parse(const std::string& name, KvDtype* out) {
-  for (KvDtype t : {KvDtype::F32, KvDtype::F16})
+  for (KvDtype t : {KvDtype::F32, KvDtype::F16, KvDtype::Q8_0, KvDtype::Q4_0})
     if (name == kv_dtype_name(t)) {
       *out = t;
       return true;
@@ -40,6 +48,10 @@ uint64_t kv_row_bytes(KvDtype t, int D) {
       return uint64_t(D) * 4;
     case KvDtype::F16:
       return uint64_t(D) * 2;
+    case KvDtype::Q8_0:
+      return D % 32 == 0 ? uint64_t(D / 32) * 34 : 0;
+    case KvDtype::Q4_0:
+      return D % 32 == 0 ? uint64_t(D / 32) * 18 : 0;
   }
   return 0;
 }
@@ -96,6 +108,12 @@ Status KvCache::init_storage(int slots) {
   if (s.n_layer < 1 || s.n_head_kv < 1 || s.head_dim < 1)
     return make_error("kv cache: shape ", s.n_layer, " layers x ", s.n_head_kv, " kv heads x ",
                       s.head_dim, " dims must be positive");
+  for (KvDtype t : {cfg_.types.k, cfg_.types.v})
+    if (kv_row_bytes(t, s.head_dim) == 0)
+      return make_error("kv cache: type ", kv_dtype_name(t),
+                        " stores blocks of 32 values along the head dimension, but this model's "
+                        "heads have ",
+                        s.head_dim, " dims (use f16 or f32)");
   for (int l = 0; l < s.n_layer; ++l) {
     const KvLayerRule& r = rule(l);
     if (r.window < 0 || r.sink < 0 || r.keep < 0)

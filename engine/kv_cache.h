@@ -42,13 +42,17 @@
 
 namespace kvscope {
 
-// Element type of cached K or V rows. The values are the ggml type ids (Q8_0 = 8 and
-// Q4_0 = 2 would follow the same numbering).
-enum class KvDtype : int { F32 = 0, F16 = 1 };
-const char* kv_dtype_name(KvDtype t);  // "f32", "f16"
+// Element type of cached K or V rows; the values are the ggml type ids. q8_0 and q4_0 are
+// the GGUF blocks of 32 values along D (34 and 18 bytes: an fp16 scale and the quants;
+// engine/kv_quant.h), so D must be a multiple of 32 for them.
+enum class KvDtype : int { F32 = 0, F16 = 1, Q4_0 = 2, Q8_0 = 8 };
+const char* kv_dtype_name(KvDtype t);  // "f32", "f16", "q8_0", "q4_0"
 // Parses a name from kv_dtype_name(); false when unknown.
 bool kv_dtype_parse(const std::string& name, KvDtype* out);
-// Bytes of one cached row of D values.
+// The accepted names, for messages: "f32, f16, q8_0, q4_0".
+const char* kv_dtype_choices();
+// Bytes of one cached row of D values, block overhead included; 0 when D does not fit the
+// type's blocks.
 uint64_t kv_row_bytes(KvDtype t, int D);
 
 struct KvTypes {

@@ -39,6 +39,11 @@ Expected<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Model> 
   if (!backend) return make_error("session: no backend");
   if (config.max_tokens < 1)
     return make_error("session: max_tokens ", config.max_tokens, " must be at least 1");
+  for (KvDtype t : {config.kv_types.k, config.kv_types.v})
+    if (kv_row_bytes(t, model->config().head_dim) == 0)
+      return make_error("kv-type: ", kv_dtype_name(t),
+                        " stores blocks of 32 values along the head dimension, but this model's "
+                        "heads have ", model->config().head_dim, " dims (use f16 or f32)");
   const int trained = model->config().n_ctx;
   if (config.n_ctx != 0 && (config.n_ctx < 2 || config.n_ctx > trained))
     return make_error("ctx: context size ", config.n_ctx, " is outside [2, ", trained,

@@ -17,6 +17,7 @@
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/packed_weight.h"
 #include "engine/cpu/thread_pool.h"
+#include "engine/kv_quant.h"
 #include "engine/quant.h"
 
 #if defined(__AVX512F__)
@@ -88,6 +89,8 @@ class CpuKvCache final : public KvCache {
 void load_row(KvDtype dtype, const uint8_t* src, float* dst, int D) {
   if (dtype == KvDtype::F32) {
     std::memcpy(dst, src, size_t(D) * 4);
+  } else if (dtype == KvDtype::Q8_0 || dtype == KvDtype::Q4_0) {
+    dequantize_row(GgmlType(int(dtype)), src, dst, D);
   } else {
 #if defined(__AVX512F__)
     int i = 0;
@@ -109,6 +112,10 @@ void load_row(KvDtype dtype, const uint8_t* src, float* dst, int D) {
 void store_row(KvDtype dtype, const float* src, uint8_t* dst, int D) {
   if (dtype == KvDtype::F32) {
     std::memcpy(dst, src, size_t(D) * 4);
+  } else if (dtype == KvDtype::Q8_0) {
+    quantize_row_q8_0(src, dst, D);
+  } else if (dtype == KvDtype::Q4_0) {
+    quantize_row_q4_0(src, dst, D);
   } else {
 #if defined(__AVX512F__)
     int i = 0;

@@ -38,6 +38,7 @@ m=(--model "$tiny" --backend cpu --threads 1)
 check "unknown cache type (generate)" "--kv-type: unknown cache type 'q5_0'" generate --prompt hi --kv-type q5_0 "${m[@]}"
 check "unknown cache type (compare)" "--kv-type: unknown cache type" compare --prompt hi --kv-type F16 "${m[@]}"
 check "unknown V type" "--kv-type-v: unknown cache type 'half'" generate --prompt hi --kv-type-v half "${m[@]}"
+check "q8_0 on 16-dim heads" "q8_0 stores blocks of 32 values along the head dimension, but this model's heads have 16 dims" generate --prompt hi --kv-type-k q8_0 "${m[@]}"
 check "unknown reference type" "--ref-kv-type: unknown cache type" compare --prompt hi --ref-kv-type int8 "${m[@]}"
 check "unknown cache type (perplexity)" "unknown cache type" perplexity --file "$dir/text.txt" --kv-type fp8 "${m[@]}"
 check "context past the trained one" "ctx: context size 1000 is outside \[2, 256\]" generate --prompt hi --ctx 1000 "${m[@]}"

@@ -2,7 +2,8 @@
 // exact gives hand-built blocks byte for byte, those blocks load back to the values, a
 // rounding case lands on the nearest step, and random rows come back within the stated
 // error bound (half a step plus the scale's fp16 rounding; one step more at q4_0's
-// clamped far end).
+// clamped far end). On the CPU backend, attention over a quantized cache equals attention
+// over an f32 cache holding the dequantized rows, for every K/V type pair.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "engine/cpu/cpu_backend.h"
 #include "engine/kv_quant.h"
 #include "engine/quant.h"
 
@@ -116,6 +118,68 @@ TEST(KvQuant, RandomRowsWithinTheStatedBound) {
       }
     }
   }
+}
+
+// Rows of a cache type, rounded the way the cache stores them, as fp32.
+std::vector<float> through(KvDtype t, const std::vector<float>& x, int D) {
+  if (t == KvDtype::F32) return x;
+  std::vector<float> y(x.size());
+  std::vector<uint8_t> b(kv_row_bytes(t, D));
+  for (size_t r = 0; r < x.size() / size_t(D); ++r) {
+    const float* src = x.data() + r * size_t(D);
+    if (t == KvDtype::F16) {
+      for (int i = 0; i < D; ++i) y[r * size_t(D) + size_t(i)] = fp16_to_fp32(fp32_to_fp16(src[i]));
+      continue;
+    }
+    if (t == KvDtype::Q8_0) quantize_row_q8_0(src, b.data(), D);
+    if (t == KvDtype::Q4_0) quantize_row_q4_0(src, b.data(), D);
+    dequantize_row(GgmlType(int(t)), b.data(), y.data() + r * size_t(D), D);
+  }
+  return y;
+}
+
+TEST(KvQuant, CpuAttentionOverQuantizedRowsEqualsAttentionOverTheirValues) {
+  constexpr int H = 4, Hkv = 2, D = 64, T = 7, N = 23;  // N positions cached, T queries at the end
+  auto be = make_cpu_backend(2);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> k(size_t(N) * Hkv * D), v(k.size()), q(size_t(T) * H * D);
+  for (float& f : k) f = nd(rng);
+  for (float& f : v) f = nd(rng);
+  for (float& f : q) f = nd(rng);
+  const KvDtype all[] = {KvDtype::F16, KvDtype::Q8_0, KvDtype::Q4_0};
+  for (KvDtype kt : all)
+    for (KvDtype vt : all) {
+      const KvTypes types{kt, vt};
+      SCOPED_TRACE(kv_types_name(types));
+      // Attention of T queries at positions N-T .. N-1 over cache `c` holding k_rows, v_rows.
+      auto run = [&](KvTypes ct, const std::vector<float>& kr, const std::vector<float>& vr) {
+        auto made = be->create_kv_cache(kv_config_full({1, Hkv, D}, ct), N);
+        EXPECT_TRUE(made.ok()) << made.error().message;
+        KvCache& c = **made;
+        auto ks = be->scratch(0, N, Hkv * D);
+        auto vs = be->scratch(1, N, Hkv * D);
+        std::copy(kr.begin(), kr.end(), ks->data);
+        std::copy(vr.begin(), vr.end(), vs->data);
+        EXPECT_TRUE(c.begin(0, N).ok());
+        EXPECT_TRUE(be->kv_write(c, 0, *ks, *vs, 0).ok());
+        EXPECT_TRUE(c.end().ok());
+        auto qs = be->scratch(2, T, H * D);
+        auto out = be->scratch(3, T, H * D);
+        auto probs = be->scratch(4, H, N);
+        std::copy(q.begin(), q.end(), qs->data);
+        // The last T positions as queries: causal over the N cached keys.
+        EXPECT_TRUE(be->attention(*qs, c, 0, N - T, H, 0.125f, *out, *probs).ok());
+        std::vector<float> o(out->data, out->data + T * H * D);
+        o.insert(o.end(), probs->data, probs->data + H * N);
+        return o;
+      };
+      const auto got = run(types, k, v);
+      const auto want = run({KvDtype::F32, KvDtype::F32}, through(kt, k, D), through(vt, v, D));
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], 1e-5f + 1e-5f * std::fabs(want[i])) << "element " << i;
+    }
 }
 
 }  // namespace
