@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 
 #include "app/app_frame.h"
 #include "app/scene_view.h"
@@ -116,6 +117,26 @@ Expected<AppShotResult> capture_app(render::Renderer& r, UiState& ui, const Time
   return out;
 }
 
+Expected<std::string> export_view_png(render::Renderer& r, const render::Scene& scene, int width,
+                                      int height, const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::string path;
+  for (int i = 1; i < 100000 && path.empty(); ++i) {
+    char name[64];
+    std::snprintf(name, sizeof name, "kvscope-view-%03d.png", i);
+    std::error_code ec;
+    if (!fs::exists(fs::path(dir) / name, ec)) path = (fs::path(dir) / name).string();
+  }
+  if (path.empty()) return make_error("no free kvscope-view-NNN.png name left in '", dir, "'");
+  auto px = render_offscreen(r, scene, width, height);
+  if (!px.ok()) return px.error();
+  if (render::Result res = render::write_png(path, width, height, px.value()); !res.ok())
+    return make_error(res.error);
+  std::error_code ec;
+  fs::path abs = fs::absolute(path, ec);
+  return ec ? path : abs.string();
+}
+
 int run_screenshot(const CaptureOptions& opts, bool panels) {
   auto fail = [](const std::string& msg) {
     std::fprintf(stderr, "kvscope: %s\n", msg.c_str());
@@ -171,7 +192,8 @@ int run_screenshot(const CaptureOptions& opts, bool panels) {
       tag.erase(std::remove(tag.begin(), tag.end(), '/'), tag.end());
       size_t dot = path.rfind('.');
       size_t slash = path.rfind('/');
-      if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) dot = path.size();
+      if (dot == std::string::npos || (slash != std::string::npos && dot < slash))
+        dot = path.size();
       path = path.substr(0, dot) + "-" + tag + path.substr(dot);
     }
     AppShot shot;
@@ -185,7 +207,8 @@ int run_screenshot(const CaptureOptions& opts, bool panels) {
     if (render::Result r = render::write_png(path, opts.width, opts.height, img.value().rgba);
         !r.ok())
       return fail(r.error);
-    std::printf("kvscope: wrote %s (camera %s)\n", path.c_str(), render::camera_preset_name(preset));
+    std::printf("kvscope: wrote %s (camera %s)\n", path.c_str(),
+                render::camera_preset_name(preset));
   }
   const StepTrace* last = tl.last();
   std::printf("kvscope: %dx%d, %d steps, seq_len %d, mode %s, %s\n", opts.width, opts.height,

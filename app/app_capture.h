@@ -34,6 +34,11 @@ struct AppShotResult {
 Expected<AppShotResult> capture_app(render::Renderer& r, UiState& ui, const Timeline& tl,
                                     const AppShot& shot);
 
+// Export PNG: renders `scene` (with its camera) at width x height, as the 3D view shows it,
+// into `dir`/kvscope-view-NNN.png with the first NNN not taken; returns the absolute path.
+Expected<std::string> export_view_png(render::Renderer& r, const render::Scene& scene, int width,
+                                      int height, const std::string& dir);
+
 // What the panels show about the model, from an opened engine.
 ModelFacts model_facts(const EngineHandle& h);
 

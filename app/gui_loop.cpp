@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -57,16 +56,6 @@ void install_input_callbacks(GLFWwindow* w, int* counter) {
   glfwSetCursorEnterCallback(w, [](GLFWwindow* win, int) { note_input(win); });
   glfwSetFramebufferSizeCallback(w, [](GLFWwindow* win, int, int) { note_input(win); });
   glfwSetWindowRefreshCallback(w, [](GLFWwindow* win) { note_input(win); });
-}
-
-// A file name for an exported view that does not overwrite an earlier one.
-std::string next_export_path() {
-  for (int i = 1; i < 10000; ++i) {
-    char name[64];
-    std::snprintf(name, sizeof name, "kvscope-view-%03d.png", i);
-    if (!std::filesystem::exists(name)) return name;
-  }
-  return "kvscope-view.png";
 }
 
 // Opens the engine and starts its controller; errors go to the UI's modal.
@@ -308,14 +297,11 @@ int run_gui(const GuiOptions& o) {
     if (ui.export_png && renderer) {
       ui.export_png = false;
       render::Viewport vp = to_viewport(ui.layout.view, fb_scale);
-      std::string path = next_export_path();
-      auto px = render_offscreen(*renderer, view.scene(), vp.width, vp.height);
-      render::Result r = px.ok() ? render::write_png(path, vp.width, vp.height, px.value())
-                                 : render::Result::fail(px.error().message);
-      if (r.ok())
-        add_notice(ui, "Saved the view as " + std::filesystem::absolute(path).string(), 8.0);
+      auto path = export_view_png(*renderer, view.scene(), vp.width, vp.height, ".");
+      if (path.ok())
+        add_notice(ui, "Saved the view as " + path.value(), 8.0);
       else
-        ui.error = "Could not export the view: " + r.error;
+        ui.error = "Could not export the view: " + path.error().message;
     }
     ++frame;
     bool last_frame = (o.quit_after > 0 && frame >= o.quit_after) || measure.done() ||

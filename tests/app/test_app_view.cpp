@@ -4,9 +4,12 @@
 // pixels; TOP at 300 tokens has every beam's end inside that rectangle, and lit.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include "app/app_capture.h"
@@ -249,4 +252,47 @@ TEST(AppViewNotices, ANoticeDrawsInsideTheViewNeverOverThePanels) {
     }
   EXPECT_GT(inside_changed, 2000);  // the notice is drawn, in the view
   EXPECT_EQ(outside_changed, 0);    // and nothing of the panels changed
+}
+
+TEST(AppViewExport, ExportPngSavesTheViewAsShownUnderAFreshName) {
+  GL_TEST_CONTEXT_OR_SKIP(ctx);
+  auto r = ctx->make_renderer();
+  ASSERT_TRUE(r);
+  Timeline tl = synthetic_timeline(60);
+  ModelFacts facts;
+  facts.n_layer = 2;
+  facts.n_head = 2;
+  UiState ui = ui_for(facts);
+  AppShot shot;
+  shot.preset = render::CameraPreset::Follow;
+  auto cap = capture_app(*r, ui, tl, shot);
+  ASSERT_TRUE(cap.ok());
+  const render::Viewport v = cap.value().view;
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / ("kvscope_export_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto first = export_view_png(*r, cap.value().scene, v.width, v.height, dir.string());
+  auto second = export_view_png(*r, cap.value().scene, v.width, v.height, dir.string());
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_NE(first.value(), second.value());  // never overwrites an earlier export
+  EXPECT_TRUE(fs::path(first.value()).is_absolute());
+  // The file holds exactly the view's pixels: the same bytes as those pixels written as PNG.
+  auto px = render_offscreen(*r, cap.value().scene, v.width, v.height);
+  ASSERT_TRUE(px.ok());
+  fs::path ref = dir / "reference.png";
+  ASSERT_TRUE(render::write_png(ref.string(), v.width, v.height, px.value()).ok());
+  auto bytes = [](const fs::path& p) {
+    std::ifstream f(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  EXPECT_EQ(bytes(first.value()), bytes(ref));
+  EXPECT_GT(fs::file_size(first.value()), 1000u);
+  // The view's pixels show the scene (the head's glow where it projects).
+  Image img{v.width, v.height, px.value()};
+  auto head = render::project_to_screen(cap.value().scene.camera, cap.value().scene.head.position,
+                                        v.width, v.height);
+  ASSERT_TRUE(head.has_value());
+  EXPECT_GE(count_near(img, *head, 3, is_head_glow), 6);
+  fs::remove_all(dir);
 }
