@@ -16,8 +16,10 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <type_traits>
 #include <unordered_set>
+#include <vector>
 
 #include "engine/quant.h"
 
@@ -305,8 +307,41 @@ uint64_t TensorInfo::n_elements() const {
   return ne.empty() ? 0 : n;
 }
 
+namespace {
+
+// The live file mappings, for gguf_release_pages.
+struct Mappings {
+  std::mutex mutex;
+  std::vector<std::pair<const uint8_t*, uint64_t>> live;  // (base, size)
+};
+Mappings& mappings() {
+  static Mappings* m = new Mappings;  // never destroyed: files may close during exit
+  return *m;
+}
+
+}  // namespace
+
+void gguf_release_pages(const void* p, uint64_t n) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  Mappings& m = mappings();
+  std::lock_guard<std::mutex> lock(m.mutex);
+  for (const auto& [base, size] : m.live) {
+    if (b < base || n > size || uint64_t(b - base) > size - n) continue;
+    const uint64_t page = uint64_t(sysconf(_SC_PAGESIZE));
+    const uint64_t lo = (reinterpret_cast<uintptr_t>(b) + page - 1) / page * page;
+    const uint64_t hi = (reinterpret_cast<uintptr_t>(b) + n) / page * page;
+    if (hi > lo) madvise(reinterpret_cast<void*>(lo), size_t(hi - lo), MADV_DONTNEED);
+    return;
+  }
+}
+
 GgufFile::~GgufFile() {
-  if (map_) munmap(map_, static_cast<size_t>(size_));
+  if (map_) {
+    Mappings& m = mappings();
+    std::lock_guard<std::mutex> lock(m.mutex);
+    std::erase(m.live, std::pair<const uint8_t*, uint64_t>(base_, size_));
+    munmap(map_, static_cast<size_t>(size_));
+  }
 }
 
 Expected<std::unique_ptr<GgufFile>> GgufFile::open(const std::string& path) {
@@ -340,6 +375,11 @@ Expected<std::unique_ptr<GgufFile>> GgufFile::open(const std::string& path) {
   f->map_ = m;
   f->base_ = static_cast<const uint8_t*>(m);
   f->size_ = static_cast<uint64_t>(st.st_size);
+  {
+    Mappings& reg = mappings();
+    std::lock_guard<std::mutex> lock(reg.mutex);
+    reg.live.push_back({f->base_, f->size_});
+  }
   return parse(std::move(f));
 }
 

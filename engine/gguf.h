@@ -122,4 +122,11 @@ class GgufFile {
 std::string ggml_type_name(GgmlType t);
 std::string ggml_type_name(uint32_t id);
 
+// Says that bytes [p, p + n) of an open, mapped GGUF file (GgufFile::open) will not be
+// read for a while: the whole pages inside the range leave this process's resident
+// memory and are read from the file again if touched. Memory that is not inside a live
+// file mapping (from_bytes, the heap) is left alone. A backend that keeps its own copy
+// of a weight (the CPU backend's packed layout) calls it so the weight is not held twice.
+void gguf_release_pages(const void* p, uint64_t n);
+
 }  // namespace kvscope

@@ -17,6 +17,7 @@
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/packed_weight.h"
 #include "engine/cpu/thread_pool.h"
+#include "engine/gguf.h"
 #include "engine/kv_quant.h"
 #include "engine/quant.h"
 
@@ -367,7 +368,8 @@ class CpuBackend final : public Backend {
 
  private:
   // The packed copy of w (engine/cpu/packed_weight.h), made on first use and kept for
-  // the backend's lifetime; a weight without a uid is packed into `temp` for this call.
+  // the backend's lifetime (the weight's file pages are then released); a weight without
+  // a uid is packed into `temp` for this call.
   Expected<const cpu::PackedWeight*> packed(const Weight& w,
                                             std::unique_ptr<cpu::PackedWeight>& temp) {
     if (w.uid != 0)
@@ -379,6 +381,9 @@ class CpuBackend final : public Backend {
     const cpu::PackedWeight* raw = p.get();
     if (w.uid != 0) {
       packed_[w.uid] = std::move(p);
+      // The packed copy is what the products read from now on: the file's pages of this
+      // weight need not stay resident too (they are read again if something else needs them).
+      gguf_release_pages(w.data, w.row_bytes * uint64_t(w.n_out));
     } else {
       temp = std::move(p);
     }

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <vector>
 
@@ -23,6 +24,7 @@
 #include "engine/cpu/cpu_isa.h"
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/packed_weight.h"
+#include "engine/model.h"
 #include "engine/quant.h"
 #include "tests/util/gguf_writer.h"
 
@@ -322,6 +324,34 @@ TEST_F(Matmul, BackendHandlesWeightsWithAndWithoutAUid) {
   const std::vector<float> b(o1->data, o1->data + 120);
   EXPECT_EQ(a, b);
   EXPECT_EQ(a, exact_reference(m, x, 3));
+}
+
+// Packing a loaded weight releases its file pages; reading them again gives the file's
+// bytes, and the products still use every weight correctly.
+TEST_F(Matmul, ReleasedWeightPagesReadBackUnchanged) {
+  if (!std::filesystem::exists(KVSCOPE_DEFAULT_MODEL)) GTEST_SKIP() << "default model absent";
+  auto model = Model::load(KVSCOPE_DEFAULT_MODEL);
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  const Weight& w = (*model)->layers()[0].wq;
+  const size_t bytes = size_t(w.row_bytes) * size_t(w.n_out);
+  const std::vector<uint8_t> before(w.data, w.data + bytes);
+  auto backend = make_cpu_backend(1);
+  auto x = backend->scratch(0, 1, w.n_in);
+  auto out = backend->scratch(1, 1, w.n_out);
+  ASSERT_TRUE(x.ok() && out.ok());
+  for (int64_t i = 0; i < w.n_in; ++i) x->data[i] = float(i % 7) - 3.0f;
+  ASSERT_TRUE(backend->matmul(w, *x, *out).ok());  // packs, then releases the pages
+  EXPECT_TRUE(std::equal(before.begin(), before.end(), w.data));
+  std::vector<float> want(size_t(w.n_out)), row(size_t(w.n_in));
+  for (int64_t o = 0; o < w.n_out; ++o) {
+    dequantize_row(w.type, w.data + uint64_t(o) * w.row_bytes, row.data(), w.n_in);
+    double s = 0, mag = 0;
+    for (int64_t k = 0; k < w.n_in; ++k) {
+      s += double(row[size_t(k)]) * x->data[k];
+      mag += std::fabs(double(row[size_t(k)]) * x->data[k]);
+    }
+    ASSERT_NEAR(out->data[o], s, 1e-4 * mag + 1e-6) << "row " << o;
+  }
 }
 
 // KVSCOPE_CPU_ISA picks the path at start-up, clamped to what the CPU can run; ctest
