@@ -1,10 +1,11 @@
-// cli_bench.cpp — `kvscope bench`: speed of the engine on the default model.
+// cli_bench.cpp — `kvscope bench`: speed of the engine on a model.
 //
-// prefill: one forward over a 512-token prompt into an empty cache (best of 3).
-// decode:  128 single-token forwards from an empty cache (llama.cpp's tg128), and 128
-//          more after a 512-token prefill.
+// For each thread count asked for (default: all hardware threads, then 1):
 // nocache: one NO CACHE step at sequence lengths 64, 128, 256, 512 — a forward over the
-//          whole sequence into a scratch cache that is then thrown away (best of 3).
+//          whole sequence into a scratch cache that is then thrown away (best of 3);
+// prefill: the 512-token NO CACHE step (llama.cpp's pp512);
+// decode:  128 single-token forwards after a prefill of 0 (llama.cpp's tg128), 512 and
+//          2,048 tokens (attention over that many more keys).
 // The prompt tokens are real text (a short story, repeated) so attention is realistic.
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -42,16 +43,108 @@ const char* kBenchText =
     "mend anything but his own heart. Every morning he opened his shop, wound the great "
     "clock in the square, and listened to the town wake up around him. ";
 
+constexpr int kPrefill = 512;              // pp512
+constexpr int kDecode = 128;               // tg128
+constexpr int kDepths[] = {0, 512, 2048};  // decode after a prefill of this many tokens
+constexpr int kNoCache[] = {64, 128, 256, 512};
+
+struct BenchRun {
+  std::string backend;
+  int threads = 0;
+  std::vector<std::pair<int, double>> nocache_ms;  // (seq_len, best ms)
+  std::vector<std::pair<int, double>> decode_ms;   // (depth, ms for kDecode tokens)
+  double prefill_ms() const { return nocache_ms.back().second; }
+};
+
+// Measures one backend; tokens holds at least 2048 + 128 ids.
+Expected<BenchRun> measure(Backend& backend, const Model& m, const std::vector<int32_t>& tokens) {
+  const KvCacheConfig kv_cfg = kv_cache_config(m, KvTypes{}, KvPolicy::ModelWindow);
+  const KvCacheConfig scratch_cfg = kv_config_scratch(kv_cfg);  // NO CACHE's
+  BenchRun run;
+  run.backend = backend.name();
+  // NO CACHE steps (also warms up the weights).
+  for (int len : kNoCache) {
+    double best = 1e30;
+    for (int rep = 0; rep < 3; ++rep) {
+      auto cache = backend.create_kv_cache(scratch_cfg, len);
+      if (!cache.ok()) return cache.error();
+      ForwardOutput out;
+      const double t0 = now_ms();
+      KV_TRY(forward(backend, m, tokens.data(), len, 0, **cache, out));
+      best = std::min(best, now_ms() - t0);
+    }
+    run.nocache_ms.push_back({len, best});
+  }
+  for (int depth : kDepths) {
+    auto cache = backend.create_kv_cache(kv_cfg, depth + kDecode);
+    if (!cache.ok()) return cache.error();
+    ForwardOutput out;
+    if (depth > 0) KV_TRY(forward(backend, m, tokens.data(), depth, 0, **cache, out));
+    const double t0 = now_ms();
+    for (int g = 0; g < kDecode; ++g)
+      KV_TRY(forward(backend, m, tokens.data() + depth + g, 1, depth + g, **cache, out));
+    run.decode_ms.push_back({depth, now_ms() - t0});
+  }
+  return run;
+}
+
+double tok_s(int tokens, double ms) { return tokens / (ms / 1000.0); }
+
+void print_json(const std::string& model, const std::string& cpu, const std::vector<BenchRun>& runs) {
+  JsonWriter j;
+  j.begin_object();
+  j.key("model").value(model);
+  j.key("cpu").value(cpu);
+  j.key("runs").begin_array();
+  for (const BenchRun& r : runs) {
+    j.begin_object();
+    j.key("backend").value(r.backend);
+    j.key("threads").value(r.threads);
+    j.key("prefill_tokens").value(kPrefill);
+    j.key("prefill_tok_s").value(tok_s(kPrefill, r.prefill_ms()));
+    j.key("decode_tokens").value(kDecode);
+    j.key("decode_tok_s").begin_object();  // by prefill depth
+    for (auto& [depth, ms] : r.decode_ms) j.key(std::to_string(depth)).value(tok_s(kDecode, ms));
+    j.end_object();
+    j.key("nocache_step_ms").begin_object();
+    for (auto& [len, ms] : r.nocache_ms) j.key(std::to_string(len)).value(ms);
+    j.end_object();
+    j.end_object();
+  }
+  j.end_array();
+  j.end_object();
+  std::printf("%s\n", j.str().c_str());
+}
+
+void print_text(const std::string& model, const std::string& cpu, const std::vector<BenchRun>& runs) {
+  std::printf("model    %s\ncpu      %s\n", model.c_str(), cpu.c_str());
+  for (const BenchRun& r : runs) {
+    std::printf("backend  %s\n", r.backend.c_str());
+    std::printf("  prefill  %d tokens: %.1f ms  (%.1f tokens/s)\n", kPrefill, r.prefill_ms(),
+                tok_s(kPrefill, r.prefill_ms()));
+    for (auto& [depth, ms] : r.decode_ms)
+      std::printf("  decode   %d tokens after %4d: %.1f ms  (%.1f tokens/s)\n", kDecode, depth, ms,
+                  tok_s(kDecode, ms));
+    for (auto& [len, ms] : r.nocache_ms)
+      std::printf("  nocache  step at seq_len %4d: %.1f ms\n", len, ms);
+  }
+}
+
 }  // namespace
 
 int run_bench(int argc, char** argv) {
   CLI::App app{"Measure prefill, decode and NO CACHE step speed.", "kvscope bench"};
   std::string model_path, backend_name = "auto";
-  int threads = 0;
+  std::vector<int> threads;
   bool json = false;
-  app.add_option("--threads", threads, "CPU threads (0 = all)")->check(CLI::NonNegativeNumber);
-  app.add_option("--model", model_path, "Built-in model name (smollm2-135m, the default; gemma3-270m) or GGUF file path");
-  app.add_option("--backend", backend_name, "auto, cuda or cpu")->check(CLI::IsMember({"auto", "cuda", "cpu"}));
+  app.add_option("--threads", threads,
+                 "CPU thread counts, comma-separated (default: all hardware threads, then 1)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  app.add_option("--model", model_path,
+                 "Built-in model name (smollm2-135m, the default; gemma3-270m) or GGUF file path");
+  app.add_option("--backend", backend_name, "auto, cuda or cpu")
+      ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
   app.add_flag("--json", json, "Print one JSON object");
   try {
     app.parse(argc, argv);
@@ -65,98 +158,42 @@ int run_bench(int argc, char** argv) {
     return 1;
   }
   const Model& m = **model;
-  std::string notice;
-  auto be = make_backend(backend_name, m, threads, &notice);
-  if (!be.ok()) {
-    std::fprintf(stderr, "kvscope: %s\n", be.error().message.c_str());
-    return 1;
-  }
-  Backend& backend = **be;
-  const ModelConfig& c = m.config();
-  const KvCacheConfig kv_cfg = kv_cache_config(m, KvTypes{}, KvPolicy::ModelWindow);
-  const KvCacheConfig scratch_cfg = kv_config_scratch(kv_cfg);  // NO CACHE's
-
-  std::vector<int32_t> tokens;
-  while (tokens.size() < 640) {
-    auto ids = m.tokenizer().encode(kBenchText, false);
-    if (!ids.ok() || ids->empty()) {
-      std::fprintf(stderr, "kvscope: cannot tokenize the benchmark text\n");
-      return 1;
-    }
-    tokens.insert(tokens.end(), ids->begin(), ids->end());
-  }
   auto fail = [](const Error& e) {
     std::fprintf(stderr, "kvscope: %s\n", e.message.c_str());
     return 1;
   };
-
-  // NO CACHE steps (also warms up the weights' pages).
-  std::vector<std::pair<int, double>> nocache;
-  for (int len : {64, 128, 256, 512}) {
-    double best = 1e30;
-    for (int rep = 0; rep < 3; ++rep) {
-      auto cache = backend.create_kv_cache(scratch_cfg, len);
-      if (!cache.ok()) return fail(cache.error());
-      ForwardOutput out;
-      double t0 = now_ms();
-      if (Status s = forward(backend, m, tokens.data(), len, 0, **cache, out); !s.ok())
-        return fail(s.error());
-      best = std::min(best, now_ms() - t0);
-    }
-    nocache.push_back({len, best});
+  const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
+  if (threads.empty()) {
+    threads.push_back(hw);
+    if (hw > 1) threads.push_back(1);
   }
-  const int P = 512;
-  double prefill_ms = nocache.back().second;  // the 512-token NO CACHE step is a prefill
-  // Decode, as llama.cpp's tg128: 128 single-token steps starting from an empty cache;
-  // then the same after a 512-token prefill (attention over 512..639 keys).
-  const int G = 128;
-  auto decode_ms_from = [&](int start) -> Expected<double> {
-    auto cache = backend.create_kv_cache(kv_cfg, start + G);
-    if (!cache.ok()) return cache.error();
-    ForwardOutput out;
-    if (start > 0) KV_TRY(forward(backend, m, tokens.data(), start, 0, **cache, out));
-    const double t0 = now_ms();
-    for (int g = 0; g < G; ++g)
-      KV_TRY(forward(backend, m, tokens.data() + start + g, 1, start + g, **cache, out));
-    return now_ms() - t0;
-  };
-  auto d0 = decode_ms_from(0);
-  if (!d0.ok()) return fail(d0.error());
-  auto d512 = decode_ms_from(P);
-  if (!d512.ok()) return fail(d512.error());
-  const double decode_ms = *d0, decode_512_ms = *d512;
-  const double prefill_tok_s = P / (prefill_ms / 1000.0);
-  const double decode_tok_s = G / (decode_ms / 1000.0);
-  const double decode_512_tok_s = G / (decode_512_ms / 1000.0);
-  const std::string cpu = cpu_model_name();
 
+  std::vector<int32_t> tokens;
+  while (tokens.size() < size_t(kDepths[2] + kDecode)) {
+    auto ids = m.tokenizer().encode(kBenchText, false);
+    if (!ids.ok() || ids->empty()) return fail(Error{"cannot tokenize the benchmark text"});
+    tokens.insert(tokens.end(), ids->begin(), ids->end());
+  }
+  if (m.config().n_ctx < kDepths[2] + kDecode)
+    return fail(make_error("bench needs a context of ", kDepths[2] + kDecode,
+                           " tokens; the model has ", m.config().n_ctx));
+
+  std::vector<BenchRun> runs;
+  for (int n : threads) {
+    std::string notice;
+    auto be = make_backend(backend_name, m, n, &notice);
+    if (!be.ok()) return fail(be.error());
+    auto run = measure(**be, m, tokens);
+    if (!run.ok()) return fail(run.error());
+    run->threads = n;
+    runs.push_back(std::move(*run));
+    if ((*be)->name().rfind("cpu", 0) != 0) break;  // thread counts mean nothing off the CPU
+  }
+  const std::string cpu = cpu_model_name();
   if (json) {
-    JsonWriter j;
-    j.begin_object();
-    j.key("model").value(c.name);
-    j.key("backend").value(backend.name());
-    j.key("prefill_tokens").value(P);
-    j.key("prefill_tok_s").value(prefill_tok_s);
-    j.key("decode_tokens").value(G);
-    j.key("decode_tok_s").value(decode_tok_s);
-    j.key("decode_after_512_tok_s").value(decode_512_tok_s);
-    j.key("nocache_step_ms").begin_object();
-    for (auto& [len, ms] : nocache) j.key(std::to_string(len)).value(ms);
-    j.end_object();
-    j.key("threads").value(threads > 0 ? threads : int(std::thread::hardware_concurrency()));
-    j.key("cpu").value(cpu);
-    j.end_object();
-    std::printf("%s\n", j.str().c_str());
+    print_json(m.config().name, cpu, runs);
   } else {
-    std::printf("model    %s\nbackend  %s\ncpu      %s\n", c.name.c_str(), backend.name().c_str(),
-                cpu.c_str());
-    std::printf("prefill  %d tokens: %.1f ms  (%.1f tokens/s)\n", P, prefill_ms, prefill_tok_s);
-    std::printf("decode   %d tokens from an empty cache: %.1f ms  (%.1f tokens/s)\n", G,
-                decode_ms, decode_tok_s);
-    std::printf("decode   %d tokens after %d: %.1f ms  (%.1f tokens/s)\n", G, P, decode_512_ms,
-                decode_512_tok_s);
-    for (auto& [len, ms] : nocache)
-      std::printf("nocache  step at seq_len %4d: %.1f ms\n", len, ms);
+    print_text(m.config().name, cpu, runs);
   }
   return 0;
 }

@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# bench_vs_llamacpp.sh — kvscope against llama.cpp on the same GGUF file and thread
+# counts, measured interleaved in one run, reported as best, median and ratio.
+#
+#   scripts/bench_vs_llamacpp.sh [--rounds N] [--threads 1,2] [--model PATH] [--json FILE]
+#
+# llama.cpp comes from PyPI: llama-cpp-python==0.3.36 (the version the golden data were
+# made with), built from source (native CPU flags) into a venv at build/llamacpp-venv the
+# first time (about ten minutes; needs python3-venv and a C++ compiler). Set
+# KVSCOPE_LLAMACPP_PYTHON to a python that already has that version to skip the venv.
+# kvscope must be built first (scripts/build.sh).
+#
+# Each round runs `kvscope bench --json` and the same measures through llama.cpp's C API
+# (via the Python bindings, with no Python work inside the timed calls), alternating
+# which goes first; every figure is then the best and the median over the rounds, and
+# the ratio is kvscope / llama.cpp (above 1: kvscope faster). Measures, as kvscope bench:
+#   pp512          one 512-token batch into an empty cache, best of 3 (tokens/s)
+#   tg128          128 single-token decode calls from an empty cache (tokens/s)
+#   decode@512     the same after a 512-token prefill; decode@2048 after 2,048
+# plus kvscope's NO CACHE step at 64, 128, 256 and 512 tokens (ms). Both use an f16 KV
+# cache. llama.cpp's CPU "extra buffer types" (AMX and repacked weights) are used when a
+# probe shows they work on this CPU, and left off otherwise; the table says which.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+rounds=3
+threads="1,$(nproc)"
+model="$root/assets/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+json_out=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rounds) rounds=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
+    --model) model=$2; shift 2 ;;
+    --json) json_out=$2; shift 2 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    *) echo "bench_vs_llamacpp: unknown option '$1' (see --help)" >&2; exit 1 ;;
+  esac
+done
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "bench_vs_llamacpp: --rounds must be a positive integer, got '$rounds'" >&2; exit 1; }
+[[ "$threads" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || { echo "bench_vs_llamacpp: --threads must be like 1,2, got '$threads'" >&2; exit 1; }
+kvscope="$root/build/app/kvscope"
+[ -x "$kvscope" ] || { echo "bench_vs_llamacpp: $kvscope is missing: build kvscope first (scripts/build.sh)" >&2; exit 1; }
+[ -f "$model" ] || { echo "bench_vs_llamacpp: model $model is missing (scripts/fetch_model.sh)" >&2; exit 1; }
+
+version=0.3.36
+venv="$root/build/llamacpp-venv"
+py="${KVSCOPE_LLAMACPP_PYTHON:-$venv/bin/python}"
+have_llama() { "$1" -c "import llama_cpp, sys; sys.exit(llama_cpp.__version__ != '$version')" 2>/dev/null; }
+if ! have_llama "$py"; then
+  if [ -n "${KVSCOPE_LLAMACPP_PYTHON:-}" ]; then
+    echo "bench_vs_llamacpp: $py has no llama_cpp $version" >&2
+    exit 1
+  fi
+  echo "bench_vs_llamacpp: building llama-cpp-python==$version into $venv (about ten minutes) ..."
+  python3 -m venv "$venv" || { echo "bench_vs_llamacpp: python3 -m venv failed: install python3-venv" >&2; exit 1; }
+  "$venv/bin/python" -m pip install --quiet --upgrade pip
+  "$venv/bin/python" -m pip install --quiet --no-binary llama-cpp-python "llama-cpp-python==$version"
+  have_llama "$py" || { echo "bench_vs_llamacpp: llama-cpp-python $version did not install" >&2; exit 1; }
+fi
+
+# Raw results of every round stay in build/bench_vs_llamacpp/ (kvscope JSON, llama.cpp
+# JSON lines, llama.cpp's log) next to the summary table (table.md).
+work="$root/build/bench_vs_llamacpp"
+rm -rf "$work"
+mkdir -p "$work"
+
+# The llama.cpp side: the same measures as kvscope bench, one thread count per process.
+cat > "$work/llama_bench.py" <<'PY'
+import ctypes, json, sys, time
+import llama_cpp as L
+
+TEXT = (b"Once upon a time, in a small kingdom by the sea, there lived a clockmaker who could "
+        b"mend anything but his own heart. Every morning he opened his shop, wound the great "
+        b"clock in the square, and listened to the town wake up around him. ")
+PREFILL, DECODE, DEPTHS = 512, 128, (0, 512, 2048)
+
+@L.llama_log_callback
+def quiet(level, text, user_data):
+    pass
+
+def main():
+    path, threads, extra, probe = sys.argv[1].encode(), int(sys.argv[2]), sys.argv[3] == "1", len(sys.argv) > 4
+    L.llama_log_set(quiet, ctypes.c_void_p())
+    L.llama_backend_init()
+    mp = L.llama_model_default_params()
+    mp.n_gpu_layers = 0
+    mp.use_extra_bufts = extra
+    model = L.llama_model_load_from_file(path, mp)
+    if not model:
+        sys.exit("llama.cpp could not load the model")
+    vocab = L.llama_model_get_vocab(model)
+    buf = (L.llama_token * 4096)()
+    n = L.llama_tokenize(vocab, TEXT, len(TEXT), buf, 4096, False, False)
+    tokens = list(buf[:n])
+    while len(tokens) < DEPTHS[-1] + DECODE:
+        tokens += tokens[:n]
+    cp = L.llama_context_default_params()
+    cp.n_ctx = DEPTHS[-1] + DECODE + 64
+    cp.n_batch = cp.n_ubatch = PREFILL
+    cp.n_threads = cp.n_threads_batch = threads
+    cp.no_perf = True
+    ctx = L.llama_init_from_model(model, cp)
+    mem = L.llama_get_memory(ctx)
+
+    def decode(toks):
+        for i in range(0, len(toks), PREFILL):
+            part = toks[i:i + PREFILL]
+            arr = (L.llama_token * len(part))(*part)
+            if L.llama_decode(ctx, L.llama_batch_get_one(arr, len(part))) != 0:
+                sys.exit("llama_decode failed")
+        L.llama_synchronize(ctx)
+
+    if probe:  # a small batch and one token: crashes here if the extra buffers do not work
+        decode(tokens[:16]); decode(tokens[16:17])
+        print("ok"); return
+    decode(tokens[:PREFILL])  # warm up
+    best = 1e30
+    for _ in range(3):
+        L.llama_memory_clear(mem, True)
+        t0 = time.perf_counter(); decode(tokens[:PREFILL]); best = min(best, time.perf_counter() - t0)
+    out = {"threads": threads, "prefill_tok_s": PREFILL / best, "decode_tok_s": {}}
+    for depth in DEPTHS:
+        L.llama_memory_clear(mem, True)
+        if depth:
+            decode(tokens[:depth])
+        t0 = time.perf_counter()
+        for g in range(DECODE):
+            decode(tokens[depth + g:depth + g + 1])
+        out["decode_tok_s"][str(depth)] = DECODE / (time.perf_counter() - t0)
+    print(json.dumps(out))
+
+main()
+PY
+
+# Extra buffer types: on when a probe in a separate process survives them.
+extra=0
+if ( "$py" "$work/llama_bench.py" "$model" 1 1 probe ) >/dev/null 2>&1; then extra=1; fi
+
+IFS=, read -ra counts <<< "$threads"
+echo "bench_vs_llamacpp: $rounds rounds, threads $threads, model $(basename "$model"), load $(cut -d' ' -f1-3 /proc/loadavg)"
+for r in $(seq 1 "$rounds"); do
+  run_kvscope() { "$kvscope" bench --json --threads "$threads" --model "$model" > "$work/kv_$r.json"; }
+  run_llama() {
+    for t in "${counts[@]}"; do
+      "$py" "$work/llama_bench.py" "$model" "$t" "$extra" 2>> "$work/llama.log"
+    done > "$work/ll_$r.jsonl" || { echo "bench_vs_llamacpp: llama.cpp run failed:" >&2; tail -5 "$work/llama.log" >&2; exit 1; }
+  }
+  if [ $((r % 2)) -eq 1 ]; then run_kvscope; run_llama; else run_llama; run_kvscope; fi
+  echo "  round $r done (load $(cut -d' ' -f1-3 /proc/loadavg))"
+done
+
+"$py" - "$work" "$rounds" "$extra" "$json_out" <<'PY' | tee "$work/table.md"
+import json, os, statistics, sys
+work, rounds, extra, json_out = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4]
+kv, ll = {}, {}  # (threads, measure) -> [values]
+for r in range(1, rounds + 1):
+    doc = json.load(open(os.path.join(work, f"kv_{r}.json")))
+    for run in doc["runs"]:
+        t = run["threads"]
+        kv.setdefault((t, "pp512"), []).append(run["prefill_tok_s"])
+        for d, v in run["decode_tok_s"].items():
+            kv.setdefault((t, "tg128" if d == "0" else f"decode@{d}"), []).append(v)
+        for n, ms in run["nocache_step_ms"].items():
+            kv.setdefault((t, f"nocache {n}"), []).append(ms)
+    for line in open(os.path.join(work, f"ll_{r}.jsonl")):
+        run = json.loads(line)
+        t = run["threads"]
+        ll.setdefault((t, "pp512"), []).append(run["prefill_tok_s"])
+        for d, v in run["decode_tok_s"].items():
+            ll.setdefault((t, "tg128" if d == "0" else f"decode@{d}"), []).append(v)
+print(f"\nkvscope: {doc['runs'][0]['backend']} on {doc['cpu']}; llama.cpp: llama-cpp-python "
+      f"{__import__('llama_cpp').__version__}, extra buffer types {'on' if extra else 'off (they fail on this CPU)'}")
+print("tokens/s (NO CACHE: ms), best and median of", rounds, "rounds; ratio = kvscope / llama.cpp\n")
+print("| threads | measure | kvscope best | kvscope median | llama.cpp best | llama.cpp median | ratio (best) | ratio (median) |")
+print("|---|---|---|---|---|---|---|---|")
+rows = []
+order = ["pp512", "tg128", "decode@512", "decode@2048", "nocache 64", "nocache 128", "nocache 256", "nocache 512"]
+for t in sorted({k[0] for k in kv}):
+    for m in order:
+        if (t, m) not in kv:
+            continue
+        a = kv[(t, m)]
+        lower_better = m.startswith("nocache")
+        kb, km = (min(a) if lower_better else max(a)), statistics.median(a)
+        row = {"threads": t, "measure": m, "kvscope_best": kb, "kvscope_median": km}
+        if (t, m) in ll:
+            b = ll[(t, m)]
+            lb, lm = max(b), statistics.median(b)
+            row.update(llama_best=lb, llama_median=lm, ratio_best=kb / lb, ratio_median=km / lm)
+            print(f"| {t} | {m} | {kb:.1f} | {km:.1f} | {lb:.1f} | {lm:.1f} | {kb / lb:.2f}x | {km / lm:.2f}x |")
+        else:
+            print(f"| {t} | {m} (ms) | {kb:.1f} | {km:.1f} | | | | |")
+        rows.append(row)
+if json_out:
+    json.dump({"rounds": rounds, "extra_buffer_types": extra, "rows": rows}, open(json_out, "w"), indent=1)
+PY
