@@ -13,12 +13,13 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/cpu/attention.h"
 #include "engine/cpu/cpu_isa.h"
+#include "engine/cpu/cpu_kv_cache.h"
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/packed_weight.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/gguf.h"
-#include "engine/kv_quant.h"
 #include "engine/quant.h"
 
 #if defined(__AVX512F__)
@@ -28,111 +29,6 @@
 namespace kvscope {
 namespace {
 
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
-};
-using Buffer = std::unique_ptr<uint8_t[], FreeDeleter>;
-
-Buffer alloc_bytes(size_t bytes) {
-  size_t rounded = (bytes + 63) / 64 * 64;
-  return Buffer(static_cast<uint8_t*>(std::aligned_alloc(64, std::max<size_t>(64, rounded))));
-}
-
-// Per layer K and V, each [Hkv][n_slots][row bytes of D values] in the K / V type.
-class CpuKvCache final : public KvCache {
- public:
-  explicit CpuKvCache(const KvCacheConfig& config)
-      : KvCache(config), k_(size_t(config.shape.n_layer)), v_(size_t(config.shape.n_layer)),
-        slots_(size_t(config.shape.n_layer), 0) {}
-
-  static Expected<std::unique_ptr<KvCache>> create(const KvCacheConfig& config, int capacity) {
-    auto cache = std::make_unique<CpuKvCache>(config);
-    KV_TRY(cache->init_storage(capacity));
-    return std::unique_ptr<KvCache>(std::move(cache));
-  }
-
-  // Row of kv head h in slot s of layer l.
-  uint8_t* k_row(int l, int h, int s) const { return row(k_, types().k, l, h, s); }
-  uint8_t* v_row(int l, int h, int s) const { return row(v_, types().v, l, h, s); }
-
- protected:
-  Status relayout(int layer, int n_slots, const std::vector<int32_t>& from) override {
-    const KvShape& sh = shape();
-    const auto moves = kv_moves(from);
-    for (auto [side, type] : {std::pair{&k_, types().k}, std::pair{&v_, types().v}}) {
-      const size_t rb = kv_row_bytes(type, sh.head_dim);
-      Buffer fresh = alloc_bytes(size_t(sh.n_head_kv) * size_t(n_slots) * rb);
-      if (!fresh)
-        return make_error("cpu: out of memory laying out the KV cache in ", n_slots, " slots");
-      const Buffer& old = (*side)[size_t(layer)];
-      const size_t old_slots = slots_[size_t(layer)];
-      for (int h = 0; h < sh.n_head_kv; ++h)
-        for (const KvMove& m : moves)
-          std::memcpy(fresh.get() + (size_t(h) * n_slots + size_t(m.dst)) * rb,
-                      old.get() + (size_t(h) * old_slots + size_t(m.src)) * rb, size_t(m.n) * rb);
-      (*side)[size_t(layer)] = std::move(fresh);
-    }
-    slots_[size_t(layer)] = size_t(n_slots);
-    return Status::Ok();
-  }
-
- private:
-  uint8_t* row(const std::vector<Buffer>& side, KvDtype type, int l, int h, int s) const {
-    const size_t rb = kv_row_bytes(type, shape().head_dim);
-    return side[size_t(l)].get() + (size_t(h) * slots_[size_t(l)] + size_t(s)) * rb;
-  }
-
-  std::vector<Buffer> k_, v_;
-  std::vector<size_t> slots_;  // slots allocated per layer
-};
-
-// Loads D values of a cache row as fp32.
-void load_row(KvDtype dtype, const uint8_t* src, float* dst, int D) {
-  if (dtype == KvDtype::F32) {
-    std::memcpy(dst, src, size_t(D) * 4);
-  } else if (dtype == KvDtype::Q8_0 || dtype == KvDtype::Q4_0) {
-    dequantize_row(GgmlType(int(dtype)), src, dst, D);
-  } else {
-#if defined(__AVX512F__)
-    int i = 0;
-    for (; i + 16 <= D; i += 16)
-      _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(
-                                    reinterpret_cast<const __m256i*>(src + 2 * i))));
-    for (; i < D; ++i) {
-      uint16_t h;
-      std::memcpy(&h, src + 2 * i, 2);
-      dst[i] = _cvtsh_ss(h);
-    }
-    return;
-#endif
-    const uint16_t* h = reinterpret_cast<const uint16_t*>(src);
-    for (int i = 0; i < D; ++i) dst[i] = fp16_to_fp32(h[i]);
-  }
-}
-
-void store_row(KvDtype dtype, const float* src, uint8_t* dst, int D) {
-  if (dtype == KvDtype::F32) {
-    std::memcpy(dst, src, size_t(D) * 4);
-  } else if (dtype == KvDtype::Q8_0) {
-    quantize_row_q8_0(src, dst, D);
-  } else if (dtype == KvDtype::Q4_0) {
-    quantize_row_q4_0(src, dst, D);
-  } else {
-#if defined(__AVX512F__)
-    int i = 0;
-    for (; i + 16 <= D; i += 16)
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 2 * i),
-                          _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
-    for (; i < D; ++i) {
-      const uint16_t h = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
-      std::memcpy(dst + 2 * i, &h, 2);
-    }
-    return;
-#endif
-    uint16_t* h = reinterpret_cast<uint16_t*>(dst);
-    for (int i = 0; i < D; ++i) h[i] = fp32_to_fp16(src[i]);
-  }
-}
 
 class CpuBackend final : public Backend {
  public:
@@ -151,7 +47,7 @@ class CpuBackend final : public Backend {
     }
     size_t need = size_t(rows * cols) * sizeof(float);
     if (need > slot_sizes_[size_t(slot)]) {
-      slots_[size_t(slot)] = alloc_bytes(need);
+      slots_[size_t(slot)] = cpu::alloc_bytes(need);
       if (!slots_[size_t(slot)]) return make_error("cpu: out of memory allocating ", need, " bytes");
       slot_sizes_[size_t(slot)] = need;
     }
@@ -160,7 +56,7 @@ class CpuBackend final : public Backend {
 
   Expected<std::unique_ptr<KvCache>> create_kv_cache(const KvCacheConfig& config,
                                                      int capacity) override {
-    return CpuKvCache::create(config, capacity);
+    return cpu::CpuKvCache::create(config, capacity);
   }
 
   Status embed(const Weight& tok_embd, const int32_t* ids, Tensor out) override {
@@ -233,7 +129,7 @@ class CpuBackend final : public Backend {
   }
 
   Status kv_write(KvCache& cache, int layer, Tensor k, Tensor v, int pos0) override {
-    auto& c = static_cast<CpuKvCache&>(cache);
+    auto& c = static_cast<cpu::CpuKvCache&>(cache);
     const int D = c.shape().head_dim, Hkv = c.shape().n_head_kv;
     for (int64_t t = 0; t < k.rows; ++t) {
       const int slot = c.slot_of(layer, int(pos0 + t));
@@ -241,8 +137,8 @@ class CpuBackend final : public Backend {
         return make_error("cpu: kv_write of position ", pos0 + t, " in layer ", layer,
                           " which the cache did not make room for");
       for (int h = 0; h < Hkv; ++h) {
-        store_row(c.types().k, k.data + t * k.cols + h * D, c.k_row(layer, h, slot), D);
-        store_row(c.types().v, v.data + t * v.cols + h * D, c.v_row(layer, h, slot), D);
+        cpu::store_row(c.types().k, k.data + t * k.cols + h * D, c.k_row(layer, h, slot), D);
+        cpu::store_row(c.types().v, v.data + t * v.cols + h * D, c.v_row(layer, h, slot), D);
       }
     }
     return Status::Ok();
@@ -250,80 +146,8 @@ class CpuBackend final : public Backend {
 
   Status attention(Tensor q, const KvCache& cache, int layer, int pos0, int n_head, float scale,
                    Tensor out, Tensor probs_last) override {
-    const auto& c = static_cast<const CpuKvCache&>(cache);
-    const int D = c.shape().head_dim, Hkv = c.shape().n_head_kv;
-    const int group = n_head / Hkv;
-    const int64_t T = q.rows;
-    const KvLayerRule rule = c.rule(layer);
-    // The held keys in ascending position order, as fp32: [2][Hkv][n][D], converted once
-    // per call, and their positions.
-    const std::vector<int32_t> order = c.slots_by_position(layer);
-    const int n = int(order.size());
-    key_pos_.resize(size_t(n));
-    for (int i = 0; i < n; ++i) key_pos_[size_t(i)] = c.slot_pos(layer)[size_t(order[size_t(i)])];
-    const size_t plane = size_t(n) * D;
-    kv_f32_.resize(2 * size_t(Hkv) * plane);
-    auto convert = [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) {
-        const int hk = int(r / n), i = int(r % n), s = order[size_t(i)];
-        load_row(c.types().k, c.k_row(layer, hk, s), kv_f32_.data() + hk * plane + size_t(i) * D, D);
-        load_row(c.types().v, c.v_row(layer, hk, s),
-                 kv_f32_.data() + (Hkv + hk) * plane + size_t(i) * D, D);
-      }
-    };
-    // Short caches are converted on this thread: a hand-off would cost more.
-    if (int64_t(Hkv) * n <= 4096) {
-      convert(0, int64_t(Hkv) * n);
-    } else {
-      pool_.parallel_for(int64_t(Hkv) * n, convert);
-    }
-    if (probs_last.data)
-      for (int h = 0; h < n_head; ++h)
-        std::fill_n(probs_last.data + int64_t(h) * probs_last.cols, pos0 + T, 0.0f);
-    const int32_t* kpos = key_pos_.data();
-    // One work item per (query row, head).
-    const int64_t items = T * n_head;
-    pool_.parallel_for(items, [&](int64_t b, int64_t e) {
-      std::vector<float> scores(static_cast<size_t>(n));
-      std::vector<int> seen(static_cast<size_t>(n));
-      std::vector<float> acc(static_cast<size_t>(D));
-      for (int64_t it = b; it < e; ++it) {
-        const int64_t t = it / n_head;
-        const int h = int(it % n_head), hk = h / group;
-        const int qp = int(pos0 + t);
-        const float* qv = q.data + t * q.cols + h * D;
-        const float* K = kv_f32_.data() + hk * plane;
-        const float* Vv = kv_f32_.data() + (Hkv + hk) * plane;
-        // Visible keys in position order (positions ascend, so stop past the query).
-        int m = 0;
-        float mx = -INFINITY;
-        for (int i = 0; i < n && kpos[i] <= qp; ++i) {
-          if (!rule.visible(kpos[i], qp)) continue;
-          const float sc = cpu::dot_f32(qv, K + size_t(i) * D, D) * scale;
-          seen[size_t(m)] = i;
-          scores[size_t(m++)] = sc;
-          mx = std::max(mx, sc);
-        }
-        double sum = 0;
-        for (int j = 0; j < m; ++j) {
-          scores[size_t(j)] = std::exp(scores[size_t(j)] - mx);
-          sum += scores[size_t(j)];
-        }
-        const float inv = float(1.0 / sum);
-        std::fill(acc.begin(), acc.end(), 0.0f);
-        for (int j = 0; j < m; ++j) {
-          const float p = scores[size_t(j)] * inv;
-          scores[size_t(j)] = p;
-          cpu::axpy_f32(p, Vv + size_t(seen[size_t(j)]) * D, acc.data(), D);
-        }
-        std::memcpy(out.data + t * out.cols + h * D, acc.data(), size_t(D) * 4);
-        if (t == T - 1 && probs_last.data) {
-          float* row = probs_last.data + int64_t(h) * probs_last.cols;
-          for (int j = 0; j < m; ++j) row[kpos[seen[size_t(j)]]] = scores[size_t(j)];
-        }
-      }
-    });
-    return Status::Ok();
+    return cpu::attention(pool_, q, static_cast<const cpu::CpuKvCache&>(cache), layer, pos0,
+                          n_head, scale, out, probs_last, attention_scratch_);
   }
 
   Status silu_mul(Tensor gate, Tensor up, Tensor out) override {
@@ -343,16 +167,16 @@ class CpuBackend final : public Backend {
 
   Status kv_row_norms(const KvCache& cache, int layer, int pos0, int T, Tensor k_norm,
                       Tensor v_norm) override {
-    const auto& c = static_cast<const CpuKvCache&>(cache);
+    const auto& c = static_cast<const cpu::CpuKvCache&>(cache);
     const int D = c.shape().head_dim, Hkv = c.shape().n_head_kv;
     std::vector<float> row(static_cast<size_t>(D));
     for (int t = 0; t < T; ++t) {
       const int s = c.slot_of(layer, pos0 + t);
       double sk = 0, sv = 0;
       for (int h = 0; h < Hkv; ++h) {
-        load_row(c.types().k, c.k_row(layer, h, s), row.data(), D);
+        cpu::load_row(c.types().k, c.k_row(layer, h, s), row.data(), D);
         for (float f : row) sk += double(f) * f;
-        load_row(c.types().v, c.v_row(layer, h, s), row.data(), D);
+        cpu::load_row(c.types().v, c.v_row(layer, h, s), row.data(), D);
         for (float f : row) sv += double(f) * f;
       }
       k_norm.data[t] = float(std::sqrt(sk));
@@ -417,9 +241,8 @@ class CpuBackend final : public Backend {
 
   ThreadPool pool_;
   std::unordered_map<uint64_t, std::unique_ptr<cpu::PackedWeight>> packed_;  // by Weight::uid
-  std::vector<float> kv_f32_;     // attention's fp32 copy of one layer's held K/V
-  std::vector<int32_t> key_pos_;  // their positions, ascending
-  std::vector<Buffer> slots_;
+  cpu::AttentionScratch attention_scratch_;
+  std::vector<cpu::Buffer> slots_;
   std::vector<size_t> slot_sizes_;
 };
 
