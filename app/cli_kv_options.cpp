@@ -22,6 +22,10 @@ void add_kv_options(CLI::App& app, KvOptions& o, const std::string& prefix) {
                  "Element type of cached V (default: --kv-type)");
   app.add_option("--" + prefix + "ctx", o.ctx,
                  "Context size in tokens (0 = the model's trained context)");
+  app.add_option("--" + prefix + "kv-window", o.window,
+                 "Keep only the last W positions in every layer (0 = off)");
+  app.add_option("--" + prefix + "kv-sink", o.sink,
+                 "With --kv-window: keep the first S positions too (attention sinks)");
 }
 
 Status apply_kv_options(const KvOptions& o, SessionConfig& cfg, const std::string& prefix) {
@@ -32,13 +36,14 @@ Status apply_kv_options(const KvOptions& o, SessionConfig& cfg, const std::strin
   if (!o.kv_type_k.empty()) KV_TRY(parse_type(p + "kv-type-k", o.kv_type_k, &cfg.kv_types.k));
   if (!o.kv_type_v.empty()) KV_TRY(parse_type(p + "kv-type-v", o.kv_type_v, &cfg.kv_types.v));
   if (o.ctx < 0) return make_error(p, "ctx: ", o.ctx, " is negative (0 = the model's)");
-  cfg.n_ctx = o.ctx;
+  cfg.limits.n_ctx = o.ctx;
+  cfg.limits.sink = o.sink;
+  cfg.limits.window = o.window;
   return Status::Ok();
 }
 
 std::string describe_kv_config(const SessionConfig& cfg, int model_ctx) {
-  return "kv " + kv_types_name(cfg.kv_types) + ", ctx " +
-         std::to_string(cfg.n_ctx > 0 ? cfg.n_ctx : model_ctx);
+  return "kv " + kv_types_name(cfg.kv_types) + ", " + kv_limits_name(cfg.limits, model_ctx);
 }
 
 }  // namespace kvscope::cli

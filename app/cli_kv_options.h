@@ -1,6 +1,6 @@
 // cli_kv_options.h — the KV cache options shared by generate, compare and perplexity:
-// element types of K and V and the context size. Values are checked here and by the
-// engine (Session::create), and a bad one is one clear error line.
+// element types of K and V, the context size and sink + window (engine/kv_policy.h). Values are
+// checked here and by the engine (Session::create), and a bad one is one clear error line.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -15,15 +15,16 @@ struct KvOptions {
   std::string kv_type = "f16";  // K and V, unless --kv-type-k / --kv-type-v say otherwise
   std::string kv_type_k, kv_type_v;
   int ctx = 0;  // 0: the model's trained context
+  int sink = 0, window = 0;
 };
 
-// Adds --kv-type, --kv-type-k, --kv-type-v and --ctx to `app`, with `prefix` before each
-// name (e.g. "ref-").
+// Adds --kv-type, --kv-type-k, --kv-type-v, --ctx, --kv-sink and --kv-window to `app`,
+// with `prefix` before each name (e.g. "ref-").
 void add_kv_options(CLI::App& app, KvOptions& o, const std::string& prefix = "");
 // Writes the options into `cfg`; an unknown type or a bad size is an Error naming the
 // option, the value and what is allowed.
 Status apply_kv_options(const KvOptions& o, SessionConfig& cfg, const std::string& prefix = "");
-// One line describing a configuration, e.g. "kv f16, ctx 8192".
+// One line describing a configuration, e.g. "kv f16, ctx 8192, sink 4 + window 256".
 std::string describe_kv_config(const SessionConfig& cfg, int model_ctx);
 
 }  // namespace kvscope::cli

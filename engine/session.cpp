@@ -44,10 +44,9 @@ Expected<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Model> 
       return make_error("kv-type: ", kv_dtype_name(t),
                         " stores blocks of 32 values along the head dimension, but this model's "
                         "heads have ", model->config().head_dim, " dims (use f16 or f32)");
-  const int trained = model->config().n_ctx;
-  if (config.n_ctx != 0 && (config.n_ctx < 2 || config.n_ctx > trained))
-    return make_error("ctx: context size ", config.n_ctx, " is outside [2, ", trained,
-                      "] (the model was trained for ", trained, " positions)");
+  KV_TRY(kv_limits_check(config.limits, model->config().n_ctx));
+  if (config.limits.on_full == ContextPolicy::Shift)
+    return make_error("ctx-full: the context shift is not available yet (use stop)");
   std::unique_ptr<Session> s(new Session());
   s->model_ = std::move(model);
   s->backend_ = std::move(backend);
@@ -59,7 +58,7 @@ Expected<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Model> 
 Session::~Session() = default;
 
 int Session::context_limit() const {
-  return config_.n_ctx > 0 ? config_.n_ctx : model_->config().n_ctx;
+  return kv_limits_ctx(config_.limits, model_->config().n_ctx);
 }
 
 Status Session::reset(const PromptSpec& prompt) {
@@ -141,7 +140,8 @@ Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
     return make_error("session: generation has stopped (", stop_reason_name(stop_),
                       "); reset with a prompt first");
   const ModelConfig& c = model_->config();
-  const KvCacheConfig kv_cfg = kv_cache_config(*model_, config_.kv_types, config_.kv_policy);
+  KvCacheConfig kv_cfg = kv_cache_config(*model_, config_.kv_types, config_.kv_policy);
+  kv_limits_apply(config_.limits, kv_cfg);
   const int seq = int(tokens_.size());
   const auto t0 = std::chrono::steady_clock::now();
   backend_->begin_step();
@@ -222,6 +222,7 @@ Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
   for (int l = 0; l < c.n_layer; ++l) {
     KvLayerState& ks = tr.kv_layers[size_t(l)];
     ks.window = kv_cfg.layers[size_t(l)].window;
+    ks.sink = kv_cfg.layers[size_t(l)].sink;
     if (cache_) {
       ks.held = cache_->held_ranges(l);
       ks.bytes = cache_->layer_bytes(l);

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/kv_policy.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "engine/status.h"
@@ -41,7 +42,7 @@ struct SessionConfig {
   CacheMode mode = CacheMode::Cache;
   KvTypes kv_types;                       // K and V element types of the cache
   KvPolicy kv_policy = KvPolicy::ModelWindow;  // which positions windowed layers keep
-  int n_ctx = 0;  // context size: the most tokens a sequence holds (0 = the model's own)
+  KvLimits limits;  // context size, what happens when it is full, sink + window (kv_policy.h)
   int max_tokens = 256;                   // generated tokens, then StopReason::MaxTokens
   std::vector<std::string> stop_strings;  // stop when the generated text contains one
   bool stop_at_eos = true;
@@ -58,6 +59,7 @@ struct Candidate {
 // One layer's KV cache after a step.
 struct KvLayerState {
   int window = 0;              // attention window of the layer (0: all earlier positions)
+  int sink = 0;                // positions [0, sink) stay visible whatever the window
   std::vector<KvRange> held;   // positions in its cache, ascending (empty in NO CACHE)
   uint64_t bytes = 0;          // bytes those rows take
 };

@@ -118,7 +118,7 @@ TEST_F(CompareTest, F32CacheAgainstF16ReferenceHasSmallPositiveKl) {
 
 TEST_F(CompareTest, ContextSizeStopsGenerationAndIsChecked) {
   SessionConfig c = config(KvDtype::F16, 100);
-  c.n_ctx = 16;
+  c.limits.n_ctx = 16;
   auto s = make(c);
   ASSERT_TRUE(s->reset(kPrompt).ok());
   EXPECT_EQ(s->context_limit(), 16);
@@ -133,13 +133,13 @@ TEST_F(CompareTest, ContextSizeStopsGenerationAndIsChecked) {
   EXPECT_EQ(int(s->tokens().size()), 16);
   EXPECT_EQ(steps, 16 - s->prompt_len());
   // A prompt that does not fit the context, and sizes outside [2, trained], are errors.
-  c.n_ctx = 8;
+  c.limits.n_ctx = 8;
   auto small = make(c);
   Status st = small->reset(kPrompt);
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("context holds 8"), std::string::npos) << st.message();
   for (int bad : {1, -3, model_->config().n_ctx + 1}) {
-    c.n_ctx = bad;
+    c.limits.n_ctx = bad;
     auto e = Session::create(model_, make_cpu_backend(1), c);
     ASSERT_FALSE(e.ok());
     EXPECT_NE(e.error().message.find("ctx"), std::string::npos) << e.error().message;

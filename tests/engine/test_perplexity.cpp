@@ -32,7 +32,7 @@ class PerplexityTest : public ::testing::Test {
   }
   static std::unique_ptr<Session> make(int n_ctx = 0) {
     SessionConfig c;
-    c.n_ctx = n_ctx;
+    c.limits.n_ctx = n_ctx;
     c.max_tokens = 1 << 30;
     c.stop_at_eos = false;
     c.top_candidates = 1;
