@@ -1,7 +1,9 @@
-// attention.h — the CPU backend's grouped-query attention over the KV cache.
+// attention.h — the CPU backend's grouped-query attention over the KV cache (the
+// arithmetic and work split are described in attention.cpp).
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "engine/backend.h"
@@ -10,10 +12,17 @@
 
 namespace kvscope::cpu {
 
+// A run of keys [begin, end) in a layer's ascending key list.
+struct AttnRange {
+  int begin = 0, end = 0;
+};
+
 // Buffers kept between calls.
 struct AttentionScratch {
-  std::vector<float> kv_f32;     // the fp32 copy of one layer's held K/V
-  std::vector<int32_t> key_pos;  // their positions, ascending
+  std::vector<int32_t> key_pos;                // held positions, ascending
+  std::vector<std::vector<AttnRange>> chunks;  // per (query, KV head): its chunks
+  std::vector<std::pair<int, int>> items;      // (pair, chunk) work items
+  std::vector<float> parts;                    // per item: the chunk's results
 };
 
 // Backend::attention (see engine/backend.h) on the CPU.

@@ -9,8 +9,31 @@
 
 #include "engine/cpu/cpu_isa.h"
 #include "engine/cpu/packed_weight.h"
+#include "engine/kv_cache.h"
 
 namespace kvscope::cpu {
+
+// Attention keys are processed in chunks by position: chunk c holds positions
+// [c·kAttnChunk, (c+1)·kAttnChunk) (further cut where the visible keys have a gap), so
+// a query's arithmetic depends on the positions it sees, never on the batch or threads.
+constexpr int kAttnChunk = 128;
+
+// One chunk of keys for one query and the G heads of one KV group (attention_impl.h).
+struct AttnChunk {
+  const float* q;         // [G][D]: the query's heads of the group
+  const uint8_t* k_base;  // K row of slot s: k_base + s · k_row_bytes (this KV head)
+  const uint8_t* v_base;  // V likewise
+  uint64_t k_row_bytes = 0, v_row_bytes = 0;
+  KvDtype k_type = KvDtype::F16, v_type = KvDtype::F16;
+  const int32_t* slots;  // [n] the chunk's keys, ascending position
+  int n = 0;             // 1 .. kAttnChunk
+  int D = 0, G = 0;
+  float scale = 1;
+  float* e;    // out [G][kAttnChunk]: exp(score − m[g]), 0 past n
+  float* m;    // out [G]: the chunk's highest score per head
+  float* sum;  // out [G]: Σ e
+  float* acc;  // out [G][D]: Σ e_j · v_j, keys in order
+};
 
 struct IsaKernels {
   Isa isa;
@@ -18,6 +41,9 @@ struct IsaKernels {
   // kernels_impl.h for the fixed arithmetic.
   void (*matmul_groups)(const PackedWeight& w, int64_t g0, int64_t g1, const float* x, int64_t T,
                         float* out);
+  // One attention chunk (attention_impl.h). Head sizes 64, 128, 256 on every path; any
+  // other size on the scalar path only.
+  void (*attn_chunk)(const AttnChunk& a);
 };
 
 const IsaKernels& kernels_avx512();

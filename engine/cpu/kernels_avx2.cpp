@@ -25,13 +25,15 @@
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c,bmi,bmi2")
+#include "engine/cpu/attention_impl.h"
 #include "engine/cpu/kernels_impl.h"
 #include "engine/cpu/simd_avx2.h"
 
 namespace kvscope::cpu {
 
 const IsaKernels& kernels_avx2() {
-  static const IsaKernels k{Isa::Avx2, &Kernels<VecAvx2>::matmul_groups};
+  static const IsaKernels k{Isa::Avx2, &Kernels<VecAvx2>::matmul_groups,
+                            &AttnKernels<VecAvx2>::attn_chunk};
   return k;
 }
 

@@ -25,13 +25,15 @@
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi,bmi2")
+#include "engine/cpu/attention_impl.h"
 #include "engine/cpu/kernels_impl.h"
 #include "engine/cpu/simd_avx512.h"
 
 namespace kvscope::cpu {
 
 const IsaKernels& kernels_avx512() {
-  static const IsaKernels k{Isa::Avx512, &Kernels<VecAvx512>::matmul_groups};
+  static const IsaKernels k{Isa::Avx512, &Kernels<VecAvx512>::matmul_groups,
+                            &AttnKernels<VecAvx512>::attn_chunk};
   return k;
 }
 

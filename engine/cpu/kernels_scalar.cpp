@@ -16,13 +16,15 @@
 
 #pragma GCC push_options
 
+#include "engine/cpu/attention_impl.h"
 #include "engine/cpu/kernels_impl.h"
 #include "engine/cpu/simd_scalar.h"
 
 namespace kvscope::cpu {
 
 const IsaKernels& kernels_scalar() {
-  static const IsaKernels k{Isa::Scalar, &Kernels<VecScalar>::matmul_groups};
+  static const IsaKernels k{Isa::Scalar, &Kernels<VecScalar>::matmul_groups,
+                            &AttnKernels<VecScalar>::attn_chunk};
   return k;
 }
 

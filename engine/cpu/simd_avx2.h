@@ -27,7 +27,11 @@ struct VecAvx2 {
     _mm256_maskstore_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lanes), v);
   }
   static F bcast(const float* p) { return _mm256_broadcast_ss(p); }
+  static F set1(float v) { return _mm256_set1_ps(v); }
+  static F add(F a, F b) { return _mm256_add_ps(a, b); }
+  static F sub(F a, F b) { return _mm256_sub_ps(a, b); }
   static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  static F max(F a, F b) { return _mm256_max_ps(a, b); }
   static F neg(F a) { return _mm256_sub_ps(_mm256_setzero_ps(), a); }
   static F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
 
@@ -49,6 +53,15 @@ struct VecAvx2 {
     return and_(set, 16);
   }
 
+  static F round(F a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static I to_int(F a) { return _mm256_cvtps_epi32(a); }
+  static F pow2(I n) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23));
+  }
+  static F zero_below(F x, float t, F v) {
+    return _mm256_and_ps(_mm256_cmp_ps(x, _mm256_set1_ps(t), _CMP_GE_OQ), v);
+  }
+
   static F f32(const uint8_t* p) { return _mm256_loadu_ps(reinterpret_cast<const float*>(p)); }
   static F f16(const uint8_t* p) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -56,6 +69,36 @@ struct VecAvx2 {
   static F bf16(const uint8_t* p) {
     const I w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  }
+  static float half(const uint8_t* p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+  }
+
+  // Lane i + lane i+4, then +2, +1.
+  static float hsum(F v) {
+    const __m128 b = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    return _mm_cvtss_f32(_mm_add_ss(c, _mm_movehdup_ps(c)));
+  }
+  static float hmax(F v) {
+    const __m128 b = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 c = _mm_max_ps(b, _mm_movehl_ps(b, b));
+    return _mm_cvtss_f32(_mm_max_ss(c, _mm_movehdup_ps(c)));
+  }
+  // out[0..4) = hsum(a), hsum(b), hsum(c), hsum(d) with hsum's trees, four at a time.
+  static void hsum4(F a, F b, F c, F d, float* out) {
+    // +4: [a4 | b4] and [c4 | d4].
+    const F ab =
+        _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+    const F cd =
+        _mm256_add_ps(_mm256_permute2f128_ps(c, d, 0x20), _mm256_permute2f128_ps(c, d, 0x31));
+    // +2: [a0+a2, a1+a3, c0+c2, c1+c3 | b.., d..].
+    const F s2 = _mm256_add_ps(_mm256_shuffle_ps(ab, cd, 0x44), _mm256_shuffle_ps(ab, cd, 0xEE));
+    // +1: [a, c, a, c | b, d, b, d].
+    const F s1 = _mm256_add_ps(_mm256_shuffle_ps(s2, s2, 0x88), _mm256_shuffle_ps(s2, s2, 0xDD));
+    _mm_storeu_ps(out, _mm_unpacklo_ps(_mm256_castps256_ps128(s1), _mm256_extractf128_ps(s1, 1)));
   }
 };
 

@@ -31,7 +31,11 @@ struct VecAvx512 {
   // The first n (0 < n < N) lanes only.
   static void store_n(float* p, F v, int n) { _mm512_mask_storeu_ps(p, mask(n), v); }
   static F bcast(const float* p) { return _mm512_set1_ps(*p); }
+  static F set1(float v) { return _mm512_set1_ps(v); }
+  static F add(F a, F b) { return _mm512_add_ps(a, b); }
+  static F sub(F a, F b) { return _mm512_sub_ps(a, b); }
   static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  static F max(F a, F b) { return _mm512_max_ps(a, b); }
   static F neg(F a) { return _mm512_sub_ps(_mm512_setzero_ps(), a); }
   static F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }  // a*b + c, one rounding
 
@@ -52,6 +56,20 @@ struct VecAvx512 {
     return _mm512_maskz_set1_epi32(__mmask16(h >> first), 16);
   }
 
+  // Nearest integer (ties to even), as a float; then as an int32 (exact).
+  static F round(F a) {
+    return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  static I to_int(F a) { return _mm512_cvtps_epi32(a); }
+  // 2^n for integer n in [-126, 127].
+  static F pow2(I n) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n, _mm512_set1_epi32(127)), 23));
+  }
+  // v where x >= t, else 0.
+  static F zero_below(F x, float t, F v) {
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(t), _CMP_GE_OQ), v);
+  }
+
   // N fp32 / binary16 / bfloat16 values at p as fp32.
   static F f32(const uint8_t* p) { return _mm512_loadu_ps(reinterpret_cast<const float*>(p)); }
   static F f16(const uint8_t* p) {
@@ -60,6 +78,35 @@ struct VecAvx512 {
   static F bf16(const uint8_t* p) {
     const I w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+  }
+  static float half(const uint8_t* p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+  }
+
+  // Sum of the lanes in a fixed tree: lane i + lane i+8, then +4, +2, +1.
+  static float hsum(F v) {
+    const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    const __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    return _mm_cvtss_f32(_mm_add_ss(c, _mm_movehdup_ps(c)));
+  }
+  static float hmax(F v) { return _mm512_reduce_max_ps(v); }
+  // out[0..4) = hsum(a), hsum(b), hsum(c), hsum(d): the same trees, four at a time.
+  static void hsum4(F a, F b, F c, F d, float* out) {
+    // +8: [a lanes 0-7 summed with 8-15 | b ...] and [c | d].
+    const F ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+    const F cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xEE));
+    // +4: 128-bit lanes [a, b, c, d], four partial sums each.
+    const F s4 =
+        _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));
+    // +2, then +1, within each 128-bit lane; the sum lands in its lane 0.
+    const F s2 = _mm512_add_ps(s4, _mm512_permute_ps(s4, 0x4E));
+    const F s1 = _mm512_add_ps(s2, _mm512_permute_ps(s2, 0xB1));
+    const F packed = _mm512_permutexvar_ps(
+        _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), s1);
+    _mm_storeu_ps(out, _mm512_castps512_ps128(packed));
   }
 };
 

@@ -27,7 +27,11 @@ struct VecScalar {
   static void store(float* p, F v) { *p = v; }
   static void store_n(float* p, F v, int) { *p = v; }
   static F bcast(const float* p) { return *p; }
+  static F set1(float v) { return v; }
+  static F add(F a, F b) { return a + b; }
+  static F sub(F a, F b) { return a - b; }
   static F mul(F a, F b) { return a * b; }
+  static F max(F a, F b) { return a > b ? a : b; }
   static F neg(F a) { return -a; }
   static F fma(F a, F b, F c) { return std::fma(a, b, c); }
 
@@ -39,6 +43,16 @@ struct VecScalar {
   static I sub_i(I a, int v) { return a - v; }
   static F cvt(I a) { return F(a); }
   static I bit4(uint32_t h, int first) { return I(((h >> first) & 1u) << 4); }
+
+  static F round(F a) { return std::nearbyint(a); }
+  static I to_int(F a) { return I(a); }
+  static F pow2(I n) {
+    const uint32_t bits = uint32_t(n + 127) << 23;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  }
+  static F zero_below(F x, float t, F v) { return x >= t ? v : 0.0f; }
 
   static uint16_t u16(const uint8_t* p) {
     uint16_t h;
@@ -52,6 +66,16 @@ struct VecScalar {
   }
   static F f16(const uint8_t* p) { return fp16_to_fp32(u16(p)); }
   static F bf16(const uint8_t* p) { return bf16_to_fp32(u16(p)); }
+  static float half(const uint8_t* p) { return f16(p); }
+
+  static float hsum(F v) { return v; }
+  static float hmax(F v) { return v; }
+  static void hsum4(F a, F b, F c, F d, float* out) {
+    out[0] = a;
+    out[1] = b;
+    out[2] = c;
+    out[3] = d;
+  }
 };
 
 }  // namespace

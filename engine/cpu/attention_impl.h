@@ -1,0 +1,213 @@
+// attention_impl.h — one chunk of attention keys for one query and the G heads of one
+// KV group, written once against a vector interface V and compiled per instruction set
+// by engine/cpu/kernels_{avx512,avx2,scalar}.cpp (internal linkage, like kernels_impl.h).
+//
+// For up to kAttnChunk keys in ascending position order:
+//   scores  s[g][j] = (q_g · k_j) · scale — each K row is read once, in its stored type,
+//           and serves the G heads; the D products are summed in N-lane partial sums in
+//           order of the dimension, then V::hsum's tree (four keys at a time, V::hsum4);
+//   softmax m[g] = max_j s, e[g][j] = exp(s − m) (vec_math.h), sum[g] = Σ_j e in N-lane
+//           partial sums then the tree;
+//   values  acc[g] = Σ_j e[g][j] · v_j, keys in order, one fused multiply-add each; each V
+//           row is read once for the G heads.
+// Every step is fixed by the chunk's keys alone; attention.cpp combines chunks.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "engine/cpu/kernels.h"
+#include "engine/cpu/vec_math.h"
+
+namespace kvscope::cpu {
+namespace {
+
+template <class V>
+struct AttnKernels {
+  using F = typename V::F;
+  static constexpr int N = V::N;
+
+  // Vector r (values r·N .. r·N + N) of a cached row, decoded from its stored type: the
+  // same values dequantize_row gives for the q8_0 / q4_0 blocks (32 values along D).
+  static F row_vec(KvDtype t, const uint8_t* p, int r) {
+    switch (t) {
+      case KvDtype::F16:
+        return V::f16(p + 2 * r * N);
+      case KvDtype::Q8_0: {
+        const uint8_t* b = p + 34 * (r * N / 32);
+        return V::mul(V::cvt(V::i8(b + 2 + r * N % 32)), V::set1(V::half(b)));
+      }
+      case KvDtype::Q4_0: {
+        const uint8_t* b = p + 18 * (r * N / 32);
+        const int o = r * N % 32;
+        const auto q = o < 16 ? V::and_(V::u8(b + 2 + o), 15) : V::srl(V::u8(b + 2 + o - 16), 4);
+        return V::mul(V::cvt(V::sub_i(q, 8)), V::set1(V::half(b)));
+      }
+      default:
+        return V::f32(p + 4 * r * N);
+    }
+  }
+
+  // Scores for the chunk into e[g][j] (scaled), four keys at a time.
+  template <int RV, int G>
+  static void scores(const AttnChunk& a) {
+    constexpr int D = RV * N;
+    for (int j = 0; j < a.n; j += 4) {
+      const int nk = std::min(4, a.n - j);
+      const uint8_t* k[4];
+      for (int u = 0; u < 4; ++u)
+        k[u] = a.k_base + uint64_t(a.slots[j + std::min(u, nk - 1)]) * a.k_row_bytes;
+      F s[G][4];
+      {
+        F kr[4];
+        for (int u = 0; u < 4; ++u) kr[u] = row_vec(a.k_type, k[u], 0);
+        for (int g = 0; g < G; ++g) {
+          const F qr = V::load(a.q + g * D);
+          for (int u = 0; u < 4; ++u) s[g][u] = V::mul(qr, kr[u]);
+        }
+      }
+      for (int r = 1; r < RV; ++r) {
+        F kr[4];
+        for (int u = 0; u < 4; ++u) kr[u] = row_vec(a.k_type, k[u], r);
+        for (int g = 0; g < G; ++g) {
+          const F qr = V::load(a.q + g * D + r * N);
+          for (int u = 0; u < 4; ++u) s[g][u] = V::fma(qr, kr[u], s[g][u]);
+        }
+      }
+      for (int g = 0; g < G; ++g) {
+        float dots[4];
+        V::hsum4(s[g][0], s[g][1], s[g][2], s[g][3], dots);
+        for (int u = 0; u < nk; ++u) a.e[g * kAttnChunk + j + u] = dots[u] * a.scale;
+      }
+    }
+  }
+
+  // Turns row g's scores into exp(s − max), 0 past n; fills m[g] and sum[g].
+  static void softmax_row(const AttnChunk& a, int g) {
+    float* row = a.e + g * kAttnChunk;
+    const int nv = (a.n + N - 1) / N * N;
+    for (int j = a.n; j < nv; ++j) row[j] = -INFINITY;
+    F mx = V::set1(-INFINITY);
+    for (int j = 0; j < nv; j += N) mx = V::max(mx, V::load(row + j));
+    const float m = V::hmax(mx);
+    F sum = V::zero();
+    for (int j = 0; j < nv; j += N) {
+      const F e = vexp<V>(V::sub(V::load(row + j), V::set1(m)));
+      V::store(row + j, e);
+      sum = V::add(sum, e);
+    }
+    a.m[g] = m;
+    a.sum[g] = V::hsum(sum);
+  }
+
+  template <int RV, int G>
+  static void values(const AttnChunk& a) {
+    constexpr int D = RV * N;
+    F acc[G][RV];
+    for (int j = 0; j < a.n; ++j) {
+      const uint8_t* v = a.v_base + uint64_t(a.slots[j]) * a.v_row_bytes;
+      F vr[RV];
+      for (int r = 0; r < RV; ++r) vr[r] = row_vec(a.v_type, v, r);
+      for (int g = 0; g < G; ++g) {
+        const F w = V::bcast(a.e + g * kAttnChunk + j);
+        if (j == 0) {
+          for (int r = 0; r < RV; ++r) acc[g][r] = V::mul(w, vr[r]);
+        } else {
+          for (int r = 0; r < RV; ++r) acc[g][r] = V::fma(w, vr[r], acc[g][r]);
+        }
+      }
+    }
+    for (int g = 0; g < G; ++g)
+      for (int r = 0; r < RV; ++r) V::store(a.acc + g * D + r * N, acc[g][r]);
+  }
+
+  template <int RV, int G>
+  static void chunk(const AttnChunk& a) {
+    scores<RV, G>(a);
+    for (int g = 0; g < G; ++g) softmax_row(a, g);
+    values<RV, G>(a);
+  }
+
+  // Any G: the same arithmetic one head at a time (the K and V rows are then read once
+  // per head).
+  template <int RV>
+  static void chunk_heads(const AttnChunk& a) {
+    for (int g = 0; g < a.G; ++g) {
+      AttnChunk one = a;
+      one.q = a.q + g * a.D;
+      one.e = a.e + g * kAttnChunk;
+      one.m = a.m + g;
+      one.sum = a.sum + g;
+      one.acc = a.acc + g * a.D;
+      one.G = 1;
+      chunk<RV, 1>(one);
+    }
+  }
+
+  template <int RV>
+  static void chunk_rv(const AttnChunk& a) {
+    switch (a.G) {
+      case 1:
+        chunk<RV, 1>(a);
+        return;
+      case 2:
+        chunk<RV, 2>(a);
+        return;
+      case 3:
+        chunk<RV, 3>(a);
+        return;
+      case 4:
+        chunk<RV, 4>(a);
+        return;
+      case 5:
+        chunk<RV, 5>(a);
+        return;
+      case 6:
+        chunk<RV, 6>(a);
+        return;
+      case 7:
+        chunk<RV, 7>(a);
+        return;
+      case 8:
+        chunk<RV, 8>(a);
+        return;
+      default:
+        chunk_heads<RV>(a);
+        return;
+    }
+  }
+
+  // Head sizes: 64, 128 and 256 (and, on the scalar path, any other up to 256).
+  static void attn_chunk(const AttnChunk& a) {
+    if (a.D == 64) return chunk_rv<64 / N>(a);
+    if (a.D == 128) return chunk_rv<128 / N>(a);
+    if (a.D == 256) return chunk_rv<256 / N>(a);
+    if constexpr (N == 1) chunk_odd(a);  // other head sizes: the scalar path only
+  }
+
+  // Scalar path, any D: the same steps with loops bounded at run time.
+  static void chunk_odd(const AttnChunk& a) {
+    for (int g = 0; g < a.G; ++g) {
+      float* row = a.e + g * kAttnChunk;
+      for (int j = 0; j < a.n; ++j) {
+        const uint8_t* k = a.k_base + uint64_t(a.slots[j]) * a.k_row_bytes;
+        F s = V::mul(V::load(a.q + g * a.D), row_vec(a.k_type, k, 0));
+        for (int r = 1; r < a.D; ++r)
+          s = V::fma(V::load(a.q + g * a.D + r), row_vec(a.k_type, k, r), s);
+        row[j] = s * a.scale;
+      }
+      softmax_row(a, g);
+      float* acc = a.acc + g * a.D;
+      for (int j = 0; j < a.n; ++j) {
+        const uint8_t* v = a.v_base + uint64_t(a.slots[j]) * a.v_row_bytes;
+        for (int r = 0; r < a.D; ++r)
+          acc[r] = j == 0 ? row[j] * row_vec(a.v_type, v, r)
+                          : V::fma(row[j], row_vec(a.v_type, v, r), acc[r]);
+      }
+    }
+  }
+};
+
+}  // namespace
+}  // namespace kvscope::cpu
