@@ -6,6 +6,11 @@
 // a fiber runs until it waits (barrier, warp exchange) or exits. A sweep in which no
 // fiber changed any shared state is a deadlock: the launch fails with a report of
 // what every thread waits on. Fibers never migrate between OS threads.
+//
+// Under AddressSanitizer every switch is announced (__sanitizer_start_switch_fiber before,
+// __sanitizer_finish_switch_fiber after), so ASan knows which stack is live: without it an
+// exception thrown on a fiber stack is reported as stack-use-after-scope. A fiber left
+// behind by a failed block has its stack unpoisoned before the stack is used again.
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -20,6 +25,7 @@
 #include <vector>
 
 #include "tests/cuda_emu/emu_internal.h"
+#include "tests/cuda_emu/emu_sanitizer.h"
 
 #if !defined(__x86_64__)
 #error "the CUDA emulator's context switch is written for x86-64"
@@ -106,7 +112,7 @@ struct Fiber {
   uint3 tid{};
   int linear = 0;
   FiberState state = FiberState::kReady;
-  unsigned char* stack_top = nullptr;
+  void* asan_fake_stack = nullptr;  // ASan's fake stack of this fiber while switched out
 };
 
 struct Block {
@@ -130,7 +136,12 @@ struct Worker {
   Block* blk = nullptr;
   std::vector<Fiber> fibers;
   std::vector<unsigned char*> stacks;
+  std::vector<bool> stack_dirty;  // abandoned mid-frame by a failed block (ASan shadow stale)
   std::vector<unsigned char> dyn_smem;
+  // The scheduler's own stack, as ASan reports it when a fiber first starts.
+  void* asan_sched_fake_stack = nullptr;
+  const void* sched_stack_bottom = nullptr;
+  size_t sched_stack_size = 0;
 
   ~Worker() {
     for (unsigned char* s : stacks) munmap(s, kStackBytes + kGuardBytes);
@@ -142,9 +153,15 @@ struct Worker {
       if (m == MAP_FAILED) throw DeviceFault{"emulator: cannot allocate a fiber stack"};
       mprotect(m, kGuardBytes, PROT_NONE);  // overflow faults instead of corrupting
       stacks.push_back(static_cast<unsigned char*>(m));
+      stack_dirty.push_back(false);
+    }
+    if (stack_dirty[i]) {
+      emu_unpoison(stacks[i] + kGuardBytes, kStackBytes);
+      stack_dirty[i] = false;
     }
     return stacks[i] + kStackBytes + kGuardBytes;
   }
+  const void* stack_bottom(size_t i) const { return stacks[i] + kGuardBytes; }
 };
 
 thread_local Worker* tls_worker = nullptr;
@@ -157,10 +174,23 @@ Worker& worker() {
   return *tls_worker;
 }
 
+// Scheduler -> fiber i (returns when the fiber yields or exits).
+void resume_fiber(Worker& w, int i) {
+  Fiber& f = w.fibers[i];
+  w.cur = &f;
+  threadIdx = f.tid;
+  emu_start_switch_fiber(&w.asan_sched_fake_stack, w.stack_bottom(i), kStackBytes);
+  kvscope_emu_switch(&w.sched_sp, f.sp);
+  emu_finish_switch_fiber(w.asan_sched_fake_stack, nullptr, nullptr);
+}
+
 // Back to the scheduler; returns when the scheduler resumes this fiber.
 void yield_fiber() {
   Worker& w = *tls_worker;
-  kvscope_emu_switch(&w.cur->sp, w.sched_sp);
+  Fiber& f = *w.cur;
+  emu_start_switch_fiber(&f.asan_fake_stack, w.sched_stack_bottom, w.sched_stack_size);
+  kvscope_emu_switch(&f.sp, w.sched_sp);
+  emu_finish_switch_fiber(f.asan_fake_stack, nullptr, nullptr);
 }
 
 std::string fmt_tid(uint3 t) {
@@ -295,6 +325,7 @@ bool run_block(const LaunchSpec& spec, uint3 bid, const std::function<void()>& b
                   static_cast<unsigned>(i / spec.block.x % spec.block.y),
                   static_cast<unsigned>(i / (spec.block.x * spec.block.y))};
     f.state = FiberState::kReady;
+    f.asan_fake_stack = nullptr;
     // Initial frame popped by kvscope_emu_switch: FP state, six registers, return
     // address = trampoline. After the `ret`, rsp is 16-byte aligned.
     unsigned char* top = w.stack_top(i);
@@ -311,17 +342,18 @@ bool run_block(const LaunchSpec& spec, uint3 bid, const std::function<void()>& b
   while (b.exited < b.n && !b.failed) {
     const uint64_t before = b.progress;
     for (int i = 0; i < b.n && !b.failed; ++i) {
-      Fiber& f = w.fibers[i];
-      if (f.state == FiberState::kDone) continue;
-      w.cur = &f;
-      threadIdx = f.tid;
-      kvscope_emu_switch(&w.sched_sp, f.sp);
+      if (w.fibers[i].state == FiberState::kDone) continue;
+      resume_fiber(w, i);
     }
     if (!b.failed && b.exited < b.n && b.progress == before) {
       b.failed = true;
       b.error = deadlock_report(w, b);
     }
   }
+  // Fibers of a failed block never return from their frames: their stacks still carry
+  // ASan's redzones for frames that no longer exist.
+  for (int i = 0; i < b.n; ++i)
+    if (w.fibers[i].state != FiberState::kDone) w.stack_dirty[i] = true;
   w.cur = nullptr;
   w.blk = nullptr;
   if (b.failed) *detail = b.error;
@@ -533,6 +565,8 @@ void set_workers(int n) {
 extern "C" void kvscope_emu_fiber_main() {
   using namespace kvscope_emu;
   Worker& w = *tls_worker;
+  // First entry: learn the scheduler's stack (where every yield returns to).
+  emu_finish_switch_fiber(nullptr, &w.sched_stack_bottom, &w.sched_stack_size);
   Block& b = *w.blk;
   try {
     (*b.body)();
@@ -555,6 +589,8 @@ extern "C" void kvscope_emu_fiber_main() {
   ++b.progress;
   release_barrier_if_complete(b);
   void* dead_sp;
+  // nullptr: this fiber never comes back, ASan may drop its fake stack.
+  emu_start_switch_fiber(nullptr, w.sched_stack_bottom, w.sched_stack_size);
   kvscope_emu_switch(&dead_sp, w.sched_sp);
   __builtin_unreachable();
 }

@@ -3,7 +3,10 @@
 // Device memory is host memory registered in an allocation table: new allocations are
 // filled with 0xFF (NaN for floats) so reads of unwritten memory show up; copies check
 // that device ranges lie inside one live allocation and that the direction matches the
-// kind. Streams run synchronously; events record host timestamps; graphs replay the
+// kind. Every allocation is followed by guard bytes, from the requested size (not the
+// 256-byte rounding) on: under AddressSanitizer they are poisoned, so the faulting access
+// itself is reported; otherwise they hold a pattern that is checked after every kernel
+// and at cudaFree, and a changed byte fails the launch with cudaErrorIllegalAddress. Streams run synchronously; events record host timestamps; graphs replay the
 // operations captured from a stream. The last error follows the real rules: most
 // errors are cleared by cudaGetLastError, a failed kernel is sticky until
 // cudaDeviceReset.
@@ -16,6 +19,7 @@
 #include <vector>
 
 #include "tests/cuda_emu/emu_internal.h"
+#include "tests/cuda_emu/emu_sanitizer.h"
 
 struct CUstream_st {
   bool capturing = false;
@@ -39,6 +43,8 @@ namespace {
 constexpr size_t kDeviceBytes = size_t(8) << 30;  // what the emulated device reports
 constexpr size_t kDefaultSmem = 48 * 1024;
 constexpr size_t kOptinSmem = 227 * 1024;
+constexpr size_t kAllocAlign = 256;     // what cudaMalloc guarantees
+constexpr size_t kGuardBytes = 256;     // past the 256-byte rounding, at least
 
 struct State {
   std::mutex mu;
@@ -79,6 +85,51 @@ std::string ptr_str(const void* p) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%p", p);
   return buf;
+}
+
+// Bytes held for a `size`-byte allocation: the 256-byte rounding plus the guard.
+size_t padded_bytes(size_t size) {
+  return (size + kAllocAlign - 1) / kAllocAlign * kAllocAlign + kGuardBytes;
+}
+// Guard byte k past the end of an allocation: varies with k, so a kernel that stores a
+// constant past the end cannot restore it by accident.
+uint8_t guard_byte(size_t k) { return static_cast<uint8_t>(0xA5u ^ (k * 0x3Bu)); }
+
+void arm_guard(unsigned char* m, size_t size) {
+  const size_t n = padded_bytes(size) - size;
+  for (size_t k = 0; k < n; ++k) m[size + k] = guard_byte(k);
+  emu_poison(m + size, n);
+}
+
+void free_guarded(void* m, size_t size) {
+  emu_unpoison(m, padded_bytes(size));
+  std::free(m);
+}
+
+// First changed guard byte (its offset past the end), or -1. Under ASan the guard is
+// poisoned and the access that would change it has been reported already.
+int64_t damaged_guard(const void* m, size_t size) {
+  if (kAsan) return -1;
+  const auto* g = static_cast<const unsigned char*>(m) + size;
+  const size_t n = padded_bytes(size) - size;
+  for (size_t k = 0; k < n; ++k)
+    if (g[k] != guard_byte(k)) return static_cast<int64_t>(k);
+  return -1;
+}
+
+std::string overrun_report(uintptr_t base, size_t size, int64_t k) {
+  return "a write past the end of the " + std::to_string(size) + "-byte device allocation at " +
+         ptr_str(reinterpret_cast<const void*>(base)) + " changed byte " + std::to_string(size + k) +
+         " (" + std::to_string(k + 1) + " past its end)";
+}
+
+// Checks every live allocation's guard; the caller holds the lock. "" when all intact.
+std::string check_all_guards() {
+  for (const auto& [base, size] : st().allocs) {
+    const int64_t k = damaged_guard(reinterpret_cast<const void*>(base), size);
+    if (k >= 0) return overrun_report(base, size, k);
+  }
+  return {};
 }
 
 cudaError_t check_copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
@@ -165,6 +216,19 @@ size_t max_dynamic_smem(const void* func) {
   return it == st().func_smem.end() ? kDefaultSmem : it->second;
 }
 
+// Runs the grid, then checks that no allocation's guard bytes changed.
+cudaError_t run_grid_checked(const LaunchSpec& spec, const std::function<void()>& body) {
+  std::string d;
+  cudaError_t e = run_grid(spec, body, &d);
+  if (e) return record(e, d, true);
+  {
+    std::lock_guard<std::mutex> lk(st().mu);
+    d = check_all_guards();
+  }
+  if (!d.empty()) return record(cudaErrorIllegalAddress, "kernel launch: " + d, true);
+  return cudaSuccess;
+}
+
 cudaError_t launch(const LaunchSpec& spec, std::function<void()> body,
                    const std::string& pointer_problem) {
   if (cudaError_t s = sticky_error()) return s;
@@ -187,16 +251,10 @@ cudaError_t launch(const LaunchSpec& spec, std::function<void()> body,
     return record(cudaErrorInvalidResourceHandle, "kernel launch: unknown stream");
   if (!pointer_problem.empty())
     return record(cudaErrorIllegalAddress, "kernel launch: " + pointer_problem, true);
-  if (capture_if_capturing(spec.stream, [spec, body] {
-        std::string d;
-        cudaError_t e = run_grid(spec, body, &d);
-        return e ? record(e, d, true) : e;
-      }))
+  if (capture_if_capturing(spec.stream, [spec, body] { return run_grid_checked(spec, body); }))
     return cudaSuccess;
   ++g_direct_launches;
-  std::string d;
-  cudaError_t e = run_grid(spec, body, &d);
-  return e ? record(e, d, true) : e;
+  return run_grid_checked(spec, body);
 }
 
 }  // namespace kvscope_emu
@@ -220,13 +278,14 @@ cudaError_t cudaMalloc(void** p, size_t size) {
                   std::to_string(kvscope_emu::kDeviceBytes - st().allocated) + " free";
     return cudaErrorMemoryAllocation;
   }
-  const size_t rounded = (size + 255) / 256 * 256;
-  void* m = std::aligned_alloc(256, rounded ? rounded : 256);
+  const size_t padded = kvscope_emu::padded_bytes(size);
+  void* m = std::aligned_alloc(kvscope_emu::kAllocAlign, padded);
   if (!m) {
     st().last = cudaErrorMemoryAllocation;
     return cudaErrorMemoryAllocation;
   }
-  std::memset(m, 0xFF, rounded);
+  std::memset(m, 0xFF, size);
+  kvscope_emu::arm_guard(static_cast<unsigned char*>(m), size);
   st().allocs[reinterpret_cast<uintptr_t>(m)] = size;
   st().allocated += size;
   *p = m;
@@ -242,9 +301,17 @@ cudaError_t cudaFree(void* p) {
     st().detail = "cudaFree: " + kvscope_emu::ptr_str(p) + " is not the start of a live allocation";
     return cudaErrorInvalidValue;
   }
-  st().allocated -= it->second;
+  const size_t size = it->second;
+  const int64_t k = kvscope_emu::damaged_guard(p, size);
+  const std::string report = k >= 0 ? kvscope_emu::overrun_report(it->first, size, k) : "";
+  st().allocated -= size;
   st().allocs.erase(it);
-  std::free(p);
+  kvscope_emu::free_guarded(p, size);
+  if (!report.empty()) {
+    st().last = cudaErrorIllegalAddress;
+    st().detail = "cudaFree: " + report;
+    return cudaErrorIllegalAddress;
+  }
   return cudaSuccess;
 }
 
@@ -361,7 +428,8 @@ cudaError_t cudaDeviceSynchronize() {
 
 cudaError_t cudaDeviceReset() {
   std::lock_guard<std::mutex> lk(st().mu);
-  for (auto& [base, bytes] : st().allocs) std::free(reinterpret_cast<void*>(base));
+  for (auto& [base, bytes] : st().allocs)
+    kvscope_emu::free_guarded(reinterpret_cast<void*>(base), bytes);
   st().allocs.clear();
   st().allocated = 0;
   for (cudaStream_t s : st().streams) delete s;

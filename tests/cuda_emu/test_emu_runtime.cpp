@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/launch.cuh"
+#include "tests/cuda_emu/emu_sanitizer.h"
 
 namespace {
 
@@ -41,6 +42,46 @@ TEST_F(EmuRuntime, OutOfMemoryIsAnError) {
   void* p = nullptr;
   EXPECT_EQ(cudaMalloc(&p, size_t(1) << 40), cudaErrorMemoryAllocation);
   EXPECT_EQ(p, nullptr);
+}
+
+__global__ void store_byte_kernel(unsigned char* p, int at, int value) {
+  if (threadIdx.x == 0) p[at] = static_cast<unsigned char>(value);
+}
+
+// cudaMalloc rounds to 256 bytes like the real one, but the bytes past the requested size
+// are a guard: a kernel that writes one byte past a 100-byte buffer fails, at the access
+// under AddressSanitizer, at the end of the launch otherwise.
+TEST_F(EmuRuntime, KernelWriteOneBytePastAnAllocationIsCaught) {
+  unsigned char* d = nullptr;
+  ASSERT_EQ(cudaMalloc(&d, 100), cudaSuccess);
+  ASSERT_EQ(kvscope_cuda::launch(store_byte_kernel, dim3(1), dim3(32), 0, nullptr, d, 99, 7),
+            cudaSuccess);
+#if defined(KVSCOPE_EMU_ASAN)
+  EXPECT_DEATH(
+      (void)kvscope_cuda::launch(store_byte_kernel, dim3(1), dim3(32), 0, nullptr, d, 100, 7),
+      "use-after-poison");
+  EXPECT_DEATH(
+      (void)kvscope_cuda::launch(store_byte_kernel, dim3(1), dim3(32), 0, nullptr, d, 255, 7),
+      "use-after-poison");
+#else
+  EXPECT_EQ(kvscope_cuda::launch(store_byte_kernel, dim3(1), dim3(32), 0, nullptr, d, 100, 7),
+            cudaErrorIllegalAddress);
+  EXPECT_NE(kvscope_emu::last_error_detail().find("past the end of the 100-byte device allocation"),
+            std::string::npos)
+      << kvscope_emu::last_error_detail();
+  // The failure is sticky, like a faulting kernel on a GPU.
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorIllegalAddress);
+  cudaDeviceReset();
+  // The far end of the 256-byte rounding is guarded too, and so is cudaFree.
+  ASSERT_EQ(cudaMalloc(&d, 100), cudaSuccess);
+  EXPECT_EQ(kvscope_cuda::launch(store_byte_kernel, dim3(1), dim3(32), 0, nullptr, d, 255, 0xFF),
+            cudaErrorIllegalAddress);
+  cudaDeviceReset();
+  ASSERT_EQ(cudaMalloc(&d, 256), cudaSuccess);  // a multiple of 256 still has a guard
+  EXPECT_EQ(kvscope_cuda::launch(store_byte_kernel, dim3(1), dim3(32), 0, nullptr, d, 256, 0),
+            cudaErrorIllegalAddress);
+  cudaDeviceReset();
+#endif
 }
 
 __global__ void scale_kernel(float* x, float s, int n) {
@@ -213,8 +254,10 @@ TEST_F(EmuRuntime, GemmArgumentChecksAndUnsupportedTypes) {
             CUBLAS_STATUS_INVALID_VALUE);  // transposed: lda < k
   EXPECT_EQ(gemm(CUBLAS_OP_N, 4, 4, 4, 4, 4, 3, CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F, dA),
             CUBLAS_STATUS_INVALID_VALUE);  // ldc < m
-  EXPECT_EQ(gemm(cublasOperation_t(7), 4, 4, 4, 4, 4, 4, CUDA_R_32F, CUDA_R_32F,
-                 CUBLAS_COMPUTE_32F, dA),
+  // CONJG is declared but not supported (a value outside the enum's range would be
+  // undefined behaviour in the caller, not an argument cuBLAS can check).
+  EXPECT_EQ(gemm(CUBLAS_OP_CONJG, 4, 4, 4, 4, 4, 4, CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F,
+                 dA),
             CUBLAS_STATUS_INVALID_VALUE);
   EXPECT_EQ(gemm(CUBLAS_OP_N, 4, 4, 4, 4, 4, 4, CUDA_R_32F, CUDA_R_16F, CUBLAS_COMPUTE_32F, dA),
             CUBLAS_STATUS_NOT_SUPPORTED);  // fp32 inputs into an fp16 C
