@@ -33,6 +33,7 @@ namespace {
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int n_threads) : pool_(n_threads) {}
+  const std::string& start_error() const { return pool_.start_error(); }
 
   std::string name() const override {
     return "cpu (" + std::to_string(pool_.size()) + (pool_.size() == 1 ? " thread, " : " threads, ") +
@@ -248,9 +249,25 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
+Expected<std::unique_ptr<Backend>> create_cpu_backend(int n_threads, std::string* notice) {
+  const int hw = hardware_threads();
+  if (n_threads <= 0) {
+    n_threads = hw;
+  } else if (n_threads > hw) {
+    if (notice)
+      *notice = std::to_string(n_threads) + " CPU threads requested but this machine runs " +
+                std::to_string(hw) + " at once; using " + std::to_string(hw);
+    n_threads = hw;
+  }
+  auto backend = std::make_unique<CpuBackend>(n_threads);
+  if (!backend->start_error().empty())
+    return make_error("cpu: ", backend->start_error(),
+                      "; ask for fewer threads (--threads) or free system resources");
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
 std::unique_ptr<Backend> make_cpu_backend(int n_threads) {
-  if (n_threads <= 0) n_threads = int(std::max(1u, std::thread::hardware_concurrency()));
-  return std::make_unique<CpuBackend>(n_threads);
+  return std::make_unique<CpuBackend>(n_threads <= 0 ? hardware_threads() : n_threads);
 }
 
 }  // namespace kvscope

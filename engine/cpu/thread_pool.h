@@ -1,47 +1,71 @@
 // thread_pool.h — a small persistent pool for data-parallel loops.
 //
 // parallel_for(n, fn) splits [0, n) into contiguous chunks, one per thread, and calls
-// fn(begin, end) on each; the calling thread takes the first chunk. Workers spin
-// briefly between jobs (a decode step issues hundreds of short loops) and then sleep.
-// One job at a time: parallel_for must not be called from inside fn or from two
-// threads at once.
+// fn(begin, end) on each; the calling thread takes the first chunk. A job wakes only the
+// workers it has chunks for: each worker waits on its own generation word, so a short loop
+// on a big pool costs what it uses. Workers spin briefly between jobs (a decode step issues
+// hundreds of short loops) and then sleep on that word (a futex, no lock).
+// One job at a time: parallel_for must not be called from inside fn or from two threads
+// at once.
+//
+// The constructor never throws: when the system refuses a thread, the pool keeps the
+// threads it has (size() says how many) and start_error() says what failed, so callers
+// can report it as an error instead of an uncaught std::system_error.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
 namespace kvscope {
 
+// Threads this process may run on at once (its CPU affinity set; at least 1).
+int hardware_threads();
+
 class ThreadPool {
  public:
+  // Starts a thread; throws std::system_error when the system refuses (tests replace it).
+  using Spawn = std::function<std::thread(std::function<void()>)>;
+
   explicit ThreadPool(int n_threads);
+  ThreadPool(int n_threads, const Spawn& spawn);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
+  // Threads that take part in a job, the caller included (>= 1).
   int size() const { return n_threads_; }
+  // Empty, or why fewer threads than requested were started.
+  const std::string& start_error() const { return start_error_; }
   // Calls fn(begin, end) over a partition of [0, n) into at most size() chunks whose
   // boundaries are multiples of `grain` (except the last).
-  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn,
-                    int64_t grain = 1);
+  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain = 1);
+  // Jobs the workers have picked up since construction (the caller's chunks not counted):
+  // one per worker a job used.
+  uint64_t worker_wakeups() const;
 
  private:
+  // One per worker, on its own cache line: the job generation it waits on.
+  struct alignas(64) Slot {
+    std::atomic<uint32_t> generation{0};
+    std::atomic<uint64_t> wakeups{0};
+  };
   void worker(int index);
 
-  int n_threads_;
+  int n_threads_ = 1;
+  std::string start_error_;
+  std::unique_ptr<Slot[]> slots_;  // [n_threads_]; slot 0 (the caller) unused
   std::vector<std::thread> threads_;
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
   int64_t job_n_ = 0, job_chunk_ = 0;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
+  alignas(64) std::atomic<int> pending_{0};
   std::atomic<bool> stop_{false};
-  std::mutex mutex_;
-  std::condition_variable wake_;
 };
 
 }  // namespace kvscope
