@@ -16,6 +16,7 @@
 
 #include "app/cli_common.h"
 #include "app/json_writer.h"
+#include "engine/cpu/thread_pool.h"
 #include "engine/forward.h"
 
 namespace kvscope::cli {
@@ -140,29 +141,19 @@ int run_bench(int argc, char** argv) {
   app.add_option("--threads", threads,
                  "CPU thread counts, comma-separated (default: all hardware threads, then 1)")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(Range(1, kMaxThreadsOption));
   app.add_option("--model", model_path,
                  "Built-in model name (smollm2-135m, the default; gemma3-270m) or GGUF file path");
   app.add_option("--backend", backend_name, "auto, cuda or cpu")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
   app.add_flag("--json", json, "Print one JSON object");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (int rc = parse_options(app, argc, argv); rc >= 0) return rc;
   if (model_path.empty()) model_path = default_model_path();
   auto model = load_model(model_path);
-  if (!model.ok()) {
-    std::fprintf(stderr, "kvscope: %s\n", model.error().message.c_str());
-    return 1;
-  }
+  if (!model.ok()) return fail(model.error().message);
   const Model& m = **model;
-  auto fail = [](const Error& e) {
-    std::fprintf(stderr, "kvscope: %s\n", e.message.c_str());
-    return 1;
-  };
-  const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
+  auto fail = [](const Error& e) { return cli::fail(e.message); };
+  const int hw = hardware_threads();
   if (threads.empty()) {
     threads.push_back(hw);
     if (hw > 1) threads.push_back(1);
@@ -180,12 +171,13 @@ int run_bench(int argc, char** argv) {
 
   std::vector<BenchRun> runs;
   for (int n : threads) {
-    std::string notice;
-    auto be = make_backend(backend_name, m, n, &notice);
+    std::string note;
+    auto be = make_backend(backend_name, m, n, &note);
     if (!be.ok()) return fail(be.error());
+    if (!note.empty()) notice(note);  // e.g. more threads than the hardware: clamped
     auto run = measure(**be, m, tokens);
     if (!run.ok()) return fail(run.error());
-    run->threads = n;
+    run->threads = std::min(n, hw);
     runs.push_back(std::move(*run));
     if ((*be)->name().rfind("cpu", 0) != 0) break;  // thread counts mean nothing off the CPU
   }

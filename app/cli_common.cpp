@@ -97,20 +97,29 @@ Expected<std::shared_ptr<Model>> load_model(const std::string& name_or_path) {
 
 Expected<std::unique_ptr<Backend>> make_backend(const std::string& name, const Model& model,
                                                 int threads, std::string* notice) {
-  if (name == "cpu") return make_cpu_backend(threads);
-  if (name != "auto" && name != "cuda")
-    return make_error("unknown backend '", name, "' (choose auto, cuda or cpu)");
+  std::string fallback;  // why auto ended on the CPU
+  if (name != "cpu") {
+    if (name != "auto" && name != "cuda")
+      return make_error("unknown backend '", name, "' (choose auto, cuda or cpu)");
 #if defined(KVSCOPE_WITH_CUDA)
-  auto cuda = make_cuda_backend(model);
-  if (cuda.ok()) return std::move(cuda.value());
-  if (name == "cuda") return cuda.error();
-  if (notice) *notice = "no usable GPU (" + cuda.error().message + "); using the CPU backend";
+    auto cuda = make_cuda_backend(model);
+    if (cuda.ok()) return std::move(cuda.value());
+    if (name == "cuda") return cuda.error();
+    fallback = "no usable GPU (" + cuda.error().message + "); using the CPU backend";
 #else
-  if (name == "cuda")
-    return make_error("this kvscope was built without CUDA (nvcc was not found at build time); "
-                      "use --backend cpu");
+    if (name == "cuda")
+      return make_error("this kvscope was built without CUDA (nvcc was not found at build time); "
+                        "use --backend cpu");
 #endif
-  return make_cpu_backend(threads);
+  }
+  std::string clamped;
+  auto cpu = create_cpu_backend(threads, &clamped);
+  if (!cpu.ok()) return cpu.error();
+  if (notice) {
+    *notice = fallback;
+    if (!clamped.empty()) *notice += (notice->empty() ? "" : "; ") + clamped;
+  }
+  return std::move(cpu.value());
 }
 
 }  // namespace kvscope::cli

@@ -7,15 +7,11 @@
 #include "app/cli_kv_options.h"
 #include "app/cli_prompt.h"
 #include "app/json_writer.h"
+#include "engine/printable.h"
 #include "engine/session.h"
 
 namespace kvscope::cli {
 namespace {
-
-int fail(const std::string& message) {
-  std::fprintf(stderr, "kvscope: %s\n", message.c_str());
-  return 1;
-}
 
 std::string step_json(const StepTrace& tr) {
   JsonWriter j;
@@ -75,24 +71,22 @@ int run_generate(int argc, char** argv) {
   PromptOptions prompt;
   add_prompt_options(app, prompt);
   app.add_option("--mode", mode, "KV cache mode")->check(CLI::IsMember({"cache", "nocache"}));
-  app.add_option("--max-tokens", max_tokens, "Tokens to generate")->check(CLI::Range(1, 1 << 20));
-  app.add_option("--temp", temp, "Temperature (0 = greedy)")->check(CLI::Range(0.0, 100.0));
-  app.add_option("--top-k", top_k, "Keep the k most likely tokens (0 = off)")->check(CLI::NonNegativeNumber);
-  app.add_option("--top-p", top_p, "Nucleus sampling mass (1 = off)")->check(CLI::Range(0.0, 1.0));
-  app.add_option("--min-p", min_p, "Drop tokens below min-p x the best (0 = off)")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--max-tokens", max_tokens, "Tokens to generate")->check(Range(1, 1 << 20));
+  app.add_option("--temp", temp, "Temperature (0 = greedy)")->check(Range(0.0, 100.0));
+  app.add_option("--top-k", top_k, "Keep the k most likely tokens (0 = off)")->check(AtLeast(0));
+  app.add_option("--top-p", top_p, "Nucleus sampling mass (1 = off)")->check(Range(0.0, 1.0));
+  app.add_option("--min-p", min_p, "Drop tokens below min-p x the best (0 = off)")->check(Range(0.0, 1.0));
   app.add_option("--seed", seed, "Sampling seed");
   app.add_option("--stop", stops, "Stop when the output contains this text (repeatable)");
-  app.add_option("--threads", threads, "CPU threads (0 = all)")->check(CLI::NonNegativeNumber);
+  app.add_option("--threads", threads,
+                 "CPU threads (0 = all; more than the hardware runs are clamped to it)")
+      ->check(Range(0, kMaxThreadsOption));
   app.add_option("--model", model_path, "Built-in model name (smollm2-135m, the default; gemma3-270m) or GGUF file path");
   app.add_option("--backend", backend_name, "auto, cuda or cpu")->check(CLI::IsMember({"auto", "cuda", "cpu"}));
   KvOptions kv;
   add_kv_options(app, kv);
   app.add_flag("--json", json, "One JSON object per step, then a summary line");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (int rc = parse_options(app, argc, argv); rc >= 0) return rc;
 
   auto spec_or = prompt_from_options(prompt);
   if (!spec_or.ok()) return fail(spec_or.error().message);
@@ -123,7 +117,7 @@ int run_generate(int argc, char** argv) {
   if (Status st = s.reset(spec); !st.ok()) return fail(st.message());
   // The backend notice (e.g. no usable GPU) once the input is known to be good, so an
   // error stays a single line.
-  if (!notice.empty()) std::fprintf(stderr, "kvscope: %s\n", notice.c_str());
+  if (!notice.empty()) cli::notice(notice);
 
   int generated = 0;
   while (!s.done()) {
@@ -133,7 +127,9 @@ int run_generate(int argc, char** argv) {
     if (json) {
       std::printf("%s\n", step_json(*tr).c_str());
     } else {
-      std::fputs(tr->emitted.c_str(), stdout);
+      // Generated text keeps its lines and tabs; control bytes become visible escapes.
+      const std::string shown = printable_text(tr->emitted);
+      std::fwrite(shown.data(), 1, shown.size(), stdout);
     }
     std::fflush(stdout);
   }

@@ -1,6 +1,8 @@
 // json_writer.h — a minimal streaming JSON writer for the CLI's machine-readable output.
-// Strings are escaped per RFC 8259 (input must be valid UTF-8; the engine only hands out
-// valid display text). Commas are inserted automatically.
+// Every string (keys too) first goes through printable_text(): text from a model file may
+// hold control bytes or invalid UTF-8, which become visible escapes ("\x1b" as text), so
+// the output is always valid JSON whose strings a terminal can print safely; '\n' and
+// '\t' stay (as JSON escapes). Commas are inserted automatically.
 #pragma once
 
 #include <cmath>
@@ -9,6 +11,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "engine/printable.h"
 
 namespace kvscope::cli {
 
@@ -55,7 +59,8 @@ class JsonWriter {
       first_.back() = false;
     }
   }
-  void string(std::string_view s) {
+  void string(std::string_view raw) {
+    const std::string s = printable_text(raw);
     out_ += '"';
     for (unsigned char c : s) {
       switch (c) {

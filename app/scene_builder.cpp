@@ -7,12 +7,15 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/printable.h"
 #include "render/layout.h"
 #include "render/synthetic_scene.h"
 
 namespace kvscope::app {
 
-std::string display_text(const std::string& text) {
+std::string display_text(const std::string& raw) {
+  // Token bytes come from the model file: control bytes as visible escapes first.
+  const std::string text = printable_text(raw);
   std::string out;
   bool any_visible = false;
   for (char c : text) {

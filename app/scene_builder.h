@@ -71,7 +71,8 @@ render::Scene build_scene(const Timeline& tl, const ViewOptions& opts, const Ani
 // instances and revision stay, so the renderer re-uploads nothing.
 void animate_scene(render::Scene* scene, const Timeline& tl, const AnimClock& clock);
 
-// Display text for a token label: newlines/tabs become visible symbols.
+// Display text for a token label: control bytes become visible escapes (printable_text),
+// newlines/tabs visible symbols.
 std::string display_text(const std::string& text);
 
 }  // namespace kvscope::app

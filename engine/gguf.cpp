@@ -5,7 +5,8 @@
 // bytes that remain before anything proportional to them is allocated: each element needs
 // at least a known minimum number of bytes, so a count that cannot fit is rejected. Tensor
 // shapes are checked for zero dimensions, overflow, the block multiple of their type and a
-// data range inside the file.
+// data range inside the file; then gguf_checks.cpp checks that no two tensors share bytes
+// and that well-known metadata values are sane.
 #include "engine/gguf.h"
 
 #include <fcntl.h>
@@ -21,6 +22,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "engine/printable.h"
+#include "engine/gguf_checks.h"
 #include "engine/quant.h"
 
 namespace kvscope {
@@ -227,7 +230,7 @@ Status read_array(Reader& r, GgufValue& v, const std::string& what, const std::s
 }
 
 Expected<GgufValue> read_value(Reader& r, const std::string& key, const std::string& file) {
-  const std::string what = "metadata key '" + key + "'";
+  const std::string what = "metadata key '" + printable_name(key) + "'";
   uint64_t at = r.pos();
   auto t = r.read<uint32_t>(what + " value type");
   if (!t) return t.error();
@@ -264,7 +267,7 @@ std::string dims_string(const std::vector<uint64_t>& ne) {
 
 // Validates one tensor's shape and type and computes nbytes.
 Status check_tensor_shape(TensorInfo& ti, uint32_t type_id, const std::string& file) {
-  const std::string what = "gguf: " + file + ": tensor '" + ti.name + "'";
+  const std::string what = "gguf: " + file + ": tensor '" + printable_name(ti.name) + "'";
   const TypeTraits* tt = type_traits(type_id);
   if (!tt) {
     return make_error(what, ": unknown ggml type id ", type_id,
@@ -344,9 +347,10 @@ GgufFile::~GgufFile() {
   }
 }
 
-Expected<std::unique_ptr<GgufFile>> GgufFile::open(const std::string& path) {
+Expected<std::unique_ptr<GgufFile>> GgufFile::open(const std::string& path_bytes) {
   std::unique_ptr<GgufFile> f(new GgufFile());
-  f->path_ = path;
+  f->path_ = path_bytes;
+  const std::string path = printable_name(path_bytes);  // for messages
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     return make_error("gguf: ", path, ": cannot open: ", std::strerror(errno));
@@ -394,7 +398,7 @@ Expected<std::unique_ptr<GgufFile>> GgufFile::from_bytes(std::vector<uint8_t> by
 }
 
 Expected<std::unique_ptr<GgufFile>> GgufFile::parse(std::unique_ptr<GgufFile> f) {
-  const std::string& file = f->path_;
+  const std::string file = printable_name(f->path_);  // file-derived text in messages is escaped
   Reader r(f->base_, f->size_, file);
 
   // Header.
@@ -444,7 +448,8 @@ Expected<std::unique_ptr<GgufFile>> GgufFile::parse(std::unique_ptr<GgufFile> f)
     auto key = r.read_string("metadata key #" + std::to_string(k));
     if (!key) return key.error();
     if (!keys.insert(*key).second) {
-      return make_error("gguf: ", file, ": duplicate metadata key '", *key, "' (key #", k, ")");
+      return make_error("gguf: ", file, ": duplicate metadata key '", printable_name(*key), "' (key #",
+                        k, ")");
     }
     auto value = read_value(r, *key, file);
     if (!value) return value.error();
@@ -476,10 +481,10 @@ Expected<std::unique_ptr<GgufFile>> GgufFile::parse(std::unique_ptr<GgufFile> f)
     auto name = r.read_string("tensor info #" + std::to_string(k) + " name");
     if (!name) return name.error();
     ti.name = std::move(*name);
-    const std::string what = "tensor '" + ti.name + "'";
+    const std::string what = "tensor '" + printable_name(ti.name) + "'";
     if (!names.insert(ti.name).second) {
-      return make_error("gguf: ", file, ": duplicate tensor name '", ti.name, "' (tensor #", k,
-                        ")");
+      return make_error("gguf: ", file, ": duplicate tensor name '", printable_name(ti.name),
+                        "' (tensor #", k, ")");
     }
     auto n_dims = r.read<uint32_t>(what + " n_dims");
     if (!n_dims) return n_dims.error();
@@ -506,7 +511,7 @@ Expected<std::unique_ptr<GgufFile>> GgufFile::parse(std::unique_ptr<GgufFile> f)
   const uint64_t al = f->alignment_;
   const uint64_t data_start = (info_end + al - 1) / al * al;  // al <= 2^30, info_end <= size
   for (TensorInfo& ti : f->tensors_) {
-    const std::string what = "gguf: " + file + ": tensor '" + ti.name + "'";
+    const std::string what = "gguf: " + file + ": tensor '" + printable_name(ti.name) + "'";
     if (ti.offset % al != 0) {
       return make_error(what, ": offset ", ti.offset, " is not a multiple of the alignment ", al);
     }
@@ -523,6 +528,8 @@ Expected<std::unique_ptr<GgufFile>> GgufFile::parse(std::unique_ptr<GgufFile> f)
     }
     ti.data = f->base_ + data_start + ti.offset;
   }
+  KV_TRY(check_tensor_layout(f->tensors_, file));
+  KV_TRY(check_metadata_ranges(*f, file));
   return f;
 }
 
@@ -543,14 +550,16 @@ const TensorInfo* GgufFile::find_tensor(std::string_view name) const {
 namespace {
 
 Error missing(const std::string& file, std::string_view key) {
-  return make_error("gguf: ", file, ": metadata key '", key, "' is missing");
+  return make_error("gguf: ", printable_name(file), ": metadata key '", printable_name(key),
+                    "' is missing");
 }
 
 Error wrong_type(const std::string& file, std::string_view key, const GgufValue& v,
                  const char* expected) {
   std::string got = gguf_type_label(v.type);
   if (v.type == GgufType::ARRAY) got += " of " + gguf_type_label(v.elem_type);
-  return make_error("gguf: ", file, ": metadata key '", key, "' has type ", got, ", expected ",
+  return make_error("gguf: ", printable_name(file), ": metadata key '", printable_name(key),
+                    "' has type ", got, ", expected ",
                     expected);
 }
 
@@ -569,7 +578,8 @@ Expected<int64_t> GgufFile::get_int(std::string_view key) const {
   if (!is_integer_type(v->type)) return wrong_type(path_, key, *v, "an integer");
   if (v->type == GgufType::U64 &&
       v->u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-    return make_error("gguf: ", path_, ": metadata key '", key, "' = ", v->u,
+    return make_error("gguf: ", printable_name(path_), ": metadata key '", printable_name(key),
+                      "' = ", v->u,
                       " is out of range for a signed 64-bit integer");
   }
   return v->i;
@@ -611,7 +621,8 @@ Expected<std::vector<int64_t>> GgufFile::get_int_array(std::string_view key) con
   if (v->elem_type == GgufType::U64) {
     for (size_t k = 0; k < v->ints.size(); ++k) {
       if (v->ints[k] < 0) {
-        return make_error("gguf: ", path_, ": metadata key '", key, "'[", k,
+        return make_error("gguf: ", printable_name(path_), ": metadata key '", printable_name(key),
+                          "'[", k,
                           "] = ", static_cast<uint64_t>(v->ints[k]),
                           " is out of range for a signed 64-bit integer");
       }

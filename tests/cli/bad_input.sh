@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# bad_input.sh KVSCOPE MAKE_BAD_MODELS — every kind of bad input gives exactly one line on
-# stderr starting with "kvscope:", nothing on stdout, and exit status 1 (not a crash).
+# bad_input.sh KVSCOPE MAKE_BAD_MODELS — every kind of bad input (files, prompts, options)
+# gives exactly one line on stderr starting with "kvscope:", nothing on stdout, and exit
+# status 1 (not a crash, not CLI11's own exit codes); text from a file reaches the terminal
+# only as visible escapes; good runs still work.
 set -u
 kvscope=$1
 make_bad=$2
@@ -10,8 +12,19 @@ trap 'rm -rf "$dir"' EXIT
 long="$dir/long.txt"
 for i in $(seq 1 9000); do printf 'word '; done > "$long"
 printf 'abc\xff\xfedef' > "$dir/invalid.txt"
+tiny="$dir/tiny.gguf"
 
+passed=0
 failures=0
+fail() {
+  echo "FAIL: $1"
+  failures=$((failures + 1))
+}
+# The one stderr line has no control bytes and no runaway number (a range printed as a
+# double with 300 digits).
+clean_line() {
+  ! LC_ALL=C grep -q '[[:cntrl:]]' <(tr -d '\n' <"$dir/err") && ! grep -Eq '[0-9]{21,}' "$dir/err"
+}
 check() {  # name, expected substring, args...
   local name=$1 want=$2
   shift 2
@@ -20,37 +33,104 @@ check() {  # name, expected substring, args...
   local lines
   lines=$(wc -l <"$dir/err")
   if [ "$rc" -ne 1 ] || [ "$lines" -ne 1 ] || [ -s "$dir/out" ] ||
-     ! grep -q '^kvscope: ' "$dir/err" || ! grep -qi -- "$want" "$dir/err"; then
-    echo "FAIL: $name (exit $rc, $lines stderr lines, want '$want')"
-    sed 's/^/  stderr: /' "$dir/err"
-    sed 's/^/  stdout: /' "$dir/out" | head -3
-    failures=$((failures + 1))
+     ! grep -q '^kvscope: ' "$dir/err" || ! grep -qiF -- "$want" "$dir/err" || ! clean_line; then
+    fail "$name (exit $rc, $lines stderr lines, want '$want')"
+    sed 's/^/  stderr: /' "$dir/err" | cat -v
+    sed 's/^/  stdout: /' "$dir/out" | head -3 | cat -v
   else
+    passed=$((passed + 1))
     echo "ok:   $name -> $(cat "$dir/err")"
   fi
 }
+
+# Bad files and prompts.
 check "missing model" "not found" generate --prompt hi --model "$dir/nope.gguf"
 check "corrupt model" "magic" generate --prompt hi --model "$dir/corrupt.gguf"
 check "truncated model" "past the end" generate --prompt hi --model "$dir/truncated.gguf"
 check "unsupported type" "Q2_K" generate --prompt hi --model "$dir/unsupported.gguf"
-check "empty prompt" "empty" generate --prompt "" --model "$dir/tiny.gguf"
-check "invalid UTF-8" "UTF-8" generate --prompt-file "$dir/invalid.txt" --model "$dir/tiny.gguf"
-check "prompt past the context" "context" generate --prompt-file "$long" --model "$dir/tiny.gguf"
-check "missing prompt file" "prompt file" generate --prompt-file "$dir/none.txt" --model "$dir/tiny.gguf"
-check "no prompt" "no prompt" generate --model "$dir/tiny.gguf"
-check "cuda without a GPU" "cuda" generate --prompt hi --backend cuda --model "$dir/tiny.gguf"
+check "empty prompt" "empty" generate --prompt "" --model "$tiny"
+check "invalid UTF-8" "UTF-8" generate --prompt-file "$dir/invalid.txt" --model "$tiny"
+check "prompt past the context" "context" generate --prompt-file "$long" --model "$tiny"
+check "missing prompt file" "prompt file" generate --prompt-file "$dir/none.txt" --model "$tiny"
+check "no prompt" "no prompt" generate --model "$tiny"
+check "cuda without a GPU" "cuda" generate --prompt hi --backend cuda --model "$tiny"
 check "unknown model name" "built-in model name" generate --prompt hi --model no-such-model
-check "chat without a template" "no chat template" generate --prompt hi --chat --model "$dir/tiny.gguf"
-# And a good run on the same tiny model works.
-if ! "$kvscope" generate --prompt "the tin" --max-tokens 4 --backend cpu --model "$dir/tiny.gguf" >/dev/null 2>&1; then
-  echo "FAIL: a valid tiny model did not generate"
-  failures=$((failures + 1))
+check "chat without a template" "no chat template" generate --prompt hi --chat --model "$tiny"
+# File-derived names: escapes are shown, a NUL does not cut the message short.
+check "escape sequence in the architecture" 'll\x1b[2J\x1b]0;owned\x07\x00ama' \
+  generate --prompt hi --model "$dir/escape_arch.gguf"
+check "NUL and escape in a tensor name" "'w\x00x\x1b[2J" \
+  generate --prompt hi --model "$dir/escape_tensor.gguf"
+check "overlapping tensor data" "overlaps tensor" generate --prompt hi --model "$dir/overlap.gguf"
+check "context length 2^24" "1..16777215" generate --prompt hi --model "$dir/context.gguf"
+check "head dimension against the shapes" "head dimension 32" \
+  generate --prompt hi --model "$dir/head_dim.gguf"
+
+# Bad options: one line, exit 1, readable ranges, NaN and infinity rejected.
+check "negative --threads" "0..65536" generate --prompt hi --model "$tiny" --threads -1
+check "bench: --threads 4,-1" "1..65536" bench --model "$tiny" --threads 4,-1
+check "--temp nan" "--temp: nan" generate --prompt hi --model "$tiny" --temp nan
+check "--temp inf" "--temp: inf" generate --prompt hi --model "$tiny" --temp inf
+check "--top-p -nan" "--top-p" generate --prompt hi --model "$tiny" --top-p -nan
+check "--min-p 1e39" "--min-p" generate --prompt hi --model "$tiny" --min-p 1e39
+check "--max-tokens 0" "1..1048576" generate --prompt hi --model "$tiny" --max-tokens 0
+check "--top-k -5" "minimum 0" generate --prompt hi --model "$tiny" --top-k -5
+check "--seed -1" "negative" generate --prompt hi --model "$tiny" --seed -1
+check "--seed past 64 bits" "64 bits" generate --prompt hi --model "$tiny" --seed 18446744073709551616
+check "unknown option" "--bogus" generate --prompt hi --model "$tiny" --bogus
+check "missing option value" "--threads" generate --prompt hi --model "$tiny" --threads
+check "non-numeric value" "abc" generate --prompt hi --model "$tiny" --threads abc
+check "not a choice" "--mode" generate --prompt hi --model "$tiny" --mode fast
+check "excluded pair" "excludes" generate --prompt hi --prompt-file "$long" --model "$tiny"
+
+# Good runs on the same tiny model work.
+if ! "$kvscope" generate --prompt "the tin" --max-tokens 4 --backend cpu --model "$tiny" >/dev/null 2>&1; then
+  fail "a valid tiny model did not generate"
+else
+  passed=$((passed + 1))
 fi
 # A built-in model name finds its fetched file (fine to be absent: then it says so).
 if ! out=$("$kvscope" generate --prompt "Hi" --max-tokens 2 --backend cpu --model smollm2-135m 2>&1) &&
    ! grep -q "not fetched yet" <<<"$out"; then
-  echo "FAIL: --model smollm2-135m did not generate: $out"
-  failures=$((failures + 1))
+  fail "--model smollm2-135m did not generate: $out"
+else
+  passed=$((passed + 1))
 fi
-echo "$((12 + 2 - failures)) passed, $failures failed"
+# More threads than the hardware runs: clamped, with one notice, and the run works.
+hw=$(nproc)
+if "$kvscope" generate --prompt "the tin" --max-tokens 2 --backend cpu --threads 1000 --json \
+     --model "$tiny" >"$dir/out" 2>"$dir/err" &&
+   [ "$(wc -l <"$dir/err")" -eq 1 ] && grep -q "using $hw" "$dir/err" &&
+   grep -q "\"backend\":\"cpu ($hw thread" "$dir/out"; then
+  passed=$((passed + 1))
+else
+  fail "--threads 1000 was not clamped to the $hw hardware threads with one notice"
+  cat "$dir/err" "$dir/out" | head -5
+fi
+# Token texts are bytes from the file: with random weights and sampling, the tiny model's
+# byte vocabulary produces control bytes. The JSON stays valid and shows them as escapes;
+# the plain text keeps newlines and tabs and escapes the rest.
+"$kvscope" generate --prompt "the tin" --max-tokens 300 --temp 1 --seed 3 --backend cpu --json \
+  --model "$tiny" >"$dir/out" 2>"$dir/err"
+if python3 -c '
+import json, sys
+lines = open(sys.argv[1], encoding="utf-8").read().splitlines()
+texts = [json.loads(l).get("text", "") for l in lines]
+assert len(lines) > 10, "too few lines"
+assert all(not any(ord(c) < 32 and c not in "\n\t" or 0x7f <= ord(c) <= 0x9f for c in t) for t in texts), "raw control"
+assert any("\\x" in t for t in texts), "no escaped control byte was produced"
+' "$dir/out"; then
+  passed=$((passed + 1))
+else
+  fail "--json output is not valid JSON with escaped control bytes"
+fi
+"$kvscope" generate --prompt "the tin" --max-tokens 300 --temp 1 --seed 3 --backend cpu \
+  --model "$tiny" >"$dir/out" 2>"$dir/err"
+if ! LC_ALL=C grep -q $'[\x01-\x08\x0b-\x1f\x7f]' "$dir/out" && grep -qF '\x' "$dir/out"; then
+  passed=$((passed + 1))
+else
+  fail "plain text output carries raw control bytes"
+fi
+
+echo "$passed passed, $failures failed"
 [ "$failures" -eq 0 ]

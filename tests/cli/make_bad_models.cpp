@@ -3,7 +3,13 @@
 //   DIR/truncated.gguf    a valid tiny model cut off in the middle of its tensor data
 //   DIR/unsupported.gguf  a llama model whose layer matrices are Q2_K (not supported)
 //   DIR/tiny.gguf         a valid tiny random-weight llama model
+//   DIR/escape_arch.gguf  an architecture name with a terminal escape sequence and a NUL
+//   DIR/escape_tensor.gguf  a duplicate tensor name with a NUL and an escape sequence
+//   DIR/overlap.gguf      the tiny model with two tensors sharing their data bytes
+//   DIR/context.gguf      the tiny model with a context length of 2^24
+//   DIR/head_dim.gguf     the tiny model with an attention.key_length its shapes contradict
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 
 #include "tests/util/tiny_model.h"
@@ -31,8 +37,35 @@ int main(int argc, char** argv) {
   k.n_embd = 256;
   k.n_ff = 256;
   k.matrix_type = GgmlType::Q2_K;
+
+  const std::string escape("\x1b[2J\x1b]0;owned\x07", 14);
+  test::GgufWriter arch;
+  arch.add_string("general.architecture", "ll" + escape + std::string(1, '\0') + "ama");
+  test::GgufWriter tensor;
+  tensor.add_string("general.architecture", "llama");
+  const std::string name = "w" + std::string(1, '\0') + "x" + escape;
+  tensor.add_tensor_f32(name, {4}, {1, 2, 3, 4});
+  tensor.add_tensor_f32(name, {4}, {1, 2, 3, 4});
+
+  // Point blk.0.attn_q.weight (tensor 2) at the bytes of blk.0.attn_norm.weight (tensor 1).
+  test::GgufLayout layout;
+  std::vector<uint8_t> overlap = test::tiny_llama(spec).build(&layout);
+  uint64_t first_offset = 0;
+  std::memcpy(&first_offset, overlap.data() + layout.tensor_fields[1].offset, 8);
+  std::memcpy(overlap.data() + layout.tensor_fields[2].offset, &first_offset, 8);
+
+  test::TinyModelSpec long_ctx = spec;
+  long_ctx.n_ctx = 1 << 24;
+  test::GgufWriter head_dim = test::tiny_llama(spec);
+  head_dim.add_u32("llama.attention.key_length", 32);  // the shapes say 64 / 4 = 16
+
   bool ok = write(dir + "/tiny.gguf", tiny) && write(dir + "/corrupt.gguf", corrupt) &&
             write(dir + "/truncated.gguf", truncated) &&
-            write(dir + "/unsupported.gguf", test::tiny_llama(k).build());
+            write(dir + "/unsupported.gguf", test::tiny_llama(k).build()) &&
+            write(dir + "/escape_arch.gguf", arch.build()) &&
+            write(dir + "/escape_tensor.gguf", tensor.build()) &&
+            write(dir + "/overlap.gguf", overlap) &&
+            write(dir + "/context.gguf", test::tiny_llama(long_ctx).build()) &&
+            write(dir + "/head_dim.gguf", head_dim.build());
   return ok ? 0 : 1;
 }
