@@ -24,10 +24,15 @@
 #include <type_traits>
 
 // ---- built-in variables ---------------------------------------------------------
-extern thread_local uint3 threadIdx;
-extern thread_local uint3 blockIdx;
-extern thread_local dim3 blockDim;
-extern thread_local dim3 gridDim;
+// Inline variables, defined here: an access is one %fs-relative load. Declared extern and
+// defined in emu_fiber.cpp they were reached through the GOT, and UBSan's null check on
+// that address broke under the linker's TLS relaxation (add x@gottpoff becomes a lea,
+// which sets no flags, so the check branched on stale ones): a false 'member access within
+// null pointer' in every kernel.
+inline thread_local uint3 threadIdx;
+inline thread_local uint3 blockIdx;
+inline thread_local dim3 blockDim;
+inline thread_local dim3 gridDim;
 inline constexpr int warpSize = 32;
 
 // __shared__ from NVIDIA's host headers expands to nothing, which would silently make

@@ -79,11 +79,6 @@ kvscope_emu_fiber_trampoline:
   .size kvscope_emu_fiber_trampoline, .-kvscope_emu_fiber_trampoline
 )");
 
-thread_local uint3 threadIdx;
-thread_local uint3 blockIdx;
-thread_local dim3 blockDim;
-thread_local dim3 gridDim;
-
 namespace kvscope_emu {
 namespace {
 
