@@ -1,14 +1,21 @@
-// gguf_seeds.cpp — writes the GGUF fuzz seed corpus into the directory given as argv[1]:
-// a tiny llama-shaped model (tokenizer arrays, Q8_0 embedding, Q4_1 matrices, F32 norms),
-// a file with every metadata value type, a v2 file with 64-byte alignment, and a file with
-// the other supported block types. Each is a few KB so mutation runs stay fast.
+// make_fuzz_seeds.cpp — writes the committed fuzz seed corpora (tests/fuzz/corpus/):
+//   gguf/       a tiny llama-shaped model (tokenizer arrays, Q8_0 embedding, Q4_1 matrices,
+//               F32 norms), a file with every metadata value type, a v2 file with 64-byte
+//               alignment, and a file with the other supported block types;
+//   model/      small but complete llama models (tests/util/tiny_model) that load and run a
+//               step: Q4_0 / Q4_1 / Q8_0 / F16 matrices, one and two layers, GQA and MHA;
+//   tokenizer/  texts: ASCII, multi-byte UTF-8, special-token markers, digits, whitespace.
+// Each file is a few KB so mutation runs stay fast. Regenerate after changing the writers:
+//   build/tests/fuzz/make_fuzz_seeds tests/fuzz/corpus
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "engine/quant.h"
 #include "tests/util/gguf_writer.h"
+#include "tests/util/tiny_model.h"
 
 namespace {
 
@@ -124,33 +131,89 @@ GgufWriter other_blocks() {
   return w;
 }
 
-}  // namespace
+// Small complete models: every variant loads and runs a forward step.
+std::vector<std::pair<std::string, GgufWriter>> model_seeds() {
+  using kvscope::test::TinyModelSpec;
+  std::vector<std::pair<std::string, GgufWriter>> out;
+  auto add = [&](const char* name, TinyModelSpec s) {
+    out.push_back({name, kvscope::test::tiny_llama(s)});
+  };
+  TinyModelSpec base;
+  base.n_layer = 1;
+  base.n_embd = 32;
+  base.n_head = 2;
+  base.n_head_kv = 1;
+  base.n_ff = 32;
+  base.n_ctx = 64;
+  base.matrix_type = GgmlType::Q4_0;
+  base.embd_type = GgmlType::Q8_0;
+  add("llama_q4_0_gqa.gguf", base);
+  TinyModelSpec q41 = base;
+  q41.matrix_type = GgmlType::Q4_1;
+  q41.n_head_kv = 2;
+  add("llama_q4_1_mha.gguf", q41);
+  TinyModelSpec two = base;
+  two.n_layer = 2;
+  two.matrix_type = GgmlType::Q8_0;
+  add("llama_q8_0_two_layers.gguf", two);
+  TinyModelSpec f16 = base;
+  f16.matrix_type = GgmlType::F16;
+  f16.embd_type = GgmlType::F16;
+  f16.n_ctx = 8;
+  add("llama_f16_short_context.gguf", f16);
+  return out;
+}
 
-int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s OUTPUT_DIR\n", argv[0]);
-    return 2;
-  }
-  const std::filesystem::path dir = argv[1];
+const std::pair<const char*, const char*> kTexts[] = {
+    {"ascii.txt", "The quick brown fox jumps over the lazy dog. 12345 + 678 = 13023!"},
+    {"utf8.txt",
+     "caf\xc3\xa9 na\xc3\xafve \xe4\xb8\xad\xe6\x96\x87 \xf0\x9f\x98\x80 \xd0\x9f\xd1\x80\xd0\xb8"},
+    {"special.txt", "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<|endoftext|>"},
+    {"whitespace.txt", "  a\t\tb\n\n\n   c \r\n"},
+    {"code.txt", "def f(x):\n    return x ** 2  # 'squared'\n"},
+    {"digits.txt", "3.14159265358979 1,000,000 \xd9\xa3\xd9\xa4 \xe2\x85\xa7"},
+};
+
+bool write_seeds(const std::filesystem::path& dir,
+                 const std::vector<std::pair<std::string, GgufWriter>>& seeds) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) {
     std::fprintf(stderr, "cannot create %s: %s\n", dir.c_str(), ec.message().c_str());
-    return 1;
+    return false;
   }
-  const std::pair<const char*, GgufWriter> seeds[] = {
-      {"tiny_llama.gguf", tiny_llama()},
-      {"all_metadata_types.gguf", all_metadata_types()},
-      {"v2_aligned.gguf", v2_aligned()},
-      {"other_blocks.gguf", other_blocks()},
-  };
   for (const auto& [name, w] : seeds) {
     const kvscope::Status s = w.write((dir / name).string());
     if (!s.ok()) {
       std::fprintf(stderr, "%s\n", s.message().c_str());
-      return 1;
+      return false;
     }
   }
-  std::printf("wrote %zu GGUF seeds to %s\n", sizeof(seeds) / sizeof(seeds[0]), dir.c_str());
+  std::printf("wrote %zu seeds to %s\n", seeds.size(), dir.c_str());
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s CORPUS_DIR (e.g. tests/fuzz/corpus)\n", argv[0]);
+    return 2;
+  }
+  const std::filesystem::path root = argv[1];
+  std::vector<std::pair<std::string, GgufWriter>> gguf;
+  gguf.push_back({"tiny_llama.gguf", tiny_llama()});
+  gguf.push_back({"all_metadata_types.gguf", all_metadata_types()});
+  gguf.push_back({"v2_aligned.gguf", v2_aligned()});
+  gguf.push_back({"other_blocks.gguf", other_blocks()});
+  if (!write_seeds(root / "gguf", gguf) || !write_seeds(root / "model", model_seeds())) return 1;
+  std::filesystem::create_directories(root / "tokenizer");
+  for (const auto& [name, text] : kTexts) {
+    std::ofstream f(root / "tokenizer" / name, std::ios::binary);
+    f << text;
+    if (!f) return 1;
+  }
+  std::printf("wrote %zu texts to %s\n", sizeof(kTexts) / sizeof(kTexts[0]),
+              (root / "tokenizer").c_str());
   return 0;
 }
