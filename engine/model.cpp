@@ -4,6 +4,7 @@
 #include <atomic>
 #include <filesystem>
 
+#include "engine/printable.h"
 #include "engine/quant.h"
 
 namespace kvscope {
@@ -68,7 +69,8 @@ Expected<std::shared_ptr<Model>> Model::load(const std::string& path) {
   if (!arch.ok()) return arch.error();
   c.arch = *arch;
   if (c.arch != "llama")
-    return make_error("model: ", path, ": architecture '", c.arch,
+    return make_error("model: ", printable_name(path), ": architecture '",
+                      printable_name(c.arch),
                       "' is not supported (kvscope runs llama-architecture models)");
   auto name = f.get_string("general.name");
   c.name = name.ok() ? *name : std::filesystem::path(path).filename().string();

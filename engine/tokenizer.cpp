@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "engine/printable.h"
 #include "engine/tokenizer_models.h"
 
 namespace kvscope {
@@ -140,11 +141,11 @@ Status read_optional_bool(const GgufFile& file, const std::string& where, const 
 Tokenizer::~Tokenizer() = default;
 
 Expected<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const GgufFile& file) {
-  const std::string where = "tokenizer (" + file.path() + "): ";
+  const std::string where = "tokenizer (" + printable_name(file.path()) + "): ";
   auto model = file.get_string("tokenizer.ggml.model");
   if (!model) return make_error(where, model.error().message);
   if (*model != "gpt2" && *model != "llama") {
-    return make_error(where, "tokenizer model '", *model,
+    return make_error(where, "tokenizer model '", printable_name(*model),
                       "' (tokenizer.ggml.model) is not supported; kvscope reads 'gpt2' "
                       "(byte-level BPE) and 'llama' (SentencePiece-style)");
   }

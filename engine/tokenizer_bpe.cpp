@@ -20,6 +20,7 @@
 #include <queue>
 #include <unordered_map>
 
+#include "engine/printable.h"
 #include "engine/tokenizer_models.h"
 #include "engine/utf8.h"
 
@@ -141,7 +142,8 @@ Status BpeTokenizer::compile(const std::string& where, const std::vector<const c
     pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(p), PCRE2_ZERO_TERMINATED,
                                      PCRE2_UTF | PCRE2_UCP, &err, &err_off, nullptr);
     if (!code) {
-      return make_error(where, "pre-tokenizer '", pre_, "': regex does not compile at offset ",
+      return make_error(where, "pre-tokenizer '", printable_name(pre_),
+                        "': regex does not compile at offset ",
                         static_cast<uint64_t>(err_off), ": ", pcre2_message(err));
     }
     pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter if absent
@@ -171,7 +173,7 @@ Status BpeTokenizer::load(const GgufFile& file, const std::string& where) {
     ignore_merges_ = true;
     vocab_.add_bos = true;
   } else {
-    return make_error(where, "pre-tokenizer '", pre_,
+    return make_error(where, "pre-tokenizer '", printable_name(pre_),
                       "' (tokenizer.ggml.pre) is not supported; supported: ", kSupportedPre);
   }
   KV_TRY(read_optional_bool(file, where, "tokenizer.ggml.add_bos_token", vocab_.add_bos));
@@ -198,7 +200,8 @@ Status BpeTokenizer::load(const GgufFile& file, const std::string& where) {
     const std::string& m = (*merges)[rank];
     const size_t sp = m.size() > 1 ? m.find(' ', 1) : std::string::npos;
     if (sp == std::string::npos || sp + 1 >= m.size()) {
-      return make_error(where, "tokenizer.ggml.merges[", static_cast<uint64_t>(rank), "] = '", m,
+      return make_error(where, "tokenizer.ggml.merges[", static_cast<uint64_t>(rank), "] = '",
+                        printable_name(m),
                         "' is not of the form 'LEFT RIGHT'");
     }
     const std::string left = m.substr(0, sp), right = m.substr(sp + 1);
@@ -229,7 +232,8 @@ Status BpeTokenizer::split(std::string_view text, MatchState& ms, std::vector<Sp
             pcre2_match(re.get(), subject, sp.len, pos, PCRE2_NO_UTF_CHECK, ms.md, ms.ctx);
         if (rc == PCRE2_ERROR_NOMATCH) break;
         if (rc < 0) {
-          return make_error("tokenizer: pre-tokenizer '", pre_, "' failed on a piece of ",
+          return make_error("tokenizer: pre-tokenizer '", printable_name(pre_),
+                            "' failed on a piece of ",
                             static_cast<uint64_t>(sp.len), " bytes: ", pcre2_message(rc));
         }
         const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(ms.md);
