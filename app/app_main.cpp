@@ -8,6 +8,7 @@
 #include <string>
 
 #include "app/app_capture.h"
+#include "app/cli_common.h"
 #include "app/gui_loop.h"
 #include "render/camera.h"
 
@@ -145,10 +146,7 @@ int run_app(int argc, char** argv) {
     std::fputs(kUsage, stdout);
     return 0;
   }
-  if (!err.empty()) {
-    std::fprintf(stderr, "kvscope: %s\n", err.c_str());
-    return 2;
-  }
+  if (!err.empty()) return cli::fail(err);  // one line, exit status 1
   if (args.screenshot) return run_screenshot(args.cap, !args.scene_only);
   return run_gui(args);
 }

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "app/app_main.h"
+#include "app/cli_common.h"
 #include "app/window.h"
 #include "render/camera.h"
 #include "render/gl.h"
@@ -24,31 +25,18 @@ namespace kvscope::app {
 
 int run_bench_render(int argc, char** argv) {
   int frames = 20, width = 1280, height = 720, layers = 30, samples = 4;
-  for (int i = 1; i < argc; ++i) {
-    std::string k = argv[i];
-    if (k == "--frames" && i + 1 < argc)
-      frames = std::atoi(argv[++i]);
-    else if (k == "--samples" && i + 1 < argc)
-      samples = std::atoi(argv[++i]);
-    else if (k == "--layers" && i + 1 < argc)
-      layers = std::atoi(argv[++i]);
-    else if (k == "--size" && i + 1 < argc) {
-      if (std::sscanf(argv[++i], "%dx%d", &width, &height) != 2) width = 0;
-    } else {
-      std::fprintf(stderr,
-                   "kvscope bench-render: unknown option '%s' (--frames N --layers L --size WxH "
-                   "--samples S)\n",
-                   k.c_str());
-      return 2;
-    }
-  }
-  if (frames < 1 || layers < 1 || layers > 256 || width < 16 || height < 16 || width > 8192 ||
-      height > 8192) {
-    std::fprintf(
-        stderr,
-        "kvscope bench-render: --frames >= 1, --layers in [1, 256], --size in [16, 8192]^2\n");
-    return 2;
-  }
+  std::string size = "1280x720";
+  CLI::App app{"Frame time and draw calls of synthetic scenes rendered offscreen.",
+               "kvscope bench-render"};
+  app.add_option("--frames", frames, "Frames per case")->check(cli::Range(1, 1000000));
+  app.add_option("--samples", samples, "Multisample count (0 = off)")->check(cli::Range(0, 64));
+  app.add_option("--layers", layers, "Layers per token")->check(cli::Range(1, 256));
+  app.add_option("--size", size, "Image size WxH, both in 16..8192");
+  if (int rc = cli::parse_options(app, argc, argv); rc >= 0) return rc;
+  char tail = 0;
+  if (std::sscanf(size.c_str(), "%dx%d%c", &width, &height, &tail) != 2 || width < 16 ||
+      height < 16 || width > 8192 || height > 8192)
+    return cli::fail("--size: '" + size + "' is not WxH with both in 16..8192 (e.g. 1280x720)");
   auto gl = OffscreenContext::create();  // EGL without a display, else a hidden window
   if (!gl.ok()) {
     std::fprintf(stderr, "kvscope: %s\n", gl.error().message.c_str());

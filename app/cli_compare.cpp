@@ -17,11 +17,6 @@
 namespace kvscope::cli {
 namespace {
 
-int fail(const std::string& message) {
-  std::fprintf(stderr, "kvscope: %s\n", message.c_str());
-  return 1;
-}
-
 std::string step_json(const CompareStep& s) {
   JsonWriter j;
   j.begin_object();
@@ -59,24 +54,20 @@ int run_compare(int argc, char** argv) {
   float temp = 0.0f, top_p = 1.0f;
   uint64_t seed = 0;
   bool json = false;
-  app.add_option("--max-tokens", max_tokens, "Steps to compare")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--max-tokens", max_tokens, "Steps to compare")->check(Range(1, 1 << 20));
   app.add_option("--temp", temp, "Candidate's temperature (0 = greedy)")
-      ->check(CLI::Range(0.0, 100.0));
-  app.add_option("--top-k", top_k, "Candidate's top-k (0 = off)")->check(CLI::NonNegativeNumber);
+      ->check(Range(0.0, 100.0));
+  app.add_option("--top-k", top_k, "Candidate's top-k (0 = off)")->check(AtLeast(0));
   app.add_option("--top-p", top_p, "Candidate's nucleus mass (1 = off)")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(Range(0.0, 1.0));
   app.add_option("--seed", seed, "Sampling seed");
   app.add_option("--threads", threads, "CPU threads per session (0 = all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(Range(0, kMaxThreadsOption));
   app.add_option("--model", model_path, "A GGUF model file (default: SmolLM2-135M-Instruct)");
   app.add_option("--backend", backend_name, "auto, cuda or cpu")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
   app.add_flag("--json", json, "One JSON object per step, then a summary object");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (int rc = parse_options(app, argc, argv); rc >= 0) return rc;
 
   auto spec = prompt_from_options(prompt);
   if (!spec.ok()) return fail(spec.error().message);
@@ -116,7 +107,7 @@ int run_compare(int argc, char** argv) {
                 " tokens) and " + std::to_string(max_tokens) + " steps need " +
                 std::to_string(need) + " positions but the reference's context holds " +
                 std::to_string(c.reference().context_limit()) + "; use fewer --max-tokens");
-  if (!notice.empty()) std::fprintf(stderr, "kvscope: %s\n", notice.c_str());
+  if (!notice.empty()) cli::notice(notice);
 
   const int model_ctx = (*model)->config().n_ctx;
   if (!json)

@@ -19,11 +19,6 @@
 namespace kvscope::cli {
 namespace {
 
-int fail(const std::string& message) {
-  std::fprintf(stderr, "kvscope: %s\n", message.c_str());
-  return 1;
-}
-
 }  // namespace
 
 int run_perplexity(int argc, char** argv) {
@@ -35,18 +30,14 @@ int run_perplexity(int argc, char** argv) {
   bool json = false, progress = false;
   app.add_option("--file", file, "The text (e.g. /usr/share/common-licenses/GPL-3)")->required();
   app.add_option("--max-tokens", max_tokens, "Use only the first N tokens of the text (0 = all)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--threads", threads, "CPU threads (0 = all)")->check(CLI::NonNegativeNumber);
+      ->check(AtLeast(0));
+  app.add_option("--threads", threads, "CPU threads (0 = all)")->check(Range(0, kMaxThreadsOption));
   app.add_option("--model", model_path, "A GGUF model file (default: SmolLM2-135M-Instruct)");
   app.add_option("--backend", backend_name, "auto, cuda or cpu")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
   app.add_flag("--json", json, "Print one JSON object");
   app.add_flag("--progress", progress, "Report progress on stderr");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (int rc = parse_options(app, argc, argv); rc >= 0) return rc;
   SessionConfig cfg;
   if (Status st = apply_kv_options(kv, cfg); !st.ok()) return fail(st.message());
   cfg.stop_at_eos = false;
@@ -78,7 +69,7 @@ int run_perplexity(int argc, char** argv) {
   if (!backend.ok()) return fail(backend.error().message);
   auto session = Session::create(*model, std::move(backend.value()), cfg);
   if (!session.ok()) return fail(session.error().message);
-  if (!notice.empty()) std::fprintf(stderr, "kvscope: %s\n", notice.c_str());
+  if (!notice.empty()) cli::notice(notice);
 
   PerplexityProgress report;
   if (progress)

@@ -82,6 +82,15 @@ check "missing option value" "--threads" generate --prompt hi --model "$tiny" --
 check "non-numeric value" "abc" generate --prompt hi --model "$tiny" --threads abc
 check "not a choice" "--mode" generate --prompt hi --model "$tiny" --mode fast
 check "excluded pair" "excludes" generate --prompt hi --prompt-file "$long" --model "$tiny"
+check "compare: --temp nan" "--temp: nan" compare --prompt hi --model "$tiny" --temp nan
+check "compare: negative --threads" "0..65536" compare --prompt hi --model "$tiny" --threads -1
+check "perplexity: --max-tokens -3" "minimum 0" perplexity --file "$long" --model "$tiny" --max-tokens -3
+check "perplexity: unknown option" "--nope" perplexity --file "$long" --model "$tiny" --nope
+if "$kvscope" bench-render --help >/dev/null 2>&1; then  # built with the app
+  check "bench-render: --frames 0" "1..1000000" bench-render --frames 0
+  check "bench-render: bad --size" "--size" bench-render --size 10x10
+  check "app: --steps 0" "--steps" --screenshot "$dir/x.png" --steps 0
+fi
 
 # Good runs on the same tiny model work.
 if ! "$kvscope" generate --prompt "the tin" --max-tokens 4 --backend cpu --model "$tiny" >/dev/null 2>&1; then
