@@ -299,20 +299,23 @@ struct Kernels {
     }
   }
 
-  // TG panel groups (stride ps floats) × NT tokens (x rows of n), k = 0 .. n in order.
+  // TG panel groups (stride ps floats) × NT tokens, k = 0 .. n in order; xp holds the
+  // tokens' x transposed, [n][kTileT] (one base pointer for all the broadcasts).
   template <int TG, int NT>
-  static void tile(const float* panel, int64_t ps, const float* x, int64_t n, float* out,
+  static void tile(const float* panel, int64_t ps, const float* xp, int64_t n, float* out,
                    int64_t ldo, int64_t valid) {
+    constexpr int TT = V::kTileT;
     F acc[TG][NT][H];
     for (int g = 0; g < TG; ++g)
       for (int t = 0; t < NT; ++t)
         for (int h = 0; h < H; ++h) acc[g][t][h] = V::zero();
+#pragma GCC unroll 2
     for (int64_t k = 0; k < n; ++k) {
       F w[TG][H];
       for (int g = 0; g < TG; ++g)
         for (int h = 0; h < H; ++h) w[g][h] = V::load(panel + g * ps + k * 16 + h * N);
       for (int t = 0; t < NT; ++t) {
-        const F xb = V::bcast(x + t * n + k);
+        const F xb = V::bcast(xp + k * TT + t);
         for (int g = 0; g < TG; ++g)
           for (int h = 0; h < H; ++h) acc[g][t][h] = V::fma(w[g][h], xb, acc[g][t][h]);
       }
@@ -343,8 +346,19 @@ struct Kernels {
     // sweep it), a multiple of the tile height.
     const int64_t fit = std::max<int64_t>(TG, (int64_t(192) << 10) / (ps * 4)) / TG * TG;
     const int64_t pg = std::min<int64_t>(fit, 16);
-    thread_local std::vector<float> buf;
+    thread_local std::vector<float> buf, xp;
     if (buf.size() < size_t(pg * ps)) buf.resize(size_t(pg * ps));
+    // x transposed per tile of TT tokens: tile i at xp + i·n·TT, [n][TT].
+    const int64_t tiles = (T + TT - 1) / TT;
+    if (xp.size() < size_t(tiles * n * TT)) xp.resize(size_t(tiles * n * TT));
+    for (int64_t i = 0; i < tiles; ++i) {
+      float* dst = xp.data() + i * n * TT;
+      const int nt = int(std::min<int64_t>(TT, T - i * TT));
+      for (int t = 0; t < nt; ++t) {
+        const float* src = x + (i * TT + t) * n;
+        for (int64_t k = 0; k < n; ++k) dst[k * TT + t] = src[k];
+      }
+    }
     for (int64_t q0 = g0; q0 < g1; q0 += pg) {
       const int ng = int(std::min(pg, g1 - q0));
       decode_panel<Dec>(p, q0, ng, buf.data());
@@ -354,10 +368,11 @@ struct Kernels {
           const float* pan = buf.data() + g * ps;
           float* o = out + t * p.n_out + (q0 + g) * 16;
           const int64_t valid = p.n_out - (q0 + g) * 16;
+          const float* xt = xp.data() + (t / TT) * n * TT;
           if (g + TG <= ng) {
-            tile_any<TG>(nt, pan, ps, x + t * n, n, o, p.n_out, valid);
+            tile_any<TG>(nt, pan, ps, xt, n, o, p.n_out, valid);
           } else {
-            tile_any<1>(nt, pan, ps, x + t * n, n, o, p.n_out, valid);
+            tile_any<1>(nt, pan, ps, xt, n, o, p.n_out, valid);
           }
         }
       }
