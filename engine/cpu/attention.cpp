@@ -20,8 +20,6 @@
 #include <cstring>
 
 #include "engine/cpu/kernels.h"
-#include "engine/cpu/simd_scalar.h"
-#include "engine/cpu/vec_math.h"
 
 namespace kvscope::cpu {
 namespace {
@@ -70,11 +68,10 @@ struct ChunkOut {
 
 // Everything one call needs.
 struct Job {
-  const float* q;
+  const float* q;  // [T][H·D], times the score scale
   int64_t q_cols;
   const CpuKvCache* cache;
   int layer, pos0, n_head, G, D, Hkv;
-  float scale;
   const int32_t* slots;  // [n] held slots, ascending position
   const int32_t* kpos;   // [n] their positions
   int n;
@@ -98,7 +95,6 @@ void run_chunk(const Job& job, int t, int hk, Range r, float* dst) {
   a.n = r.end - r.begin;
   a.D = job.D;
   a.G = job.G;
-  a.scale = job.scale;
   a.e = o.e;
   a.m = o.m;
   a.sum = o.sum;
@@ -106,39 +102,28 @@ void run_chunk(const Job& job, int t, int hk, Range r, float* dst) {
   job.k->attn_chunk(a);
 }
 
-// Weighs and adds the chunks of (t, hk) in order; writes out and, for the last query,
-// the probabilities by position.
-void combine(const Job& job, int t, int hk, const std::vector<Range>& chunks, float* parts) {
-  const int G = job.G, D = job.D;
-  const size_t stride = chunk_floats(G, D);
+// Weighs and adds the chunks of (t, hk) in order (attention_impl.h); writes out and, for
+// the last query, its attention rows by position.
+void combine(const Job& job, int t, int hk, const std::vector<Range>& chunks, const float* parts,
+             std::vector<int32_t>& spans) {
   const bool last = t == job.out.rows - 1 && job.probs_last.data;
-  float acc[512];
-  for (int g = 0; g < G; ++g) {
-    float m = -INFINITY;
-    for (size_t c = 0; c < chunks.size(); ++c)
-      m = std::max(m, ChunkOut::at(parts + c * stride, G).m[g]);
-    float sum = 0;
-    std::fill_n(acc, D, 0.0f);
-    for (size_t c = 0; c < chunks.size(); ++c) {
-      const ChunkOut o = ChunkOut::at(parts + c * stride, G);
-      const float f = vexp<VecScalar>(o.m[g] - m);
-      sum = std::fma(o.sum[g], f, sum);
-      for (int d = 0; d < D; ++d) acc[d] = std::fma(o.acc[g * D + d], f, acc[d]);
-    }
-    const float inv = 1.0f / sum;
-    const int h = hk * G + g;
-    float* out = job.out.data + t * job.out.cols + int64_t(h) * D;
-    for (int d = 0; d < D; ++d) out[d] = acc[d] * inv;
-    if (last) {
-      float* row = job.probs_last.data + int64_t(h) * job.probs_last.cols;
-      for (size_t c = 0; c < chunks.size(); ++c) {
-        const ChunkOut o = ChunkOut::at(parts + c * stride, G);
-        const float w = vexp<VecScalar>(o.m[g] - m) * inv;
-        for (int j = chunks[c].begin; j < chunks[c].end; ++j)
-          row[job.kpos[j]] = o.e[g * kAttnChunk + (j - chunks[c].begin)] * w;
-      }
-    }
+  spans.resize(2 * chunks.size());
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    spans[c] = job.kpos[chunks[c].begin];
+    spans[chunks.size() + c] = chunks[c].end - chunks[c].begin;
   }
+  AttnCombine a;
+  a.G = job.G;
+  a.D = job.D;
+  a.n_chunks = int(chunks.size());
+  a.parts = parts;
+  a.stride = chunk_floats(job.G, job.D);
+  a.out = job.out.data + t * job.out.cols + int64_t(hk) * job.G * job.D;
+  a.probs = last ? job.probs_last.data + int64_t(hk) * job.G * job.probs_last.cols : nullptr;
+  a.probs_cols = job.probs_last.cols;
+  a.chunk_begin = spans.data();
+  a.chunk_n = spans.data() + chunks.size();
+  job.k->attn_combine(a);
 }
 
 }  // namespace
@@ -151,14 +136,28 @@ Status attention(ThreadPool& pool, Tensor q, const CpuKvCache& cache, int layer,
   if (Hkv <= 0 || n_head % Hkv != 0 || D > 512)
     return make_error("cpu: attention with ", n_head, " heads over ", Hkv, " KV heads of size ", D,
                       " is not supported (heads must be a multiple of KV heads, size at most 512)");
-  const std::vector<int32_t> order = cache.slots_by_position(layer);
+  // The held slots in ascending position order: usually the slot order already (a full
+  // layer, or a ring that has not wrapped), else sorted.
+  std::vector<int32_t>& order = scratch.order;
+  const std::vector<int32_t>& slot_pos = cache.slot_pos(layer);
+  order.clear();
+  bool ascending = true;
+  for (int s = 0, last = -1; s < int(slot_pos.size()); ++s)
+    if (slot_pos[size_t(s)] >= 0) {
+      ascending = ascending && slot_pos[size_t(s)] > last;
+      last = slot_pos[size_t(s)];
+      order.push_back(s);
+    }
+  if (!ascending) order = cache.slots_by_position(layer);
   const int n = int(order.size());
   scratch.key_pos.resize(size_t(n));
-  for (int i = 0; i < n; ++i)
-    scratch.key_pos[size_t(i)] = cache.slot_pos(layer)[size_t(order[size_t(i)])];
+  for (int i = 0; i < n; ++i) scratch.key_pos[size_t(i)] = slot_pos[size_t(order[size_t(i)])];
   // Vector kernels for the usual head sizes, the scalar path for any other.
   const bool vector_ok = D == 64 || D == 128 || D == 256;
-  Job job{q.data,
+  // The queries times the score scale (the kernels then need no multiply per key).
+  scratch.q_scaled.resize(size_t(q.rows * q.cols));
+  for (int64_t i = 0; i < q.rows * q.cols; ++i) scratch.q_scaled[size_t(i)] = q.data[i] * scale;
+  Job job{scratch.q_scaled.data(),
           q.cols,
           &cache,
           layer,
@@ -167,7 +166,6 @@ Status attention(ThreadPool& pool, Tensor q, const CpuKvCache& cache, int layer,
           n_head / Hkv,
           D,
           Hkv,
-          scale,
           order.data(),
           scratch.key_pos.data(),
           n,
@@ -186,13 +184,14 @@ Status attention(ThreadPool& pool, Tensor q, const CpuKvCache& cache, int layer,
     pool.parallel_for(pairs, [&](int64_t b, int64_t e) {
       thread_local std::vector<Range> chunks;
       thread_local std::vector<float> parts;
+      thread_local std::vector<int32_t> spans;
       for (int64_t it = b; it < e; ++it) {
         const int t = int(it / Hkv), hk = int(it % Hkv);
         query_chunks(job.kpos, n, job.rule, pos0 + t, chunks);
         if (parts.size() < chunks.size() * stride) parts.resize(chunks.size() * stride);
         for (size_t c = 0; c < chunks.size(); ++c)
           run_chunk(job, t, hk, chunks[c], parts.data() + c * stride);
-        combine(job, t, hk, chunks, parts.data());
+        combine(job, t, hk, chunks, parts.data(), spans);
       }
     });
     return Status::Ok();
@@ -228,7 +227,7 @@ Status attention(ThreadPool& pool, Tensor q, const CpuKvCache& cache, int layer,
   }
   for (int64_t p = 0; p < pairs; ++p)
     combine(job, int(p / Hkv), int(p % Hkv), per_pair[size_t(p)],
-            scratch.parts.data() + first[size_t(p)] * stride);
+            scratch.parts.data() + first[size_t(p)] * stride, scratch.spans);
   return Status::Ok();
 }
 

@@ -19,10 +19,13 @@ struct AttnRange {
 
 // Buffers kept between calls.
 struct AttentionScratch {
-  std::vector<int32_t> key_pos;                // held positions, ascending
+  std::vector<int32_t> order;                  // held slots, ascending position
+  std::vector<int32_t> key_pos;                // their positions
   std::vector<std::vector<AttnRange>> chunks;  // per (query, KV head): its chunks
   std::vector<std::pair<int, int>> items;      // (pair, chunk) work items
   std::vector<float> parts;                    // per item: the chunk's results
+  std::vector<float> q_scaled;                 // the queries times the score scale
+  std::vector<int32_t> spans;                  // combine's chunk positions
 };
 
 // Backend::attention (see engine/backend.h) on the CPU.

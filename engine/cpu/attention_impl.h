@@ -3,7 +3,7 @@
 // by engine/cpu/kernels_{avx512,avx2,scalar}.cpp (internal linkage, like kernels_impl.h).
 //
 // For up to kAttnChunk keys in ascending position order:
-//   scores  s[g][j] = (q_g · k_j) · scale — each K row is read once, in its stored type,
+//   scores  s[g][j] = (scale·q_g) · k_j — each K row is read once, in its stored type,
 //           and serves the G heads; the D products are summed in N-lane partial sums in
 //           order of the dimension, then V::hsum's tree (four keys at a time, V::hsum4);
 //   softmax m[g] = max_j s, e[g][j] = exp(s − m) (vec_math.h), sum[g] = Σ_j e in N-lane
@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "engine/cpu/kernels.h"
+#include "engine/cpu/simd_scalar.h"
 #include "engine/cpu/vec_math.h"
 
 namespace kvscope::cpu {
@@ -28,58 +29,69 @@ struct AttnKernels {
   using F = typename V::F;
   static constexpr int N = V::N;
 
-  // Vector r (values r·N .. r·N + N) of a cached row, decoded from its stored type: the
-  // same values dequantize_row gives for the q8_0 / q4_0 blocks (32 values along D).
+  // Vector r (values r·N .. r·N + N) of a cached row of type T, decoded from its stored
+  // form: the same values dequantize_row gives for q8_0 / q4_0 (32-value blocks along D).
+  template <KvDtype T>
+  static F row_vec(const uint8_t* p, int r) {
+    if constexpr (T == KvDtype::F16) {
+      return V::f16(p + 2 * r * N);
+    } else if constexpr (T == KvDtype::Q8_0) {
+      const uint8_t* b = p + 34 * (r * N / 32);
+      return V::mul(V::cvt(V::i8(b + 2 + r * N % 32)), V::set1(V::half(b)));
+    } else if constexpr (T == KvDtype::Q4_0) {
+      const uint8_t* b = p + 18 * (r * N / 32);
+      const int o = r * N % 32;
+      const auto q = o < 16 ? V::and_(V::u8(b + 2 + o), 15) : V::srl(V::u8(b + 2 + o - 16), 4);
+      return V::mul(V::cvt(V::sub_i(q, 8)), V::set1(V::half(b)));
+    } else {
+      return V::f32(p + 4 * r * N);
+    }
+  }
   static F row_vec(KvDtype t, const uint8_t* p, int r) {
     switch (t) {
       case KvDtype::F16:
-        return V::f16(p + 2 * r * N);
-      case KvDtype::Q8_0: {
-        const uint8_t* b = p + 34 * (r * N / 32);
-        return V::mul(V::cvt(V::i8(b + 2 + r * N % 32)), V::set1(V::half(b)));
-      }
-      case KvDtype::Q4_0: {
-        const uint8_t* b = p + 18 * (r * N / 32);
-        const int o = r * N % 32;
-        const auto q = o < 16 ? V::and_(V::u8(b + 2 + o), 15) : V::srl(V::u8(b + 2 + o - 16), 4);
-        return V::mul(V::cvt(V::sub_i(q, 8)), V::set1(V::half(b)));
-      }
+        return row_vec<KvDtype::F16>(p, r);
+      case KvDtype::Q8_0:
+        return row_vec<KvDtype::Q8_0>(p, r);
+      case KvDtype::Q4_0:
+        return row_vec<KvDtype::Q4_0>(p, r);
       default:
-        return V::f32(p + 4 * r * N);
+        return row_vec<KvDtype::F32>(p, r);
     }
   }
 
-  // Scores for the chunk into e[g][j] (scaled), four keys at a time.
-  template <int RV, int G>
+  // Scores for the chunk into e[g][j], four keys at a time: q (already scaled, see
+  // attention.cpp) held in registers, each K row converted once for the G heads.
+  template <int RV, int G, KvDtype KT>
   static void scores(const AttnChunk& a) {
     constexpr int D = RV * N;
+    F q[G][RV];
+    for (int g = 0; g < G; ++g)
+      for (int r = 0; r < RV; ++r) q[g][r] = V::load(a.q + g * D + r * N);
     for (int j = 0; j < a.n; j += 4) {
       const int nk = std::min(4, a.n - j);
       const uint8_t* k[4];
-      for (int u = 0; u < 4; ++u)
-        k[u] = a.k_base + uint64_t(a.slots[j + std::min(u, nk - 1)]) * a.k_row_bytes;
+      k[0] = a.k_base + uint64_t(a.slots[j]) * a.k_row_bytes;
+      k[1] = nk > 1 ? a.k_base + uint64_t(a.slots[j + 1]) * a.k_row_bytes : k[0];
+      k[2] = nk > 2 ? a.k_base + uint64_t(a.slots[j + 2]) * a.k_row_bytes : k[0];
+      k[3] = nk > 3 ? a.k_base + uint64_t(a.slots[j + 3]) * a.k_row_bytes : k[0];
       F s[G][4];
       {
         F kr[4];
-        for (int u = 0; u < 4; ++u) kr[u] = row_vec(a.k_type, k[u], 0);
-        for (int g = 0; g < G; ++g) {
-          const F qr = V::load(a.q + g * D);
-          for (int u = 0; u < 4; ++u) s[g][u] = V::mul(qr, kr[u]);
-        }
+        for (int u = 0; u < 4; ++u) kr[u] = row_vec<KT>(k[u], 0);
+        for (int g = 0; g < G; ++g)
+          for (int u = 0; u < 4; ++u) s[g][u] = V::mul(q[g][0], kr[u]);
       }
       for (int r = 1; r < RV; ++r) {
         F kr[4];
-        for (int u = 0; u < 4; ++u) kr[u] = row_vec(a.k_type, k[u], r);
-        for (int g = 0; g < G; ++g) {
-          const F qr = V::load(a.q + g * D + r * N);
-          for (int u = 0; u < 4; ++u) s[g][u] = V::fma(qr, kr[u], s[g][u]);
-        }
+        for (int u = 0; u < 4; ++u) kr[u] = row_vec<KT>(k[u], r);
+        for (int g = 0; g < G; ++g)
+          for (int u = 0; u < 4; ++u) s[g][u] = V::fma(q[g][r], kr[u], s[g][u]);
       }
-      for (int g = 0; g < G; ++g) {
-        float dots[4];
-        V::hsum4(s[g][0], s[g][1], s[g][2], s[g][3], dots);
-        for (int u = 0; u < nk; ++u) a.e[g * kAttnChunk + j + u] = dots[u] * a.scale;
-      }
+      // Four sums at once, straight into the row (j + 4 <= kAttnChunk: the lanes past n
+      // are overwritten by softmax_row).
+      for (int g = 0; g < G; ++g)
+        V::hsum4(s[g][0], s[g][1], s[g][2], s[g][3], a.e + g * kAttnChunk + j);
     }
   }
 
@@ -101,14 +113,14 @@ struct AttnKernels {
     a.sum[g] = V::hsum(sum);
   }
 
-  template <int RV, int G>
+  template <int RV, int G, KvDtype VT>
   static void values(const AttnChunk& a) {
     constexpr int D = RV * N;
     F acc[G][RV];
     for (int j = 0; j < a.n; ++j) {
       const uint8_t* v = a.v_base + uint64_t(a.slots[j]) * a.v_row_bytes;
       F vr[RV];
-      for (int r = 0; r < RV; ++r) vr[r] = row_vec(a.v_type, v, r);
+      for (int r = 0; r < RV; ++r) vr[r] = row_vec<VT>(v, r);
       for (int g = 0; g < G; ++g) {
         const F w = V::bcast(a.e + g * kAttnChunk + j);
         if (j == 0) {
@@ -124,9 +136,35 @@ struct AttnKernels {
 
   template <int RV, int G>
   static void chunk(const AttnChunk& a) {
-    scores<RV, G>(a);
+    switch (a.k_type) {
+      case KvDtype::F16:
+        scores<RV, G, KvDtype::F16>(a);
+        break;
+      case KvDtype::Q8_0:
+        scores<RV, G, KvDtype::Q8_0>(a);
+        break;
+      case KvDtype::Q4_0:
+        scores<RV, G, KvDtype::Q4_0>(a);
+        break;
+      default:
+        scores<RV, G, KvDtype::F32>(a);
+        break;
+    }
     for (int g = 0; g < G; ++g) softmax_row(a, g);
-    values<RV, G>(a);
+    switch (a.v_type) {
+      case KvDtype::F16:
+        values<RV, G, KvDtype::F16>(a);
+        break;
+      case KvDtype::Q8_0:
+        values<RV, G, KvDtype::Q8_0>(a);
+        break;
+      case KvDtype::Q4_0:
+        values<RV, G, KvDtype::Q4_0>(a);
+        break;
+      default:
+        values<RV, G, KvDtype::F32>(a);
+        break;
+    }
   }
 
   // Any G: the same arithmetic one head at a time (the K and V rows are then read once
@@ -178,6 +216,41 @@ struct AttnKernels {
     }
   }
 
+  // The chunk weights f_c = exp(m_c − m) are scalars (vexp on one lane); the D-long sums
+  // are vectors.
+  static void attn_combine(const AttnCombine& a) {
+    const int G = a.G, D = a.D;
+    for (int g = 0; g < G; ++g) {
+      auto part = [&](int c) { return a.parts + size_t(c) * a.stride; };
+      float m = -INFINITY;
+      for (int c = 0; c < a.n_chunks; ++c) m = std::max(m, part(c)[G * kAttnChunk + g]);
+      float* out = a.out + g * D;
+      float sum = 0;
+      for (int c = 0; c < a.n_chunks; ++c) {
+        const float* p = part(c);
+        const float f = vexp<VecScalar>(p[G * kAttnChunk + g] - m);
+        sum = std::fma(p[G * kAttnChunk + G + g], f, sum);
+        const float* acc = p + G * kAttnChunk + 2 * G + g * D;
+        const F fv = V::set1(f);
+        for (int d = 0; d < D; d += N)
+          V::store(out + d, c == 0 ? V::mul(V::load(acc + d), fv)
+                                   : V::fma(V::load(acc + d), fv, V::load(out + d)));
+      }
+      const float inv = 1.0f / sum;
+      for (int d = 0; d < D; d += N) V::store(out + d, V::mul(V::load(out + d), V::set1(inv)));
+      if (!a.probs) continue;
+      float* row = a.probs + g * a.probs_cols;
+      for (int c = 0; c < a.n_chunks; ++c) {
+        const float* e = part(c) + g * kAttnChunk;
+        const float w = vexp<VecScalar>(part(c)[G * kAttnChunk + g] - m) * inv;
+        float* dst = row + a.chunk_begin[c];
+        int j = 0;
+        for (; j + N <= a.chunk_n[c]; j += N) V::store(dst + j, V::mul(V::load(e + j), V::set1(w)));
+        for (; j < a.chunk_n[c]; ++j) dst[j] = e[j] * w;
+      }
+    }
+  }
+
   // Head sizes: 64, 128 and 256 (and, on the scalar path, any other up to 256).
   static void attn_chunk(const AttnChunk& a) {
     if (a.D == 64) return chunk_rv<64 / N>(a);
@@ -195,7 +268,7 @@ struct AttnKernels {
         F s = V::mul(V::load(a.q + g * a.D), row_vec(a.k_type, k, 0));
         for (int r = 1; r < a.D; ++r)
           s = V::fma(V::load(a.q + g * a.D + r), row_vec(a.k_type, k, r), s);
-        row[j] = s * a.scale;
+        row[j] = s;
       }
       softmax_row(a, g);
       float* acc = a.acc + g * a.D;

@@ -28,11 +28,22 @@ struct AttnChunk {
   const int32_t* slots;  // [n] the chunk's keys, ascending position
   int n = 0;             // 1 .. kAttnChunk
   int D = 0, G = 0;
-  float scale = 1;
   float* e;    // out [G][kAttnChunk]: exp(score − m[g]), 0 past n
   float* m;    // out [G]: the chunk's highest score per head
   float* sum;  // out [G]: Σ e
   float* acc;  // out [G][D]: Σ e_j · v_j, keys in order
+};
+
+// Combining the chunks of one query and KV group (attention_impl.h).
+struct AttnCombine {
+  int G = 0, D = 0, n_chunks = 0;
+  const float* parts;  // chunk c's results at parts + c · stride: e [G][kAttnChunk], m [G],
+  size_t stride = 0;   //   sum [G], acc [G][D]
+  float* out;          // [G][D]: the group's heads in the output row
+  float* probs;        // head g's attention row at probs + g · probs_cols, or null
+  int64_t probs_cols = 0;
+  const int32_t* chunk_begin;  // [n_chunks] first position of each chunk (positions in a
+  const int32_t* chunk_n;      // [n_chunks] chunk are consecutive) and its number of keys
 };
 
 struct IsaKernels {
@@ -44,6 +55,9 @@ struct IsaKernels {
   // One attention chunk (attention_impl.h). Head sizes 64, 128, 256 on every path; any
   // other size on the scalar path only.
   void (*attn_chunk)(const AttnChunk& a);
+  // out = Σ_c f_c·acc_c / Σ_c f_c·sum_c with f_c = exp(m_c − max m), chunks in order; the
+  // attention row, if asked for, = e · f_c / Σ.
+  void (*attn_combine)(const AttnCombine& a);
 };
 
 const IsaKernels& kernels_avx512();

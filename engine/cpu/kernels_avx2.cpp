@@ -33,7 +33,7 @@ namespace kvscope::cpu {
 
 const IsaKernels& kernels_avx2() {
   static const IsaKernels k{Isa::Avx2, &Kernels<VecAvx2>::matmul_groups,
-                            &AttnKernels<VecAvx2>::attn_chunk};
+                            &AttnKernels<VecAvx2>::attn_chunk, &AttnKernels<VecAvx2>::attn_combine};
   return k;
 }
 

@@ -33,7 +33,8 @@ namespace kvscope::cpu {
 
 const IsaKernels& kernels_avx512() {
   static const IsaKernels k{Isa::Avx512, &Kernels<VecAvx512>::matmul_groups,
-                            &AttnKernels<VecAvx512>::attn_chunk};
+                            &AttnKernels<VecAvx512>::attn_chunk,
+                            &AttnKernels<VecAvx512>::attn_combine};
   return k;
 }
 

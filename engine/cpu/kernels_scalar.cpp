@@ -24,7 +24,8 @@ namespace kvscope::cpu {
 
 const IsaKernels& kernels_scalar() {
   static const IsaKernels k{Isa::Scalar, &Kernels<VecScalar>::matmul_groups,
-                            &AttnKernels<VecScalar>::attn_chunk};
+                            &AttnKernels<VecScalar>::attn_chunk,
+                            &AttnKernels<VecScalar>::attn_combine};
   return k;
 }
 
