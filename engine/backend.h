@@ -33,6 +33,14 @@ struct Tensor {
   int64_t size() const { return rows * cols; }
 };
 
+// RoPE of one layer: pairing, rotated dims per head, base and position scale (model.h).
+struct RopeSpec {
+  RopeStyle style = RopeStyle::Adjacent;
+  int n_rot = 0;
+  float base = 10000.0f;
+  float freq_scale = 1.0f;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -46,16 +54,20 @@ class Backend {
   virtual Expected<std::unique_ptr<KvCache>> create_kv_cache(const KvCacheConfig& config,
                                                              int capacity) = 0;
 
-  // out[t][:] = row ids[t] of tok_embd (dequantized). ids are host memory, T = out.rows;
-  // they stay valid and unchanged until the forward's next download().
-  virtual Status embed(const Weight& tok_embd, const int32_t* ids, Tensor out) = 0;
-  // out[t][i] = x[t][i] / sqrt(mean_i(x[t]^2) + eps) * w[i]. out may alias x.
+  // out[t][:] = row ids[t] of tok_embd (dequantized) * scale. ids are host memory,
+  // T = out.rows; they stay valid and unchanged until the forward's next download().
+  virtual Status embed(const Weight& tok_embd, const int32_t* ids, float scale, Tensor out) = 0;
+  // out[t][i] = x[t][i] / sqrt(mean_i(x[t]^2) + eps) * w[i]. out may alias x. (Per-head
+  // norms pass x viewed as [T*heads][D].)
   virtual Status rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) = 0;
   // out[t][o] = sum_i W[o][i] * x[t][i];  x [T][n_in], out [T][n_out].
   virtual Status matmul(const Weight& w, Tensor x, Tensor out) = 0;
-  // In place on x [T][n_heads*head_dim]: rotates adjacent pairs (2i, 2i+1) of the first
-  // n_rot dims of every head by pos * base^(-2i/n_rot), row t at position pos0 + t.
-  virtual Status rope(Tensor x, int n_heads, int head_dim, int n_rot, int pos0, float base) = 0;
+  // x[t][i] += b[i]; b is a vector weight [x.cols].
+  virtual Status add_bias(Tensor x, const Weight& b) = 0;
+  // In place on x [T][n_heads*head_dim]: rotates, in every head, the pairs of the first
+  // n_rot dims (adjacent (2i, 2i+1) or NeoX (i, i + n_rot/2)) by
+  // theta_i = pos * freq_scale * base^(-2i/n_rot), row t at position pos = pos0 + t.
+  virtual Status rope(Tensor x, int n_heads, int head_dim, const RopeSpec& rope, int pos0) = 0;
   // Stores k, v [T][Hkv*D] (row t is position pos0 + t) into the cache of `layer`, each
   // at slot cache.slot_of(layer, pos0 + t), converted to the cache's K and V types. The
   // cache's begin(pos0, T) has made room and recorded the positions.
@@ -68,8 +80,9 @@ class Backend {
   // query's softmax row indexed by position (0 for positions it does not see).
   virtual Status attention(Tensor q, const KvCache& cache, int layer, int pos0, int n_head,
                            float scale, Tensor out, Tensor probs_last) = 0;
-  // out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + exp(-x)). out may alias gate.
-  virtual Status silu_mul(Tensor gate, Tensor up, Tensor out) = 0;
+  // Gated activation: out[i] = act(gate[i]) * up[i] with silu(x) = x / (1 + exp(-x)) or
+  // gelu_tanh(x) = 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))). out may alias gate.
+  virtual Status glu(Tensor gate, Tensor up, FfnAct act, Tensor out) = 0;
   // x[i] += y[i].
   virtual Status add(Tensor x, Tensor y) = 0;
   // For positions pos0 .. pos0+T-1 of `layer` (just written): k_norm[0][t] = L2 norm of
@@ -90,19 +103,19 @@ class Backend {
     KV_TRY(matmul(wk, x, k));
     return matmul(wv, x, v);
   }
-  // out = silu(Wgate·x) ⊙ (Wup·x); `up` is scratch of the same shape as out.
-  virtual Status matmul_gate_up_silu(const Weight& w_gate, const Weight& w_up, Tensor x,
-                                     Tensor out, Tensor up) {
+  // out = act(Wgate·x) ⊙ (Wup·x); `up` is scratch of the same shape as out.
+  virtual Status matmul_glu(const Weight& w_gate, const Weight& w_up, Tensor x, FfnAct act,
+                            Tensor out, Tensor up) {
     KV_TRY(matmul(w_gate, x, out));
     KV_TRY(matmul(w_up, x, up));
-    return silu_mul(out, up, out);
+    return glu(out, up, act, out);
   }
   // RoPE on q and k, then k and v stored into the cache at positions pos0 .. (kv_write).
   virtual Status rope_kv_write(Tensor q, Tensor k, Tensor v, KvCache& cache, int layer,
-                               int n_head, int n_rot, int pos0, float base) {
+                               int n_head, const RopeSpec& rope_spec, int pos0) {
     const int D = cache.shape().head_dim;
-    KV_TRY(rope(q, n_head, D, n_rot, pos0, base));
-    KV_TRY(rope(k, cache.shape().n_head_kv, D, n_rot, pos0, base));
+    KV_TRY(rope(q, n_head, D, rope_spec, pos0));
+    KV_TRY(rope(k, cache.shape().n_head_kv, D, rope_spec, pos0));
     return kv_write(cache, layer, k, v, pos0);
   }
   // x += y, then out = RMSNorm(x)·w.

@@ -1,10 +1,14 @@
-// forward.cpp — the llama forward pass over Backend ops (see forward.h).
+// forward.cpp — the transformer forward pass over Backend ops (see forward.h), one for
+// every family: what differs is read from the model description (model.h).
 //
-// Per block: h = RMSNorm(x)·attn_norm; q,k,v = Wq·h, Wk·h, Wv·h; RoPE(q,k); store k,v;
-// a = attention(q, cache); x += Wo·a; h = RMSNorm(x)·ffn_norm;
-// x += Wdown(SiLU(Wgate·h) ⊙ Wup·h). Then RMSNorm·output_norm and the LM head on the
-// last token only. Ops go through the backend's fused entry points (backend.h), whose
-// defaults are the plain sequence above.
+// x = token_embd[ids]·embd_scale. Per block l:
+//   h = RMSNorm(x)·attn_norm; q,k,v = Wq·h, Wk·h, Wv·h (+ biases);
+//   per-head RMSNorm of q and k (qk_norm); RoPE(q,k) with the layer's style and base;
+//   store k,v; a = attention(q, cache) (the layer's window, attn_scale);
+//   o = Wo·a (RMSNorm·post_attention_norm); x += o; h = RMSNorm(x)·ffn_norm;
+//   f = Wdown(act(Wgate·h) ⊙ Wup·h) (RMSNorm·post_ffw_norm); x += f.
+// Then RMSNorm·output_norm and the LM head on the last token only. Ops go through the
+// backend's fused entry points (backend.h), whose defaults are the plain sequence above.
 #include "engine/forward.h"
 
 #include <algorithm>
@@ -24,7 +28,11 @@ Status run_blocks(Backend& be, const Model& model, const int32_t* tokens, int T,
 KvCacheConfig kv_cache_config(const Model& model, KvTypes types, KvPolicy policy) {
   const ModelConfig& c = model.config();
   KvCacheConfig cfg = kv_config_full({c.n_layer, c.n_head_kv, c.head_dim}, types);
-  (void)policy;
+  for (int l = 0; l < c.n_layer; ++l) {
+    KvLayerRule& r = cfg.layers[size_t(l)];
+    r.window = c.layers[size_t(l)].window;
+    r.keep = policy == KvPolicy::ModelWindow ? r.window : 0;
+  }
   return cfg;
 }
 
@@ -84,7 +92,6 @@ Status run_blocks(Backend& be, const Model& model, const int32_t* tokens, int T,
   const int C = c.n_embd, D = c.head_dim, H = c.n_head, Hkv = c.n_head_kv, F = c.n_ff,
             L = c.n_layer, V = c.n_vocab;
   const int n_keys = pos0 + T;
-  const float scale = 1.0f / std::sqrt(float(D));
 
   auto slot = [&](int s, int64_t rows, int64_t cols) { return be.scratch(s, rows, cols); };
   auto x = slot(kX, T, C);
@@ -114,19 +121,33 @@ Status run_blocks(Backend& be, const Model& model, const int32_t* tokens, int T,
 
   // The residual add that closes each block is fused with the norm that opens the next
   // one (and with output_norm after the last block).
-  KV_TRY(be.embed(model.tok_embd(), tokens, *x));
+  KV_TRY(be.embed(model.tok_embd(), tokens, c.embd_scale, *x));
   KV_TRY(be.rmsnorm(*x, model.layers()[0].attn_norm, c.rms_eps, *h));
   for (int l = 0; l < L; ++l) {
     const LayerWeights& w = model.layers()[size_t(l)];
+    const LayerConfig& lc = c.layers[size_t(l)];
     KV_TRY(be.matmul_qkv(w.wq, w.wk, w.wv, *h, *q, *k, *v));
-    KV_TRY(be.rope_kv_write(*q, *k, *v, cache, l, H, c.n_rot, pos0, c.rope_base));
+    if (c.qkv_bias) {
+      KV_TRY(be.add_bias(*q, w.bq));
+      KV_TRY(be.add_bias(*k, w.bk));
+      KV_TRY(be.add_bias(*v, w.bv));
+    }
+    if (c.qk_norm) {  // each head's D values, viewed as rows of [T*heads][D]
+      const Tensor qh{q->data, int64_t(T) * H, D}, kh{k->data, int64_t(T) * Hkv, D};
+      KV_TRY(be.rmsnorm(qh, w.q_norm, c.rms_eps, qh));
+      KV_TRY(be.rmsnorm(kh, w.k_norm, c.rms_eps, kh));
+    }
+    const RopeSpec rope{c.rope_style, c.n_rot, lc.rope_base, lc.rope_freq_scale};
+    KV_TRY(be.rope_kv_write(*q, *k, *v, cache, l, H, rope, pos0));
     KV_TRY(be.kv_row_norms(cache, l, pos0, T, norms->row(l), norms->row(L + l)));
     Tensor probs_l = probs->row_range(int64_t(l) * H, H);
-    KV_TRY(be.attention(*q, cache, l, pos0, H, scale, *att, probs_l));
+    KV_TRY(be.attention(*q, cache, l, pos0, H, c.attn_scale, *att, probs_l));
     KV_TRY(be.matmul(w.wo, *att, *o));
+    if (c.post_attn_norm) KV_TRY(be.rmsnorm(*o, w.post_attn_norm, c.rms_eps, *o));
     KV_TRY(be.add_rmsnorm(*x, *o, w.ffn_norm, c.rms_eps, *h));
-    KV_TRY(be.matmul_gate_up_silu(w.w_gate, w.w_up, *h, *gate, *up));
+    KV_TRY(be.matmul_glu(w.w_gate, w.w_up, *h, c.ffn_act, *gate, *up));
     KV_TRY(be.matmul(w.w_down, *gate, *o));
+    if (c.post_ffn_norm) KV_TRY(be.rmsnorm(*o, w.post_ffn_norm, c.rms_eps, *o));
     const Weight& next_norm = l + 1 < L ? model.layers()[size_t(l) + 1].attn_norm : model.output_norm();
     KV_TRY(be.add_rmsnorm(*x, *o, next_norm, c.rms_eps, *h));
   }

@@ -1,26 +1,20 @@
-// dequantize.cu — quantized matrix to fp16 (for cuBLAS and the fp16 matvec), and fp32
-// activations to fp16 (the cuBLAS B operand).
+// dequantize.cu — quantized matrix to fp32 (the copy cuBLAS and the fp32 matvec read for
+// types without a native kernel, so activations and weights stay fp32 in every product).
 // Thread mapping: grid-stride loop, one thread per output value.
-// Shapes: w {n_in, n_out} quantized -> out [n_out][n_in] fp16; x [n] -> out [n] fp16.
+// Shapes: w {n_in, n_out} quantized -> out [n_out][n_in] fp32 (the exact dequantized values).
 #include "kernels/launch.cuh"
 #include "kernels/quant.cuh"
 
 namespace kvscope_cuda {
 namespace {
 
-__global__ void dequantize_f16_kernel(const uint8_t* w, QType type, int64_t row_bytes,
-                                      int64_t n_in, int64_t total, __half* out) {
+__global__ void dequantize_f32_kernel(const uint8_t* w, QType type, int64_t row_bytes,
+                                      int64_t n_in, int64_t total, float* out) {
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += stride) {
     const int64_t r = e / n_in, i = e % n_in;
-    out[e] = __float2half_rn(dequant_value(type, w + r * row_bytes, i));
+    out[e] = dequant_value(type, w + r * row_bytes, i);
   }
-}
-
-__global__ void to_f16_kernel(const float* x, int64_t n, __half* out) {
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += stride)
-    out[e] = __float2half_rn(x[e]);
 }
 
 unsigned grid_for(int64_t n, int threads) {
@@ -30,16 +24,11 @@ unsigned grid_for(int64_t n, int threads) {
 
 }  // namespace
 
-cudaError_t dequantize_f16(QMatrix w, __half* out, cudaStream_t s) {
+cudaError_t dequantize_f32(QMatrix w, float* out, cudaStream_t s) {
   const int64_t total = w.n_in * w.n_out;
   if (total == 0) return cudaSuccess;
-  return launch(dequantize_f16_kernel, dim3(grid_for(total, 256)), dim3(256), 0, s,
+  return launch(dequantize_f32_kernel, dim3(grid_for(total, 256)), dim3(256), 0, s,
                 static_cast<const uint8_t*>(w.data), w.type, w.row_bytes, w.n_in, total, out);
-}
-
-cudaError_t to_f16(const float* x, int64_t n, __half* out, cudaStream_t s) {
-  if (n == 0) return cudaSuccess;
-  return launch(to_f16_kernel, dim3(grid_for(n, 256)), dim3(256), 0, s, x, n, out);
 }
 
 }  // namespace kvscope_cuda

@@ -28,8 +28,19 @@ bool qtype_supported(int type_id);
 // Values per block and bytes per block (0 for unsupported types).
 int qtype_block_size(int type_id);
 int qtype_block_bytes(int type_id);
-// True when matvec_q has a native kernel for the type (no fp16 copy needed).
+// True when matvec_q has a native kernel for the type (no fp32 copy needed).
 inline bool matvec_native(QType t) { return t == QType::Q4_1 || t == QType::Q8_0; }
+
+// RoPE of one layer: the first n_rot dims of each head rotate in pairs, adjacent (2i, 2i+1)
+// or NeoX (i, i + n_rot/2), by pos * freq_scale * base^(-2i/n_rot).
+struct RopeArgs {
+  int n_rot = 0;
+  int neox = 0;
+  float base = 10000.0f;
+  float freq_scale = 1.0f;
+};
+// FFN gate activation: silu(g) = g / (1 + exp(-g)) or tanh-approximated GELU.
+enum class GateAct : int { Silu = 0, GeluTanh = 1 };
 
 // A quantized matrix in device memory: n_out rows of n_in values, row_bytes apart.
 struct QMatrix {
@@ -38,22 +49,22 @@ struct QMatrix {
   int64_t n_in = 0, n_out = 0, row_bytes = 0;
 };
 
-// out[t][:] = dequantized row ids[t] of table; ids [T] (checked < n_out by the caller).
-cudaError_t embed(QMatrix table, const int32_t* ids, int T, float* out, cudaStream_t s);
-// out [n_out][n_in] fp16 = dequantized w.
-cudaError_t dequantize_f16(QMatrix w, __half* out, cudaStream_t s);
-// out [n] fp16 = x [n] fp32.
-cudaError_t to_f16(const float* x, int64_t n, __half* out, cudaStream_t s);
+// Every entry point takes the stream last (the backend builds a launch and its graph key
+// from one argument list: engine/cuda/op_launcher.h).
+// out[t][:] = dequantized row ids[t] of table * scale; ids [T] (checked < n_out by the caller).
+cudaError_t embed(QMatrix table, const int32_t* ids, int T, float scale, float* out,
+                  cudaStream_t s);
+// out [n_out][n_in] fp32 = dequantized w (exact).
+cudaError_t dequantize_f32(QMatrix w, float* out, cudaStream_t s);
 // out[t][i] = x[t][i] * rsqrt(mean(x[t]^2) + eps) * w[i]; x, out [T][C]; out may alias x.
 cudaError_t rmsnorm(const float* x, const float* w, int T, int C, float eps, float* out,
                     cudaStream_t s);
-// In place on x [T][n_heads*D]: adjacent-pair rotation, row t at position pos0 + t.
-cudaError_t rope(float* x, int T, int n_heads, int D, int n_rot, int pos0, float base,
-                 cudaStream_t s);
+// In place on x [T][n_heads*D]: pair rotation (RopeArgs), row t at position pos0 + t.
+cudaError_t rope(float* x, int T, int n_heads, int D, RopeArgs r, int pos0, cudaStream_t s);
 // out[t][o] = sum_i W[o][i] x[t][i] for native types (Q4_1, Q8_0); x [T][n_in], out [T][n_out].
 cudaError_t matvec_q(QMatrix w, const float* x, int T, float* out, cudaStream_t s);
-// Same over an fp16 matrix w16 [n_out][n_in].
-cudaError_t matvec_f16(const __half* w16, int64_t n_in, int64_t n_out, const float* x, int T,
+// Same over an fp32 matrix w32 [n_out][n_in] (a dequantized copy).
+cudaError_t matvec_f32(const float* w32, int64_t n_in, int64_t n_out, const float* x, int T,
                        float* out, cudaStream_t s);
 // One layer of the KV cache: K and V each [Hkv][n_slots][D] of their element type (the
 // values are ggml type ids, as the engine's KvDtype), and pos [n_slots], the position each
@@ -73,10 +84,10 @@ struct KvLayer {
 // positions in kv.pos.
 cudaError_t kv_append(KvLayer kv, const float* k, const float* v, int T, int pos0,
                       cudaStream_t s);
-// k_norm[t], v_norm[t] = L2 norm over all kv heads of the rows of position pos0 + t. With pos0_dev
-// non-null the position is read from device memory instead (CUDA graph replay).
-cudaError_t kv_norms(KvLayer kv, int pos0, int T, float* k_norm, float* v_norm, cudaStream_t s,
-                     const int* pos0_dev = nullptr);
+// k_norm[t], v_norm[t] = L2 norm over all kv heads of the rows of position pos0 + t. With
+// pos0_dev non-null the position is read from device memory instead (CUDA graph replay).
+cudaError_t kv_norms(KvLayer kv, int pos0, const int* pos0_dev, int T, float* k_norm,
+                     float* v_norm, cudaStream_t s);
 // GQA attention of q [T][H*D] (row t at position pos0 + t) over the keys the layer holds
 // that are visible to each query (kv.pos and the window rule), scores times `scale`;
 // out [T][H*D]. probs_last [H][probs_stride] (may be null) gets the last query's softmax
@@ -93,10 +104,13 @@ cudaError_t attention_dev(const float* q, KvLayer kv, int T, const int* pos0_dev
                           cudaStream_t s);
 // Raises the kernels' dynamic shared memory limits; call once per device.
 cudaError_t kernels_init();
-// out[i] = silu(gate[i]) * up[i]; out may alias gate.
-cudaError_t silu_mul(const float* gate, const float* up, int64_t n, float* out, cudaStream_t s);
+// out[i] = act(gate[i]) * up[i]; out may alias gate.
+cudaError_t glu(const float* gate, const float* up, int64_t n, GateAct act, float* out,
+                cudaStream_t s);
 // x[i] += y[i].
 cudaError_t add(float* x, const float* y, int64_t n, cudaStream_t s);
+// x[t][i] += b[i] for x [T][n].
+cudaError_t add_bias(float* x, const float* b, int T, int64_t n, cudaStream_t s);
 
 // --- Fused decode ops (one launch each where the unfused path takes two to four). ---
 // q, k, v [T][n_out of wq / wk / wv] = Wq·x, Wk·x, Wv·x in one grid: the rows of the
@@ -104,18 +118,17 @@ cudaError_t add(float* x, const float* y, int64_t n, cudaStream_t s);
 // matvec_native and have n_in equal to x's width (checked: cudaErrorInvalidValue).
 cudaError_t matvec_qkv(QMatrix wq, QMatrix wk, QMatrix wv, const float* x, int T, float* q,
                        float* k, float* v, cudaStream_t s);
-// out [T][F] = silu(Wgate·x) * (Wup·x): one warp computes gate row o and up row o and
+// out [T][F] = act(Wgate·x) * (Wup·x): one warp computes gate row o and up row o and
 // writes the product; no gate/up intermediates in memory. Both matrices matvec_native,
 // same shape.
-cudaError_t matvec_gate_up_silu(QMatrix w_gate, QMatrix w_up, const float* x, int T, float* out,
-                                cudaStream_t s);
+cudaError_t matvec_gate_up_glu(QMatrix w_gate, QMatrix w_up, const float* x, int T,
+                               GateAct act, float* out, cudaStream_t s);
 // RoPE on q [T][n_head*D] and k [T][Hkv*D] (both in place, exactly as rope()), then the
 // rotated k and v [T][Hkv*D] stored into the cache for positions pos0 + t (as kv_append()). When
 // pos0_dev is non-null the position of row 0 is read from device memory instead of pos0
 // (CUDA graph replay, where the position changes between replays).
-cudaError_t rope_kv_write(float* q, float* k, const float* v, int T, int n_head, int n_rot,
-                          float base, KvLayer kv, int pos0, const int* pos0_dev,
-                          cudaStream_t s);
+cudaError_t rope_kv_write(float* q, float* k, const float* v, int T, int n_head, RopeArgs r,
+                          KvLayer kv, int pos0, const int* pos0_dev, cudaStream_t s);
 // x [T][C] += y, then out [T][C] = rmsnorm(x) * w (as add() then rmsnorm(), with the
 // same summation order). out must not alias x or y.
 cudaError_t add_rmsnorm(float* x, const float* y, const float* w, int T, int C, float eps,

@@ -34,8 +34,8 @@ __global__ void kv_norms_kernel(const KT* kc, const VT* vc, KvLayer kv, int pos0
 
 }  // namespace
 
-cudaError_t kv_norms(KvLayer kv, int pos0, int T, float* k_norm, float* v_norm, cudaStream_t s,
-                     const int* pos0_dev) {
+cudaError_t kv_norms(KvLayer kv, int pos0, const int* pos0_dev, int T, float* k_norm,
+                     float* v_norm, cudaStream_t s) {
   if (T <= 0) return cudaSuccess;
   if (kv.n_slots <= kv.sink) return cudaErrorInvalidValue;
   return kv_dispatch(kv, [&](auto kt, auto vt) {

@@ -2,7 +2,7 @@
 // Thread mapping: one warp per output row o, 8 warps per block; lanes stride over
 // 16-value units of the row (half a Q4_1/Q8_0 block), decode them once per unit and
 // dot them with up to 4 activation rows at a time; a warp shuffle sum per row of x.
-// The fp16 variant strides lanes over single values of an fp16 copy of the weight.
+// The fp32 variant strides lanes over single values of a dequantized fp32 copy.
 // Shapes: w {n_in, n_out} (n_out rows), x [T][n_in] fp32, out [T][n_out] fp32.
 #include "kernels/launch.cuh"
 #include "kernels/matvec_row.cuh"
@@ -33,17 +33,17 @@ __global__ void __launch_bounds__(256)
 }
 
 __global__ void __launch_bounds__(256)
-    matvec_f16_kernel(const __half* w, int64_t n_in, int64_t n_out, const float* x, int T,
+    matvec_f32_kernel(const float* w, int64_t n_in, int64_t n_out, const float* x, int T,
                       float* out) {
   const int64_t o = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (o >= n_out) return;
-  const __half* row = w + o * n_in;
+  const float* row = w + o * n_in;
   for (int t0 = 0; t0 < T; t0 += kRowsAtOnce) {
     const int nt = T - t0 < kRowsAtOnce ? T - t0 : kRowsAtOnce;
     float acc[kRowsAtOnce] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int64_t i = lane; i < n_in; i += 32) {
-      const float wv = __half2float(row[i]);
+      const float wv = row[i];
 #pragma unroll
       for (int tt = 0; tt < kRowsAtOnce; ++tt)
         if (tt < nt) acc[tt] += wv * x[int64_t(t0 + tt) * n_in + i];
@@ -77,10 +77,10 @@ cudaError_t matvec_q(QMatrix w, const float* x, int T, float* out, cudaStream_t 
   }
 }
 
-cudaError_t matvec_f16(const __half* w16, int64_t n_in, int64_t n_out, const float* x, int T,
+cudaError_t matvec_f32(const float* w32, int64_t n_in, int64_t n_out, const float* x, int T,
                        float* out, cudaStream_t s) {
   if (T <= 0 || n_out == 0) return cudaSuccess;
-  return launch(matvec_f16_kernel, grid_rows(n_out), dim3(32 * kWarpsPerBlock), 0, s, w16, n_in,
+  return launch(matvec_f32_kernel, grid_rows(n_out), dim3(32 * kWarpsPerBlock), 0, s, w32, n_in,
                 n_out, x, T, out);
 }
 

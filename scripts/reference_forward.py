@@ -1,6 +1,23 @@
 #!/usr/bin/env python3
 """Independent fp32 reference forward pass for kvscope's golden forward-pass data.
 
+Two modes:
+  * llama (default): golden logits for the default model along llama.cpp's greedy paths
+    (tests/golden/forward_fp32.json), described below;
+  * --family-golden: for another family's model (Gemma 3 270M by default), a few prompts
+    tokenized by llama.cpp, a 16-token greedy continuation computed by this reference, and
+    its top-5 logits after the prompt and after every greedy token
+    (tests/golden/gemma3_fp32.json); llama.cpp's own greedy continuation is recorded next
+    to it as a cross-check. See main_family().
+
+Families (FAMILIES below, from MODEL_FAMILIES.md): gemma3 scales the embedding by
+sqrt(n_embd), normalizes each q and k head (RMSNorm with attn_q_norm / attn_k_norm) before
+RoPE, rotates NeoX halves (i, i + n_rot/2), uses base 10000 and a causal window of
+attention.sliding_window keys on its local layers (layer l is local unless (l+1) % 6 == 0),
+normalizes the attention and FFN outputs (post_attention_norm, post_ffw_norm) before adding
+them to the residual, and gates with tanh-GELU; qwen2 adds q/k/v biases and rotates NeoX
+halves.
+
 This is a second source of golden logits next to tests/golden/forward.json (which comes
 from llama.cpp, whose CPU matmuls quantize activations to 8 bits). It is written from the
 GGUF format description and the llama architecture as GGUF files expect it (see
@@ -30,10 +47,13 @@ Output: tests/golden/forward_fp32.json with, per prompt (same names as forward.j
 plus metadata (script, versions, model sha256, "kv": "fp32") and a summary of how this
 reference compares with llama.cpp (top-1 agreement, logit differences).
 
-How to run (from the repository root; needs numpy and gguf, as in the /opt/kvref venv):
+How to run (from the repository root; needs numpy and gguf, and llama-cpp-python for
+--family-golden, as in the /opt/kvref venv):
   /opt/kvref/bin/python scripts/reference_forward.py \
       [--model assets/models/SmolLM2-135M-Instruct.Q4_1.gguf] \
       [--golden tests/golden/forward.json] [--out tests/golden/forward_fp32.json]
+  /opt/kvref/bin/python scripts/reference_forward.py --family-golden \
+      [--model assets/models/gemma-3-270m-q4_k_m.gguf] [--out tests/golden/gemma3_fp32.json]
 """
 
 import argparse
@@ -60,8 +80,19 @@ def field_value(reader, key):
     return part[0].item()
 
 
+# What each architecture does beyond the llama block (MODEL_FAMILIES.md, ENGINE_FACTS.md).
+FAMILIES = {
+    "llama": dict(neox=False, gelu=False, embd_sqrt=False, qk_norm=False, post_norms=False,
+                  bias=False, swa_period=0),
+    "gemma3": dict(neox=True, gelu=True, embd_sqrt=True, qk_norm=True, post_norms=True,
+                   bias=False, swa_period=6),
+    "qwen2": dict(neox=True, gelu=False, embd_sqrt=False, qk_norm=False, post_norms=False,
+                  bias=True, swa_period=0),
+}
+
+
 class Model:
-    """Dequantized float32 weights of a llama-architecture GGUF file.
+    """Dequantized float32 weights of a llama, gemma3 or qwen2 GGUF file.
 
     Matrices are stored [n_out, n_in] (row o is the weights of output o), vectors [n].
     """
@@ -69,11 +100,17 @@ class Model:
     def __init__(self, path):
         reader = gguf.GGUFReader(path)
         arch = field_value(reader, "general.architecture")
-        if arch != "llama":
-            raise ValueError(f"{path}: general.architecture is {arch!r}, expected 'llama'")
+        if arch not in FAMILIES:
+            raise ValueError(f"{path}: general.architecture is {arch!r}, expected one of "
+                             f"{sorted(FAMILIES)}")
+        self.arch = arch
+        self.fam = FAMILIES[arch]
+
+        def opt(key):
+            return field_value(reader, f"{arch}.{key}")
 
         def req(key):
-            v = field_value(reader, f"{arch}.{key}")
+            v = opt(key)
             if v is None:
                 raise ValueError(f"{path}: missing metadata key {arch}.{key}")
             return v
@@ -84,13 +121,34 @@ class Model:
         self.n_head = int(req("attention.head_count"))
         self.n_kv = int(req("attention.head_count_kv"))
         self.eps = float(req("attention.layer_norm_rms_epsilon"))
-        base = field_value(reader, f"{arch}.rope.freq_base")
+        base = opt("rope.freq_base")
         self.rope_base = float(base) if base is not None else 10000.0
-        self.head_dim = self.n_embd // self.n_head
-        rot = field_value(reader, f"{arch}.rope.dimension_count")
+        kl = opt("attention.key_length")
+        self.head_dim = int(kl) if kl is not None else self.n_embd // self.n_head
+        rot = opt("rope.dimension_count")
         self.n_rot = int(rot) if rot is not None else self.head_dim
         if self.n_head % self.n_kv != 0 or self.n_rot % 2 != 0 or self.n_rot > self.head_dim:
             raise ValueError(f"{path}: inconsistent head counts / rope dims")
+        for key in ("rope.scaling.type", "final_logit_softcapping", "attn_logit_softcapping"):
+            if opt(key) not in (None, "none", 0.0):
+                raise ValueError(f"{path}: {arch}.{key} is set; this reference does not run it")
+        # Per layer: attention window (0 = global) and RoPE base. Gemma 3: a layer is local
+        # unless (l + 1) % 6 == 0; local layers see the last sliding_window positions and
+        # rotate with base 10000 unless rope.freq_base_swa says otherwise.
+        self.window = [0] * self.n_layer
+        self.base = [self.rope_base] * self.n_layer
+        if self.fam["swa_period"]:
+            if opt("attention.sliding_window_pattern") is not None:
+                raise ValueError(f"{path}: sliding_window_pattern is not handled here")
+            w = int(req("attention.sliding_window"))
+            base_swa = opt("rope.freq_base_swa")
+            for l in range(self.n_layer):
+                if (l + 1) % self.fam["swa_period"] != 0:
+                    self.window[l] = w
+                    self.base[l] = float(base_swa) if base_swa is not None else 10000.0
+        # Gemma 3 scales the embedding by sqrt(n_embd), computed in float32.
+        self.embd_scale = np.float32(np.sqrt(np.float32(self.n_embd))) \
+            if self.fam["embd_sqrt"] else np.float32(1.0)
 
         self.w = {}
         for t in reader.tensors:
@@ -103,23 +161,28 @@ class Model:
         self.n_vocab = self.tok_embd.shape[0]
 
     def rms_norm(self, x, weight):
-        """x [T, n] float32 -> x / sqrt(mean(x^2) + eps) * weight; mean in float64."""
+        """x [..., n] float32 -> x / sqrt(mean(x^2) + eps) * weight; mean in float64."""
         ms = np.mean(np.square(x, dtype=np.float64), axis=-1, keepdims=True)
         scale = (1.0 / np.sqrt(ms + self.eps)).astype(np.float32)
         return (x * scale) * weight
 
-    def rope(self, x, pos):
-        """x [T, H, head_dim]; rotate adjacent pairs (2i, 2i+1) of the first n_rot dims."""
-        i = np.arange(self.n_rot // 2, dtype=np.float64)
-        inv = self.rope_base ** (-2.0 * i / self.n_rot)  # [n_rot/2]
+    def rope(self, x, pos, base):
+        """x [T, H, head_dim]; rotate pairs of the first n_rot dims: adjacent (2i, 2i+1) for
+        llama files, NeoX halves (i, i + n_rot/2) for gemma3 and qwen2."""
+        half = self.n_rot // 2
+        i = np.arange(half, dtype=np.float64)
+        inv = base ** (-2.0 * i / self.n_rot)  # [n_rot/2]
         theta = pos.astype(np.float64)[:, None] * inv[None, :]  # [T, n_rot/2]
         cos = np.cos(theta).astype(np.float32)[:, None, :]  # [T, 1, n_rot/2]
         sin = np.sin(theta).astype(np.float32)[:, None, :]
         out = x.copy()
-        x0 = x[:, :, 0:self.n_rot:2]
-        x1 = x[:, :, 1:self.n_rot:2]
-        out[:, :, 0:self.n_rot:2] = x0 * cos - x1 * sin
-        out[:, :, 1:self.n_rot:2] = x0 * sin + x1 * cos
+        if self.fam["neox"]:
+            a, b = slice(0, half), slice(half, self.n_rot)
+        else:
+            a, b = slice(0, self.n_rot, 2), slice(1, self.n_rot, 2)
+        x0, x1 = x[:, :, a], x[:, :, b]
+        out[:, :, a] = x0 * cos - x1 * sin
+        out[:, :, b] = x0 * sin + x1 * cos
         return out
 
     def forward(self, ids, keep):
@@ -128,19 +191,33 @@ class Model:
         ids = np.asarray(ids, dtype=np.int64)
         if ids.min() < 0 or ids.max() >= self.n_vocab:
             raise ValueError(f"token id out of range [0, {self.n_vocab})")
-        T, hd, H, KV = len(ids), self.head_dim, self.n_head, self.n_kv
+        T, hd, H, KV, fam = len(ids), self.head_dim, self.n_head, self.n_kv, self.fam
         pos = np.arange(T)
-        x = self.tok_embd[ids].copy()  # [T, n_embd]
-        mask = np.triu(np.full((T, T), -np.inf, dtype=np.float32), k=1)  # [T, T] causal
+        x = self.tok_embd[ids] * self.embd_scale  # [T, n_embd]
+        dist = pos[:, None] - pos[None, :]  # query position - key position
         group = H // KV
         for L in range(self.n_layer):
             p = f"blk.{L}."
-            h = self.rms_norm(x, self.w[p + "attn_norm.weight"])
-            q = (h @ self.w[p + "attn_q.weight"].T).reshape(T, H, hd)
-            k = (h @ self.w[p + "attn_k.weight"].T).reshape(T, KV, hd)  # kept fp32
-            v = (h @ self.w[p + "attn_v.weight"].T).reshape(T, KV, hd)  # kept fp32
-            q = self.rope(q, pos)
-            k = self.rope(k, pos)
+            w = self.w
+            # Causal mask, and for windowed layers keys at least `window` back are masked.
+            masked = dist < 0
+            if self.window[L]:
+                masked |= dist >= self.window[L]
+            mask = np.where(masked, np.float32(-np.inf), np.float32(0.0))  # [T, T]
+            h = self.rms_norm(x, w[p + "attn_norm.weight"])
+            q = h @ w[p + "attn_q.weight"].T
+            k = h @ w[p + "attn_k.weight"].T  # kept fp32
+            v = h @ w[p + "attn_v.weight"].T  # kept fp32
+            if fam["bias"]:
+                q = q + w[p + "attn_q.bias"]
+                k = k + w[p + "attn_k.bias"]
+                v = v + w[p + "attn_v.bias"]
+            q, k, v = q.reshape(T, H, hd), k.reshape(T, KV, hd), v.reshape(T, KV, hd)
+            if fam["qk_norm"]:  # RMSNorm over each head's hd values
+                q = self.rms_norm(q, w[p + "attn_q_norm.weight"])
+                k = self.rms_norm(k, w[p + "attn_k_norm.weight"])
+            q = self.rope(q, pos, self.base[L])
+            k = self.rope(k, pos, self.base[L])
             kh = np.repeat(k.transpose(1, 0, 2), group, axis=0)  # [H, T, hd]; head h -> h//group
             vh = np.repeat(v.transpose(1, 0, 2), group, axis=0)  # [H, T, hd]
             qh = q.transpose(1, 0, 2)  # [H, T, hd]
@@ -151,12 +228,23 @@ class Model:
             s = np.sum(e, axis=-1, keepdims=True, dtype=np.float64)
             prob = (e / s).astype(np.float32)
             att = (prob @ vh).transpose(1, 0, 2).reshape(T, H * hd)  # [T, n_head*hd]
-            x = x + att @ self.w[p + "attn_output.weight"].T
-            h = self.rms_norm(x, self.w[p + "ffn_norm.weight"])
-            g = h @ self.w[p + "ffn_gate.weight"].T  # [T, n_ff]
-            u = h @ self.w[p + "ffn_up.weight"].T
-            act = (g / (np.float32(1.0) + np.exp(-g))) * u  # SiLU(g) * u
-            x = x + act @ self.w[p + "ffn_down.weight"].T
+            o = att @ w[p + "attn_output.weight"].T
+            if fam["post_norms"]:
+                o = self.rms_norm(o, w[p + "post_attention_norm.weight"])
+            x = x + o
+            h = self.rms_norm(x, w[p + "ffn_norm.weight"])
+            g = h @ w[p + "ffn_gate.weight"].T  # [T, n_ff]
+            u = h @ w[p + "ffn_up.weight"].T
+            if fam["gelu"]:  # tanh-approximated GELU, in float32
+                c = np.float32(np.sqrt(2.0 / np.pi))
+                act = np.float32(0.5) * g * (np.float32(1.0) +
+                                             np.tanh(c * (g + np.float32(0.044715) * g * g * g)))
+            else:
+                act = g / (np.float32(1.0) + np.exp(-g))  # SiLU(g)
+            f = (act * u) @ w[p + "ffn_down.weight"].T
+            if fam["post_norms"]:
+                f = self.rms_norm(f, w[p + "post_ffw_norm.weight"])
+            x = x + f
         xo = self.rms_norm(x[keep], self.w["output_norm.weight"])
         return xo @ self.output.T  # [len(keep), n_vocab]
 
@@ -178,12 +266,126 @@ def to_json(obj, indent=0):
     return pad + json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
+# Prompts of the family golden file: (name, text). The first is MODEL_FAMILIES.md's greedy
+# check ("The capital of France is" -> " the capital of the country of France.").
+FAMILY_PROMPTS = [
+    ("capital", "The capital of France is"),
+    ("story", "Once upon a time, in a village at the edge of a great forest, there lived"),
+    ("code", "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"),
+]
+FAMILY_STEPS = 16
+
+
+def llama_cpp_greedy(path, prompt_ids, steps):
+    """llama.cpp's greedy continuation (argmax of its raw logits, one token per eval)."""
+    import ctypes
+    import llama_cpp
+    llm = llama_cpp.Llama(model_path=path, n_ctx=512, n_batch=512, n_threads=2,
+                          n_threads_batch=2, n_gpu_layers=0, flash_attn=False, verbose=False)
+    n_vocab = llm.n_vocab()
+
+    def step(tok):
+        llm.eval([tok])
+        ptr = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
+        return np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)),
+                                     shape=(n_vocab,)).copy()
+
+    out = []
+    for ids in prompt_ids:
+        llm.reset()
+        logits = None
+        for t in ids:
+            logits = step(t)
+        greedy = []
+        for _ in range(steps):
+            greedy.append(int(np.argmax(logits)))
+            logits = step(greedy[-1])
+        out.append(greedy)
+    return llm, out
+
+
+def main_family(args):
+    """Golden data for a non-llama family: prompts tokenized by llama.cpp (BOS added as the
+    file asks), greedy continuation and top-5 logits from this reference."""
+    import llama_cpp
+    with open(args.model, "rb") as f:
+        sha = hashlib.sha256(f.read()).hexdigest()
+    tok = llama_cpp.Llama(model_path=args.model, vocab_only=True, verbose=False)
+    prompt_ids = [[int(i) for i in tok.tokenize(text.encode("utf-8"), add_bos=True, special=False)]
+                  for _, text in FAMILY_PROMPTS]
+    t0 = time.time()
+    model = Model(args.model)
+    print(f"loaded {args.model} ({model.arch}) in {time.time() - t0:.1f}s: {model.n_layer} "
+          f"layers, n_embd {model.n_embd}, heads {model.n_head}/{model.n_kv} x {model.head_dim}, "
+          f"windows {sorted(set(model.window))}, bases {sorted(set(model.base))}")
+    llm, cpp_greedy = llama_cpp_greedy(args.model, prompt_ids, FAMILY_STEPS)
+    results = []
+    agree_total = steps_total = 0
+    for (name, text), ids, cpp in zip(FAMILY_PROMPTS, prompt_ids, cpp_greedy):
+        seq = list(ids)
+        tops, greedy = [], []
+        for k in range(FAMILY_STEPS + 1):  # after the prompt and after each greedy token
+            logits = model.forward(seq, [len(seq) - 1])[0]
+            tops.append(top5(logits))
+            if k < FAMILY_STEPS:
+                greedy.append(int(np.argmax(logits)))
+                seq.append(greedy[-1])
+        # Where llama.cpp's greedy path first leaves ours, and our top-2 margin there.
+        same = next((k for k in range(FAMILY_STEPS) if greedy[k] != cpp[k]), FAMILY_STEPS)
+        agree_total += same
+        steps_total += FAMILY_STEPS
+        text_out = llm.detokenize(greedy).decode("utf-8", "replace")
+        print(f"{name}: prompt {ids}\n  greedy {text_out!r}\n  llama.cpp agrees for {same} of "
+              f"{FAMILY_STEPS} tokens")
+        results.append({
+            "name": name, "prompt": text, "prompt_ids": ids, "greedy_ids": greedy,
+            "greedy_text": text_out, "top5": tops, "llama_cpp_greedy_ids": cpp,
+            "llama_cpp_agrees_for": same,
+        })
+    if agree_total < 0.5 * steps_total:
+        sys.exit("reference and llama.cpp disagree more than expected; not writing output")
+    out = {
+        "source": "scripts/reference_forward.py --family-golden: numpy fp32 forward pass, "
+                  "weights dequantized with the gguf package (independent of kvscope); "
+                  "prompts tokenized by llama.cpp",
+        "script": "scripts/reference_forward.py --family-golden",
+        "versions": {"python": platform.python_version(), "numpy": np.__version__,
+                     "gguf": importlib.metadata.version("gguf"),
+                     "llama_cpp_python": importlib.metadata.version("llama_cpp_python")},
+        "model": {"file": os.path.basename(args.model), "sha256": sha, "arch": model.arch},
+        "kv": "fp32",
+        "settings": {"compute": "float32 (float64 for the RMSNorm mean of squares and the "
+                                "softmax sums)",
+                     "windows": model.window, "rope_bases": model.base,
+                     "eval": "the whole sequence at once for every step (causal + window mask)",
+                     "greedy": "argmax of this reference's logits, first index on ties",
+                     "logits_rounding": 4},
+        "notes": "top5[0] follows the prompt, top5[k] follows greedy token k (17 lists). "
+                 "llama_cpp_greedy_ids is llama.cpp's own greedy path (activations quantized "
+                 "to 8 bits in its matmuls), for comparison only.",
+        "prompts": results,
+    }
+    with open(args.out, "w", encoding="utf-8") as f:
+        f.write(to_json(out))
+        f.write("\n")
+    print(f"wrote {args.out}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="assets/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+    ap.add_argument("--family-golden", action="store_true",
+                    help="golden data for a non-llama family (default model: Gemma 3 270M)")
+    ap.add_argument("--model")
     ap.add_argument("--golden", default="tests/golden/forward.json")
-    ap.add_argument("--out", default="tests/golden/forward_fp32.json")
+    ap.add_argument("--out")
     args = ap.parse_args()
+    if args.family_golden:
+        args.model = args.model or "assets/models/gemma-3-270m-q4_k_m.gguf"
+        args.out = args.out or "tests/golden/gemma3_fp32.json"
+        main_family(args)
+        return
+    args.model = args.model or "assets/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+    args.out = args.out or "tests/golden/forward_fp32.json"
 
     with open(args.model, "rb") as f:
         sha = hashlib.sha256(f.read()).hexdigest()

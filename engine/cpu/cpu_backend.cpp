@@ -16,6 +16,7 @@
 #include "engine/cpu/attention.h"
 #include "engine/cpu/cpu_isa.h"
 #include "engine/cpu/cpu_kv_cache.h"
+#include "engine/cpu/elementwise.h"
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/packed_weight.h"
 #include "engine/cpu/thread_pool.h"
@@ -60,14 +61,24 @@ class CpuBackend final : public Backend {
     return cpu::CpuKvCache::create(config, capacity);
   }
 
-  Status embed(const Weight& tok_embd, const int32_t* ids, Tensor out) override {
+  Status embed(const Weight& tok_embd, const int32_t* ids, float scale, Tensor out) override {
     for (int64_t t = 0; t < out.rows; ++t) {
       if (ids[t] < 0 || ids[t] >= tok_embd.n_out)
         return make_error("cpu: token id ", ids[t], " is outside the vocabulary [0, ",
                           tok_embd.n_out, ")");
-      dequantize_row(tok_embd.type, tok_embd.data + uint64_t(ids[t]) * tok_embd.row_bytes,
-                     out.data + t * out.cols, out.cols);
+      float* row = out.data + t * out.cols;
+      dequantize_row(tok_embd.type, tok_embd.data + uint64_t(ids[t]) * tok_embd.row_bytes, row,
+                     out.cols);
+      if (scale != 1.0f)
+        for (int64_t i = 0; i < out.cols; ++i) row[i] *= scale;
     }
+    return Status::Ok();
+  }
+
+  Status add_bias(Tensor x, const Weight& b) override {
+    if (b.n_in != x.cols || b.n_out != 1 || b.type != GgmlType::F32)
+      return make_error("cpu: bias ", b.name, " does not fit rows of ", x.cols);
+    cpu::add_bias(x.data, x.rows, x.cols, reinterpret_cast<const float*>(b.data));
     return Status::Ok();
   }
 
@@ -98,34 +109,20 @@ class CpuBackend final : public Backend {
     return matmul_jobs(ws, outs, 3, x);
   }
 
-  Status matmul_gate_up_silu(const Weight& w_gate, const Weight& w_up, Tensor x, Tensor out,
-                             Tensor up) override {
+  Status matmul_glu(const Weight& w_gate, const Weight& w_up, Tensor x, FfnAct act, Tensor out,
+                    Tensor up) override {
     const Weight* ws[2] = {&w_gate, &w_up};
     float* outs[2] = {out.data, up.data};
     KV_TRY(matmul_jobs(ws, outs, 2, x));
-    return silu_mul(out, up, out);
+    return glu(out, up, act, out);
   }
 
-  Status rope(Tensor x, int n_heads, int head_dim, int n_rot, int pos0, float base) override {
-    std::vector<float> cs(static_cast<size_t>(n_rot));
-    for (int64_t t = 0; t < x.rows; ++t) {
-      const double pos = double(pos0 + t);
-      for (int i = 0; i < n_rot / 2; ++i) {
-        const double theta = pos * std::pow(double(base), -2.0 * i / double(n_rot));
-        cs[size_t(2 * i)] = float(std::cos(theta));
-        cs[size_t(2 * i + 1)] = float(std::sin(theta));
-      }
-      float* row = x.data + t * x.cols;
-      for (int h = 0; h < n_heads; ++h) {
-        float* v = row + h * head_dim;
-        for (int i = 0; i < n_rot / 2; ++i) {
-          const float c = cs[size_t(2 * i)], s = cs[size_t(2 * i + 1)];
-          const float x0 = v[2 * i], x1 = v[2 * i + 1];
-          v[2 * i] = x0 * c - x1 * s;
-          v[2 * i + 1] = x0 * s + x1 * c;
-        }
-      }
-    }
+  Status rope(Tensor x, int n_heads, int head_dim, const RopeSpec& r, int pos0) override {
+    if (int64_t(n_heads) * head_dim != x.cols || r.n_rot > head_dim || r.n_rot % 2 != 0)
+      return make_error("cpu: rope shapes: ", n_heads, " heads x ", head_dim, " dims vs ", x.cols,
+                        " columns, n_rot ", r.n_rot);
+    cpu::rope_rows(x.data, x.rows, n_heads, head_dim, r.style, r.n_rot, r.base, r.freq_scale,
+                   pos0);
     return Status::Ok();
   }
 
@@ -151,12 +148,8 @@ class CpuBackend final : public Backend {
                           n_head, scale, out, probs_last, attention_scratch_);
   }
 
-  Status silu_mul(Tensor gate, Tensor up, Tensor out) override {
-    const int64_t n = gate.size();
-    for (int64_t i = 0; i < n; ++i) {
-      const float g = gate.data[i];
-      out.data[i] = g / (1.0f + std::exp(-g)) * up.data[i];
-    }
+  Status glu(Tensor gate, Tensor up, FfnAct act, Tensor out) override {
+    cpu::glu(gate.data, up.data, gate.size(), act, out.data);
     return Status::Ok();
   }
 

@@ -28,8 +28,8 @@ Expected<CudaDeviceInfo> cuda_probe(int device = 0);
 
 struct CudaBackendOptions {
   int device = 0;
-  // Matmuls over more than this many tokens use cuBLAS on an fp16 copy of the weight;
-  // up to it, the quantized matvec kernels (decode is T = 1).
+  // Matmuls over more than this many tokens use cuBLAS (fp32) on an fp32 copy of the
+  // weight; up to it, the matvec kernels (decode is T = 1).
   int matvec_max_tokens = 8;
   // Decode steps (T = 1) are recorded and replayed as a CUDA graph (engine/cuda/
   // decode_graph.h): one graph launch instead of ~9 kernel launches per layer.

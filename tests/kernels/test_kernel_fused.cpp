@@ -1,5 +1,5 @@
-// test_kernel_fused.cpp — the fused decode kernels (matvec_qkv, matvec_gate_up_silu,
-// rope_kv_write, add_rmsnorm) under the CUDA emulator, each against two references:
+// test_kernel_fused.cpp — the fused decode kernels (matvec_qkv, matvec_gate_up_glu,
+// rope_kv_write with adjacent and NeoX pairs, add_rmsnorm) under the CUDA emulator, each against two references:
 //  1. the unfused kernels they replace, run on the same inputs: every fused kernel uses
 //     the same per-element arithmetic in the same order (shared device helpers, same
 //     block sizes for reductions). RoPE and the cache store are bit-exact (explicit
@@ -9,8 +9,8 @@
 //  2. a CPU reference in double, with tolerances:
 //     - matvecs: fp32 accumulation in another order, 1e-5 of the row's sum of |w x|
 //       (as test_kernel_quant);
-//     - silu(g)·u: the gate and up errors above propagated through the product
-//       (|d silu/dg| <= 1.1), plus 1e-6 absolute;
+//     - act(g)·u (SiLU, tanh-GELU): the gate and up errors above propagated through the
+//       product (|d act/dg| <= 1.13), plus 1e-6 absolute;
 //     - rope: 2e-6 (angle in double on both sides, fp32 rotate); fp16 cache rows are the
 //       round-to-nearest of the rotated value, compared after the same rounding with
 //       one fp16 ulp of slack (2^-10 relative) for values near a rounding tie;
@@ -100,34 +100,42 @@ TEST_F(KernelFused, MatvecQkvEqualsThreeMatvecs) {
   }
 }
 
-TEST_F(KernelFused, GateUpSiluEqualsMatvecsThenSiluMul) {
+// The activation in double: silu or tanh-GELU.
+double ref_act(kvscope_cuda::GateAct act, double g) {
+  if (act == kvscope_cuda::GateAct::Silu) return g / (1.0 + std::exp(-g));
+  return 0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g)));
+}
+
+TEST_F(KernelFused, GateUpGluEqualsMatvecsThenGlu) {
+  for (auto act : {kvscope_cuda::GateAct::Silu, kvscope_cuda::GateAct::GeluTanh})
   for (GgmlType type : {GgmlType::Q4_1, GgmlType::Q8_0}) {
     for (int64_t n_in : {96, 608}) {
       for (int T : {1, 5}) {
         SCOPED_TRACE(::testing::Message() << kvscope::ggml_type_name(type) << " n_in " << n_in
-                                          << " T " << T);
+                                          << " T " << T << " act " << int(act));
         const int64_t F = 45;
         HostMatrix wg = random_matrix(type, n_in, F, 31), wu = random_matrix(type, n_in, F, 32);
         // Activations large enough that gate values reach the nonlinear part of silu.
         const auto x = random_floats(size_t(T * n_in), 33, -3.f, 3.f);
         DevVec<uint8_t> dg(wg.bytes), du(wu.bytes);
         DevVec<float> dx(x), out(size_t(T * F)), g(out.n), u(out.n);
-        ASSERT_EQ(kvscope_cuda::matvec_gate_up_silu(qmatrix(wg, dg.p), qmatrix(wu, du.p), dx.p, T,
-                                                    out.p, nullptr),
+        ASSERT_EQ(kvscope_cuda::matvec_gate_up_glu(qmatrix(wg, dg.p), qmatrix(wu, du.p), dx.p, T,
+                                                   act, out.p, nullptr),
                   cudaSuccess)
             << kvscope_cuda::error_detail();
         ASSERT_EQ(kvscope_cuda::matvec_q(qmatrix(wg, dg.p), dx.p, T, g.p, nullptr), cudaSuccess);
         ASSERT_EQ(kvscope_cuda::matvec_q(qmatrix(wu, du.p), dx.p, T, u.p, nullptr), cudaSuccess);
-        ASSERT_EQ(kvscope_cuda::silu_mul(g.p, u.p, int64_t(g.n), g.p, nullptr), cudaSuccess);
+        ASSERT_EQ(kvscope_cuda::glu(g.p, u.p, int64_t(g.n), act, g.p, nullptr), cudaSuccess);
         const auto got = out.get();
         EXPECT_TRUE(all_close(got, g.get(), 0.f, kUlp));
         std::vector<double> gw, gb, uw, ub;
         ref_matmul(wg, x, T, &gw, &gb);
         ref_matmul(wu, x, T, &uw, &ub);
         for (size_t i = 0; i < got.size(); ++i) {
-          const double silu = gw[i] / (1.0 + std::exp(-gw[i]));
-          const double want = silu * uw[i];
-          const double tol = 1e-5 * (1.1 * gb[i] * std::fabs(uw[i]) + ub[i] * std::fabs(silu)) + 1e-6;
+          const double a = ref_act(act, gw[i]);
+          const double want = a * uw[i];
+          // Both activations have slope at most ~1.13: the gate's error passes through.
+          const double tol = 1e-5 * (1.2 * gb[i] * std::fabs(uw[i]) + ub[i] * std::fabs(a)) + 1e-6;
           ASSERT_NEAR(got[i], want, tol) << "i " << i;
         }
       }
@@ -139,15 +147,19 @@ float to_f16_and_back(float f) { return kvscope::fp16_to_fp32(kvscope::fp32_to_f
 
 TEST_F(KernelFused, RopeKvWriteEqualsRopeRopeAppend) {
   struct Shape { int H, Hkv, D, n_rot; };
+  for (int neox : {0, 1})
   // Full rotation with D = 40; partial rotation; odd D with its short last pair.
   for (Shape sh : {Shape{6, 2, 40, 40}, Shape{4, 4, 24, 16}, Shape{3, 1, 13, 10}}) {
     for (bool f16 : {true, false}) {
       for (int T : {1, 3}) {
         for (bool from_device : {false, true}) {
           SCOPED_TRACE(::testing::Message() << "D " << sh.D << " n_rot " << sh.n_rot << " f16 "
-                                            << f16 << " T " << T << " dev " << from_device);
+                                            << f16 << " T " << T << " dev " << from_device
+                                            << " neox " << neox);
           const int pos0 = 3001, cap = 3010, H = sh.H, Hkv = sh.Hkv, D = sh.D;
           const float base = 100000.f;
+          const kvscope_cuda::RopeArgs ra{sh.n_rot, neox, base, 1.0f};
+          const int half = sh.n_rot / 2;
           const size_t kv_vals = size_t(Hkv) * cap * D, eb = f16 ? 2 : 4;
           const auto q = random_floats(size_t(T * H * D), 41, -2.f, 2.f);
           const auto k = random_floats(size_t(T * Hkv * D), 42, -2.f, 2.f);
@@ -158,7 +170,7 @@ TEST_F(KernelFused, RopeKvWriteEqualsRopeRopeAppend) {
           DevVec<int> pos_dev(std::vector<int>{pos0});
           DevVec<int32_t> fpos(std::vector<int32_t>(size_t(cap), -1));
           const auto fl = kvscope_test::kv_layer(fkc.p, fvc.p, f16, Hkv, D, cap, fpos.p);
-          ASSERT_EQ(kvscope_cuda::rope_kv_write(fq.p, fk.p, fv.p, T, H, sh.n_rot, base, fl,
+          ASSERT_EQ(kvscope_cuda::rope_kv_write(fq.p, fk.p, fv.p, T, H, ra, fl,
                                                 from_device ? -12345 : pos0,
                                                 from_device ? pos_dev.p : nullptr, nullptr),
                     cudaSuccess)
@@ -168,8 +180,8 @@ TEST_F(KernelFused, RopeKvWriteEqualsRopeRopeAppend) {
           DevVec<uint8_t> ukc(kv_vals * eb), uvc(kv_vals * eb);
           DevVec<int32_t> upos(std::vector<int32_t>(size_t(cap), -1));
           const auto ul = kvscope_test::kv_layer(ukc.p, uvc.p, f16, Hkv, D, cap, upos.p);
-          ASSERT_EQ(kvscope_cuda::rope(uq.p, T, H, D, sh.n_rot, pos0, base, nullptr), cudaSuccess);
-          ASSERT_EQ(kvscope_cuda::rope(uk.p, T, Hkv, D, sh.n_rot, pos0, base, nullptr), cudaSuccess);
+          ASSERT_EQ(kvscope_cuda::rope(uq.p, T, H, D, ra, pos0, nullptr), cudaSuccess);
+          ASSERT_EQ(kvscope_cuda::rope(uk.p, T, Hkv, D, ra, pos0, nullptr), cudaSuccess);
           ASSERT_EQ(kvscope_cuda::kv_append(ul, uk.p, uv.p, T, pos0, nullptr), cudaSuccess);
           const auto gq = fq.get(), gk = fk.get();
           EXPECT_TRUE(all_close(gq, uq.get(), 0.f, 0.f));
@@ -185,10 +197,12 @@ TEST_F(KernelFused, RopeKvWriteEqualsRopeRopeAppend) {
               for (int h = 0; h < heads; ++h)
                 for (int i = 0; i < sh.n_rot / 2; ++i) {
                   const double th = double(pos0 + t) * std::pow(double(base), -2.0 * i / sh.n_rot);
-                  float* p = &x[size_t((t * heads + h) * D + 2 * i)];
-                  const double x0 = p[0], x1 = p[1];
-                  p[0] = float(x0 * std::cos(th) - x1 * std::sin(th));
-                  p[1] = float(x0 * std::sin(th) + x1 * std::cos(th));
+                  float* row = &x[size_t((t * heads + h) * D)];
+                  float* a = row + (neox ? i : 2 * i);
+                  float* b = row + (neox ? i + half : 2 * i + 1);
+                  const double x0 = *a, x1 = *b;
+                  *a = float(x0 * std::cos(th) - x1 * std::sin(th));
+                  *b = float(x0 * std::sin(th) + x1 * std::cos(th));
                 }
             return x;
           };
@@ -258,9 +272,10 @@ TEST_F(KernelFused, FusedMatvecsRejectWhatTheyCannotRun) {
             cudaErrorInvalidValue);
   EXPECT_EQ(kvscope_cuda::matvec_qkv(ok, ok, other_width, x.p, 1, out.p, out.p, out.p, nullptr),
             cudaErrorInvalidValue);
-  EXPECT_EQ(kvscope_cuda::matvec_gate_up_silu(ok, other_width, x.p, 1, out.p, nullptr),
+  const auto silu = kvscope_cuda::GateAct::Silu;
+  EXPECT_EQ(kvscope_cuda::matvec_gate_up_glu(ok, other_width, x.p, 1, silu, out.p, nullptr),
             cudaErrorInvalidValue);
-  EXPECT_EQ(kvscope_cuda::matvec_gate_up_silu(k_quant, k_quant, x.p, 1, out.p, nullptr),
+  EXPECT_EQ(kvscope_cuda::matvec_gate_up_glu(k_quant, k_quant, x.p, 1, silu, out.p, nullptr),
             cudaErrorInvalidValue);
 }
 

@@ -1,11 +1,13 @@
-// test_kernel_ops.cpp — RMSNorm, RoPE, SwiGLU, residual add, KV append, KV row norms and
+// test_kernel_ops.cpp — RMSNorm, RoPE (adjacent, NeoX, scaled), gated activations, bias
+// and residual adds, KV append, KV row norms and
 // attention under the CUDA emulator against CPU references in double.
 //
 // Tolerances (relative to the magnitudes involved):
 //  - rmsnorm 2e-6: fp32 block-tree sum of squares vs a double sum, one rsqrt.
 //  - rope 2e-6: the angle is formed in double on both sides; only the fp32 rotate differs.
-//  - silu_mul 1e-6 relative: exp on the emulator is the libm expf; 1/(1+e) in fp32.
-//  - add: exact.
+//  - glu (SiLU, tanh-GELU) 1e-6 relative + 1e-6 absolute: expf/tanhf on the emulator are
+//    libm's, the rest fp32 arithmetic.
+//  - add, add_bias: exact.
 //  - kv_append / kv_norms: fp16 storage is exactly round-to-nearest (compared bit-exact);
 //    norms 2e-6 (fp32 sums).
 //  - attention 2e-6 absolute on probabilities and 1e-5 on outputs of magnitude ~1: fp32
@@ -48,43 +50,62 @@ TEST_F(KernelOps, RmsnormMatchesReferenceForOddWidths) {
   }
 }
 
-TEST_F(KernelOps, RopeRotatesAdjacentPairsAtLargePositions) {
+TEST_F(KernelOps, RopeRotatesAdjacentOrNeoxPairsAtLargePositions) {
   const int T = 5, H = 3, D = 16, n_rot = 12, pos0 = 4000;
   const float base = 100000.f;
-  const auto x = random_floats(size_t(T * H * D), 3);
-  DevVec<float> dx(x);
-  ASSERT_EQ(kvscope_cuda::rope(dx.p, T, H, D, n_rot, pos0, base, nullptr), cudaSuccess);
-  std::vector<float> want = x;
-  for (int t = 0; t < T; ++t)
-    for (int h = 0; h < H; ++h)
-      for (int i = 0; i < n_rot / 2; ++i) {
-        const double th = double(pos0 + t) * std::pow(double(base), -2.0 * i / n_rot);
-        float* v = &want[size_t((t * H + h) * D + 2 * i)];
-        const double x0 = v[0], x1 = v[1];
-        v[0] = float(x0 * std::cos(th) - x1 * std::sin(th));
-        v[1] = float(x0 * std::sin(th) + x1 * std::cos(th));
-      }
-  // Dims past n_rot are untouched (compared exactly through the same tolerance).
-  EXPECT_TRUE(all_close(dx.get(), want, 2e-6f, 2e-6f));
+  for (int neox : {0, 1}) {
+    for (float fs : {1.0f, 0.25f}) {
+      SCOPED_TRACE(testing::Message() << "neox " << neox << " freq_scale " << fs);
+      const auto x = random_floats(size_t(T * H * D), 3);
+      DevVec<float> dx(x);
+      ASSERT_EQ(kvscope_cuda::rope(dx.p, T, H, D, {n_rot, neox, base, fs}, pos0, nullptr),
+                cudaSuccess);
+      std::vector<float> want = x;
+      for (int t = 0; t < T; ++t)
+        for (int h = 0; h < H; ++h)
+          for (int i = 0; i < n_rot / 2; ++i) {
+            const double th = double(pos0 + t) * fs * std::pow(double(base), -2.0 * i / n_rot);
+            float* row = &want[size_t((t * H + h) * D)];
+            float* a = row + (neox ? i : 2 * i);
+            float* b = row + (neox ? i + n_rot / 2 : 2 * i + 1);
+            const double x0 = *a, x1 = *b;
+            *a = float(x0 * std::cos(th) - x1 * std::sin(th));
+            *b = float(x0 * std::sin(th) + x1 * std::cos(th));
+          }
+      // Dims past n_rot are untouched (compared exactly through the same tolerance).
+      EXPECT_TRUE(all_close(dx.get(), want, 2e-6f, 2e-6f));
+    }
+  }
 }
 
-TEST_F(KernelOps, SiluMulAndAdd) {
+TEST_F(KernelOps, GatedActivationsAddAndBias) {
   const int64_t n = 1000;
   const auto g = random_floats(n, 4, -6.f, 6.f), u = random_floats(n, 5);
-  DevVec<float> dg(g), du(u), dx(u);
-  ASSERT_EQ(kvscope_cuda::silu_mul(dg.p, du.p, n, dg.p, nullptr), cudaSuccess);
-  std::vector<float> want(n), sum(n);
-  for (int64_t i = 0; i < n; ++i) {
-    want[i] = float(g[i] / (1.0 + std::exp(-double(g[i]))) * u[i]);
-    sum[i] = u[i] + want[i];
+  for (auto act : {kvscope_cuda::GateAct::Silu, kvscope_cuda::GateAct::GeluTanh}) {
+    DevVec<float> dg(g), du(u);
+    ASSERT_EQ(kvscope_cuda::glu(dg.p, du.p, n, act, dg.p, nullptr), cudaSuccess);
+    std::vector<float> want(n);
+    for (int64_t i = 0; i < n; ++i) {
+      const double x = g[i];
+      const double a = act == kvscope_cuda::GateAct::Silu
+                           ? x / (1.0 + std::exp(-x))
+                           : 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+      want[i] = float(a * u[i]);
+    }
+    EXPECT_TRUE(all_close(dg.get(), want, 1e-6f, 1e-6f)) << int(act);
   }
-  const auto got = dg.get();
-  EXPECT_TRUE(all_close(got, want, 1e-7f, 1e-6f));
-  DevVec<float> dsilu(got);
-  ASSERT_EQ(kvscope_cuda::add(dx.p, dsilu.p, n, nullptr), cudaSuccess);
+  // add: exact.
+  DevVec<float> dx(u), dy(g);
+  ASSERT_EQ(kvscope_cuda::add(dx.p, dy.p, n, nullptr), cudaSuccess);
   std::vector<float> exact(n);
-  for (int64_t i = 0; i < n; ++i) exact[i] = u[i] + got[i];
+  for (int64_t i = 0; i < n; ++i) exact[i] = u[i] + g[i];
   EXPECT_TRUE(all_close(dx.get(), exact, 0.f, 0.f));
+  // add_bias over 4 rows of 250: exact.
+  const auto b = random_floats(250, 6);
+  DevVec<float> dz(u), db(b);
+  ASSERT_EQ(kvscope_cuda::add_bias(dz.p, db.p, 4, 250, nullptr), cudaSuccess);
+  for (int64_t i = 0; i < n; ++i) exact[i] = u[i] + b[size_t(i % 250)];
+  EXPECT_TRUE(all_close(dz.get(), exact, 0.f, 0.f));
 }
 
 // A small cache with Hkv = 2, D = 40 (not a multiple of 32) and rows filled by kv_append
@@ -151,7 +172,7 @@ TEST_F(KernelOps, KvAppendStoresRowsAndNormsMatch) {
     // The slot map records exactly the written positions.
     EXPECT_EQ(c.pos.get(), c.P);
     DevVec<float> kn(4), vn(4);
-    ASSERT_EQ(kvscope_cuda::kv_norms(c.layer(), 5, 4, kn.p, vn.p, nullptr), cudaSuccess);
+    ASSERT_EQ(kvscope_cuda::kv_norms(c.layer(), 5, nullptr, 4, kn.p, vn.p, nullptr), cudaSuccess);
     std::vector<float> wk(4), wv(4);
     for (int t = 0; t < 4; ++t) {
       double sk = 0, sv = 0;

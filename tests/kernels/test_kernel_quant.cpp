@@ -1,11 +1,11 @@
-// test_kernel_quant.cpp — embedding gather, dequantize-to-fp16 and the quantized matvec
-// under the CUDA emulator against the engine's CPU dequantizer.
+// test_kernel_quant.cpp — embedding gather, dequantize-to-fp32 and the quantized and fp32
+// matvecs under the CUDA emulator against the engine's CPU dequantizer.
 //
 // Tolerances:
 //  - embed: the same fp32 formula per value (q * d [+ m]); only a fused multiply-add on
 //    one side can differ, so 1 ulp-level: 2e-7 relative + 1e-7 absolute.
-//  - dequantize_f16: one rounding to binary16, at most half an ulp: 2^-11 relative
-//    (+ 6e-8 absolute for subnormals).
+//  - dequantize_f32: the same fp32 value formula as the CPU (q * d [+ m], K-quant scales);
+//    a fused multiply-add on one side can move the last bit: 2e-7 relative + 1e-9 absolute.
 //  - matvec: fp32 accumulation in a different order than the double reference; the error
 //    bound is ~n_in * eps * sum|w x|, here 1e-5 of the row's sum of |w x|.
 #include <cstring>
@@ -39,28 +39,35 @@ TEST_F(KernelQuant, EmbedGathersDequantizedRows) {
     const std::vector<int32_t> ids = {40, 0, 7, 7, 23};
     DevVec<int32_t> dids(ids);
     DevVec<float> out(ids.size() * C);
-    ASSERT_EQ(kvscope_cuda::embed(qmatrix(tab, dtab.p), dids.p, int(ids.size()), out.p, nullptr),
+    ASSERT_EQ(kvscope_cuda::embed(qmatrix(tab, dtab.p), dids.p, int(ids.size()), 1.0f, out.p,
+                                  nullptr),
               cudaSuccess)
         << kvscope_cuda::error_detail();
     const std::vector<float> all = tab.dequant();
     std::vector<float> want;
     for (int32_t id : ids) want.insert(want.end(), all.begin() + id * C, all.begin() + (id + 1) * C);
     EXPECT_TRUE(all_close(out.get(), want, 1e-7f, 2e-7f)) << kvscope::ggml_type_name(type);
+    // With a scale (Gemma's sqrt(C)) every value is the same product in fp32.
+    DevVec<float> scaled(ids.size() * C);
+    ASSERT_EQ(kvscope_cuda::embed(qmatrix(tab, dtab.p), dids.p, int(ids.size()), 8.0f, scaled.p,
+                                  nullptr),
+              cudaSuccess);
+    std::vector<float> want8 = out.get();
+    for (float& f : want8) f *= 8.0f;
+    EXPECT_TRUE(all_close(scaled.get(), want8, 0.f, 0.f)) << kvscope::ggml_type_name(type);
   }
 }
 
-TEST_F(KernelQuant, DequantizeToF16MatchesCpuForEveryType) {
+TEST_F(KernelQuant, DequantizeToF32MatchesCpuForEveryType) {
   for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0,
                         GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
                         GgmlType::Q4_K, GgmlType::Q6_K}) {
     const int64_t n_in = kvscope::type_traits(type)->block_size == 256 ? 512 : 96, n_out = 5;
     HostMatrix w = random_matrix(type, n_in, n_out, 3);
     DevVec<uint8_t> dw(w.bytes);
-    DevVec<__half> out(size_t(n_in * n_out));
-    ASSERT_EQ(kvscope_cuda::dequantize_f16(qmatrix(w, dw.p), out.p, nullptr), cudaSuccess);
-    std::vector<float> got;
-    for (__half h : out.get()) got.push_back(__half2float(h));
-    EXPECT_TRUE(all_close(got, w.dequant(), 6e-8f, 1.0f / 2048)) << kvscope::ggml_type_name(type);
+    DevVec<float> out(size_t(n_in * n_out));
+    ASSERT_EQ(kvscope_cuda::dequantize_f32(qmatrix(w, dw.p), out.p, nullptr), cudaSuccess);
+    EXPECT_TRUE(all_close(out.get(), w.dequant(), 1e-9f, 2e-7f)) << kvscope::ggml_type_name(type);
   }
 }
 
@@ -81,7 +88,7 @@ std::vector<float> ref_matmul(const std::vector<float>& W, const std::vector<flo
   return out;
 }
 
-TEST_F(KernelQuant, MatvecNativeAndF16MatchReference) {
+TEST_F(KernelQuant, MatvecNativeAndF32MatchReference) {
   // n_out not a multiple of the 8 rows per block; n_in = 3 blocks (fewer units than lanes)
   // and 40 blocks (lanes loop); T crosses the 4-rows-at-a-time chunk.
   for (GgmlType type : {GgmlType::Q4_1, GgmlType::Q8_0}) {
@@ -91,21 +98,21 @@ TEST_F(KernelQuant, MatvecNativeAndF16MatchReference) {
         HostMatrix w = random_matrix(type, n_in, n_out, 5);
         const std::vector<float> x = random_floats(size_t(T * n_in), 9);
         DevVec<uint8_t> dw(w.bytes);
-        DevVec<float> dx(x), out(size_t(T * n_out)), out16(size_t(T * n_out));
-        DevVec<__half> w16(size_t(n_in * n_out));
+        DevVec<float> dx(x), out(size_t(T * n_out)), out32(size_t(T * n_out));
+        DevVec<float> w32(size_t(n_in * n_out));
         ASSERT_EQ(kvscope_cuda::matvec_q(qmatrix(w, dw.p), dx.p, T, out.p, nullptr), cudaSuccess)
             << kvscope_cuda::error_detail();
-        ASSERT_EQ(kvscope_cuda::dequantize_f16(qmatrix(w, dw.p), w16.p, nullptr), cudaSuccess);
-        ASSERT_EQ(kvscope_cuda::matvec_f16(w16.p, n_in, n_out, dx.p, T, out16.p, nullptr),
+        ASSERT_EQ(kvscope_cuda::dequantize_f32(qmatrix(w, dw.p), w32.p, nullptr), cudaSuccess);
+        ASSERT_EQ(kvscope_cuda::matvec_f32(w32.p, n_in, n_out, dx.p, T, out32.p, nullptr),
                   cudaSuccess);
         std::vector<float> bound;
         const std::vector<float> want = ref_matmul(w.dequant(), x, n_in, n_out, T, &bound);
-        const std::vector<float> got = out.get(), got16 = out16.get();
+        const std::vector<float> got = out.get(), got32 = out32.get();
         for (size_t i = 0; i < want.size(); ++i) {
           ASSERT_NEAR(got[i], want[i], 1e-5f * bound[i] + 1e-6f)
               << kvscope::ggml_type_name(type) << " n_in " << n_in << " T " << T << " i " << i;
-          // The fp16 copy rounds each weight by up to 2^-11 relative.
-          ASSERT_NEAR(got16[i], want[i], bound[i] / 1024 + 1e-6f) << "f16 i " << i;
+          // The fp32 copy holds the exact weights: the same fp32 accumulation bound.
+          ASSERT_NEAR(got32[i], want[i], 1e-5f * bound[i] + 1e-6f) << "f32 i " << i;
         }
       }
     }

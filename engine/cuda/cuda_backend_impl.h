@@ -1,0 +1,93 @@
+// cuda_backend_impl.h — the CUDA Backend class, shared by its source files:
+//   cuda_backend.cpp  device setup, scratch memory, caches, downloads, step timing
+//   cuda_ops.cpp      the ops (each checks shapes, then issues kernels via OpLauncher)
+// Memory lives in cuda_weights.* (model weights), cuda_kv_cache.* (the KV cache) and
+// cuda_util.* (buffers, status); decode-step recording in decode_graph.*.
+//
+// Ownership: the backend owns one stream, one cuBLAS handle, two timing events, the
+// device weights, the scratch slots and the decode graph. Work is issued asynchronously
+// on the stream; download() synchronises.
+//
+// Per decode step (T = 1) of a llama model the forward issues 9 kernel launches per layer
+// through the fused ops (q/k/v matvec, rope + kv write, kv norms, attention, Wo matvec,
+// add + rmsnorm, gate/up matvec + activation, down matvec, add + rmsnorm) plus embed, the
+// first rmsnorm and the LM head: 9 L + 3. Gemma 3 adds the q/k norms and the two post
+// norms (13 per layer, and unfused products where a weight type has no native matvec).
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/cuda/cuda_backend.h"
+#include "engine/cuda/cuda_kv_cache.h"
+#include "engine/cuda/cuda_util.h"
+#include "engine/cuda/cuda_weights.h"
+#include "engine/cuda/decode_graph.h"
+#include "engine/cuda/op_launcher.h"
+
+namespace kvscope {
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(CudaDeviceInfo info, CudaBackendOptions opt);
+  ~CudaBackend() override;
+  Status init(const Model& model);
+
+  std::string name() const override { return "cuda (" + info_.name + ")"; }
+  Expected<Tensor> scratch(int slot, int64_t rows, int64_t cols) override;
+  Expected<std::unique_ptr<KvCache>> create_kv_cache(const KvCacheConfig& config,
+                                                     int capacity) override;
+  Status download(Tensor src, float* host) override;
+  void begin_step() override;
+  std::optional<double> end_step() override;
+
+  // cuda_ops.cpp
+  Status embed(const Weight& tok_embd, const int32_t* ids, float scale, Tensor out) override;
+  Status rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) override;
+  Status matmul(const Weight& w, Tensor x, Tensor out) override;
+  Status add_bias(Tensor x, const Weight& b) override;
+  Status rope(Tensor x, int n_heads, int head_dim, const RopeSpec& r, int pos0) override;
+  Status kv_write(KvCache& cache, int layer, Tensor k, Tensor v, int pos0) override;
+  Status attention(Tensor q, const KvCache& cache, int layer, int pos0, int n_head, float scale,
+                   Tensor out, Tensor probs_last) override;
+  Status glu(Tensor gate, Tensor up, FfnAct act, Tensor out) override;
+  Status add(Tensor x, Tensor y) override;
+  Status kv_row_norms(const KvCache& cache, int layer, int pos0, int T, Tensor k_norm,
+                      Tensor v_norm) override;
+  Status matmul_qkv(const Weight& wq, const Weight& wk, const Weight& wv, Tensor x, Tensor q,
+                    Tensor k, Tensor v) override;
+  Status matmul_glu(const Weight& w_gate, const Weight& w_up, Tensor x, FfnAct act, Tensor out,
+                    Tensor up) override;
+  Status rope_kv_write(Tensor q, Tensor k, Tensor v, KvCache& cache, int layer, int n_head,
+                       const RopeSpec& r, int pos0) override;
+  Status add_rmsnorm(Tensor x, Tensor y, const Weight& w, float eps, Tensor out) override;
+
+ private:
+  // The device position argument of a decode step being recorded (nullptr when eager, or
+  // when this op's pos0 differs from the step's: the step then runs without a graph).
+  const int* step_pos(int pos0);
+  // The scratch slot holding t's data and t's row index in it (rows of t.cols floats);
+  // nullptr when t is not inside a slot at a whole row.
+  float* slot_base(Tensor t, int64_t* row0) const;
+  // out [T][n_out] = x [T][n_in] · Wᵀ with cuBLAS on W's fp32 copy (fp32 in, fp32 out).
+  Status gemm_f32(DeviceWeight& d, Tensor x, Tensor out);
+
+  CudaDeviceInfo info_;
+  CudaBackendOptions opt_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  cudaEvent_t ev_start_ = nullptr, ev_stop_ = nullptr;
+  bool timing_ok_ = false;
+  std::optional<WeightStore> weights_;
+  std::vector<DeviceBuffer> slots_;
+  DeviceBuffer ids_;   // [T] int32 token ids
+  DecodeGraph graph_;  // the decode step's launches, replayed as a CUDA graph
+  std::optional<OpLauncher> ops_;
+};
+
+}  // namespace kvscope

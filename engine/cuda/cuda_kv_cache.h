@@ -1,0 +1,41 @@
+// cuda_kv_cache.h — the KV cache in device memory (engine/kv_cache.h's storage hook).
+//
+// Per layer K and V, each [Hkv][n_slots][D] of the K / V type, and the slot -> position
+// map [n_slots] int32: a device copy of the engine's map. The K/V store kernels write the
+// entries of the positions they store (so a replayed decode graph keeps it current);
+// relayout() moves rows between slots with device copies and uploads the whole map.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <vector>
+
+#include "engine/cuda/cuda_util.h"
+#include "engine/kv_cache.h"
+#include "kernels/kernels.h"
+
+namespace kvscope {
+
+class CudaKvCache final : public KvCache {
+ public:
+  CudaKvCache(const KvCacheConfig& config, cudaStream_t stream);
+  // f16 and f32 K/V types; others are an Error.
+  static Expected<std::unique_ptr<KvCache>> create(const KvCacheConfig& config, int capacity,
+                                                   cudaStream_t stream);
+  // What the kernels need to address `layer`.
+  kvscope_cuda::KvLayer layer(int l) const;
+  // Positions pos0 .. pos0+T-1 have been given slots by begin() (else an Error naming op).
+  Status check_room(int layer, int pos0, int T, const char* op) const;
+
+ protected:
+  Status relayout(int layer, int n_slots, const std::vector<int32_t>& from) override;
+
+ private:
+  cudaStream_t stream_;
+  std::vector<DeviceBuffer> k_, v_;  // per layer [Hkv][n_slots][D]
+  std::vector<DeviceBuffer> pos_;    // per layer [n_slots] int32
+  std::vector<int> slots_;
+};
+
+}  // namespace kvscope

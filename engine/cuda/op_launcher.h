@@ -1,0 +1,81 @@
+// op_launcher.h — the one way the CUDA backend issues a kernel: OpLauncher::run(what, fn,
+// args...) calls the kernels/ entry point fn(args..., stream) now, or, while a decode step
+// is being recorded (decode_graph.h), records that call with the key {fn, args...}. The
+// launch and its graph key come from the same argument list, so a key can never miss an
+// argument: two recorded steps replay one graph only when every entry point and every
+// argument (pointers, shapes, scalars, the cache layout) are equal.
+//
+// Arguments must be keyable: pointers, integers, enums, floats (by bit pattern), QMatrix,
+// KvLayer and RopeArgs (every field); anything else is a compile error. Values that change from
+// step to step (token, position) are passed as device pointers (DecodeGraph::params), and
+// the plain value argument is then 0, so the key stays the same.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "engine/cuda/cuda_util.h"
+#include "engine/cuda/decode_graph.h"
+#include "kernels/kernels.h"
+
+namespace kvscope {
+
+class OpLauncher {
+ public:
+  OpLauncher(DecodeGraph& graph, cudaStream_t stream) : graph_(graph), stream_(stream) {}
+
+  template <class... P, class... A>
+  Status run(const char* what, cudaError_t (*fn)(P...), A... args) {
+    static_assert(sizeof...(P) == sizeof...(A) + 1, "pass every argument but the stream");
+    cudaStream_t st = stream_;
+    DecodeGraph::Launch call = [fn, args..., st] { return fn(args..., st); };
+    if (!graph_.recording()) return cuda_check(call(), what);
+    std::vector<int64_t> key{int64_t(reinterpret_cast<uintptr_t>(fn))};
+    (put(key, args), ...);
+    graph_.add(std::move(key), std::move(call));
+    return Status::Ok();
+  }
+
+ private:
+  template <class A>
+  static void put(std::vector<int64_t>& k, const A& a) {
+    if constexpr (std::is_pointer_v<A>) {
+      k.push_back(int64_t(reinterpret_cast<uintptr_t>(a)));
+    } else if constexpr (std::is_null_pointer_v<A>) {
+      k.push_back(0);
+    } else if constexpr (std::is_enum_v<A> || std::is_integral_v<A>) {
+      k.push_back(int64_t(a));
+    } else if constexpr (std::is_same_v<A, float>) {
+      uint32_t b;
+      std::memcpy(&b, &a, 4);
+      k.push_back(int64_t(b));
+    } else if constexpr (std::is_same_v<A, kvscope_cuda::QMatrix>) {
+      for (int64_t w : {int64_t(reinterpret_cast<uintptr_t>(a.data)), int64_t(a.type), a.n_in,
+                        a.n_out, a.row_bytes})
+        k.push_back(w);
+    } else if constexpr (std::is_same_v<A, kvscope_cuda::KvLayer>) {
+      for (int64_t w :
+           {int64_t(reinterpret_cast<uintptr_t>(a.k)), int64_t(reinterpret_cast<uintptr_t>(a.v)),
+            int64_t(a.k_type), int64_t(a.v_type), int64_t(a.n_head_kv), int64_t(a.head_dim),
+            int64_t(a.n_slots), int64_t(a.sink), int64_t(a.window),
+            int64_t(reinterpret_cast<uintptr_t>(a.pos))})
+        k.push_back(w);
+    } else if constexpr (std::is_same_v<A, kvscope_cuda::RopeArgs>) {
+      put(k, a.n_rot);
+      put(k, a.neox);
+      put(k, a.base);
+      put(k, a.freq_scale);
+    } else {
+      static_assert(sizeof(A) == 0, "add this argument type to OpLauncher::put");
+    }
+  }
+
+  DecodeGraph& graph_;
+  cudaStream_t stream_;
+};
+
+}  // namespace kvscope
