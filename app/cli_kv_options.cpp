@@ -26,6 +26,9 @@ void add_kv_options(CLI::App& app, KvOptions& o, const std::string& prefix) {
                  "Keep only the last W positions in every layer (0 = off)");
   app.add_option("--" + prefix + "kv-sink", o.sink,
                  "With --kv-window: keep the first S positions too (attention sinks)");
+  app.add_option("--" + prefix + "kv-keep", o.kv_keep,
+                 "What the model's sliding-window layers keep: window (only the positions their "
+                 "window sees, the default) or full (every position; the window still masks)");
 }
 
 Status apply_kv_options(const KvOptions& o, SessionConfig& cfg, const std::string& prefix) {
@@ -39,11 +42,19 @@ Status apply_kv_options(const KvOptions& o, SessionConfig& cfg, const std::strin
   cfg.limits.n_ctx = o.ctx;
   cfg.limits.sink = o.sink;
   cfg.limits.window = o.window;
+  if (o.kv_keep == "window")
+    cfg.kv_policy = KvPolicy::ModelWindow;
+  else if (o.kv_keep == "full")
+    cfg.kv_policy = KvPolicy::Full;
+  else
+    return make_error(p, "kv-keep: unknown value '", o.kv_keep, "' (choose window or full)");
   return Status::Ok();
 }
 
 std::string describe_kv_config(const SessionConfig& cfg, int model_ctx) {
-  return "kv " + kv_types_name(cfg.kv_types) + ", " + kv_limits_name(cfg.limits, model_ctx);
+  std::string s = "kv " + kv_types_name(cfg.kv_types) + ", " + kv_limits_name(cfg.limits, model_ctx);
+  if (cfg.kv_policy == KvPolicy::Full) s += ", windowed layers keep every position";
+  return s;
 }
 
 }  // namespace kvscope::cli

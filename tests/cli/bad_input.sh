@@ -65,6 +65,14 @@ check "overlapping tensor data" "overlaps tensor" generate --prompt hi --model "
 check "context length 2^24" "1..16777215" generate --prompt hi --model "$dir/context.gguf"
 check "head dimension against the shapes" "head dimension 32" \
   generate --prompt hi --model "$dir/head_dim.gguf"
+# Model families: an architecture kvscope does not run, a family's tensor missing, a window
+# wider than the context.
+check "unknown architecture" "architecture 'mamba' is not supported (kvscope runs llama, gemma3 and qwen2" \
+  generate --prompt hi --model "$dir/mamba.gguf"
+check "gemma3 without a K norm" "tensor 'blk.1.attn_k_norm.weight' is missing" \
+  generate --prompt hi --model "$dir/no_k_norm.gguf"
+check "window wider than the context" "sliding_window 300 is larger than the context length 256" \
+  generate --prompt hi --model "$dir/wide_window.gguf"
 
 # Bad options: one line, exit 1, readable ranges, NaN and infinity rejected.
 check "negative --threads" "0..65536" generate --prompt hi --model "$tiny" --threads -1
@@ -98,6 +106,17 @@ if ! "$kvscope" generate --prompt "the tin" --max-tokens 4 --backend cpu --model
 else
   passed=$((passed + 1))
 fi
+# Tiny gemma3 and qwen2 files run in both cache modes.
+for fam in gemma3 qwen2; do
+  for mode in cache nocache; do
+    if ! "$kvscope" generate --prompt "the tin can" --max-tokens 8 --backend cpu --mode $mode \
+         --model "$dir/$fam.gguf" >/dev/null 2>&1; then
+      fail "a valid tiny $fam model did not generate in $mode mode"
+    else
+      passed=$((passed + 1))
+    fi
+  done
+done
 # A built-in model name finds its fetched file (fine to be absent: then it says so).
 if ! out=$("$kvscope" generate --prompt "Hi" --max-tokens 2 --backend cpu --model smollm2-135m 2>&1) &&
    ! grep -q "not fetched yet" <<<"$out"; then

@@ -50,6 +50,7 @@ check "sink at the context" "kv-sink: sink 64 is not below the context (64)" per
 check "sink without a window" "need a window" generate --prompt hi --kv-sink 4 "${m[@]}"
 check "negative window" "kv-window: -1 is negative" generate --prompt hi --kv-window -1 "${m[@]}"
 check "reference context too small" "reference's context" compare --prompt hi --ref-ctx 16 --max-tokens 64 "${m[@]}"
+check "unknown --kv-keep value" "--kv-keep: unknown value 'some' (choose window or full)" generate --prompt hi --kv-keep some "${m[@]}"
 check "missing text file" "cannot read the text file" perplexity --file "$dir/none.txt" "${m[@]}"
 check "invalid UTF-8 text" "UTF-8" perplexity --file "$dir/invalid.txt" "${m[@]}"
 
@@ -73,5 +74,34 @@ good "compare f32 against f16" '"steps":8' compare --prompt "the tin" --max-toke
 good "K and V types apart" '"candidate":"kv k=f32,v=f16' compare --prompt "the tin" --max-tokens 2 --kv-type-k f32 --json "${m[@]}"
 good "sink + window" '"config":"kv f16, ctx 256, sink 4 + window 16"' perplexity --file "$dir/text.txt" --max-tokens 60 --kv-window 16 --kv-sink 4 --json "${m[@]}"
 good "perplexity in chunks" '"chunks":3' perplexity --file "$dir/text.txt" --max-tokens 100 --ctx 40 --json "${m[@]}"
+# The model's own windows (tiny gemma3: window 5 on layers 0 and 1, layer 2 global):
+# by default a windowed layer holds its last 5 positions; with --kv-keep full every layer
+# holds all of them, and the greedy tokens are the same (the window still masks).
+g=(--model "$dir/gemma3.gguf" --backend cpu --threads 1 --prompt "the tin can" --max-tokens 12 --temp 0 --json)
+if "$kvscope" generate "${g[@]}" >"$dir/win" 2>"$dir/err" &&
+   "$kvscope" generate "${g[@]}" --kv-keep full >"$dir/full" 2>>"$dir/err"; then
+  # Last step: seq_len n; bytes per position per layer P = 2 (K, V) x 1 kv head x 24 x 2 B.
+  last_win=$(grep '"step":12,' "$dir/win")
+  last_full=$(grep '"step":12,' "$dir/full")
+  n=$(sed -E 's/.*"seq_len":([0-9]+).*/\1/' <<<"$last_win")
+  p=96
+  want_win="\"kv_bytes\":$(( (2 * 5 + n - 1) * p )),"
+  want_full="\"kv_bytes\":$(( 3 * (n - 1) * p )),"
+  if grep -qF "$want_win" <<<"$last_win" && grep -qF "$want_full" <<<"$last_full" &&
+     grep -qF '"window":5,"held":[[' <<<"$last_win" &&
+     [ "$(tail -1 "$dir/win")" = "$(tail -1 "$dir/full")" ]; then
+    echo "ok:   --kv-keep window holds 5 positions on windowed layers, full holds all, same tokens"
+    passed=$((passed + 1))
+  else
+    echo "FAIL: --kv-keep (want $want_win / $want_full and the same final line)"
+    echo "$last_win" | head -c 600; echo
+    echo "$last_full" | head -c 600; echo
+    tail -1 "$dir/win" "$dir/full"
+    failures=$((failures + 1))
+  fi
+else
+  echo "FAIL: generate on the tiny gemma3 model"; cat "$dir/err"
+  failures=$((failures + 1))
+fi
 echo "$passed passed, $failures failed"
 [ "$failures" -eq 0 ]

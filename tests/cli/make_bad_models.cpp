@@ -8,6 +8,11 @@
 //   DIR/overlap.gguf      the tiny model with two tensors sharing their data bytes
 //   DIR/context.gguf      the tiny model with a context length of 2^24
 //   DIR/head_dim.gguf     the tiny model with an attention.key_length its shapes contradict
+//   DIR/gemma3.gguf       a valid tiny gemma3 model (windows of 5 on two of its 3 layers)
+//   DIR/qwen2.gguf        a valid tiny qwen2 model (q/k/v biases, NeoX RoPE)
+//   DIR/mamba.gguf        the tiny model with an architecture kvscope does not run
+//   DIR/no_k_norm.gguf    the tiny gemma3 model without blk.1.attn_k_norm.weight
+//   DIR/wide_window.gguf  the tiny gemma3 model with a window of 300 in a context of 256
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -59,6 +64,14 @@ int main(int argc, char** argv) {
   test::GgufWriter head_dim = test::tiny_llama(spec);
   head_dim.add_u32("llama.attention.key_length", 32);  // the shapes say 64 / 4 = 16
 
+  test::TinyModelSpec mamba = spec;
+  mamba.arch = "mamba";
+  const test::TinyModelSpec gemma3 = test::tiny_family("gemma3", 3);
+  test::TinyModelSpec no_k_norm = gemma3;
+  no_k_norm.skip_tensor = "blk.1.attn_k_norm.weight";
+  test::TinyModelSpec wide_window = gemma3;
+  wide_window.window = 300;
+
   bool ok = write(dir + "/tiny.gguf", tiny) && write(dir + "/corrupt.gguf", corrupt) &&
             write(dir + "/truncated.gguf", truncated) &&
             write(dir + "/unsupported.gguf", test::tiny_llama(k).build()) &&
@@ -66,6 +79,11 @@ int main(int argc, char** argv) {
             write(dir + "/escape_tensor.gguf", tensor.build()) &&
             write(dir + "/overlap.gguf", overlap) &&
             write(dir + "/context.gguf", test::tiny_llama(long_ctx).build()) &&
-            write(dir + "/head_dim.gguf", head_dim.build());
+            write(dir + "/head_dim.gguf", head_dim.build()) &&
+            write(dir + "/gemma3.gguf", test::tiny_model(gemma3).build()) &&
+            write(dir + "/qwen2.gguf", test::tiny_model(test::tiny_family("qwen2", 4)).build()) &&
+            write(dir + "/mamba.gguf", test::tiny_model(mamba).build()) &&
+            write(dir + "/no_k_norm.gguf", test::tiny_model(no_k_norm).build()) &&
+            write(dir + "/wide_window.gguf", test::tiny_model(wide_window).build());
   return ok ? 0 : 1;
 }
