@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <numeric>
 
 #include "engine/forward.h"
 
@@ -192,11 +191,18 @@ Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
   // Candidates by probability after temperature.
   const std::vector<float> p = softmax_with_temperature(logits_, sampler_cfg_.temperature);
   const int k = std::min<int>(config_.top_candidates, int(p.size()));
-  std::vector<int32_t> order(p.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+  // The k best by (probability, then lower id) in one pass over the vocabulary, kept sorted
+  // in a short list: a token enters only if it beats the list's last.
+  auto better = [&](int32_t a, int32_t b) {
     return p[size_t(a)] > p[size_t(b)] || (p[size_t(a)] == p[size_t(b)] && a < b);
-  });
+  };
+  std::vector<int32_t> order;
+  order.reserve(size_t(k) + 1);
+  for (int32_t i = 0; k > 0 && i < int32_t(p.size()); ++i) {
+    if (int(order.size()) == k && !better(i, order.back())) continue;
+    order.insert(std::upper_bound(order.begin(), order.end(), i, better), i);
+    if (int(order.size()) > k) order.pop_back();
+  }
   for (int i = 0; i < k; ++i) {
     const int32_t cid = order[size_t(i)];
     tr.top.push_back({cid, display_text(tok.token_bytes(cid)), p[size_t(cid)], logits_[size_t(cid)]});

@@ -102,6 +102,17 @@ int attention_max_keys();
 cudaError_t attention_dev(const float* q, KvLayer kv, int T, const int* pos0_dev, int n_head,
                           float scale, float* out, float* probs_base, int64_t probs_row0,
                           cudaStream_t s);
+// Attention of one query row (T = 1, a decode step) split over the slots in chunks, two
+// launches: for long caches it keeps every SM busy. pos0 or, when pos0_dev is non-null,
+// *pos0_dev is the query's position; probs (may be null) gets rows [H] of the softmax by
+// position, probs_stride apart, or with probs_stride < 0 pos0 + 1 apart from row
+// probs_row0 (the graph form). work: attention_decode_work_floats(H, kv) device floats.
+// No shared-memory limit on n_slots; head_dim <= 512.
+int64_t attention_decode_work_floats(int n_head, KvLayer kv);
+cudaError_t attention_decode(const float* q, KvLayer kv, int pos0, const int* pos0_dev,
+                             int n_head, float scale, float* out, float* probs,
+                             int64_t probs_stride, int64_t probs_row0, float* work,
+                             cudaStream_t s);
 // Raises the kernels' dynamic shared memory limits; call once per device.
 cudaError_t kernels_init();
 // out[i] = act(gate[i]) * up[i]; out may alias gate.

@@ -68,7 +68,7 @@ cudaError_t rope_kv_write(float* q, float* k, const float* v, int T, int n_head,
       kv.n_head_kv <= 0 || kv.pos == nullptr || kv.n_slots <= kv.sink)
     return cudaErrorInvalidValue;
   const int work = n_head * (r.n_rot / 2) + kv.n_head_kv * ((kv.head_dim + 1) / 2);
-  const int threads = work >= 256 ? 256 : (work + 31) / 32 * 32;
+  const int threads = work >= 512 ? 512 : (work + 31) / 32 * 32;  // one pair per thread at decode
   return kv_dispatch(kv, [&](auto kt, auto vt) {
     using KT = typename decltype(kt)::type;
     using VT = typename decltype(vt)::type;

@@ -32,6 +32,7 @@ Status CudaBackend::init(const Model& model) {
   KV_TRY(cublas_check(cublasSetStream(blas_, stream_), "cublasSetStream"));
   KV_TRY(cuda_check(kvscope_cuda::kernels_init(), "configuring the kernels"));
   KV_TRY(graph_.init(stream_));
+  n_head_ = model.config().n_head;
   weights_.emplace(stream_);
   ops_.emplace(graph_, stream_);
   std::vector<const Weight*> all = {&model.tok_embd(), &model.output_norm(), &model.output()};
@@ -67,7 +68,17 @@ Expected<Tensor> CudaBackend::scratch(int slot, int64_t rows, int64_t cols) {
 Expected<std::unique_ptr<KvCache>> CudaBackend::create_kv_cache(const KvCacheConfig& config,
                                                                 int capacity) {
   KV_TRY(graph_.flush());
-  return CudaKvCache::create(config, capacity, stream_);
+  auto made = CudaKvCache::create(config, capacity, stream_);
+  if (!made.ok()) return made;
+  // The split decode attention's work memory for this many slots, now rather than during
+  // the first decode step (growing it then would keep that step out of a CUDA graph).
+  kvscope_cuda::KvLayer kl;
+  kl.n_head_kv = config.shape.n_head_kv;
+  kl.head_dim = config.shape.head_dim;
+  kl.n_slots = std::max(capacity, 1);
+  const size_t need = size_t(kvscope_cuda::attention_decode_work_floats(n_head_, kl)) * 4;
+  if (need > attn_work_.bytes) KV_TRY(attn_work_.ensure(need, "attention work memory"));
+  return made;
 }
 
 Status CudaBackend::download(Tensor src, float* host) {

@@ -86,6 +86,8 @@ class CudaBackend final : public Backend {
   std::optional<WeightStore> weights_;
   std::vector<DeviceBuffer> slots_;
   DeviceBuffer ids_;   // [T] int32 token ids
+  DeviceBuffer attn_work_;  // the split decode attention's partial results
+  int n_head_ = 0;
   DecodeGraph graph_;  // the decode step's launches, replayed as a CUDA graph
   std::optional<OpLauncher> ops_;
 };

@@ -137,16 +137,39 @@ Status CudaBackend::attention(Tensor q, const KvCache& cache, int layer, int pos
   const int n_keys = int(pos0 + q.rows);
   if (layer < 0 || layer >= c.shape().n_layer)
     return make_error("cuda: attention layer ", layer, " outside [0, ", c.shape().n_layer, ")");
-  if (c.n_slots(layer) > kvscope_cuda::attention_max_keys())
-    return make_error("cuda: attention over ", c.n_slots(layer),
-                      " cache slots exceeds this GPU's limit of ",
-                      kvscope_cuda::attention_max_keys(), " (shared memory per block)");
   if (c.shape().n_head_kv <= 0 || n_head % c.shape().n_head_kv != 0)
     return make_error("cuda: ", n_head, " query heads do not group over ", c.shape().n_head_kv,
                       " kv heads");
   if (probs_last.data && probs_last.cols < n_keys)
     return make_error("cuda: attention probability row holds ", probs_last.cols, " < ", n_keys);
   const kvscope_cuda::KvLayer kl = c.layer(layer);
+  if (q.rows == 1 && kl.head_dim <= 512) {
+    // A decode step: the split kernel, whose chunks spread a long cache over the GPU.
+    const size_t need = size_t(kvscope_cuda::attention_decode_work_floats(n_head, kl)) * 4;
+    if (need > attn_work_.bytes) {
+      KV_TRY(graph_.flush());  // recorded launches may point into the old buffer
+      KV_TRY(attn_work_.ensure(std::max(need + need / 2, attn_work_.bytes + attn_work_.bytes / 2),
+                               "attention work memory"));
+    }
+    auto* work = static_cast<float*>(attn_work_.p);
+    if (graph_.recording()) {
+      int64_t row0 = 0;
+      float* base = probs_last.data ? slot_base(probs_last, &row0) : nullptr;
+      if (probs_last.cols == n_keys && (probs_last.data == nullptr || base != nullptr) &&
+          graph_.use_pos0(pos0))
+        return ops_->run("attention kernel", kvscope_cuda::attention_decode, q.data, kl, 0,
+                         graph_.pos0_dev(), n_head, scale, out.data, base, int64_t(-1), row0,
+                         work);
+      graph_.not_graphable();
+    }
+    return ops_->run("attention kernel", kvscope_cuda::attention_decode, q.data, kl, pos0,
+                     static_cast<const int*>(nullptr), n_head, scale, out.data, probs_last.data,
+                     probs_last.cols, int64_t(0), work);
+  }
+  if (c.n_slots(layer) > kvscope_cuda::attention_max_keys())
+    return make_error("cuda: attention over ", c.n_slots(layer),
+                      " cache slots exceeds this GPU's limit of ",
+                      kvscope_cuda::attention_max_keys(), " (shared memory per block)");
   if (graph_.recording()) {
     // Graph form: position from device memory, probability rows located by their row
     // index in a scratch slot (the row stride n_keys changes every step).

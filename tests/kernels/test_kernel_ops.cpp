@@ -192,16 +192,26 @@ TEST_F(KernelOps, KvAppendStoresRowsAndNormsMatch) {
 
 // Reference attention in double over the fixture's slots: query t at pos0 + t sees the
 // held positions k <= q with q - k < window (window 0: all).
-void check_attention(CacheFixture& c, int T, int pos0, int H, float scale) {
+// split: the decode form (T = 1) that splits the slots over blocks (attention_decode).
+void check_attention(CacheFixture& c, int T, int pos0, int H, float scale, bool split = false) {
   const int n_keys = pos0 + T, D = c.D, group = H / c.Hkv;
   const auto q = random_floats(size_t(T * H * D), 8, -1.5f, 1.5f);
   DevVec<float> dq(q), out(size_t(T * H * D));
   const int64_t stride = n_keys + 5;
   DevVec<float> probs(size_t(H * stride));
-  ASSERT_EQ(kvscope_cuda::attention(dq.p, c.layer(), T, pos0, H, scale, out.p, probs.p, stride,
-                                    nullptr),
-            cudaSuccess)
-      << kvscope_cuda::error_detail();
+  if (split) {
+    ASSERT_EQ(T, 1);
+    DevVec<float> work(size_t(kvscope_cuda::attention_decode_work_floats(H, c.layer())));
+    ASSERT_EQ(kvscope_cuda::attention_decode(dq.p, c.layer(), pos0, nullptr, H, scale, out.p,
+                                             probs.p, stride, 0, work.p, nullptr),
+              cudaSuccess)
+        << kvscope_cuda::error_detail();
+  } else {
+    ASSERT_EQ(kvscope_cuda::attention(dq.p, c.layer(), T, pos0, H, scale, out.p, probs.p, stride,
+                                      nullptr),
+              cudaSuccess)
+        << kvscope_cuda::error_detail();
+  }
   std::vector<float> want(out.n), want_p(probs.n);
   for (int t = 0; t < T; ++t)
     for (int h = 0; h < H; ++h) {
@@ -250,7 +260,24 @@ TEST_F(KernelOps, AttentionCausalGqaWithProbabilityRow) {
       const int pos0 = 37;
       CacheFixture c(f16, pos0 + T);
       check_attention(c, T, pos0, 6, 1.0f / std::sqrt(float(c.D)));
+      if (T == 1) check_attention(c, T, pos0, 6, 1.0f / std::sqrt(float(c.D)), /*split=*/true);
     }
+  }
+}
+
+// The split decode form over several chunks of 32 slots, with a window that leaves the
+// first chunks with no visible key at all (their partial max is -inf and must drop out of
+// the merge), and over a wrapped ring.
+TEST_F(KernelOps, SplitDecodeAttentionOverManyChunks) {
+  for (bool f16 : {true, false}) {
+    SCOPED_TRACE(testing::Message() << "f16 " << f16);
+    const int n = 300;
+    CacheFixture full(f16, n);
+    check_attention(full, 1, n - 1, 6, 0.2f, /*split=*/true);
+    CacheFixture windowed(f16, n, /*slots=*/n, /*win=*/70);
+    check_attention(windowed, 1, n - 1, 6, 0.2f, /*split=*/true);
+    CacheFixture ring(f16, n, /*slots=*/150, /*win=*/140);
+    check_attention(ring, 1, n - 1, 4, 0.3f, /*split=*/true);
   }
 }
 
@@ -264,6 +291,7 @@ TEST_F(KernelOps, AttentionOverARingWithAWindow) {
     CacheFixture c(true, n, /*slots=*/16, /*win=*/13);
     EXPECT_EQ(c.pos.get(), c.P);
     check_attention(c, T, pos0, 4, 0.3f);
+    if (T == 1) check_attention(c, T, pos0, 4, 0.3f, /*split=*/true);
   }
 }
 

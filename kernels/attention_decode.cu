@@ -1,0 +1,205 @@
+// attention_decode.cu — attention of one query row (a decode step) split over the cache's
+// slots, so a long cache keeps the whole GPU busy instead of one block per head.
+// Pass 1, grid (H, n_chunks), 128 threads: each block scores kDecodeChunk slots of one
+// head (slots spread over the warps, lanes split D), keeps the raw scores for the probability row,
+// and writes its chunk's max m, sum of exp(s - m) and the partial output
+// sum exp(s - m) * V [D]. Pass 2, grid H: rescales the chunks to the global max (the
+// usual log-sum-exp merge), writes out [H*D] and the probability row by position.
+// Work layout (floats): scores [H][n_slots], m [H][nc], l [H][nc], o [H][nc][D].
+// Visibility (empty slots, future positions, the window) is kv_layout.cuh's rule, as in
+// attention.cu; the graph form reads pos0 from device memory.
+#include "kernels/kv_layout.cuh"
+#include "kernels/launch.cuh"
+#include "kernels/reduce.cuh"
+
+namespace kvscope_cuda {
+namespace {
+
+constexpr int kDecodeChunk = 32;
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxD = 512;
+
+struct DecodeShape {
+  int pos0, H, nc;
+  float scale;
+  int64_t probs_stride;  // < 0: rows pos0 + 1 apart, starting at row probs_row0
+  int64_t probs_row0;
+};
+
+struct Work {
+  float *scores, *m, *l, *o;
+};
+
+Work carve(float* w, int H, int n, int nc, int D) {
+  Work k;
+  k.scores = w;
+  k.m = k.scores + int64_t(H) * n;
+  k.l = k.m + int64_t(H) * nc;
+  k.o = k.l + int64_t(H) * nc;
+  (void)D;
+  return k;
+}
+
+template <class KT, class VT>
+__global__ void __launch_bounds__(kThreads)
+    attn_decode_partial(const float* q, const KT* kc, const VT* vc, KvLayer kv, DecodeShape sh,
+                        Work wk, const int* pos0_dev) {
+  __shared__ float qs[kMaxD];
+  __shared__ float p[kDecodeChunk];
+  __shared__ float part[kThreads];
+  __shared__ float scratch[32];
+  const int qp = pos0_dev != nullptr ? *pos0_dev : sh.pos0;
+  const int h = blockIdx.x, c = blockIdx.y;
+  const int hk = h / (sh.H / kv.n_head_kv);
+  const int n = kv.n_slots, D = kv.head_dim;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int j0 = c * kDecodeChunk, len = n - j0 < kDecodeChunk ? n - j0 : kDecodeChunk;
+  const KT* K = kc + (int64_t(hk) * n + j0) * D;
+  const VT* V = vc + (int64_t(hk) * n + j0) * D;
+  for (int d = threadIdx.x; d < D; d += blockDim.x) qs[d] = q[int64_t(h) * D + d];
+  __syncthreads();
+  // Scores: warp w takes slots w, w + kWarps, ...; all its rows' loads are issued together
+  // (slots past the chunk's end read the last slot and are dropped below).
+  constexpr int kPerWarp = kDecodeChunk / kWarps;
+  float acc[kPerWarp];
+#pragma unroll
+  for (int i = 0; i < kPerWarp; ++i) acc[i] = 0.0f;
+  for (int d = lane; d < D; d += 32) {
+    const float qd = qs[d];
+#pragma unroll
+    for (int i = 0; i < kPerWarp; ++i) {
+      const int jl = warp + i * kWarps;
+      acc[i] += qd * static_cast<float>(K[int64_t(jl < len ? jl : len - 1) * D + d]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kPerWarp; ++i) {
+    const int jl = warp + i * kWarps;
+    const float dot = warp_sum(acc[i]);
+    if (lane == 0) {
+      const bool seen = jl < len && kv_visible(kv, kv.pos[j0 + jl], qp);
+      const float s = seen ? dot * sh.scale : -INFINITY;
+      p[jl] = s;
+      if (jl < len) wk.scores[int64_t(h) * n + j0 + jl] = s;
+    }
+  }
+  __syncthreads();
+  float mx = threadIdx.x < kDecodeChunk ? p[threadIdx.x] : -INFINITY;
+  mx = block_max(mx, scratch);
+  float e = 0.0f;
+  if (threadIdx.x < kDecodeChunk) {
+    e = p[threadIdx.x] == -INFINITY ? 0.0f : __expf(p[threadIdx.x] - mx);
+    p[threadIdx.x] = e;
+  }
+  const float sum = block_sum(e, scratch);  // its barriers also publish the exp() writes
+  // Output: G groups of threads split the chunk's slots for each of D dims (G = 2 for
+  // D = 64), four independent sums each; unseen slots (p = 0) add nothing, even if their
+  // rows hold NaN.
+  const int G = D < kThreads ? kThreads / D : 1;
+  const int g = threadIdx.x / (D < kThreads ? D : kThreads);
+  float* o = wk.o + (int64_t(h) * sh.nc + c) * D;
+  for (int d = threadIdx.x % (D < kThreads ? D : kThreads); d < D; d += kThreads) {
+    float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (g < G) {
+      for (int jl = g; jl < len; jl += 4 * G) {
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const int j = jl + u * G;
+          if (j < len) {
+            const float pj = p[j];
+            const float v = static_cast<float>(V[int64_t(j) * D + d]);
+            a[u] += pj != 0.0f ? pj * v : 0.0f;
+          }
+        }
+      }
+    }
+    const float mine = (a[0] + a[1]) + (a[2] + a[3]);
+    if (G == 1) {
+      o[d] = mine;
+    } else {
+      part[threadIdx.x] = mine;
+      __syncthreads();
+      if (g == 0) {
+        float t = mine;
+        for (int gg = 1; gg < G; ++gg) t += part[gg * D + d];
+        o[d] = t;
+      }
+    }
+  }
+  if (threadIdx.x == 0) {
+    wk.m[int64_t(h) * sh.nc + c] = mx;
+    wk.l[int64_t(h) * sh.nc + c] = sum;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    attn_decode_combine(KvLayer kv, DecodeShape sh, Work wk, float* out, float* probs,
+                        const int* pos0_dev) {
+  __shared__ float scratch[32];
+  const int h = blockIdx.x;
+  const int n = kv.n_slots, D = kv.head_dim, nc = sh.nc;
+  int qp = sh.pos0;
+  if (pos0_dev != nullptr) {
+    qp = *pos0_dev;
+    if (sh.probs_stride < 0) {
+      sh.probs_stride = qp + 1;
+      if (probs != nullptr) probs += sh.probs_row0 * sh.probs_stride;
+    }
+  }
+  const float* m = wk.m + int64_t(h) * nc;
+  const float* l = wk.l + int64_t(h) * nc;
+  float mx = -INFINITY;
+  for (int c = threadIdx.x; c < nc; c += blockDim.x) mx = fmaxf(mx, m[c]);
+  mx = block_max(mx, scratch);
+  float sum = 0.0f;
+  for (int c = threadIdx.x; c < nc; c += blockDim.x)
+    if (m[c] != -INFINITY) sum += l[c] * __expf(m[c] - mx);
+  sum = block_sum(sum, scratch);
+  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  const float* o = wk.o + int64_t(h) * nc * D;
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float acc = 0.0f;
+    for (int c = 0; c < nc; ++c)
+      if (m[c] != -INFINITY) acc += o[int64_t(c) * D + d] * __expf(m[c] - mx);
+    out[int64_t(h) * D + d] = acc * inv;
+  }
+  if (probs == nullptr) return;  // the same for the whole block
+  float* row = probs + h * sh.probs_stride;
+  for (int j = threadIdx.x; j <= qp; j += blockDim.x) row[j] = 0.0f;
+  __syncthreads();
+  const float* s = wk.scores + int64_t(h) * n;
+  for (int j = threadIdx.x; j < n; j += blockDim.x)
+    if (kv_visible(kv, kv.pos[j], qp)) row[kv.pos[j]] = __expf(s[j] - mx) * inv;
+}
+
+}  // namespace
+
+int64_t attention_decode_work_floats(int n_head, KvLayer kv) {
+  const int64_t nc = (kv.n_slots + kDecodeChunk - 1) / kDecodeChunk;
+  return int64_t(n_head) * kv.n_slots + int64_t(n_head) * nc * (2 + kv.head_dim);
+}
+
+cudaError_t attention_decode(const float* q, KvLayer kv, int pos0, const int* pos0_dev,
+                             int n_head, float scale, float* out, float* probs,
+                             int64_t probs_stride, int64_t probs_row0, float* work,
+                             cudaStream_t s) {
+  if (kv.pos == nullptr || kv.n_head_kv <= 0 || n_head % kv.n_head_kv != 0 || kv.n_slots <= 0 ||
+      kv.head_dim <= 0 || kv.head_dim > kMaxD || work == nullptr)
+    return cudaErrorInvalidValue;
+  const int nc = (kv.n_slots + kDecodeChunk - 1) / kDecodeChunk;
+  const DecodeShape sh{pos0, n_head, nc, scale, probs_stride, probs_row0};
+  const Work wk = carve(work, n_head, kv.n_slots, nc, kv.head_dim);
+  const cudaError_t e = kv_dispatch(kv, [&](auto kt, auto vt) {
+    using KT = typename decltype(kt)::type;
+    using VT = typename decltype(vt)::type;
+    return launch(attn_decode_partial<KT, VT>, dim3(n_head, nc), dim3(kThreads), 0, s, q,
+                  static_cast<const KT*>(kv.k), static_cast<const VT*>(kv.v), kv, sh, wk,
+                  pos0_dev);
+  });
+  if (e != cudaSuccess) return e;
+  return launch(attn_decode_combine, dim3(n_head), dim3(kThreads), 0, s, kv, sh, wk, out, probs,
+                pos0_dev);
+}
+
+}  // namespace kvscope_cuda
