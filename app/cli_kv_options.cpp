@@ -52,7 +52,8 @@ Status apply_kv_options(const KvOptions& o, SessionConfig& cfg, const std::strin
 }
 
 std::string describe_kv_config(const SessionConfig& cfg, int model_ctx) {
-  std::string s = "kv " + kv_types_name(cfg.kv_types) + ", " + kv_limits_name(cfg.limits, model_ctx);
+  std::string s =
+      "kv " + kv_types_name(cfg.kv_types) + ", " + kv_limits_name(cfg.limits, model_ctx);
   if (cfg.kv_policy == KvPolicy::Full) s += ", windowed layers keep every position";
   return s;
 }

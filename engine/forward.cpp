@@ -9,6 +9,13 @@
 //   f = Wdown(act(Wgate·h) ⊙ Wup·h) (RMSNorm·post_ffw_norm); x += f.
 // Then RMSNorm·output_norm and the LM head on the last token only. Ops go through the
 // backend's fused entry points (backend.h), whose defaults are the plain sequence above.
+//
+// More than kMaxBatch tokens go through in batches of kMaxBatch: a windowed layer's ring
+// then never holds more than keep - 1 + kMaxBatch positions (a 2,000-token prompt does
+// not make Gemma 3's local caches full-size for a moment) and the activation scratch stays
+// bounded whatever the prompt length. Each token's result does not depend on the batch it
+// is in (the CPU backend's products and attention are batch-invariant), so batching leaves
+// CACHE and NO CACHE bit-identical.
 #include "engine/forward.h"
 
 #include <algorithm>
@@ -20,8 +27,19 @@ namespace {
 // Scratch slots of the backend.
 enum Slot : int { kX, kH, kQ, kK, kV, kAtt, kGate, kUp, kOut, kLogits, kProbs, kNorms };
 
-Status run_blocks(Backend& be, const Model& model, const int32_t* tokens, int T, int pos0,
-                  KvCache& cache, ForwardOutput& out);
+constexpr int kMaxBatch = 512;
+
+// Tokens t0 .. t0+n-1 of a forward over T tokens. The last batch also gives the logits and
+// attention rows of the last token; every batch writes its K/V row norms into columns
+// t0.. of out.k_norm / v_norm ([L][T]).
+struct Batch {
+  int t0, n, T;
+  bool last;
+};
+
+// One batch: b.n tokens at pos0.. through the blocks into the cache (begun by the caller).
+Status run_blocks(Backend& be, const Model& model, const int32_t* tokens, int pos0,
+                  const Batch& b, KvCache& cache, ForwardOutput& out);
 
 }  // namespace
 
@@ -70,13 +88,18 @@ Status forward(Backend& be, const Model& model, const int32_t* tokens, int T, in
   if (cache.length() != pos0)
     return make_error("forward: the cache holds ", cache.length(), " positions but position ",
                       pos0, " was asked for");
-  KV_TRY(cache.begin(pos0, T));
-  Status s = run_blocks(be, model, tokens, T, pos0, cache, out);
-  if (!s.ok()) {
-    cache.cancel();
-    return s;
+  out.k_norm.assign(size_t(L) * T, 0.0f);
+  out.v_norm.assign(size_t(L) * T, 0.0f);
+  for (int t0 = 0; t0 < T; t0 += kMaxBatch) {
+    const Batch b{t0, std::min(kMaxBatch, T - t0), T, t0 + kMaxBatch >= T};
+    KV_TRY(cache.begin(pos0 + b.t0, b.n));
+    Status s = run_blocks(be, model, tokens + b.t0, pos0 + b.t0, b, cache, out);
+    if (!s.ok()) {
+      cache.cancel();
+      return s;
+    }
+    KV_TRY(cache.end());
   }
-  KV_TRY(cache.end());
   std::vector<KvLayerRule> rules;
   for (int l = 0; l < L; ++l) rules.push_back(cache.rule(l));
   out.flops = forward_flops(model, rules, T, pos0);
@@ -86,8 +109,9 @@ Status forward(Backend& be, const Model& model, const int32_t* tokens, int T, in
 
 namespace {
 
-Status run_blocks(Backend& be, const Model& model, const int32_t* tokens, int T, int pos0,
-                  KvCache& cache, ForwardOutput& out) {
+Status run_blocks(Backend& be, const Model& model, const int32_t* tokens, int pos0,
+                  const Batch& b, KvCache& cache, ForwardOutput& out) {
+  const int T = b.n;
   const ModelConfig& c = model.config();
   const int C = c.n_embd, D = c.head_dim, H = c.n_head, Hkv = c.n_head_kv, F = c.n_ff,
             L = c.n_layer, V = c.n_vocab;
@@ -151,16 +175,21 @@ Status run_blocks(Backend& be, const Model& model, const int32_t* tokens, int T,
     const Weight& next_norm = l + 1 < L ? model.layers()[size_t(l) + 1].attn_norm : model.output_norm();
     KV_TRY(be.add_rmsnorm(*x, *o, next_norm, c.rms_eps, *h));
   }
-  KV_TRY(be.matmul(model.output(), h->row(T - 1), *logits));
-
-  out.logits.resize(size_t(V));
-  out.attention.resize(size_t(L) * H * n_keys);
+  // Every launch before the first download (a decode step's CUDA graph ends there).
+  if (b.last) {
+    KV_TRY(be.matmul(model.output(), h->row(T - 1), *logits));
+    out.logits.resize(size_t(V));
+    out.attention.resize(size_t(L) * H * n_keys);
+    KV_TRY(be.download(*logits, out.logits.data()));
+    KV_TRY(be.download(*probs, out.attention.data()));
+  }
   std::vector<float> norm_host(size_t(2 * L) * T);
-  KV_TRY(be.download(*logits, out.logits.data()));
-  KV_TRY(be.download(*probs, out.attention.data()));
   KV_TRY(be.download(*norms, norm_host.data()));
-  out.k_norm.assign(norm_host.begin(), norm_host.begin() + int64_t(L) * T);
-  out.v_norm.assign(norm_host.begin() + int64_t(L) * T, norm_host.end());
+  for (int l = 0; l < L; ++l) {
+    const auto row = [&](int r) { return norm_host.begin() + int64_t(r) * T; };
+    std::copy_n(row(l), T, out.k_norm.begin() + int64_t(l) * b.T + b.t0);
+    std::copy_n(row(L + l), T, out.v_norm.begin() + int64_t(l) * b.T + b.t0);
+  }
   return Status::Ok();
 }
 

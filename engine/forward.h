@@ -1,7 +1,7 @@
-// forward.h — the llama transformer forward pass, written once against Backend.
+// forward.h — the transformer forward pass of every family, written once against Backend.
 //
-// forward() runs T tokens at positions pos0 .. pos0+T-1 through every block, storing
-// their K/V into `cache` (whose length() must be pos0), and returns the
+// forward() runs T tokens at positions pos0 .. pos0+T-1 (in batches of at most 512) through
+// every block, storing their K/V into `cache` (whose length() must be pos0), and returns the
 // logits of the last token, the last query's attention rows and per-layer K/V row
 // norms. FLOPs are counted here from the shapes executed, so every backend reports the
 // same numbers: 2 per multiply-add of every weight matmul and of attention (q.k and p.v).

@@ -9,6 +9,11 @@ Two modes:
     its top-5 logits after the prompt and after every greedy token
     (tests/golden/gemma3_fp32.json); llama.cpp's own greedy continuation is recorded next
     to it as a cross-check. See main_family().
+  * --window-golden: Gemma 3 past its 512-position window: the first 640 tokens of a long
+    text (llama.cpp's tokenization), then 8 greedy steps, with top-5 logits after the
+    prompt and after each step (tests/golden/gemma3_window_fp32.json); also how far the
+    same logits move when the reference ignores the window, so a test can show its
+    tolerance tells the two apart. See main_window().
 
 Families (FAMILIES below, from MODEL_FAMILIES.md): gemma3 scales the embedding by
 sqrt(n_embd), normalizes each q and k head (RMSNorm with attn_q_norm / attn_k_norm) before
@@ -54,6 +59,9 @@ How to run (from the repository root; needs numpy and gguf, and llama-cpp-python
       [--golden tests/golden/forward.json] [--out tests/golden/forward_fp32.json]
   /opt/kvref/bin/python scripts/reference_forward.py --family-golden \
       [--model assets/models/gemma-3-270m-q4_k_m.gguf] [--out tests/golden/gemma3_fp32.json]
+  /opt/kvref/bin/python scripts/reference_forward.py --window-golden \
+      [--model assets/models/gemma-3-270m-q4_k_m.gguf] [--text /usr/share/common-licenses/GPL-3] \
+      [--out tests/golden/gemma3_window_fp32.json]
 """
 
 import argparse
@@ -371,14 +379,89 @@ def main_family(args):
     print(f"wrote {args.out}")
 
 
+WINDOW_PROMPT_TOKENS = 640
+WINDOW_STEPS = 8
+
+
+def main_window(args):
+    """Golden data past the sliding window: WINDOW_PROMPT_TOKENS tokens of args.text
+    (llama.cpp's ids, BOS first), WINDOW_STEPS greedy tokens from this reference, top-5
+    after the prompt and after each greedy token; and the largest change of those logits
+    when every layer attends to everything (the window ignored)."""
+    import llama_cpp
+    with open(args.model, "rb") as f:
+        sha = hashlib.sha256(f.read()).hexdigest()
+    with open(args.text, "rb") as f:
+        text = f.read()
+    tok = llama_cpp.Llama(model_path=args.model, vocab_only=True, verbose=False)
+    ids = [int(i) for i in tok.tokenize(text, add_bos=True, special=False)]
+    if len(ids) < WINDOW_PROMPT_TOKENS:
+        sys.exit(f"{args.text} has only {len(ids)} tokens")
+    prompt = ids[:WINDOW_PROMPT_TOKENS]
+    model = Model(args.model)
+    windows = list(model.window)
+    if not any(windows) or max(windows) >= WINDOW_PROMPT_TOKENS:
+        sys.exit(f"windows {sorted(set(windows))}: the prompt does not pass them")
+    seq, tops, greedy, no_window_diff = list(prompt), [], [], 0.0
+    for k in range(WINDOW_STEPS + 1):
+        t0 = time.time()
+        logits = model.forward(seq, [len(seq) - 1])[0]
+        tops.append(top5(logits))
+        # The same position with the window ignored: how far the top-5 logits move.
+        model.window = [0] * model.n_layer
+        full = model.forward(seq, [len(seq) - 1])[0]
+        model.window = windows
+        moved = max(abs(float(full[i]) - float(logits[i])) for i, _ in tops[-1])
+        no_window_diff = max(no_window_diff, moved)
+        print(f"step {k}: {len(seq)} tokens, top {tops[-1][0]}, without the window the top-5 "
+              f"logits move by up to {moved:.3f} ({time.time() - t0:.1f}s)")
+        if k < WINDOW_STEPS:
+            greedy.append(int(np.argmax(logits)))
+            seq.append(greedy[-1])
+    out = {
+        "source": "scripts/reference_forward.py --window-golden: numpy fp32 forward pass, "
+                  "weights dequantized with the gguf package (independent of kvscope); "
+                  "prompt tokenized by llama.cpp",
+        "script": "scripts/reference_forward.py --window-golden",
+        "versions": {"python": platform.python_version(), "numpy": np.__version__,
+                     "gguf": importlib.metadata.version("gguf"),
+                     "llama_cpp_python": importlib.metadata.version("llama_cpp_python")},
+        "model": {"file": os.path.basename(args.model), "sha256": sha, "arch": model.arch},
+        "text": os.path.basename(args.text),
+        "kv": "fp32",
+        "settings": {"windows": windows, "rope_bases": model.base,
+                     "eval": "the whole sequence at once for every step (causal + window mask)",
+                     "logits_rounding": 4},
+        "notes": f"prompt_ids: the first {WINDOW_PROMPT_TOKENS} tokens of the text; top5[0] "
+                 "follows the prompt, top5[k] follows greedy token k. no_window_max_diff: the "
+                 "largest change of those top-5 logits when the reference ignores the window.",
+        "prompt_ids": prompt,
+        "greedy_ids": greedy,
+        "top5": tops,
+        "no_window_max_diff": round(no_window_diff, 4),
+    }
+    with open(args.out, "w", encoding="utf-8") as f:
+        f.write(to_json(out))
+        f.write("\n")
+    print(f"wrote {args.out}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--window-golden", action="store_true",
+                    help="Gemma 3 past its sliding window (first 640 tokens of --text)")
+    ap.add_argument("--text", default="/usr/share/common-licenses/GPL-3")
     ap.add_argument("--family-golden", action="store_true",
                     help="golden data for a non-llama family (default model: Gemma 3 270M)")
     ap.add_argument("--model")
     ap.add_argument("--golden", default="tests/golden/forward.json")
     ap.add_argument("--out")
     args = ap.parse_args()
+    if args.window_golden:
+        args.model = args.model or "assets/models/gemma-3-270m-q4_k_m.gguf"
+        args.out = args.out or "tests/golden/gemma3_window_fp32.json"
+        main_window(args)
+        return
     if args.family_golden:
         args.model = args.model or "assets/models/gemma-3-270m-q4_k_m.gguf"
         args.out = args.out or "tests/golden/gemma3_fp32.json"

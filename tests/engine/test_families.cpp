@@ -145,6 +145,50 @@ TEST(Families, CacheEqualsNoCacheBitForBitOnEveryFamily) {
   }
 }
 
+// A prompt longer than one batch (forward.cpp: 512 tokens) goes through in batches, so a
+// windowed layer's ring never has to hold the whole prompt; every result equals feeding
+// the same tokens in calls of 100 (each one batch): logits, the last query's attention
+// rows and every K/V row norm, bit for bit, and FLOPs by the closed form.
+TEST(Families, LongPromptsGoThroughInBatchesWithTheSameResults) {
+  test::TinyModelSpec spec = tiny_gemma3();
+  spec.n_ctx = 2048;
+  auto m = load(spec);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  const Model& model = **m;
+  const int L = model.config().n_layer, T = 1100;
+  std::vector<int32_t> ids(T);
+  for (int t = 0; t < T; ++t) ids[size_t(t)] = int32_t((t * 37 + 11) % model.config().n_vocab);
+  auto be = make_cpu_backend(2);
+  const KvCacheConfig cfg = kv_cache_config(model, KvTypes{}, KvPolicy::ModelWindow);
+  auto one = be->create_kv_cache(cfg, 64), pieces = be->create_kv_cache(cfg, 64);
+  ASSERT_TRUE(one.ok() && pieces.ok());
+  ForwardOutput a;
+  ASSERT_TRUE(forward(*be, model, ids.data(), T, 0, **one, a).ok());
+  std::vector<float> k_norm(size_t(L) * T), v_norm(size_t(L) * T);
+  ForwardOutput b;
+  for (int t0 = 0; t0 < T; t0 += 100) {
+    ASSERT_TRUE(forward(*be, model, ids.data() + t0, 100, t0, **pieces, b).ok());
+    for (int l = 0; l < L; ++l)
+      for (int i = 0; i < 100; ++i) {
+        k_norm[size_t(l * T + t0 + i)] = b.k_norm[size_t(l * 100 + i)];
+        v_norm[size_t(l * T + t0 + i)] = b.v_norm[size_t(l * 100 + i)];
+      }
+  }
+  EXPECT_EQ(a.logits, b.logits);
+  EXPECT_EQ(a.attention, b.attention);
+  EXPECT_EQ(a.k_norm, k_norm);
+  EXPECT_EQ(a.v_norm, v_norm);
+  std::vector<KvLayerRule> rules;
+  for (int l = 0; l < L; ++l) rules.push_back((*one)->rule(l));
+  EXPECT_EQ(a.flops, forward_flops(model, rules, T, 0));
+  EXPECT_EQ(a.kv_rows, uint64_t(T) * L);
+  // Windowed layers hold their last 5 positions, the global one all 1,100.
+  for (int l = 0; l < L; ++l)
+    EXPECT_EQ((*one)->held_ranges(l), (*pieces)->held_ranges(l)) << "layer " << l;
+  EXPECT_EQ((*one)->held(0), 5);
+  EXPECT_EQ((*one)->held(2), T);
+}
+
 TEST(Families, UnknownArchitectureMissingTensorAndOversizedWindowAreClearErrors) {
   test::TinyModelSpec unknown;
   unknown.arch = "mamba";

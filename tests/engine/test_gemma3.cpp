@@ -8,7 +8,10 @@
 //  - a run past the 512-position window to 700 tokens: CACHE and NO CACHE give the same
 //    tokens and bit-identical logits;
 //  - local layers' caches stop growing at 512 positions while global layers' keep
-//    growing, and KV_CACHE equals the closed form.
+//    growing, and KV_CACHE equals the closed form;
+//  - past the window: 640 tokens of a long text and 8 greedy steps against the same
+//    reference (tests/golden/gemma3_window_fp32.json, --window-golden), whose logits move
+//    far beyond the tolerance when the reference ignores the window.
 // Skipped when the Gemma file is not fetched (scripts/fetch_model.sh gemma3-270m).
 //
 // Tolerances (against the fp32 reference): with an f32 KV cache the two differ only in
@@ -247,6 +250,42 @@ TEST_F(Gemma3, LocalLayersStopGrowingAtTheWindowGlobalLayersKeepGrowing) {
     prev_global = global;
     EXPECT_EQ(t->kv_bytes, (15ull * std::min(n, 512) + 3ull * n) * kPosBytes);
   }
+}
+
+// Past the window, against the fp32 reference: a 640-token prompt in one batch (local
+// layers mask keys 512 or more back inside the batch) then 8 decode steps (local layers'
+// rings have wrapped), teacher-forced along the reference's greedy path with an f32 cache.
+// The golden file also records how far the same logits move when the reference ignores
+// the window; the tolerance must be far below that, so a wrong window cannot pass.
+TEST_F(Gemma3, PastTheWindowTopFiveMatchTheFp32Reference) {
+  std::ifstream in(std::string(KVSCOPE_SOURCE_DIR) + "/tests/golden/gemma3_window_fp32.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  const auto prompt = j.at("prompt_ids").get<std::vector<int32_t>>();
+  const auto greedy = j.at("greedy_ids").get<std::vector<int32_t>>();
+  const float no_window = j.at("no_window_max_diff").get<float>();
+  ASSERT_GT(prompt.size(), 512u);
+  EXPECT_GT(no_window, 50 * kTolF32) << "the golden prompt does not tell a window from none";
+  const ModelConfig& c = model_->config();
+  auto be = make_cpu_backend(2);
+  auto cache = be->create_kv_cache(
+      kv_cache_config(*model_, {KvDtype::F32, KvDtype::F32}, KvPolicy::ModelWindow), 1024);
+  ASSERT_TRUE(cache.ok());
+  ForwardOutput out;
+  ASSERT_TRUE(forward(*be, *model_, prompt.data(), int(prompt.size()), 0, **cache, out).ok());
+  float worst = 0;
+  const auto& tops = j.at("top5");
+  for (size_t k = 0; k < tops.size(); ++k) {
+    if (k > 0)
+      ASSERT_TRUE(forward(*be, *model_, &greedy[k - 1], 1, (*cache)->length(), **cache, out).ok());
+    ASSERT_EQ(out.logits.size(), size_t(c.n_vocab));
+    for (const auto& e : tops[k]) {
+      const float got = out.logits[e.at(0).get<size_t>()], want = e.at(1).get<float>();
+      worst = std::max(worst, std::fabs(got - want));
+      EXPECT_NEAR(got, want, kTolF32) << "step " << k << " id " << e.at(0);
+    }
+  }
+  std::printf("past the window: largest difference %.5f (ignoring the window moves them %.3f)\n",
+              worst, no_window);
 }
 
 }  // namespace

@@ -295,6 +295,44 @@ TEST_F(CudaBackendParity, TinyFamiliesMatchCpuInBothCacheModes) {
   }
 }
 
+// A prompt longer than one batch (the forward runs 512 tokens at a time) on the tiny gemma3
+// model (windows of 5): the batches' cache writes, ring wrap-around and K/V norms match the
+// CPU, and so do two decode steps after it.
+TEST_F(CudaBackendParity, LongPromptInBatchesMatchesCpu) {
+  test::TinyModelSpec spec = test::tiny_family("gemma3", 33);
+  spec.n_ctx = 1024;
+  const std::string path = tiny_path("long");
+  ASSERT_TRUE(test::write_tiny_model(spec, path).ok());
+  auto m = Model::load(path);
+  std::filesystem::remove(path);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  const Model& model = **m;
+  auto cuda = make_cuda_backend(model);
+  ASSERT_TRUE(cuda.ok()) << cuda.error().message;
+  auto cpu = make_cpu_backend(1);
+  const KvCacheConfig cfg = kv_cache_config(model, KvTypes{}, KvPolicy::ModelWindow);
+  auto cache_cpu = cpu->create_kv_cache(cfg, 64);
+  auto cache_gpu = (*cuda)->create_kv_cache(cfg, 64);
+  ASSERT_TRUE(cache_cpu.ok() && cache_gpu.ok());
+  std::vector<int32_t> tokens(560);
+  for (size_t t = 0; t < tokens.size(); ++t) tokens[t] = int32_t((t * 29 + 5) % 200);
+  for (int step = 0; step < 3; ++step) {
+    const int pos0 = (*cache_cpu)->length();
+    const int T = int(tokens.size()) - pos0;
+    ForwardOutput a, b;
+    ASSERT_TRUE(forward(*cpu, model, tokens.data() + pos0, T, pos0, **cache_cpu, a).ok());
+    Status s = forward(**cuda, model, tokens.data() + pos0, T, pos0, **cache_gpu, b);
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_LE(max_abs_diff(a.logits, b.logits), kLogitTol) << "step " << step;
+    EXPECT_LE(max_abs_diff(a.attention, b.attention), kProbTol) << "step " << step;
+    EXPECT_LE(max_abs_diff(a.k_norm, b.k_norm), 1e-2f * (1 + *std::max_element(a.k_norm.begin(), a.k_norm.end())));
+    EXPECT_EQ(a.flops, b.flops);
+    for (int l = 0; l < model.config().n_layer; ++l)
+      EXPECT_EQ((*cache_gpu)->held_ranges(l), (*cache_cpu)->held_ranges(l)) << "layer " << l;
+    tokens.push_back(int32_t(std::max_element(a.logits.begin(), a.logits.end()) - a.logits.begin()));
+  }
+}
+
 TEST_F(CudaBackendParity, DefaultModelPromptAndTwoDecodeStepsSameTop5) {
   if (!std::filesystem::exists(KVSCOPE_DEFAULT_MODEL))
     GTEST_SKIP() << "default model absent: run scripts/fetch_model.sh";
