@@ -30,6 +30,7 @@ ModelFacts model_facts(const EngineHandle& h) {
   f.block_macs_per_token = h.model->block_macs_per_token();
   const KvTypes kt = h.session->config().kv_types;
   f.kv_dtype = kv_types_name(kt);
+  f.kv_types = kt;
   f.kv_bytes_per_token =
       uint64_t(c.n_layer) * kv_position_bytes({c.n_layer, c.n_head_kv, c.head_dim}, kt);
   return f;
@@ -94,7 +95,7 @@ Expected<AppShotResult> capture_app(render::Renderer& r, UiState& ui, const Time
     }
     ViewFrame vf;
     vf.timeline = &tl;
-    vf.view = ui.view;
+    vf.view = scene_options(ui);
     vf.view.hovered_pos = ui.hovered_pos;  // a token to show as if pointed at (--highlight)
     vf.clock.since_step = shot.since_step;
     vf.clock.time = shot.since_step;

@@ -81,8 +81,10 @@ std::string parse_args(int argc, char** argv, Args* a) {
         a->cap.view.aggregation = HeadAggregation::Mean;
       else if (!std::strcmp(v, "max"))
         a->cap.view.aggregation = HeadAggregation::Max;
-      else
+      else {
         a->cap.view.head = std::atoi(v);
+        a->cap.view.aggregation = HeadAggregation::Single;
+      }
     } else if (k == "--play") {
       a->play = true;
     } else if (k == "--frames") {

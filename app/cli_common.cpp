@@ -2,6 +2,7 @@
 // CLI and the app.
 #include "app/cli_common.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <thread>
@@ -95,6 +96,18 @@ Expected<std::shared_ptr<Model>> load_model(const std::string& name_or_path) {
   return std::shared_ptr<Model>(std::move(m.value()));
 }
 
+std::string gpu_fallback_notice(const std::string& cuda_error) {
+  // The reason alone: without the backend's prefixes, its advice (after ';') and the API
+  // detail in parentheses, which the sentence replaces.
+  std::string why = cuda_error;
+  for (const char* prefix : {"cuda: ", "no usable GPU: "})
+    if (why.rfind(prefix, 0) == 0) why = why.substr(std::string(prefix).size());
+  why = why.substr(0, std::min(why.find(';'), why.find(" (")));
+  while (!why.empty() && (why.back() == ' ' || why.back() == '.')) why.pop_back();
+  if (why.empty()) return "No usable GPU; running on the CPU backend.";
+  return "No usable GPU (" + why + "); running on the CPU backend.";
+}
+
 Expected<std::unique_ptr<Backend>> make_backend(const std::string& name, const Model& model,
                                                 int threads, std::string* notice) {
   std::string fallback;  // why auto ended on the CPU
@@ -105,7 +118,7 @@ Expected<std::unique_ptr<Backend>> make_backend(const std::string& name, const M
     auto cuda = make_cuda_backend(model);
     if (cuda.ok()) return std::move(cuda.value());
     if (name == "cuda") return cuda.error();
-    fallback = "no usable GPU (" + cuda.error().message + "); using the CPU backend";
+    fallback = gpu_fallback_notice(cuda.error().message);
 #else
     if (name == "cuda")
       return make_error("this kvscope was built without CUDA (nvcc was not found at build time); "
@@ -117,7 +130,7 @@ Expected<std::unique_ptr<Backend>> make_backend(const std::string& name, const M
   if (!cpu.ok()) return cpu.error();
   if (notice) {
     *notice = fallback;
-    if (!clamped.empty()) *notice += (notice->empty() ? "" : "; ") + clamped;
+    if (!clamped.empty()) *notice += (notice->empty() ? "" : " ") + clamped;
   }
   return std::move(cpu.value());
 }

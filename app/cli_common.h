@@ -87,9 +87,14 @@ Expected<std::string> resolve_model(const std::string& name_or_path);
 // Loads a model (NAME|PATH as resolve_model) with one clear message on failure.
 Expected<std::shared_ptr<Model>> load_model(const std::string& name_or_path);
 // Backend by name: "auto", "cpu", "cuda". `notice` receives a one-line note when auto
-// falls back to the CPU or when `threads` is clamped to the hardware. An error when the CPU
-// threads cannot be started.
+// falls back to the CPU (gpu_fallback_notice) or when `threads` is clamped to the
+// hardware. An error when the CPU threads cannot be started.
 Expected<std::unique_ptr<Backend>> make_backend(const std::string& name, const Model& model,
                                                 int threads, std::string* notice);
+
+// The one plain sentence shown when `auto` falls back to the CPU, from the CUDA backend's
+// error (e.g. "cuda: no usable GPU: no CUDA-capable device; use the CPU backend" becomes
+// "No usable GPU (no CUDA-capable device); running on the CPU backend.").
+std::string gpu_fallback_notice(const std::string& cuda_error);
 
 }  // namespace kvscope::cli

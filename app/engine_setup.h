@@ -20,7 +20,7 @@ struct EngineOptions {
 struct EngineHandle {
   std::shared_ptr<Model> model;
   std::unique_ptr<Session> session;
-  std::string notice;  // e.g. "no usable GPU; using the CPU backend"
+  std::string notice;  // e.g. "No usable GPU (no CUDA-capable device); running on the CPU backend."
 };
 
 Expected<EngineHandle> open_engine(const EngineOptions& opts);

@@ -273,7 +273,7 @@ int run_gui(const GuiOptions& o) {
 
     ViewFrame vf;
     vf.timeline = &tl;
-    vf.view = ui.view;
+    vf.view = scene_options(ui);
     vf.view.hovered_pos = ui.panel_hovered_pos >= 0 ? ui.panel_hovered_pos : ui.hovered_pos;
     vf.clock = AnimClock{now - ui.last_step_time, cs.busy, now};
     vf.preset = ui.preset;

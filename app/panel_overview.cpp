@@ -3,7 +3,8 @@
 // Every position gets a sliver of the strip's width (several positions share a pixel
 // column past the strip's width in points; a column then shows the strongest of them).
 // A band along the bottom says prompt (blue) or generated (orange); bars rising from it
-// are the newest step's attention, with the same weights and log scaling as the beams; a bracket
+// are the newest step's attention, with the beams' weights on the strip's own scale (the
+// strongest targets marked with a white tick and a triangle, the sink in amber); a bracket
 // marks the part the 3D view shows, a yellow tick the write head. Hover: the token's text and
 // weight (and its block lights up in 3D). Click or drag: the camera goes to that part of the
 // sequence.
@@ -13,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "app/overview_marks.h"
 #include "app/scene_builder.h"
 #include "app/ui_state.h"
 
@@ -62,27 +64,32 @@ void panel_overview(UiState& ui, const Timeline& tl, int shown_first, int shown_
     i = j;
   }
 
-  // Attention bars: one pixel column at a time, the strongest weight in it.
+  // Attention bars: one pixel column at a time, the strongest weight in it, on the strip's
+  // own scale (overview_marks.h): the strongest target after the sink is full height, the
+  // sink (when stronger) is amber, and the strongest few targets are marked from above.
   std::vector<float> weights;
   if (last && last->n_attn > 0) weights = beam_weights(*last, ui.view);
   if (!weights.empty()) {
-    float mx = *std::max_element(weights.begin(), weights.end());
-    int cols = std::max(1, int(w));
-    std::vector<float> col_w(size_t(cols), 0.0f);
-    for (int j = 0; j < int(weights.size()); ++j) {
-      int c = std::clamp(int((slot_x(float(j)) - x0)), 0, cols - 1);
-      col_w[size_t(c)] = std::max(col_w[size_t(c)], weights[size_t(j)]);
-    }
-    float bar_w = std::max(2.0f, w / float(slots) - 1.0f);
+    const int cols = std::max(1, int(w));
+    const OverviewMarks m = overview_marks(weights, slots, cols);
+    const float bar_w = std::clamp(w / float(slots) - 1.0f, 1.0f, 6.0f);
     for (int c = 0; c < cols; ++c) {
-      if (col_w[size_t(c)] <= 0 || mx <= 0) continue;
-      float v = beam_brightness(col_w[size_t(c)], mx);
-      if (v < 0.04f) continue;
-      float x = x0 + float(c);
-      ImU32 col = ImGui::ColorConvertFloat4ToU32(
-          ImVec4(0.45f + 0.5f * v, 0.8f + 0.2f * v, 1.0f, 0.35f + 0.65f * v));
-      dl->AddRectFilled(ImVec2(x, base_y - bar_max * v), ImVec2(x + std::min(bar_w, 6.0f), base_y),
-                        col);
+      const float v = m.height[size_t(c)];
+      if (v < 0.03f) continue;
+      const float x = x0 + float(c);
+      const bool sink = c == m.sink_column;
+      ImU32 col = sink ? IM_COL32(255, 190, 90, 255)
+                       : ImGui::ColorConvertFloat4ToU32(
+                             ImVec4(0.35f + 0.5f * v, 0.65f + 0.3f * v, 1.0f, 0.45f + 0.55f * v));
+      dl->AddRectFilled(ImVec2(x, base_y - bar_max * v), ImVec2(x + bar_w, base_y), col);
+    }
+    for (size_t k = 0; k < m.top.size(); ++k) {
+      const float x = x0 + float(m.top_column[k]) + 0.5f * bar_w;
+      const float v = m.height[size_t(m.top_column[k])];
+      const ImU32 mark = IM_COL32(240, 250, 255, 255);
+      dl->AddRectFilled(ImVec2(x - 1.0f, base_y - bar_max * v), ImVec2(x + 1.0f, base_y), mark);
+      dl->AddTriangleFilled(ImVec2(x - 4.0f, p0.y + 2.0f), ImVec2(x + 4.0f, p0.y + 2.0f),
+                            ImVec2(x, p0.y + 7.0f), mark);
     }
   }
 

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "app/scene_kv.h"
+#include "render/glyph_atlas.h"
 #include "engine/printable.h"
 #include "render/layout.h"
 #include "render/synthetic_scene.h"
@@ -123,45 +125,13 @@ namespace {
 float drop_progress(double since) { return smooth01((float(since) - 0.05f) / 0.35f); }
 float step_flash(double since) { return std::exp(-float(since) / 0.8f); }
 float beam_fade(double since) { return 0.75f + 0.25f * std::exp(-float(since) / 0.5f); }
-}  // namespace
-
-namespace {
-
-// What the newest step did to the cache, as the KV blocks show it.
-struct KvStepState {
-  bool nocache = false;                     // NO CACHE: nothing is kept, all is recomputed
-  int written_first = 0, written_end = 0;  // positions whose K/V rows this step wrote
-};
-
-// One layer's cache entry at one position: the one place a block's look is decided, so
-// a new per-block state (a position a windowed layer has evicted, say) is one more case.
-// Blocks written this step flash (SceneAnim::flash); in NO CACHE they flash red.
-render::KvBlockInstance kv_block(const Timeline& tl, const ViewOptions& opts,
-                                 const KvStepState& step, int pos, int layer) {
-  const bool written_now = pos >= step.written_first && pos < step.written_end;
-  render::KvBlockInstance k;
-  k.position = render::layout::kv_block_position(pos, layer);
-  float v = tl.kv_norm(pos, layer, opts.color_by_v);
-  if (std::isnan(v)) {  // not computed yet (the newest token, before the next step)
-    k.color = {0.16f, 0.18f, 0.24f};
-    k.brightness = 0.35f;
-  } else {
-    float lo = tl.kv_norm_min(layer, opts.color_by_v), hi = tl.kv_norm_max(layer, opts.color_by_v);
-    float x = hi > lo ? (v - lo) / (hi - lo) : 0.5f;
-    k.color = render::palette::kv_color(x);
-    k.brightness = step.nocache ? 0.55f : 0.95f;  // NO CACHE keeps nothing: dimmer stacks
-    if (written_now && !step.nocache) k.flash_brightness = 0.6f;
-  }
-  if (step.nocache && written_now) {
-    k.recompute = 0.35f;
-    k.flash_recompute = 0.65f;
-  }
-  return k;
+float leave_progress(double since) {
+  return smooth01((float(since) - 0.1f) / 0.8f);
 }
-
 }  // namespace
 
-render::Scene build_scene(const Timeline& tl, const ViewOptions& opts, const AnimClock& clock) {
+render::Scene build_scene(const Timeline& tl, const ViewOptions& opts, const AnimClock& clock,
+                          std::vector<int>* label_priority) {
   namespace layout = render::layout;
   render::Scene s;
   s.revision = render::next_scene_revision();
@@ -183,14 +153,9 @@ render::Scene build_scene(const Timeline& tl, const ViewOptions& opts, const Ani
     s.tokens.push_back(std::move(t));
   }
 
-  // KV stacks: one block per layer under every position.
-  KvStepState step;
-  step.nocache = last && last->mode == CacheMode::NoCache;
-  step.written_first = last ? last->kv_first_pos : 0;
-  step.written_end = last ? last->kv_first_pos + last->kv_written : 0;
-  s.kv_blocks.reserve(size_t(n_tok) * size_t(std::max(n_layer, 0)));
-  for (int i = 0; i < n_tok; ++i)
-    for (int l = 0; l < n_layer; ++l) s.kv_blocks.push_back(kv_block(tl, opts, step, i, l));
+  // KV stacks: one block per layer (a slice per KV head) under every position the layer's
+  // cache holds, the window boundaries (scene_kv.h).
+  add_kv_stacks(&s, tl, opts, n_tok, n_layer);
 
   // Beams from the head's slot (SceneAnim::beam_shift slides them with the head).
   glm::vec3 origin = layout::head_position(n_tok);
@@ -198,8 +163,13 @@ render::Scene build_scene(const Timeline& tl, const ViewOptions& opts, const Ani
   if (last && last->n_attn > 0) {
     std::vector<float> w = beam_weights(*last, opts);
     if (opts.labels) {
+      // The newest token first: what was just written is what people read.
+      if (label_priority && n_tok > 0) label_priority->push_back(n_tok - 1);
       for (int j : strongest_targets(w, kReadableTargets))
-        if (j < n_tok) s.tokens[size_t(j)].label_min_px = kReadableLabelPx;
+        if (j < n_tok) {
+          s.tokens[size_t(j)].label_min_px = kReadableLabelPx;
+          if (label_priority) label_priority->push_back(j);
+        }
     }
     float mx = *std::max_element(w.begin(), w.end());
     for (int j = 0; j < int(w.size()); ++j) {
@@ -227,6 +197,7 @@ void animate_scene(render::Scene* scene, const Timeline& tl, const AnimClock& cl
   s.anim.fall = 1.0f - drop;
   s.anim.flash = step_flash(clock.since_step);
   s.anim.beam_fade = beam_fade(clock.since_step);
+  s.anim.leave = leave_progress(clock.since_step);
   // The head sits above the slot being generated; after a step it slides one slot right
   // as the new token lands, and the beams' origin goes with it.
   s.head.position = layout::head_position(n_tok);
@@ -238,6 +209,58 @@ void animate_scene(render::Scene* scene, const Timeline& tl, const AnimClock& cl
   }
   float pulse = 0.5f + 0.5f * std::sin(float(clock.time) * 6.0f);
   s.head.glow = clock.busy ? 0.75f + 0.25f * pulse : 0.8f;
+}
+
+}  // namespace kvscope::app
+
+namespace kvscope::app {
+
+float flat_label_px(const render::Scene& s, float px_per_token) {
+  // glyph.vert: the line is label_height world units tall, grown to at least
+  // max(min_px, min(fit_px, 0.8 px per unit)); the token spacing is one world unit.
+  const float unit_px = px_per_token / render::layout::kTokenSpacing;
+  const float px = s.label_height * unit_px;
+  return std::max(px, std::max(kReadableLabelPx, std::min(s.label_fit_px, 0.8f * unit_px)));
+}
+
+float flat_label_width_px(const std::string& label, float line_px) {
+  size_t chars = 0;
+  for (size_t i = 0; i < label.size();) {
+    (void)render::next_codepoint(label, &i);
+    ++chars;
+  }
+  return (float(chars) * kFlatCharEm + 0.4f) * line_px;
+}
+
+int place_flat_labels(render::Scene* s, const std::vector<int>& priority, float px_per_token,
+                      int lanes) {
+  for (render::TokenInstance& t : s->tokens) t.label_flat = false;
+  if (!(px_per_token > 0.0f) || lanes <= 0) return 0;
+  const float line_px = flat_label_px(*s, px_per_token);
+  const float gap = 0.5f * line_px;
+  using Extents = std::vector<std::pair<float, float>>;  // x ranges taken in one lane
+  std::vector<Extents> taken(static_cast<size_t>(lanes));
+  int placed = 0;
+  for (int pos : priority) {
+    if (pos < 0 || size_t(pos) >= s->tokens.size()) continue;
+    render::TokenInstance& t = s->tokens[size_t(pos)];
+    if (t.label.empty() || t.label_flat) continue;
+    const float x = t.position.x / render::layout::kTokenSpacing * px_per_token;
+    const float half = 0.5f * flat_label_width_px(t.label, line_px);
+    for (int lane = 0; lane < lanes; ++lane) {
+      auto& used = taken[size_t(lane)];
+      const bool clear = std::none_of(used.begin(), used.end(), [&](const auto& e) {
+        return x - half < e.second + gap && x + half > e.first - gap;
+      });
+      if (!clear) continue;
+      used.push_back({x - half, x + half});
+      t.label_flat = true;
+      t.label_lane = lane;
+      ++placed;
+      break;
+    }
+  }
+  return placed;
 }
 
 }  // namespace kvscope::app

@@ -26,6 +26,10 @@ struct ViewOptions {
   bool color_by_v = false;        // color KV blocks by the V norm instead of K
   bool labels = true;
   int hovered_pos = -1;
+  // The run's cache, from the model facts (the traces do not carry them): KV heads per layer
+  // (each KV block splits into that many slices; 0 = one) and the K/V element types.
+  int n_head_kv = 0;
+  KvTypes kv_types;
   bool operator==(const ViewOptions&) const = default;
 };
 
@@ -66,7 +70,24 @@ std::vector<int> strongest_targets(const std::vector<float>& w, int k);
 
 // The scene's content (instances) from the timeline and view, with a fresh revision, and
 // its animation for `clock` (animate_scene). The content does not depend on the clock.
-render::Scene build_scene(const Timeline& tl, const ViewOptions& opts, const AnimClock& clock);
+// `label_priority` (optional) receives the positions whose labels matter most, most
+// important first (the newest token, then the strongest targets): place_flat_labels' order.
+render::Scene build_scene(const Timeline& tl, const ViewOptions& opts, const AnimClock& clock,
+                          std::vector<int>* label_priority = nullptr);
+
+// Readable labels when the camera looks down (TOP), where vertical labels are hard to read:
+// the labels of `priority`'s positions, in that order, are made flat (horizontal, under the
+// sequence) in the first of `lanes` lanes where they overlap no label placed before; the
+// others stay as they are. `px_per_token`: the token spacing on screen in pixels. Returns
+// the number made flat. Widths are estimated from the text (kFlatCharEm per character).
+inline constexpr int kFlatLanes = 3;
+inline constexpr float kFlatCharEm = 0.62f;  // a character's advance, in text lines (generous)
+int place_flat_labels(render::Scene* s, const std::vector<int>& priority, float px_per_token,
+                      int lanes = kFlatLanes);
+// A label's line height on screen for that token spacing (the glyph shader's rule for a
+// label with label_min_px = kReadableLabelPx), and its estimated width.
+float flat_label_px(const render::Scene& s, float px_per_token);
+float flat_label_width_px(const std::string& label, float line_px);
 // Sets only the per-frame parts (scene.anim, head position and glow) for `clock`; the
 // instances and revision stay, so the renderer re-uploads nothing.
 void animate_scene(render::Scene* scene, const Timeline& tl, const AnimClock& clock);

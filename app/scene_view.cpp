@@ -38,8 +38,10 @@ void SceneView::update(const ViewFrame& f, const ViewInput& in) {
   rect_ = f.rect;
   if (!built_.valid || built_.run != tl.run() || built_.steps != tl.steps().size() ||
       built_.tokens != tl.tokens().size() || !(built_.view == f.view)) {
-    scene_ = build_scene(tl, f.view, f.clock);
+    label_priority_.clear();
+    scene_ = build_scene(tl, f.view, f.clock, &label_priority_);
     built_ = {tl.run(), tl.steps().size(), tl.tokens().size(), f.view, true};
+    flat_px_ = -1.0f;
   } else {
     animate_scene(&scene_, tl, f.clock);
   }
@@ -72,6 +74,7 @@ void SceneView::update(const ViewFrame& f, const ViewInput& in) {
   if (f.look_at_pos >= 0) camera_.look_at_x(render::layout::token_position(f.look_at_pos).x);
   camera_.update(f.dt);
   scene_.camera = camera_.view();
+  update_flat_labels();
 
   hovered_ = in.hover ? pick_token(scene_, rect_, in.mouse_x, in.mouse_y) : -1;
   shown_first_ = shown_last_ = -1;
@@ -84,6 +87,27 @@ void SceneView::update(const ViewFrame& f, const ViewInput& in) {
   }
   animating_ = !camera_.settled() || f.clock.since_step < 1.5 || f.clock.busy ||
                std::abs(arc_.lean_per_span - goal_arc.lean_per_span) > 1e-3f;
+}
+
+void SceneView::update_flat_labels() {
+  float ppt = -1.0f;  // token spacing on screen, pixels
+  if (camera_.current().pitch_deg >= kFlatPitchDeg && scene_.tokens.size() >= 2 && rect_.h > 0) {
+    render::Viewport vp{0, 0, int(rect_.w), int(rect_.h)};
+    const glm::vec3 a = scene_.tokens.front().position, b = scene_.tokens.back().position;
+    auto pa = render::project_to_viewport(scene_.camera, a, vp);
+    auto pb = render::project_to_viewport(scene_.camera, b, vp);
+    if (pa && pb && b.x > a.x)
+      ppt = glm::length(*pb - *pa) / ((b.x - a.x) / render::layout::kTokenSpacing);
+  }
+  const bool had = flat_px_ > 0.0f, want = ppt > 0.0f;
+  if (had == want && (!want || (ppt < flat_px_ * kFlatRelayout && ppt > flat_px_ / kFlatRelayout)))
+    return;
+  if (want)
+    place_flat_labels(&scene_, label_priority_, ppt);
+  else
+    for (render::TokenInstance& t : scene_.tokens) t.label_flat = false;
+  flat_px_ = want ? ppt : -1.0f;
+  scene_.revision = render::next_scene_revision();
 }
 
 void SceneView::draw(render::Renderer& r, int fb_width, int fb_height, float fb_scale) {

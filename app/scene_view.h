@@ -3,11 +3,14 @@
 //
 // The scene's instances are rebuilt only when the timeline or the view options change;
 // other frames only animate it. The camera's aspect is always the rectangle's, so a
-// preset frames its content inside the free rectangle, never behind a panel. No ImGui:
+// preset frames its content inside the free rectangle, never behind a panel. While the
+// camera looks down (TOP), the most-attended tokens' labels are laid flat where they fit
+// (place_flat_labels), placed again when the zoom changes by more than kFlatRelayout. No ImGui:
 // the window loop and the headless capture drive it alike.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "app/scene_builder.h"
 #include "app/timeline.h"
@@ -57,6 +60,8 @@ class SceneView {
   bool animating() const { return animating_; }
 
  private:
+  void update_flat_labels();
+
   render::Scene scene_;
   render::Camera camera_;
   UiRect rect_;
@@ -66,11 +71,20 @@ class SceneView {
     ViewOptions view;
     bool valid = false;
   } built_;
+  // Flat labels when the camera looks down: the priority order from the last build and the
+  // token spacing (quantized) they were placed for; -1: none placed.
+  std::vector<int> label_priority_;
+  float flat_px_ = -1.0f;
   int hovered_ = -1, shown_first_ = -1, shown_last_ = -1;
   bool animating_ = true;
   bool initialized_ = false;  // the first update places the camera without a transition
   render::BeamArc arc_;       // the beams' shape now (eases toward the preset's)
 };
+
+// Flat labels while the camera's pitch is at least this (degrees); re-placed when the token
+// spacing on screen changes by more than this factor.
+inline constexpr float kFlatPitchDeg = 60.0f;
+inline constexpr float kFlatRelayout = 1.15f;
 
 // The nearest token whose block projects within `radius` points of (x, y), or -1.
 int pick_token(const render::Scene& s, UiRect rect, float x, float y, float radius = 28.0f);

@@ -32,6 +32,13 @@ std::string format_count(double v) {
   return buf;
 }
 
+ViewOptions scene_options(const UiState& ui) {
+  ViewOptions v = ui.view;
+  v.n_head_kv = ui.facts.n_head_kv;
+  v.kv_types = ui.facts.kv_types;
+  return v;
+}
+
 void add_notice(UiState& ui, std::string text, double seconds) {
   if (text.empty()) return;
   for (const Notice& n : ui.notices)

@@ -20,6 +20,7 @@ struct ModelFacts {
   int n_layer = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_embd = 0, n_vocab = 0;
   uint64_t block_macs_per_token = 0;
   uint64_t kv_bytes_per_token = 0;
+  KvTypes kv_types;
 };
 
 // A message for the user that does not need an answer: shown in a corner of the 3D view
@@ -97,6 +98,10 @@ void panel_overview(UiState& ui, const Timeline& tl, int shown_first, int shown_
 // Floating windows: the tooltip of the hovered token, the error modal.
 void panel_inspector(const UiState& ui, const Timeline& tl);
 void panel_error_modal(UiState& ui);
+
+// The view options the scene is built with: the panels' choices plus the run's cache
+// shape from the model facts (KV heads per layer, K/V types).
+ViewOptions scene_options(const UiState& ui);
 
 std::string format_bytes(uint64_t b);
 std::string format_count(double v);  // 1.2k, 3.4M, 5.6G, 7.8T

@@ -22,6 +22,19 @@ inline glm::vec3 kv_block_position(int pos, int layer) {
   return {pos * kTokenSpacing, kKvTop - layer * kKvPitch, 0.0f};
 }
 
+// A layer's KV block splits into one slice per KV head, side by side along x inside the
+// kKvWidth a whole block takes (kKvHeadFill of each share is solid, the rest a gap).
+inline constexpr float kKvWidth = 0.6f;
+inline constexpr float kKvHeadFill = 0.8f;
+inline glm::vec3 kv_head_position(int pos, int layer, int head, int n_heads) {
+  if (n_heads <= 1) return kv_block_position(pos, layer);
+  const float share = kKvWidth / float(n_heads);
+  return kv_block_position(pos, layer) + glm::vec3(-0.5f * kKvWidth + (head + 0.5f) * share, 0, 0);
+}
+inline float kv_head_width(int n_heads) {
+  return n_heads <= 1 ? kKvWidth : kKvWidth / float(n_heads) * kKvHeadFill;
+}
+
 // The write head floats above the slot it is about to fill.
 inline glm::vec3 head_position(int next_pos) {
   return {next_pos * kTokenSpacing, kHeadHeight, 0.0f};

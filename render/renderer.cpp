@@ -32,22 +32,27 @@ namespace {
 
 constexpr int kBeamSegments = 24;
 
-struct BlockInstance {  // matches block.vert locations 2..5
+struct BlockInstance {  // matches block.vert locations 2..6
   glm::vec3 center;
   glm::vec3 color;
   glm::vec4 params;  // brightness, recompute, highlight, unused
   glm::vec3 anim;    // flash gain (brightness), flash gain (recompute), drop
+  glm::vec4 style;   // leave, hatch K, hatch V, slide
+};
+struct MarkerGpu {  // marker.vert locations 2..4
+  glm::vec3 center, size, color;
 };
 struct BeamInstance {  // beam.vert locations 0..3
   glm::vec3 from, to;
   float weight;
   glm::vec3 color;
 };
-struct GlyphInstance {  // glyph.vert locations 0..5
+struct GlyphInstance {  // glyph.vert locations 0..6
   glm::vec3 anchor;
   glm::vec4 rect, uv, color;
   float drop;
   float min_px;
+  glm::vec2 extra;  // flat, slide
 };
 
 void float_attrib(GLuint loc, int n, GLsizei stride, size_t offset, bool per_instance) {
@@ -87,19 +92,21 @@ size_t upload_changes(const GlBuffer& buf, std::vector<T>& data, std::vector<T>*
 }  // namespace
 
 struct Renderer::Impl {
-  ShaderProgram block, head, halo, beam, glyph, grid;
+  ShaderProgram block, head, halo, beam, glyph, grid, marker;
   GlBuffer cube_vbo, sphere_vbo, sphere_ibo;
-  GlBuffer token_inst, kv_inst, beam_inst, glyph_inst;
-  GlVertexArray token_vao, kv_vao, sphere_vao, beam_vao, glyph_vao, empty_vao;
+  GlBuffer token_inst, kv_inst, beam_inst, glyph_inst, marker_inst;
+  GlVertexArray token_vao, kv_vao, sphere_vao, beam_vao, glyph_vao, empty_vao, marker_vao;
   GlTexture atlas_tex;
   GLsizei cube_count = 0, sphere_index_count = 0;
   std::vector<BlockInstance> token_data, kv_data;
   std::vector<BeamInstance> beam_data;
   std::vector<GlyphInstance> glyph_data;
+  std::vector<MarkerGpu> marker_data;
   // What the GPU buffers hold now (for the changed-range upload).
   std::vector<BlockInstance> token_gpu, kv_gpu;
   std::vector<BeamInstance> beam_gpu;
   std::vector<GlyphInstance> glyph_gpu;
+  std::vector<MarkerGpu> marker_gpu;
   std::vector<GlyphQuad> quads;
   uint64_t revision = 0;                  // Scene::revision of the buffers' content (0: none)
   float grid_x0 = -8.0f, grid_x1 = 8.0f;  // token extent of that content
@@ -126,6 +133,7 @@ struct Renderer::Impl {
     float_attrib(3, 3, sizeof(BlockInstance), base + offsetof(BlockInstance, color), true);
     float_attrib(4, 4, sizeof(BlockInstance), base + offsetof(BlockInstance, params), true);
     float_attrib(5, 3, sizeof(BlockInstance), base + offsetof(BlockInstance, anim), true);
+    float_attrib(6, 4, sizeof(BlockInstance), base + offsetof(BlockInstance, style), true);
   }
   void bind_glyph_instances(size_t first) {
     const size_t base = first * sizeof(GlyphInstance);
@@ -137,6 +145,7 @@ struct Renderer::Impl {
     float_attrib(3, 4, sizeof(GlyphInstance), base + offsetof(GlyphInstance, color), true);
     float_attrib(4, 1, sizeof(GlyphInstance), base + offsetof(GlyphInstance, drop), true);
     float_attrib(5, 1, sizeof(GlyphInstance), base + offsetof(GlyphInstance, min_px), true);
+    float_attrib(6, 2, sizeof(GlyphInstance), base + offsetof(GlyphInstance, extra), true);
   }
 };
 
@@ -148,7 +157,8 @@ void Renderer::Impl::pack(const Scene& scene, const GlyphAtlas& atlas) {
     token_data.push_back({t.position,
                           t.color,
                           {t.brightness, 0.0f, t.highlighted ? 1.0f : 0.0f, 0.0f},
-                          {0.0f, 0.0f, t.drop}});
+                          {0.0f, 0.0f, t.drop},
+                          {0.0f, 0.0f, 0.0f, t.slide}});
     grid_x0 = std::min(grid_x0, t.position.x - 8.0f);
     grid_x1 = std::max(grid_x1, t.position.x + 8.0f);
   }
@@ -156,8 +166,12 @@ void Renderer::Impl::pack(const Scene& scene, const GlyphAtlas& atlas) {
   for (const KvBlockInstance& k : scene.kv_blocks)
     kv_data.push_back({k.position,
                        k.color,
-                       {k.brightness, k.recompute, 0.0f, 0.0f},
-                       {k.flash_brightness, k.flash_recompute, 0.0f}});
+                       {k.brightness, k.recompute, k.highlight, 0.0f},
+                       {k.flash_brightness, k.flash_recompute, 0.0f},
+                       {k.leave, k.hatch_k, k.hatch_v, k.slide}});
+  marker_data.clear();
+  for (const MarkerInstance& mk : scene.markers)
+    marker_data.push_back({mk.center, mk.size, mk.color});
   auto sorted = [](const auto& v, auto x_of) {
     for (size_t i = 1; i < v.size(); ++i)
       if (x_of(v[i]) < x_of(v[i - 1])) return false;
@@ -183,13 +197,20 @@ void Renderer::Impl::pack(const Scene& scene, const GlyphAtlas& atlas) {
                                     : glm::vec4(glm::vec3(0.95f * shade), 1.0f);
     float dx = scene.labels_vertical ? 0.0f : -0.5f * width_units;
     float dy = scene.labels_vertical ? -center_y : 0.0f;
+    if (t.label_flat) {
+      // Centered under the token's near edge, the line's top one gap below it, per lane.
+      anchor = t.position + glm::vec3(0.0f, 0.5f * scene.token_size.y, 0.5f * scene.token_size.z);
+      dx = -0.5f * width_units;
+      dy = -(1.0f + atlas.descent()) - kFlatLabelGap - kFlatLabelLane * float(t.label_lane);
+    }
     for (const GlyphQuad& q : quads)
       glyph_data.push_back({anchor,
                             {q.x0 + dx, q.y0 + dy, q.x1 + dx, q.y1 + dy},
                             {q.u0, q.v0, q.u1, q.v1},
                             color,
                             t.drop,
-                            t.highlighted ? std::max(t.label_min_px, 16.0f) : t.label_min_px});
+                            t.highlighted ? std::max(t.label_min_px, 16.0f) : t.label_min_px,
+                            {t.label_flat ? 1.0f : 0.0f, t.slide}});
   }
   x_sorted = x_sorted && sorted(glyph_data, [](const GlyphInstance& g) { return g.anchor.x; });
 }
@@ -209,8 +230,8 @@ Result Renderer::create(const RendererOptions& opts, std::unique_ptr<Renderer>* 
   r->impl_ = std::make_unique<Impl>();
   Impl& m = *r->impl_;
   const std::pair<const char*, ShaderProgram*> programs[] = {
-      {"block", &m.block}, {"head", &m.head},   {"halo", &m.halo},
-      {"beam", &m.beam},   {"glyph", &m.glyph}, {"grid", &m.grid}};
+      {"block", &m.block}, {"head", &m.head}, {"halo", &m.halo},    {"beam", &m.beam},
+      {"glyph", &m.glyph}, {"grid", &m.grid}, {"marker", &m.marker}};
   for (auto& [name, prog] : programs)
     if (Result res = ShaderProgram::load(opts.shader_dir, name, prog); !res.ok()) return res;
 
@@ -226,12 +247,21 @@ Result Renderer::create(const RendererOptions& opts, std::unique_ptr<Renderer>* 
   glBindBuffer(GL_ARRAY_BUFFER, m.cube_vbo.get());
   glBufferData(GL_ARRAY_BUFFER, GLsizeiptr(cube.vertices.size() * sizeof(float)),
                cube.vertices.data(), GL_STATIC_DRAW);
-  for (GlBuffer* b : {&m.token_inst, &m.kv_inst, &m.beam_inst, &m.glyph_inst}) *b = make_buffer();
-  for (GlVertexArray* v :
-       {&m.token_vao, &m.kv_vao, &m.sphere_vao, &m.beam_vao, &m.glyph_vao, &m.empty_vao})
+  for (GlBuffer* b : {&m.token_inst, &m.kv_inst, &m.beam_inst, &m.glyph_inst, &m.marker_inst})
+    *b = make_buffer();
+  for (GlVertexArray* v : {&m.token_vao, &m.kv_vao, &m.sphere_vao, &m.beam_vao, &m.glyph_vao,
+                           &m.empty_vao, &m.marker_vao})
     *v = make_vertex_array();
   m.setup_block_vao(m.token_vao, m.token_inst);
   m.setup_block_vao(m.kv_vao, m.kv_inst);
+  glBindVertexArray(m.marker_vao.get());
+  glBindBuffer(GL_ARRAY_BUFFER, m.cube_vbo.get());
+  float_attrib(0, 3, 6 * sizeof(float), 0, false);
+  float_attrib(1, 3, 6 * sizeof(float), 3 * sizeof(float), false);
+  glBindBuffer(GL_ARRAY_BUFFER, m.marker_inst.get());
+  float_attrib(2, 3, sizeof(MarkerGpu), offsetof(MarkerGpu, center), true);
+  float_attrib(3, 3, sizeof(MarkerGpu), offsetof(MarkerGpu, size), true);
+  float_attrib(4, 3, sizeof(MarkerGpu), offsetof(MarkerGpu, color), true);
 
   glBindVertexArray(m.sphere_vao.get());
   m.sphere_vbo = make_buffer();
@@ -259,6 +289,7 @@ Result Renderer::create(const RendererOptions& opts, std::unique_ptr<Renderer>* 
   float_attrib(3, 4, sizeof(GlyphInstance), offsetof(GlyphInstance, color), true);
   float_attrib(4, 1, sizeof(GlyphInstance), offsetof(GlyphInstance, drop), true);
   float_attrib(5, 1, sizeof(GlyphInstance), offsetof(GlyphInstance, min_px), true);
+  float_attrib(6, 2, sizeof(GlyphInstance), offsetof(GlyphInstance, extra), true);
   glBindVertexArray(0);
 
   // Glyph atlas texture (R8, mipmapped so small distant labels do not shimmer).
@@ -301,6 +332,7 @@ void Renderer::draw(const Scene& scene, int fb_width, int fb_height, Viewport vi
     stats_.uploaded_bytes += upload_changes(m.kv_inst, m.kv_data, &m.kv_gpu);
     stats_.uploaded_bytes += upload_changes(m.beam_inst, m.beam_data, &m.beam_gpu);
     stats_.uploaded_bytes += upload_changes(m.glyph_inst, m.glyph_data, &m.glyph_gpu);
+    stats_.uploaded_bytes += upload_changes(m.marker_inst, m.marker_data, &m.marker_gpu);
     m.revision = scene.revision;
     stats_.prepare_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -362,6 +394,8 @@ void Renderer::draw(const Scene& scene, int fb_width, int fb_height, Viewport vi
     m.block.use();
     glUniform1f(m.block.uniform("u_flash"), std::clamp(anim.flash, 0.0f, 1.0f));
     glUniform1f(m.block.uniform("u_fall"), std::clamp(anim.fall, 0.0f, 1.0f));
+    glUniform1f(m.block.uniform("u_leave"), std::clamp(anim.leave, 0.0f, 1.0f));
+    glUniform1f(m.block.uniform("u_slide"), std::clamp(anim.slide, 0.0f, 1.0f));
     glUniformMatrix4fv(m.block.uniform("u_view_proj"), 1, GL_FALSE, glm::value_ptr(vp));
     glUniform3fv(m.block.uniform("u_size"), 1, glm::value_ptr(size));
     glUniform3fv(m.block.uniform("u_eye"), 1, glm::value_ptr(cam.eye));
@@ -371,6 +405,13 @@ void Renderer::draw(const Scene& scene, int fb_width, int fb_height, Viewport vi
   };
   draw_blocks(m.token_vao, m.token_inst, tok_range, scene.token_size);
   draw_blocks(m.kv_vao, m.kv_inst, kv_range, scene.kv_block_size);
+  if (!m.marker_gpu.empty()) {
+    m.marker.use();
+    glUniformMatrix4fv(m.marker.uniform("u_view_proj"), 1, GL_FALSE, glm::value_ptr(vp));
+    glBindVertexArray(m.marker_vao.get());
+    glDrawArraysInstanced(GL_TRIANGLES, 0, m.cube_count, GLsizei(m.marker_gpu.size()));
+    ++stats_.draw_calls;
+  }
 
   if (scene.head.visible) {
     m.head.use();
@@ -438,6 +479,7 @@ void Renderer::draw(const Scene& scene, int fb_width, int fb_height, Viewport vi
     glBlendFunc(GL_SRC_ALPHA, GL_ONE_MINUS_SRC_ALPHA);
     m.glyph.use();
     glUniform1f(m.glyph.uniform("u_fall"), std::clamp(anim.fall, 0.0f, 1.0f));
+    glUniform1f(m.glyph.uniform("u_slide"), std::clamp(anim.slide, 0.0f, 1.0f));
     glUniformMatrix4fv(m.glyph.uniform("u_view"), 1, GL_FALSE, glm::value_ptr(view));
     glUniformMatrix4fv(m.glyph.uniform("u_proj"), 1, GL_FALSE, glm::value_ptr(proj));
     glUniform1f(m.glyph.uniform("u_height"), scene.label_height);

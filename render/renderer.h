@@ -1,7 +1,7 @@
 // renderer.h — draws a render::Scene with OpenGL 3.3 core.
 //
-// One instanced draw per element kind: grid, token blocks, KV blocks, head sphere,
-// head halo, beams, label glyphs (at most 7 draw calls however long the sequence).
+// One instanced draw per element kind: grid, token blocks, KV blocks, markers, head
+// sphere, head halo, beams, label glyphs (at most 8 draw calls however long the sequence).
 // Owns every GL object it creates; needs a current GL context for its whole life
 // (create, draw and destruction on the context's thread).
 #pragma once

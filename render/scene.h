@@ -30,7 +30,20 @@ struct TokenInstance {
   // tokens); 0 lets it shrink with distance and fade out once too small to read.
   float label_min_px = 0.0f;
   float drop = 0.0f;         // world units above its slot when SceneAnim::fall is 1 (label too)
+  // A flat label is drawn horizontal whatever Scene::labels_vertical says, hanging below the
+  // token's near (+z) edge in lane `label_lane` (0 nearest, one line further per lane): the
+  // readable labels of the most-attended tokens when the camera looks down (TOP).
+  bool label_flat = false;
+  int label_lane = 0;  // see kFlatLabelGap / kFlatLabelLane
+  // World units along +x the token (and its label) starts from when SceneAnim::slide is 1:
+  // after a context shift the surviving tokens slide left into their new positions.
+  float slide = 0.0f;
 };
+
+// Flat labels: the gap between the token's near edge and the first lane's line, and the
+// distance from one lane to the next, in text lines (the line's height on screen).
+inline constexpr float kFlatLabelGap = 0.25f;
+inline constexpr float kFlatLabelLane = 1.1f;
 
 // One layer's KV-cache entry of one token: a small block in the stack under the token.
 struct KvBlockInstance {
@@ -40,6 +53,20 @@ struct KvBlockInstance {
   float recompute = 0.0f;   // 0..1: mixes in the red "being recomputed" flash
   // Added times SceneAnim::flash (results capped at 1): the step-flash of blocks written now.
   float flash_brightness = 0.0f, flash_recompute = 0.0f;
+  float highlight = 0.0f;  // 0..1: lit (e.g. the KV head the selected query head reads)
+  // 1: evicted by this step: the block shrinks and sinks away as SceneAnim::leave goes 0 -> 1.
+  float leave = 0.0f;
+  // Hatching that says the cache stores quantized rows: stripes per world unit, rising for
+  // the K rows' type and falling for the V rows' (both: a cross-hatch); 0 = plain (float).
+  float hatch_k = 0.0f, hatch_v = 0.0f;
+  float slide = 0.0f;  // as TokenInstance::slide
+};
+
+// A thin emissive box that marks a place in the scene (a layer's window boundary).
+struct MarkerInstance {
+  glm::vec3 center{0.0f};
+  glm::vec3 size{0.05f};  // full extents
+  glm::vec3 color{1.0f};
 };
 
 // One attention beam from the write head back to an earlier token.
@@ -102,10 +129,12 @@ struct SceneAnim {
   float beam_fade = 1.0f;         // multiplies every beam's weight
   glm::vec3 beam_shift{0.0f};     // added to every beam's origin (follows the head)
   BeamArc beam_arc;               // beam shape (a uniform: presets may change it per frame)
+  float leave = 1.0f;             // 0..1 progress of this step's evictions (1: gone)
+  float slide = 0.0f;             // 0..1 fraction of each instance's `slide` still to travel
 };
 
 struct Scene {
-  // Nonzero: the instance content (tokens, labels, kv_blocks, beams, token/kv sizes,
+  // Nonzero: the instance content (tokens, labels, kv_blocks, beams, markers, token/kv sizes,
   // label settings) equals that of any earlier Scene with the same revision, so the
   // renderer reuses its buffers. 0: unknown; the renderer repacks and re-uploads only the
   // byte ranges that changed. Make fresh values with next_scene_revision().
@@ -114,6 +143,7 @@ struct Scene {
   std::vector<TokenInstance> tokens;
   std::vector<KvBlockInstance> kv_blocks;
   std::vector<Beam> beams;
+  std::vector<MarkerInstance> markers;
   WriteHead head;
   Grid grid;
   CameraView camera;

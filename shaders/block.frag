@@ -1,13 +1,15 @@
 #version 330 core
-// block.frag — lit box with darkened edges, emissive when bright, red when recomputed.
+// block.frag — lit box with darkened edges, emissive when bright, red when recomputed,
+// hatched when the cache it stands for is quantized (rising stripes: K, falling: V).
 in vec3 v_normal;
 in vec3 v_local;
 in vec3 v_color;
 in vec4 v_params;
 in vec3 v_world;
+in vec2 v_hatch;
+in vec3 v_size;
 
 uniform vec3 u_eye;
-uniform vec3 u_size;
 
 out vec4 frag_color;
 
@@ -23,8 +25,8 @@ void main() {
 
   // Distance to the nearest edge of this face, in world units: a thin dark bevel line
   // keeps neighbouring blocks apart at any zoom.
-  vec3 a = abs(v_local) * u_size;
-  vec3 half_size = 0.5 * u_size;
+  vec3 a = abs(v_local) * v_size;
+  vec3 half_size = 0.5 * v_size;
   vec3 d = half_size - a;  // per-axis distance to the face boundary
   vec3 an = abs(n);
   float e = an.x > 0.5 ? min(d.y, d.z) : an.y > 0.5 ? min(d.x, d.z) : min(d.x, d.y);
@@ -38,6 +40,21 @@ void main() {
   color = mix(color, red * (0.75 + 0.35 * diffuse), recompute);
   color = mix(color, vec3(1.0, 0.95, 0.55), highlight * 0.45);
   color *= mix(0.35, 1.0, edge);
+
+  // Hatching: the face's two in-plane coordinates (world units from the block's center),
+  // dark bands along one diagonal per quantized type, anti-aliased by their screen width.
+  vec3 p = v_local * v_size;
+  vec2 f = an.x > 0.5 ? p.zy : an.y > 0.5 ? p.xz : p.xy;
+  float dark = 0.0;
+  for (int i = 0; i < 2; ++i) {
+    float k = i == 0 ? v_hatch.x : v_hatch.y;
+    if (k <= 0.0) continue;
+    float s = (i == 0 ? f.x + f.y : f.x - f.y) * k;
+    float band = abs(fract(s) - 0.5);  // 0 in the middle of a stripe, 0.5 between
+    float aa = fwidth(s) + 1e-4;
+    dark = max(dark, 1.0 - smoothstep(0.22 - aa, 0.22 + aa, band));
+  }
+  color *= 1.0 - 0.55 * dark;
 
   // Gentle depth haze towards the background.
   float dist = length(u_eye - v_world);
