@@ -11,6 +11,7 @@
 #include "app/app_frame.h"
 #include "app/scene_view.h"
 #include "app/window.h"
+#include "engine/kv_memory.h"
 #include "render/gl.h"
 #include "render/offscreen.h"
 
@@ -31,6 +32,7 @@ ModelFacts model_facts(const EngineHandle& h) {
   const KvTypes kt = h.session->config().kv_types;
   f.kv_dtype = kv_types_name(kt);
   f.kv_types = kt;
+  f.layer_window = kv_memory_shape(*h.model).layer_window;
   f.kv_bytes_per_token =
       uint64_t(c.n_layer) * kv_position_bytes({c.n_layer, c.n_head_kv, c.head_dim}, kt);
   return f;
@@ -162,6 +164,8 @@ int run_screenshot(const CaptureOptions& opts, bool panels) {
   eo.backend = opts.backend;
   eo.mode = opts.mode;
   eo.max_tokens = opts.steps + 1;
+  eo.kv_types = opts.kv_types;
+  eo.limits = opts.limits;
   auto engine = open_engine(eo);
   if (!engine.ok()) return fail(engine.error().message);
   EngineHandle& eng = engine.value();
@@ -178,6 +182,7 @@ int run_screenshot(const CaptureOptions& opts, bool panels) {
   ui.prompts = load_prompts();
   if (!opts.prompt_file.empty()) ui.prompts.insert(ui.prompts.begin(), {"file", prompt});
   ui.facts = model_facts(eng);
+  ui.run_kv = run_kv_choice(eo.kv_types, eo.limits);
   ui.view = opts.view;
   if (ui.view.layer == kMiddleLayer) ui.view.layer = ui.facts.n_layer / 2;
   ui.preset = opts.camera;

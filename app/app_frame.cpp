@@ -165,6 +165,7 @@ void draw_frame_ui(UiState& ui, Controller* ctl, const ControllerState& cs, cons
     column_header("kvscope", true, &ui.layout_prefs.left);
     if (ImGui::CollapsingHeader("Controls", ImGuiTreeNodeFlags_DefaultOpen))
       panel_controls(ui, ctl, cs, tl);
+    if (ImGui::CollapsingHeader("Heads", ImGuiTreeNodeFlags_DefaultOpen)) panel_heads(ui);
     if (ImGui::CollapsingHeader("Transcript", ImGuiTreeNodeFlags_DefaultOpen))
       panel_transcript(ui, tl);
   } else {
@@ -177,6 +178,7 @@ void draw_frame_ui(UiState& ui, Controller* ctl, const ControllerState& cs, cons
   if (L.right_open) {
     column_header("measured", false, &ui.layout_prefs.right);
     if (ImGui::CollapsingHeader("Stats", ImGuiTreeNodeFlags_DefaultOpen)) panel_stats(ui, cs, tl);
+    if (ImGui::CollapsingHeader("KV memory", ImGuiTreeNodeFlags_DefaultOpen)) panel_memory(ui, tl);
     if (ImGui::CollapsingHeader("Top candidates", ImGuiTreeNodeFlags_DefaultOpen))
       panel_candidates(tl);
     if (ImGui::CollapsingHeader("Plots", ImGuiTreeNodeFlags_DefaultOpen)) panel_plots(ui, tl);

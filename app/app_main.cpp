@@ -115,6 +115,21 @@ std::string parse_args(int argc, char** argv, Args* a) {
     } else if (k == "--model") {
       if (!value(&v)) return "--model needs a built-in model name or a GGUF file path";
       a->cap.model_path = v;
+    } else if (k == "--kv-type" || k == "--kv-type-k" || k == "--kv-type-v") {
+      KvDtype t;
+      if (!value(&v) || !kv_dtype_parse(v, &t))
+        return k + " " + (v ? v : "") + ": unknown cache type (choose " + kv_dtype_choices() + ")";
+      if (k != "--kv-type-v") a->cap.kv_types.k = t;
+      if (k != "--kv-type-k") a->cap.kv_types.v = t;
+    } else if (k == "--ctx" || k == "--kv-sink" || k == "--kv-window") {
+      if (!value(&v)) return k + " needs a number";
+      char* end = nullptr;
+      long n = std::strtol(v, &end, 10);
+      if (*v == 0 || *end != 0 || n < 0 || n > (1 << 24))
+        return k + " " + v + " is not a number in [0, 16777216]";
+      (k == "--ctx"       ? a->cap.limits.n_ctx
+       : k == "--kv-sink" ? a->cap.limits.sink
+                          : a->cap.limits.window) = int(n);
     } else if (k == "--backend") {
       if (!value(&v)) return "--backend needs auto, cpu or cuda";
       a->cap.backend = v;
@@ -131,6 +146,8 @@ const char* kUsage =
     "       kvscope generate|bench|bench-render ...\n"
     "options: --model NAME|PATH (smollm2-135m, gemma3-270m or a .gguf)\n"
     "         --backend auto|cpu|cuda  --prompt-file F  --steps N\n"
+    "         --kv-type T, --kv-type-k T, --kv-type-v T (f32, f16, q8_0, q4_0)\n"
+    "         --ctx N  --kv-sink S --kv-window W (the KV cache; the engine checks them)\n"
     "         --mode cache|nocache  --camera top|side|front|3/4|follow (or a list: top,3/4)\n"
     "         --layer L  --head H|mean|max  --all-layers  --no-sink  --size WxH\n"
     "         --scene-only (screenshot without the panels)\n"

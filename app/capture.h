@@ -26,6 +26,8 @@ struct CaptureOptions {
   int width = 1280, height = 720;
   std::string model_path;
   std::string backend = "auto";
+  KvTypes kv_types;  // the KV cache: element types, context size, sink + window
+  KvLimits limits;
   double since_step = 0.45;  // animation time of the captured frame after the last step
 };
 

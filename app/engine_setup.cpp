@@ -21,6 +21,8 @@ Expected<EngineHandle> open_engine(const EngineOptions& opts) {
   SessionConfig cfg;
   cfg.mode = opts.mode;
   cfg.max_tokens = opts.max_tokens;
+  cfg.kv_types = opts.kv_types;
+  cfg.limits = opts.limits;
   auto session = Session::create(h.model, std::move(backend.value()), cfg);
   if (!session.ok()) return session.error();
   h.session = std::move(session.value());

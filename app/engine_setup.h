@@ -15,6 +15,10 @@ struct EngineOptions {
   int threads = 0;  // 0 = the backend's default
   CacheMode mode = CacheMode::Cache;
   int max_tokens = 256;
+  // The KV cache (engine/kv_policy.h): K and V element types, context size (0: the
+  // model's), sink + window (window 0: off). The engine checks them (Session::create).
+  KvTypes kv_types;
+  KvLimits limits;
 };
 
 struct EngineHandle {

@@ -65,12 +65,15 @@ std::unique_ptr<Controller> start_engine(const GuiOptions& o, UiState& ui) {
   eo.backend = o.cap.backend;
   eo.mode = ui.mode;
   eo.max_tokens = ui.max_tokens;
+  eo.kv_types = o.cap.kv_types;
+  eo.limits = o.cap.limits;
   auto engine = open_engine(eo);
   if (!engine.ok()) {
     ui.error = "Could not start the engine:\n" + engine.error().message;
     return nullptr;
   }
   ui.facts = model_facts(engine.value());
+  ui.run_kv = run_kv_choice(eo.kv_types, eo.limits);
   if (ui.view.layer == kMiddleLayer) ui.view.layer = ui.facts.n_layer / 2;
   add_notice(ui, engine.value().notice);
   auto ctl = std::make_unique<Controller>(std::move(engine.value().session));

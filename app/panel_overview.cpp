@@ -5,9 +5,10 @@
 // A band along the bottom says prompt (blue) or generated (orange); bars rising from it
 // are the newest step's attention, with the beams' weights on the strip's own scale (the
 // strongest targets marked with a white tick and a triangle, the sink in amber); a bracket
-// marks the part the 3D view shows, a yellow tick the write head. Hover: the token's text and
-// weight (and its block lights up in 3D). Click or drag: the camera goes to that part of the
-// sequence.
+// marks the part the 3D view shows, a yellow tick the write head; positions the selected
+// layer's cache has evicted are shaded up to its window boundary (amber; a sink's end
+// green). Hover: the token's text and weight (and its block lights up in 3D). Click or
+// drag: the camera goes to that part of the sequence.
 #include <imgui.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 
 #include "app/overview_marks.h"
 #include "app/scene_builder.h"
+#include "app/scene_kv.h"
 #include "app/ui_state.h"
 
 namespace kvscope::app {
@@ -90,6 +92,21 @@ void panel_overview(UiState& ui, const Timeline& tl, int shown_first, int shown_
       dl->AddRectFilled(ImVec2(x - 1.0f, base_y - bar_max * v), ImVec2(x + 1.0f, base_y), mark);
       dl->AddTriangleFilled(ImVec2(x - 4.0f, p0.y + 2.0f), ImVec2(x + 4.0f, p0.y + 2.0f),
                             ImVec2(x, p0.y + 7.0f), mark);
+    }
+  }
+
+  // What the selected layer's cache no longer holds: shaded, with its window boundary (amber)
+  // and the end of its sink (green).
+  if (last) {
+    const KvHoldings hold(last, previous_trace(tl));
+    const int layer = resolved_layer(ui.view, n_layer);
+    const int start = hold.window_start(layer), sink = hold.sink_end(layer);
+    if (start > 0) {
+      const float a = x0 + w * float(sink) / slots, b = x0 + w * float(start) / slots;
+      dl->AddRectFilled(ImVec2(a, p0.y + 1), ImVec2(b, p1.y - 1), IM_COL32(0, 0, 0, 120));
+      dl->AddLine(ImVec2(b, p0.y + 1), ImVec2(b, p1.y - 1), IM_COL32(255, 175, 45, 255), 2.0f);
+      if (sink > 0)
+        dl->AddLine(ImVec2(a, p0.y + 1), ImVec2(a, p1.y - 1), IM_COL32(90, 240, 115, 255), 2.0f);
     }
   }
 

@@ -8,8 +8,8 @@
 #include <cmath>
 
 #include "app/scene_kv.h"
-#include "render/glyph_atlas.h"
 #include "engine/printable.h"
+#include "render/glyph_atlas.h"
 #include "render/layout.h"
 #include "render/synthetic_scene.h"
 

@@ -32,6 +32,10 @@ std::string format_count(double v) {
   return buf;
 }
 
+KvMemoryShape facts_memory_shape(const ModelFacts& f) {
+  return {f.name, f.n_layer, f.n_head, f.n_head_kv, f.head_dim, f.layer_window};
+}
+
 ViewOptions scene_options(const UiState& ui) {
   ViewOptions v = ui.view;
   v.n_head_kv = ui.facts.n_head_kv;

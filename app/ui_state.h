@@ -8,6 +8,7 @@
 
 #include "app/controller.h"
 #include "app/engine_setup.h"
+#include "app/memory_whatif.h"
 #include "app/scene_builder.h"
 #include "app/ui_layout.h"
 #include "render/camera.h"
@@ -21,7 +22,10 @@ struct ModelFacts {
   uint64_t block_macs_per_token = 0;
   uint64_t kv_bytes_per_token = 0;
   KvTypes kv_types;
+  std::vector<int> layer_window;  // [L] the model's own window per layer (0: global)
 };
+// The memory formula's shape for a model (engine/kv_memory.h).
+KvMemoryShape facts_memory_shape(const ModelFacts& f);
 
 // A message for the user that does not need an answer: shown in a corner of the 3D view
 // until dismissed (or until it expires), never over the panels.
@@ -74,6 +78,12 @@ struct UiState {
   double last_step_time = -1e9;      // glfwGetTime() when the newest trace arrived
   std::deque<double> step_arrivals;  // arrival times of the last few traces (observed tok/s)
   int hovered_pos = -1;
+  // KV memory: the run's own cache settings, and the what-if panel's choice and context.
+  WhatIfChoice run_kv;
+  WhatIfChoice whatif;
+  bool whatif_set = false;  // the what-if starts from run_kv
+  int whatif_ctx = 100000;
+  int whatif_window = 256;  // the window offered when sink + window is switched on
 };
 
 // Adds a dismissable notice (`seconds` > 0: it also goes away by itself after that long).
@@ -95,6 +105,10 @@ void panel_toolbar(UiState& ui, Controller* ctl, const ControllerState& cs, cons
 // The bottom strip: the whole sequence at a glance with this step's attention marks and
 // the part the 3D view shows; `shown` = [first, last] positions in view (or -1, -1).
 void panel_overview(UiState& ui, const Timeline& tl, int shown_first, int shown_last);
+// The KV memory section: this run's bytes next to the formula, and the what-if table.
+void panel_memory(UiState& ui, const Timeline& tl);
+// The Heads section: which query heads share which KV head; click one to light it.
+void panel_heads(UiState& ui);
 // Floating windows: the tooltip of the hovered token, the error modal.
 void panel_inspector(const UiState& ui, const Timeline& tl);
 void panel_error_modal(UiState& ui);

@@ -291,10 +291,11 @@ TEST(KvScenePixels, TheLitKvHeadIsBrighterThanTheOthers) {
     float b[3];
     for (int g = 0; g < 3; ++g)
       b[g] = luma(sample(img, s, layout::kv_head_position(pos, 1, g, 3) + glm::vec3(0, 0, 0.3f)));
-    for (int g = 0; g < 3; ++g)
-      if (g != h / 3)
-        EXPECT_GT(b[h / 3], 1.8f * b[g])
-            << "query head " << h << ": KV head " << h / 3 << " is not lit next to KV head " << g;
+    for (int g = 0; g < 3; ++g) {
+      if (g == h / 3) continue;
+      EXPECT_GT(b[h / 3], 1.8f * b[g])
+          << "query head " << h << ": KV head " << h / 3 << " is not lit next to KV head " << g;
+    }
   }
 }
 
