@@ -183,12 +183,25 @@ int run_screenshot(const CaptureOptions& opts, bool panels) {
   if (!opts.prompt_file.empty()) ui.prompts.insert(ui.prompts.begin(), {"file", prompt});
   ui.facts = model_facts(eng);
   ui.run_kv = run_kv_choice(eo.kv_types, eo.limits);
+  ui.engine_options = eo;
   ui.view = opts.view;
   if (ui.view.layer == kMiddleLayer) ui.view.layer = ui.facts.n_layer / 2;
   ui.preset = opts.camera;
   ui.mode = eng.session->mode();
   ui.hovered_pos = opts.view.hovered_pos;
   add_notice(ui, eng.notice);
+  if (opts.quality_steps > 0) {
+    ui.quality_kv = ui.run_kv;
+    ui.quality_steps = opts.quality_steps;
+    ui.quality->start(quality_spec(ui, prompt));
+    ui.quality->wait();
+    QualitySnapshot q = ui.quality->snapshot();
+    if (!q.error.empty()) return fail("cache quality: " + q.error);
+    std::printf("kvscope: cache quality: %s against f16, %d steps, mean KL %.4g nats, top-1 %d/%d\n",
+                q.candidate.c_str(), int(q.points.size()), q.mean_kl, q.agreements,
+                int(q.points.size()));
+    ui.show_quality = true;
+  }
   std::vector<render::CameraPreset> presets{opts.camera};
   presets.insert(presets.end(), opts.more_cameras.begin(), opts.more_cameras.end());
   for (render::CameraPreset preset : presets) {

@@ -178,7 +178,15 @@ void draw_frame_ui(UiState& ui, Controller* ctl, const ControllerState& cs, cons
   if (L.right_open) {
     column_header("measured", false, &ui.layout_prefs.right);
     if (ImGui::CollapsingHeader("Stats", ImGuiTreeNodeFlags_DefaultOpen)) panel_stats(ui, cs, tl);
+    if (ui.show_quality) ImGui::SetNextItemOpen(false);
     if (ImGui::CollapsingHeader("KV memory", ImGuiTreeNodeFlags_DefaultOpen)) panel_memory(ui, tl);
+    if (ui.show_quality) ImGui::SetNextItemOpen(true);
+    ui.show_quality = false;
+    const bool quality_open = ImGui::CollapsingHeader("Cache quality");
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip(
+          "A cache (type, window) against f16 with the full context, on the same tokens");
+    if (quality_open) panel_quality(ui);
     if (ImGui::CollapsingHeader("Top candidates", ImGuiTreeNodeFlags_DefaultOpen))
       panel_candidates(tl);
     if (ImGui::CollapsingHeader("Plots", ImGuiTreeNodeFlags_DefaultOpen)) panel_plots(ui, tl);

@@ -130,6 +130,10 @@ std::string parse_args(int argc, char** argv, Args* a) {
       (k == "--ctx"       ? a->cap.limits.n_ctx
        : k == "--kv-sink" ? a->cap.limits.sink
                           : a->cap.limits.window) = int(n);
+    } else if (k == "--cache-quality") {
+      if (!value(&v) || std::atoi(v) < 1 || std::atoi(v) > 100000)
+        return "--cache-quality needs a number of steps in [1, 100000]";
+      a->cap.quality_steps = std::atoi(v);
     } else if (k == "--backend") {
       if (!value(&v)) return "--backend needs auto, cpu or cuda";
       a->cap.backend = v;
@@ -152,6 +156,8 @@ const char* kUsage =
     "         --layer L  --head H|mean|max  --all-layers  --no-sink  --size WxH\n"
     "         --scene-only (screenshot without the panels)\n"
     "         --highlight POS (screenshot: show that token as if pointed at)\n"
+    "         --cache-quality N (screenshot: the Cache quality section, this cache against\n"
+    "           f16 with the full context over N steps)\n"
     "         --play  --frames N (quit after N frames)  --window-shot OUT.png\n"
     "         --measure N (play N steps flat out, print engine step and frame times)\n"
     "         --ui-nice N (lower the UI thread's priority by N, default 5; 0 = off)\n";

@@ -28,6 +28,9 @@ struct CaptureOptions {
   std::string backend = "auto";
   KvTypes kv_types;  // the KV cache: element types, context size, sink + window
   KvLimits limits;
+  // > 0 (screenshot): run the Cache quality comparison of this cache against the f16
+  // full-context reference for this many steps and show it (the KV memory section folded).
+  int quality_steps = 0;
   double since_step = 0.45;  // animation time of the captured frame after the last step
 };
 

@@ -74,6 +74,7 @@ std::unique_ptr<Controller> start_engine(const GuiOptions& o, UiState& ui) {
   }
   ui.facts = model_facts(engine.value());
   ui.run_kv = run_kv_choice(eo.kv_types, eo.limits);
+  ui.engine_options = eo;
   if (ui.view.layer == kMiddleLayer) ui.view.layer = ui.facts.n_layer / 2;
   add_notice(ui, engine.value().notice);
   auto ctl = std::make_unique<Controller>(std::move(engine.value().session));

@@ -110,21 +110,19 @@ void whatif_section(UiState& ui, const KvMemoryShape& shape) {
   const std::vector<WhatIfRow> models = whatif_models(shape, c, ui.whatif_ctx);
   uint64_t top = 1;
   for (const WhatIfRow& r : models) top = std::max(top, r.at_ctx);
-  char head[64];
-  std::snprintf(head, sizeof head, "at %s tokens", format_count(ui.whatif_ctx).c_str());
   if (ImGui::BeginTable("##whatif_models", 3, ImGuiTableFlags_SizingStretchProp)) {
     ImGui::TableSetupColumn("model", ImGuiTableColumnFlags_WidthStretch, 2.2f);
     ImGui::TableSetupColumn("per token", ImGuiTableColumnFlags_WidthStretch, 1.0f);
-    ImGui::TableSetupColumn(head, ImGuiTableColumnFlags_WidthStretch, 1.3f);
+    ImGui::TableSetupColumn("all tokens", ImGuiTableColumnFlags_WidthStretch, 1.3f);
     ImGui::TableHeadersRow();
     for (size_t i = 0; i < models.size(); ++i) {
       const WhatIfRow& r = models[i];
       ImGui::TableNextRow();
       ImGui::TableNextColumn();
-      if (i == 0)
-        ImGui::TextColored(ImVec4(1.0f, 0.62f, 0.35f, 1.0f), "%s", r.name.c_str());
-      else
-        ImGui::TextWrapped("%s", r.name.c_str());
+      // Names wrap: the column is narrow and the model's own name can be long.
+      if (i == 0) ImGui::PushStyleColor(ImGuiCol_Text, ImVec4(1.0f, 0.62f, 0.35f, 1.0f));
+      ImGui::TextWrapped("%s", r.name.c_str());
+      if (i == 0) ImGui::PopStyleColor();
       ImGui::TableNextColumn();
       ImGui::TextUnformatted(format_bytes(r.per_token).c_str());
       ImGui::TableNextColumn();

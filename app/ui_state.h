@@ -3,12 +3,14 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "app/controller.h"
 #include "app/engine_setup.h"
 #include "app/memory_whatif.h"
+#include "app/quality_job.h"
 #include "app/scene_builder.h"
 #include "app/ui_layout.h"
 #include "render/camera.h"
@@ -84,6 +86,12 @@ struct UiState {
   bool whatif_set = false;  // the what-if starts from run_kv
   int whatif_ctx = 100000;
   int whatif_window = 256;  // the window offered when sink + window is switched on
+  // Cache quality: the live comparison, its candidate cache and length.
+  std::shared_ptr<QualityJob> quality = std::make_shared<QualityJob>();
+  WhatIfChoice quality_kv{{KvDtype::Q8_0, KvDtype::Q8_0}};
+  int quality_steps = 64;
+  bool show_quality = false;  // open the Cache quality section (and fold KV memory) once
+  EngineOptions engine_options;  // how the current model was opened
 };
 
 // Adds a dismissable notice (`seconds` > 0: it also goes away by itself after that long).
@@ -107,6 +115,10 @@ void panel_toolbar(UiState& ui, Controller* ctl, const ControllerState& cs, cons
 void panel_overview(UiState& ui, const Timeline& tl, int shown_first, int shown_last);
 // The KV memory section: this run's bytes next to the formula, and the what-if table.
 void panel_memory(UiState& ui, const Timeline& tl);
+// The Cache quality section: the live comparison against the f16 full-context reference.
+void panel_quality(UiState& ui);
+// The comparison the Cache quality section starts: its candidate cache on `prompt`.
+QualitySpec quality_spec(const UiState& ui, const PromptSpec& prompt);
 // The Heads section: which query heads share which KV head; click one to light it.
 void panel_heads(UiState& ui);
 // Floating windows: the tooltip of the hovered token, the error modal.

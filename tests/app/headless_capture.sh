@@ -1,7 +1,8 @@
 #!/bin/sh
 # headless_capture.sh KVSCOPE OUTDIR — `kvscope --screenshot` with no display server at all
 # (DISPLAY and WAYLAND_DISPLAY unset, no Xvfb): it must render through EGL, exit 0 and
-# write a PNG of the requested size.
+# write a PNG of the requested size. Then a screenshot with the Cache quality section
+# (--cache-quality): a q4_0 cache against f16 must report a mean KL above 0.
 set -eu
 kvscope=$1
 out=$2/headless_capture.png
@@ -15,3 +16,14 @@ sig=$(od -An -tx1 -N8 "$out" | tr -d ' \n')
 size=$(od -An -tu1 -j16 -N8 "$out" | tr -s ' ' | sed 's/^ //')
 [ "$size" = "0 0 2 128 0 0 1 144" ] || { echo "headless_capture: size bytes '$size', want 640x400" >&2; exit 1; }
 echo "headless_capture: wrote $out (640x400) with no display"
+
+# The Cache quality section's comparison, in a screenshot: q4_0 against f16.
+log=$2/headless_compare.log
+env -u DISPLAY -u WAYLAND_DISPLAY "$kvscope" --screenshot "$out" --steps 2 --size 640x400 \
+  --backend cpu --kv-type q4_0 --cache-quality 4 >"$log"
+line=$(grep '^kvscope: cache quality: ' "$log") || { echo "headless_capture: no cache quality line" >&2; cat "$log" >&2; exit 1; }
+case "$line" in
+  *"kv q4_0"*"4 steps, mean KL 0 nats"*) echo "headless_capture: q4_0 has KL 0: $line" >&2; exit 1 ;;
+  *"kv q4_0"*"4 steps, mean KL "*) echo "headless_capture: $line" ;;
+  *) echo "headless_capture: unexpected '$line'" >&2; exit 1 ;;
+esac
