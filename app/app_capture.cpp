@@ -105,6 +105,7 @@ Expected<AppShotResult> capture_app(render::Renderer& r, UiState& ui, const Time
     vf.preset_changed = f == 0;
     vf.rect = ui.layout.view;
     vf.dt = 0;  // no transition: the preset's framing at once
+    if (f > 0) vf.look_at_pos = shot.look_at_pos;
     view.update(vf, ViewInput{});
     ImGui::Render();
     target.bind();
@@ -197,9 +198,9 @@ int run_screenshot(const CaptureOptions& opts, bool panels) {
     ui.quality->wait();
     QualitySnapshot q = ui.quality->snapshot();
     if (!q.error.empty()) return fail("cache quality: " + q.error);
-    std::printf("kvscope: cache quality: %s against f16, %d steps, mean KL %.4g nats, top-1 %d/%d\n",
-                q.candidate.c_str(), int(q.points.size()), q.mean_kl, q.agreements,
-                int(q.points.size()));
+    const int n = int(q.points.size());
+    std::printf("kvscope: cache quality: %s vs f16, %d steps, mean KL %.4g nats, top-1 %d/%d\n",
+                q.candidate.c_str(), n, q.mean_kl, q.agreements, n);
     ui.show_quality = true;
   }
   std::vector<render::CameraPreset> presets{opts.camera};
@@ -221,6 +222,7 @@ int run_screenshot(const CaptureOptions& opts, bool panels) {
     shot.preset = preset;
     shot.since_step = opts.since_step;
     shot.panels = panels;
+    shot.look_at_pos = opts.look_at_pos;
     auto img = capture_app(*renderer, ui, tl, shot);
     if (!img.ok()) return fail(img.error().message);
     if (render::Result r = render::write_png(path, opts.width, opts.height, img.value().rgba);

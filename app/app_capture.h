@@ -20,6 +20,7 @@ struct AppShot {
   double since_step = 2.0;  // animation time after the newest step (2 s: settled)
   int frames = 3;           // UI frames drawn before the captured one (windows settle)
   bool panels = true;       // false: the 3D view fills the whole image, no UI
+  int look_at_pos = -1;     // >= 0: the camera slides along the sequence to this position
 };
 
 struct AppShotResult {

@@ -130,6 +130,9 @@ std::string parse_args(int argc, char** argv, Args* a) {
       (k == "--ctx"       ? a->cap.limits.n_ctx
        : k == "--kv-sink" ? a->cap.limits.sink
                           : a->cap.limits.window) = int(n);
+    } else if (k == "--look-at") {
+      if (!value(&v) || std::atoi(v) < 0) return "--look-at needs a position >= 0";
+      a->cap.look_at_pos = std::atoi(v);
     } else if (k == "--cache-quality") {
       if (!value(&v) || std::atoi(v) < 1 || std::atoi(v) > 100000)
         return "--cache-quality needs a number of steps in [1, 100000]";
@@ -156,6 +159,7 @@ const char* kUsage =
     "         --layer L  --head H|mean|max  --all-layers  --no-sink  --size WxH\n"
     "         --scene-only (screenshot without the panels)\n"
     "         --highlight POS (screenshot: show that token as if pointed at)\n"
+    "         --look-at POS (screenshot: the camera slides along the sequence to POS)\n"
     "         --cache-quality N (screenshot: the Cache quality section, this cache against\n"
     "           f16 with the full context over N steps)\n"
     "         --play  --frames N (quit after N frames)  --window-shot OUT.png\n"

@@ -31,6 +31,7 @@ struct CaptureOptions {
   // > 0 (screenshot): run the Cache quality comparison of this cache against the f16
   // full-context reference for this many steps and show it (the KV memory section folded).
   int quality_steps = 0;
+  int look_at_pos = -1;      // >= 0 (screenshot): the camera slides to this position
   double since_step = 0.45;  // animation time of the captured frame after the last step
 };
 

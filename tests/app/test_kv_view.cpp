@@ -469,3 +469,31 @@ TEST(ViewPolish, TopViewLabelsOfTheMostAttendedTokensAreFlatLegibleAndApart) {
                           << a.y0 << " " << a.x1 << "," << a.y1;
   }
 }
+
+// --look-at: a screenshot can show an old part of a long run (where a windowed layer's
+// blocks are gone): the camera slides there, the newest token leaves the picture.
+TEST(ViewPolish, LookAtBringsAnOldPositionToTheMiddleOfTheView) {
+  GL_TEST_CONTEXT_OR_SKIP(ctx);
+  auto r = ctx->make_renderer();
+  ASSERT_TRUE(r);
+  Timeline tl = synthetic_run(gemma_like(400));
+  UiState ui;
+  ui.prompts = {{"synthetic", {"synthetic", false}}};
+  ui.facts.n_layer = 6;
+  ui.facts.n_head = 4;
+  ui.view.layer = 0;
+  AppShot shot;
+  shot.width = 640;
+  shot.height = 400;
+  shot.panels = false;
+  shot.look_at_pos = 20;
+  auto res = capture_app(*r, ui, tl, shot);
+  ASSERT_TRUE(res.ok()) << res.error().message;
+  const render::Scene& s = res.value().scene;
+  const render::Viewport& vp = res.value().view;
+  auto at = render::project_to_viewport(s.camera, s.tokens[20].position, vp);
+  ASSERT_TRUE(at);
+  EXPECT_NEAR(at->x, vp.x + 0.5f * vp.width, 0.1f * vp.width);
+  auto newest = render::project_to_viewport(s.camera, s.tokens.back().position, vp);
+  EXPECT_TRUE(!newest || newest->x > float(vp.x + vp.width)) << "the newest token is in view";
+}
