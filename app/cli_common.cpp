@@ -25,26 +25,31 @@ const std::vector<BuiltinModel>& builtin_models() {
   return models;
 }
 
-namespace {
-
-// assets/models/<file> next to the executable (build tree or install), then in the
-// source tree, then in the cwd: the first that exists, else the last candidate.
-std::string find_asset_model(const std::string& file) {
+std::vector<std::string> asset_model_dirs() {
   std::error_code ec;
   fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  std::vector<fs::path> candidates;
+  std::vector<std::string> dirs;
   if (!ec) {
     for (fs::path dir = exe.parent_path(); !dir.empty() && dir != dir.root_path();
          dir = dir.parent_path())
-      candidates.push_back(dir / "assets" / "models" / file);
+      dirs.push_back((dir / "assets" / "models").string());
   }
 #if defined(KVSCOPE_SOURCE_DIR)
-  candidates.push_back(fs::path(KVSCOPE_SOURCE_DIR) / "assets" / "models" / file);
+  dirs.push_back((fs::path(KVSCOPE_SOURCE_DIR) / "assets" / "models").string());
 #endif
-  candidates.push_back(fs::path("assets") / "models" / file);
-  for (const auto& c : candidates)
-    if (fs::exists(c, ec)) return c.string();
-  return candidates.back().string();
+  dirs.push_back((fs::path("assets") / "models").string());
+  return dirs;
+}
+
+namespace {
+
+// assets/models/<file> in the first of asset_model_dirs() that has it, else in the last.
+std::string find_asset_model(const std::string& file) {
+  std::error_code ec;
+  const std::vector<std::string> dirs = asset_model_dirs();
+  for (const auto& d : dirs)
+    if (fs::exists(fs::path(d) / file, ec)) return (fs::path(d) / file).string();
+  return (fs::path(dirs.back()) / file).string();
 }
 
 std::string builtin_names() {

@@ -76,6 +76,9 @@ struct BuiltinModel {
   const char* file;  // "SmolLM2-135M-Instruct.Q4_1.gguf"
 };
 const std::vector<BuiltinModel>& builtin_models();
+// Where built-in model files are looked for, in order: assets/models/ next to the
+// executable and each of its parent directories, in the source tree, in the cwd.
+std::vector<std::string> asset_model_dirs();
 
 // The default model path: $KVSCOPE_MODEL, else assets/models/<default> next to the
 // executable's source tree or in the current directory.
