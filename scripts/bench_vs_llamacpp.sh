@@ -3,12 +3,16 @@
 # counts, measured interleaved in one run, reported as best, median and ratio.
 #
 #   scripts/bench_vs_llamacpp.sh [--rounds N] [--threads 1,2] [--model PATH] [--json FILE]
+#                                [--baseline KVSCOPE]
 #
 # llama.cpp comes from PyPI: llama-cpp-python==0.3.36 (the version the golden data were
 # made with), built from source (native CPU flags) into a venv at build/llamacpp-venv the
 # first time (about ten minutes; needs python3-venv and a C++ compiler). Set
 # KVSCOPE_LLAMACPP_PYTHON to a python that already has that version to skip the venv.
-# kvscope must be built first (scripts/build.sh).
+# kvscope must be built first (scripts/build.sh; KVSCOPE_BIN names another executable
+# to measure). --baseline names a second kvscope executable (say, a build of the
+# previous commit) measured in the same rounds, so a change's before and after ratios
+# come from one run.
 #
 # Each round runs `kvscope bench --json` and the same measures through llama.cpp's C API
 # (via the Python bindings, with no Python work inside the timed calls), alternating
@@ -26,20 +30,23 @@ rounds=3
 threads="1,$(nproc)"
 model="$root/assets/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 json_out=""
+baseline=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --model) model=$2; shift 2 ;;
     --json) json_out=$2; shift 2 ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    --baseline) baseline=$2; shift 2 ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
     *) echo "bench_vs_llamacpp: unknown option '$1' (see --help)" >&2; exit 1 ;;
   esac
 done
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "bench_vs_llamacpp: --rounds must be a positive integer, got '$rounds'" >&2; exit 1; }
 [[ "$threads" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || { echo "bench_vs_llamacpp: --threads must be like 1,2, got '$threads'" >&2; exit 1; }
-kvscope="$root/build/app/kvscope"
+kvscope="${KVSCOPE_BIN:-$root/build/app/kvscope}"
 [ -x "$kvscope" ] || { echo "bench_vs_llamacpp: $kvscope is missing: build kvscope first (scripts/build.sh)" >&2; exit 1; }
+[ -z "$baseline" ] || [ -x "$baseline" ] || { echo "bench_vs_llamacpp: --baseline $baseline is not an executable" >&2; exit 1; }
 [ -f "$model" ] || { echo "bench_vs_llamacpp: model $model is missing (scripts/fetch_model.sh)" >&2; exit 1; }
 
 version=0.3.36
@@ -139,7 +146,10 @@ if ( "$py" "$work/llama_bench.py" "$model" 1 1 probe ) >/dev/null 2>&1; then ext
 IFS=, read -ra counts <<< "$threads"
 echo "bench_vs_llamacpp: $rounds rounds, threads $threads, model $(basename "$model"), load $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq 1 "$rounds"); do
-  run_kvscope() { "$kvscope" bench --json --threads "$threads" --model "$model" > "$work/kv_$r.json"; }
+  run_kvscope() {
+    "$kvscope" bench --json --threads "$threads" --model "$model" > "$work/kv_$r.json"
+    [ -z "$baseline" ] || "$baseline" bench --json --threads "$threads" --model "$model" > "$work/base_$r.json"
+  }
   run_llama() {
     for t in "${counts[@]}"; do
       "$py" "$work/llama_bench.py" "$model" "$t" "$extra" 2>> "$work/llama.log"
@@ -149,19 +159,26 @@ for r in $(seq 1 "$rounds"); do
   echo "  round $r done (load $(cut -d' ' -f1-3 /proc/loadavg))"
 done
 
-"$py" - "$work" "$rounds" "$extra" "$json_out" <<'PY' | tee "$work/table.md"
+"$py" - "$work" "$rounds" "$extra" "$json_out" "$baseline" <<'PY' | tee "$work/table.md"
 import json, os, statistics, sys
-work, rounds, extra, json_out = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4]
-kv, ll = {}, {}  # (threads, measure) -> [values]
-for r in range(1, rounds + 1):
-    doc = json.load(open(os.path.join(work, f"kv_{r}.json")))
+work, rounds, extra, json_out, baseline = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4], sys.argv[5]
+kv, base, ll = {}, {}, {}  # (threads, measure) -> [values]
+
+def read_kvscope(path, into):
+    doc = json.load(open(path))
     for run in doc["runs"]:
         t = run["threads"]
-        kv.setdefault((t, "pp512"), []).append(run["prefill_tok_s"])
+        into.setdefault((t, "pp512"), []).append(run["prefill_tok_s"])
         for d, v in run["decode_tok_s"].items():
-            kv.setdefault((t, "tg128" if d == "0" else f"decode@{d}"), []).append(v)
+            into.setdefault((t, "tg128" if d == "0" else f"decode@{d}"), []).append(v)
         for n, ms in run["nocache_step_ms"].items():
-            kv.setdefault((t, f"nocache {n}"), []).append(ms)
+            into.setdefault((t, f"nocache {n}"), []).append(ms)
+    return doc
+
+for r in range(1, rounds + 1):
+    doc = read_kvscope(os.path.join(work, f"kv_{r}.json"), kv)
+    if baseline:
+        read_kvscope(os.path.join(work, f"base_{r}.json"), base)
     for line in open(os.path.join(work, f"ll_{r}.jsonl")):
         run = json.loads(line)
         t = run["threads"]
@@ -170,9 +187,17 @@ for r in range(1, rounds + 1):
             ll.setdefault((t, "tg128" if d == "0" else f"decode@{d}"), []).append(v)
 print(f"\nkvscope: {doc['runs'][0]['backend']} on {doc['cpu']}; llama.cpp: llama-cpp-python "
       f"{__import__('llama_cpp').__version__}, extra buffer types {'on' if extra else 'off (they fail on this CPU)'}")
-print("tokens/s (NO CACHE: ms), best and median of", rounds, "rounds; ratio = kvscope / llama.cpp\n")
-print("| threads | measure | kvscope best | kvscope median | llama.cpp best | llama.cpp median | ratio (best) | ratio (median) |")
-print("|---|---|---|---|---|---|---|---|")
+print("tokens/s (NO CACHE: ms), best and median of", rounds, "rounds; ratio = kvscope / llama.cpp")
+if baseline:
+    print(f"baseline: {baseline}, measured in the same rounds; its ratios in the last columns")
+print()
+head = "| threads | measure | kvscope best | kvscope median | llama.cpp best | llama.cpp median | ratio (best) | ratio (median) |"
+rule = "|---|---|---|---|---|---|---|---|"
+if baseline:
+    head += " baseline median | baseline ratio (median) | kvscope / baseline (median) |"
+    rule += "---|---|---|"
+print(head)
+print(rule)
 rows = []
 order = ["pp512", "tg128", "decode@512", "decode@2048", "nocache 64", "nocache 128", "nocache 256", "nocache 512"]
 for t in sorted({k[0] for k in kv}):
@@ -187,10 +212,17 @@ for t in sorted({k[0] for k in kv}):
             b = ll[(t, m)]
             lb, lm = max(b), statistics.median(b)
             row.update(llama_best=lb, llama_median=lm, ratio_best=kb / lb, ratio_median=km / lm)
-            print(f"| {t} | {m} | {kb:.1f} | {km:.1f} | {lb:.1f} | {lm:.1f} | {kb / lb:.2f}x | {km / lm:.2f}x |")
+            line = f"| {t} | {m} | {kb:.1f} | {km:.1f} | {lb:.1f} | {lm:.1f} | {kb / lb:.2f}x | {km / lm:.2f}x |"
         else:
-            print(f"| {t} | {m} (ms) | {kb:.1f} | {km:.1f} | | | | |")
+            line = f"| {t} | {m} (ms) | {kb:.1f} | {km:.1f} | | | | |"
+        if baseline and (t, m) in base:
+            bm = statistics.median(base[(t, m)])
+            speedup = bm / km if lower_better else km / bm  # above 1: kvscope faster
+            row.update(baseline_median=bm, speedup_over_baseline=speedup)
+            line += f" {bm:.1f} | {(f'{bm / lm:.2f}x') if (t, m) in ll else ''} | {speedup:.2f}x |"
+        print(line)
         rows.append(row)
 if json_out:
-    json.dump({"rounds": rounds, "extra_buffer_types": extra, "rows": rows}, open(json_out, "w"), indent=1)
+    json.dump({"rounds": rounds, "extra_buffer_types": extra, "baseline": baseline, "rows": rows},
+              open(json_out, "w"), indent=1)
 PY

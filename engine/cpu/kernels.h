@@ -46,12 +46,22 @@ struct AttnCombine {
   const int32_t* chunk_n;      // [n_chunks] chunk are consecutive) and its number of keys
 };
 
+// Products of up to this many tokens stream the weights (gemv); more tokens use the
+// panel kernel, which reads x transposed by transpose_x.
+constexpr int kGemvMaxT = 4;
+
 struct IsaKernels {
   Isa isa;
   // Row groups [g0, g1) (16 rows each) of out [T][w.n_out] = x [T][w.n_in] · Wᵀ; see
-  // kernels_impl.h for the fixed arithmetic.
-  void (*matmul_groups)(const PackedWeight& w, int64_t g0, int64_t g1, const float* x, int64_t T,
-                        float* out);
+  // kernels_impl.h for the fixed arithmetic. For T > kGemvMaxT, xt is x as transpose_x
+  // lays it out (made once per product and shared by every call); else it is unused.
+  void (*matmul_groups)(const PackedWeight& w, int64_t g0, int64_t g1, const float* x,
+                        const float* xt, int64_t T, float* out);
+  // x [T][n] transposed per tile of tile_t tokens: tile i at xt + i · n · tile_t, [n][tile_t]
+  // (the last tile's missing tokens are left unset); xt holds xt_floats(T, n) floats.
+  int tile_t;
+  void (*transpose_x)(const float* x, int64_t T, int64_t n, float* xt);
+  int64_t xt_floats(int64_t T, int64_t n) const { return (T + tile_t - 1) / tile_t * tile_t * n; }
   // One attention chunk (attention_impl.h). Head sizes 64, 128, 256 on every path; any
   // other size on the scalar path only.
   void (*attn_chunk)(const AttnChunk& a);

@@ -33,6 +33,7 @@ namespace kvscope::cpu {
 
 const IsaKernels& kernels_avx2() {
   static const IsaKernels k{Isa::Avx2, &Kernels<VecAvx2>::matmul_groups,
+                            VecAvx2::kTileT, &Kernels<VecAvx2>::transpose_x,
                             &AttnKernels<VecAvx2>::attn_chunk, &AttnKernels<VecAvx2>::attn_combine};
   return k;
 }

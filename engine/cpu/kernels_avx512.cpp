@@ -33,6 +33,7 @@ namespace kvscope::cpu {
 
 const IsaKernels& kernels_avx512() {
   static const IsaKernels k{Isa::Avx512, &Kernels<VecAvx512>::matmul_groups,
+                            VecAvx512::kTileT, &Kernels<VecAvx512>::transpose_x,
                             &AttnKernels<VecAvx512>::attn_chunk,
                             &AttnKernels<VecAvx512>::attn_combine};
   return k;

@@ -11,12 +11,13 @@
 //  - the accumulator starts at 0 and adds W[o][k]·x[t][k] for k = 0, 1, 2, ... in
 //    order, each with one fused multiply-add; nothing else touches it.
 // Kernels:
-//  - gemv (T ≤ 4, the decode step): each packed group is streamed once and decoded in
+//  - gemv (T ≤ kGemvMaxT, the decode step): each packed group is streamed once and decoded in
 //    registers straight into the token accumulators, kGemvG groups at a time so that
 //    their multiply-add chains overlap;
-//  - panel (T > 4, prefill and NO CACHE): a few groups are decoded once into an fp32
+//  - panel (T > kGemvMaxT, prefill and NO CACHE): a few groups are decoded once into an fp32
 //    panel [k][16] that stays in L2, then swept by register tiles of kTileG groups ×
-//    kTileT tokens (x broadcast from memory), so every decoded value serves every token.
+//    kTileT tokens (x broadcast from its transposed copy, made once per product by
+//    transpose_x), so every decoded value serves every token.
 #pragma once
 
 #include <algorithm>
@@ -217,7 +218,6 @@ struct Kernels {
   using F = typename V::F;
   static constexpr int N = V::N;
   static constexpr int H = 16 / N;
-  static constexpr int kGemvMaxT = 4;
 
   // Stores a group's accumulators for one token: rows row0 .. row0 + 16 of out, the
   // ones below n_out only.
@@ -337,8 +337,22 @@ struct Kernels {
                     std::make_integer_sequence<int, V::kTileT>{});
   }
 
+  // x [T][n] transposed per tile of kTileT tokens: tile i at xt + i·n·kTileT, [n][kTileT]
+  // (one base pointer for all the broadcasts of a tile).
+  static void transpose_x(const float* x, int64_t T, int64_t n, float* xt) {
+    constexpr int TT = V::kTileT;
+    for (int64_t i = 0; i * TT < T; ++i) {
+      float* dst = xt + i * n * TT;
+      const int nt = int(std::min<int64_t>(TT, T - i * TT));
+      for (int t = 0; t < nt; ++t) {
+        const float* src = x + (i * TT + t) * n;
+        for (int64_t k = 0; k < n; ++k) dst[k * TT + t] = src[k];
+      }
+    }
+  }
+
   template <class Dec>
-  static void panel(const PackedWeight& p, int64_t g0, int64_t g1, const float* x, int64_t T,
+  static void panel(const PackedWeight& p, int64_t g0, int64_t g1, const float* xp, int64_t T,
                     float* out) {
     constexpr int TG = V::kTileG, TT = V::kTileT;
     const int64_t n = p.n_in, ps = n * 16;
@@ -346,19 +360,8 @@ struct Kernels {
     // sweep it), a multiple of the tile height.
     const int64_t fit = std::max<int64_t>(TG, (int64_t(192) << 10) / (ps * 4)) / TG * TG;
     const int64_t pg = std::min<int64_t>(fit, 16);
-    thread_local std::vector<float> buf, xp;
+    thread_local std::vector<float> buf;
     if (buf.size() < size_t(pg * ps)) buf.resize(size_t(pg * ps));
-    // x transposed per tile of TT tokens: tile i at xp + i·n·TT, [n][TT].
-    const int64_t tiles = (T + TT - 1) / TT;
-    if (xp.size() < size_t(tiles * n * TT)) xp.resize(size_t(tiles * n * TT));
-    for (int64_t i = 0; i < tiles; ++i) {
-      float* dst = xp.data() + i * n * TT;
-      const int nt = int(std::min<int64_t>(TT, T - i * TT));
-      for (int t = 0; t < nt; ++t) {
-        const float* src = x + (i * TT + t) * n;
-        for (int64_t k = 0; k < n; ++k) dst[k * TT + t] = src[k];
-      }
-    }
     for (int64_t q0 = g0; q0 < g1; q0 += pg) {
       const int ng = int(std::min(pg, g1 - q0));
       decode_panel<Dec>(p, q0, ng, buf.data());
@@ -368,7 +371,7 @@ struct Kernels {
           const float* pan = buf.data() + g * ps;
           float* o = out + t * p.n_out + (q0 + g) * 16;
           const int64_t valid = p.n_out - (q0 + g) * 16;
-          const float* xt = xp.data() + (t / TT) * n * TT;
+          const float* xt = xp + (t / TT) * n * TT;
           if (g + TG <= ng) {
             tile_any<TG>(nt, pan, ps, xt, n, o, p.n_out, valid);
           } else {
@@ -380,8 +383,8 @@ struct Kernels {
   }
 
   template <class Dec>
-  static void run(const PackedWeight& p, int64_t g0, int64_t g1, const float* x, int64_t T,
-                  float* out) {
+  static void run(const PackedWeight& p, int64_t g0, int64_t g1, const float* x,
+                  const float* xt, int64_t T, float* out) {
     switch (T) {
       case 1:
         gemv<Dec, 1>(p, g0, g1, x, out);
@@ -396,44 +399,44 @@ struct Kernels {
         gemv<Dec, 4>(p, g0, g1, x, out);
         return;
       default:
-        panel<Dec>(p, g0, g1, x, T, out);
+        panel<Dec>(p, g0, g1, xt, T, out);
         return;
     }
   }
 
   // Row groups [g0, g1) of out [T][p.n_out] = x [T][p.n_in] · Wᵀ.
   static void matmul_groups(const PackedWeight& p, int64_t g0, int64_t g1, const float* x,
-                            int64_t T, float* out) {
+                            const float* xt, int64_t T, float* out) {
     switch (p.type) {
       case GgmlType::F32:
-        run<PackFloat<V, 4, LoadF32<V>>>(p, g0, g1, x, T, out);
+        run<PackFloat<V, 4, LoadF32<V>>>(p, g0, g1, x, xt, T, out);
         return;
       case GgmlType::F16:
-        run<PackFloat<V, 2, LoadF16<V>>>(p, g0, g1, x, T, out);
+        run<PackFloat<V, 2, LoadF16<V>>>(p, g0, g1, x, xt, T, out);
         return;
       case GgmlType::BF16:
-        run<PackFloat<V, 2, LoadBF16<V>>>(p, g0, g1, x, T, out);
+        run<PackFloat<V, 2, LoadBF16<V>>>(p, g0, g1, x, xt, T, out);
         return;
       case GgmlType::Q8_0:
-        run<PackQ8_0<V>>(p, g0, g1, x, T, out);
+        run<PackQ8_0<V>>(p, g0, g1, x, xt, T, out);
         return;
       case GgmlType::Q4_0:
-        run<PackQ4<V, false>>(p, g0, g1, x, T, out);
+        run<PackQ4<V, false>>(p, g0, g1, x, xt, T, out);
         return;
       case GgmlType::Q4_1:
-        run<PackQ4<V, true>>(p, g0, g1, x, T, out);
+        run<PackQ4<V, true>>(p, g0, g1, x, xt, T, out);
         return;
       case GgmlType::Q5_0:
-        run<PackQ5<V, false>>(p, g0, g1, x, T, out);
+        run<PackQ5<V, false>>(p, g0, g1, x, xt, T, out);
         return;
       case GgmlType::Q5_1:
-        run<PackQ5<V, true>>(p, g0, g1, x, T, out);
+        run<PackQ5<V, true>>(p, g0, g1, x, xt, T, out);
         return;
       case GgmlType::Q4_K:
-        run<PackQ4_K<V>>(p, g0, g1, x, T, out);
+        run<PackQ4_K<V>>(p, g0, g1, x, xt, T, out);
         return;
       case GgmlType::Q6_K:
-        run<PackQ6_K<V>>(p, g0, g1, x, T, out);
+        run<PackQ6_K<V>>(p, g0, g1, x, xt, T, out);
         return;
       default:
         return;  // pack_weight accepts no other type

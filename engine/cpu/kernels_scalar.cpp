@@ -24,6 +24,7 @@ namespace kvscope::cpu {
 
 const IsaKernels& kernels_scalar() {
   static const IsaKernels k{Isa::Scalar, &Kernels<VecScalar>::matmul_groups,
+                            VecScalar::kTileT, &Kernels<VecScalar>::transpose_x,
                             &AttnKernels<VecScalar>::attn_chunk,
                             &AttnKernels<VecScalar>::attn_combine};
   return k;

@@ -1,12 +1,14 @@
 // matmul.cpp — CPU matrix products on packed weights (see matmul.h).
 //
-// Work split: the 16-row groups of all jobs, concatenated, are divided among the pool's
-// threads; each thread runs the active instruction set's kernel (kernels_impl.h) on its
-// groups. Every output element is computed by one kernel call with a fixed arithmetic,
+// Work split: the 16-row groups of all jobs, concatenated, are cut into chunks of a few
+// tiles that the pool's threads claim (thread_pool.h); each runs the active instruction
+// set's kernel (kernels_impl.h) on its groups. For a batch, x is transposed once here
+// and shared by every chunk. Every output element is computed by one kernel call with a fixed arithmetic,
 // so results do not depend on T or on the number of threads.
 #include "engine/cpu/matmul.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "engine/cpu/kernels.h"
 
@@ -19,12 +21,21 @@ void matmul_many(ThreadPool& pool, const MatmulJob* jobs, int n_jobs, const floa
     total += jobs[j].w->groups;
     work += jobs[j].w->n_in * jobs[j].w->n_out * T;
   }
+  // Every job reads the same x, so the jobs share one n_in.
+  const float* xt = nullptr;
+  if (T > kGemvMaxT) {
+    thread_local std::vector<float> buf;
+    const int64_t n = jobs[0].w->n_in;
+    if (buf.size() < size_t(k.xt_floats(T, n))) buf.resize(size_t(k.xt_floats(T, n)));
+    k.transpose_x(x, T, n, buf.data());
+    xt = buf.data();
+  }
   auto run = [&](int64_t b, int64_t e) {
     int64_t base = 0;
     for (int j = 0; j < n_jobs && b < e; ++j) {
       const int64_t n = jobs[j].w->groups;
       const int64_t lo = std::max(b, base), hi = std::min(e, base + n);
-      if (lo < hi) k.matmul_groups(*jobs[j].w, lo - base, hi - base, x, T, jobs[j].out);
+      if (lo < hi) k.matmul_groups(*jobs[j].w, lo - base, hi - base, x, xt, T, jobs[j].out);
       base += n;
     }
   };
@@ -32,7 +43,8 @@ void matmul_many(ThreadPool& pool, const MatmulJob* jobs, int n_jobs, const floa
     run(0, total);
     return;
   }
-  pool.parallel_for(total, run);
+  // Chunks of whole register tiles (4 groups: two AVX-512 panel tiles, one gemv step).
+  pool.parallel_for(total, run, 4);
 }
 
 void matmul(ThreadPool& pool, const PackedWeight& w, const float* x, int64_t T, float* out) {

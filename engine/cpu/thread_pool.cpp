@@ -71,25 +71,53 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     fn(0, n);
     return;
   }
-  const int64_t chunk = (units + parts - 1) / parts * grain;
-  const int used = int((n + chunk - 1) / chunk);  // chunks that are not empty, <= parts
+  // A few chunks per thread, claimed in order by whoever is free: when the system runs
+  // a thread late (other programs share the cores), the others take its chunks.
+  const int64_t want = std::min<int64_t>({units, int64_t(parts) * kChunksPerThread, kMaxChunks});
+  const int64_t chunk = (units + want - 1) / want * grain;
+  const int64_t total = (n + chunk - 1) / chunk;
+  const int wake = int(std::min<int64_t>(parts, total)) - 1;
   job_ = &fn;
   job_n_ = n;
   job_chunk_ = chunk;
-  pending_.store(used - 1, std::memory_order_relaxed);
-  // Only the workers with a chunk are woken (notify is a no-op for a spinning worker).
-  for (int i = 1; i < used; ++i) {
+  done_.store(0, std::memory_order_relaxed);
+  epoch_ = (epoch_ + 1) & 0xFFFFFFFFu;
+  claim_.store(epoch_ << 32 | uint64_t(total) << 16, std::memory_order_release);
+  // Only the workers that can have a chunk are woken (notify is a no-op for a spinning
+  // worker).
+  for (int i = 1; i <= wake; ++i) {
+    slots_[i].wakeups.fetch_add(1, std::memory_order_relaxed);
     slots_[i].generation.fetch_add(1, std::memory_order_release);
     slots_[i].generation.notify_one();
   }
-  fn(0, std::min(n, chunk));
-  // Spin briefly, then yield: on a loaded machine a worker may be waiting for a core.
-  for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+  run_chunks();
+  // Every chunk is claimed; wait for the ones a worker is still running. Spin briefly,
+  // then yield: on a loaded machine that worker may be waiting for a core.
+  for (int spins = 0; done_.load(std::memory_order_acquire) != total; ++spins) {
     if (spins < 4096) {
       KV_CPU_RELAX();
     } else {
       std::this_thread::yield();
     }
+  }
+}
+
+// Claims and runs chunks of the job in progress until none is left. The claim word holds
+// the job's epoch, its chunk count and the next chunk, so a worker that arrives after its
+// job ended claims nothing (the epoch has moved on) and never reads a later job's fields
+// before its claim succeeds.
+void ThreadPool::run_chunks() {
+  uint64_t c = claim_.load(std::memory_order_acquire);
+  for (;;) {
+    const uint64_t next = c & 0xFFFF, total = (c >> 16) & 0xFFFF;
+    if (next >= total) return;
+    if (!claim_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel,
+                                      std::memory_order_acquire))
+      continue;
+    const int64_t begin = int64_t(next) * job_chunk_, end = std::min(job_n_, begin + job_chunk_);
+    (*job_)(begin, end);
+    done_.fetch_add(1, std::memory_order_acq_rel);
+    c = claim_.load(std::memory_order_acquire);
   }
 }
 
@@ -111,10 +139,7 @@ void ThreadPool::worker(int index) {
     }
     seen = gen;
     if (stop_.load(std::memory_order_acquire)) return;
-    slot.wakeups.fetch_add(1, std::memory_order_relaxed);
-    const int64_t begin = int64_t(index) * job_chunk_, end = std::min(job_n_, begin + job_chunk_);
-    if (begin < end) (*job_)(begin, end);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    run_chunks();
   }
 }
 

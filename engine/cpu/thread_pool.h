@@ -1,10 +1,14 @@
 // thread_pool.h — a small persistent pool for data-parallel loops.
 //
-// parallel_for(n, fn) splits [0, n) into contiguous chunks, one per thread, and calls
-// fn(begin, end) on each; the calling thread takes the first chunk. A job wakes only the
-// workers it has chunks for: each worker waits on its own generation word, so a short loop
-// on a big pool costs what it uses. Workers spin briefly between jobs (a decode step issues
-// hundreds of short loops) and then sleep on that word (a futex, no lock).
+// parallel_for(n, fn) splits [0, n) into contiguous chunks, a few per thread, and calls
+// fn(begin, end) on each; the calling thread and the workers claim chunks in order until
+// none is left, so a thread the system runs late (other programs on the same cores)
+// leaves its share to the others instead of holding the whole job up. A job wakes only
+// the workers it has chunks for: each worker waits on its own generation word, so a short
+// loop on a big pool costs what it uses. Workers spin briefly between jobs (a decode step
+// issues hundreds of short loops) and then sleep on that word (a futex, no lock).
+// Which thread runs a chunk varies from run to run: fn must give the same results
+// whichever thread runs a chunk (every caller writes each output from one chunk only).
 // One job at a time: parallel_for must not be called from inside fn or from two threads
 // at once.
 //
@@ -43,10 +47,10 @@ class ThreadPool {
   int size() const { return n_threads_; }
   // Empty, or why fewer threads than requested were started.
   const std::string& start_error() const { return start_error_; }
-  // Calls fn(begin, end) over a partition of [0, n) into at most size() chunks whose
+  // Calls fn(begin, end) over a partition of [0, n) into at most 4 · size() chunks whose
   // boundaries are multiples of `grain` (except the last).
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain = 1);
-  // Jobs the workers have picked up since construction (the caller's chunks not counted):
+  // Jobs that have signalled a worker since construction (the caller not counted):
   // one per worker a job used.
   uint64_t worker_wakeups() const;
 
@@ -62,9 +66,16 @@ class ThreadPool {
   std::string start_error_;
   std::unique_ptr<Slot[]> slots_;  // [n_threads_]; slot 0 (the caller) unused
   std::vector<std::thread> threads_;
+  static constexpr int64_t kChunksPerThread = 4, kMaxChunks = 0xFFFF;
+  void run_chunks();
+  // The job in progress: written by the caller before it publishes claim_, read by a
+  // worker only after it has claimed a chunk of that job.
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
   int64_t job_n_ = 0, job_chunk_ = 0;
-  alignas(64) std::atomic<int> pending_{0};
+  uint64_t epoch_ = 0;
+  // epoch << 32 | chunks << 16 | next chunk to claim.
+  alignas(64) std::atomic<uint64_t> claim_{0};
+  alignas(64) std::atomic<int64_t> done_{0};  // chunks finished
   std::atomic<bool> stop_{false};
 };
 

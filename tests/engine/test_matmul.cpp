@@ -235,6 +235,40 @@ TEST_F(Matmul, EveryPathAndTypeEqualsTheExactReferenceBitForBit) {
   EXPECT_GE(paths, 1);
 }
 
+// Enough rows for several decoded panels per chunk and several chunks per thread (the
+// threads claim chunks in whatever order they get to them), an odd group count, and two
+// products in one region whose chunks straddle the boundary between them: still the
+// exact reference, bit for bit, on every path and type.
+TEST_F(Matmul, ManyRowsOverSeveralPanelsAndChunksEqualTheExactReference) {
+  ThreadPool pool(3);
+  for (GgmlType t : kTypes) {
+    const int64_t n_in = lengths_for(t).front(), n_out = 300, n_out2 = 45;
+    const Matrix m = random_matrix(t, n_in, n_out, uint32_t(n_in + 17));
+    const Matrix m2 = random_matrix(t, n_in, n_out2, uint32_t(n_in + 18));
+    for (int64_t T : {1, 64, 513}) {
+      const auto x = random_x(T, n_in, uint32_t(T * 3 + n_in));
+      const auto want = exact_reference(m, x, T), want2 = exact_reference(m2, x, T);
+      for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+        if (!cpu::set_isa(isa)) continue;
+        auto packed = cpu::pack_weight(m.weight(), pool);
+        auto packed2 = cpu::pack_weight(m2.weight(), pool);
+        ASSERT_TRUE(packed && packed2) << ggml_type_name(t);
+        std::vector<float> got(want.size(), NAN), got2(want2.size(), NAN);
+        const cpu::MatmulJob jobs[2] = {{packed.get(), got.data()}, {packed2.get(), got2.data()}};
+        cpu::matmul_many(pool, jobs, 2, x.data(), T);
+        for (size_t i = 0; i < want.size(); ++i)
+          ASSERT_EQ(got[i], want[i]) << cpu::isa_name(isa) << " " << ggml_type_name(t) << " T="
+                                     << T << " token " << i / size_t(n_out) << " row "
+                                     << i % size_t(n_out);
+        for (size_t i = 0; i < want2.size(); ++i)
+          ASSERT_EQ(got2[i], want2[i]) << cpu::isa_name(isa) << " " << ggml_type_name(t)
+                                       << " second product T=" << T << " token "
+                                       << i / size_t(n_out2) << " row " << i % size_t(n_out2);
+      }
+    }
+  }
+}
+
 // The kernels' decoding against the engine's dequantize_row (ggml's formulas) and a
 // float64 dot: only fp32 rounding apart. Sequential fp32 sums of n products are within
 // about n·2^-24 of the exact sum, relative to Σ|w·x|.
