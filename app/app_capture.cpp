@@ -9,6 +9,9 @@
 #include <filesystem>
 
 #include "app/app_frame.h"
+#include "app/controller.h"
+#include "app/replay_source.h"
+#include "app/run_driver.h"
 #include "app/scene_view.h"
 #include "app/window.h"
 #include "engine/kv_memory.h"
@@ -18,24 +21,7 @@
 namespace kvscope::app {
 
 ModelFacts model_facts(const EngineHandle& h) {
-  ModelFacts f;
-  const ModelConfig& c = h.model->config();
-  f.name = c.name;
-  f.backend = h.session->backend().name();
-  f.n_layer = c.n_layer;
-  f.n_head = c.n_head;
-  f.n_head_kv = c.n_head_kv;
-  f.head_dim = c.head_dim;
-  f.n_embd = c.n_embd;
-  f.n_vocab = c.n_vocab;
-  f.block_macs_per_token = h.model->block_macs_per_token();
-  const KvTypes kt = h.session->config().kv_types;
-  f.kv_dtype = kv_types_name(kt);
-  f.kv_types = kt;
-  f.layer_window = kv_memory_shape(*h.model).layer_window;
-  f.kv_bytes_per_token =
-      uint64_t(c.n_layer) * kv_position_bytes({c.n_layer, c.n_head_kv, c.head_dim}, kt);
-  return f;
+  return facts_of(*h.session);
 }
 
 namespace {
@@ -160,19 +146,57 @@ int run_screenshot(const CaptureOptions& opts, bool panels) {
   auto gl = OffscreenContext::create();
   if (!gl.ok()) return fail(gl.error().message);
 
+  Timeline tl;
+  ModelFacts facts;
+  std::string notice;
   EngineOptions eo;
   eo.model_path = opts.model_path;
   eo.backend = opts.backend;
   eo.mode = opts.mode;
-  eo.max_tokens = opts.steps + 1;
+  eo.max_tokens = opts.steps;
   eo.kv_types = opts.kv_types;
   eo.limits = opts.limits;
-  auto engine = open_engine(eo);
-  if (!engine.ok()) return fail(engine.error().message);
-  EngineHandle& eng = engine.value();
-  Timeline tl;
-  if (Status st = run_steps(*eng.session, prompt, opts.steps, &tl); !st.ok())
-    return fail(st.message());
+  if (!opts.replay_path.empty()) {  // a recording: no model
+    auto rep = open_replay(opts.replay_path);
+    if (!rep.ok()) return fail(rep.error().message);
+    facts = rep.value()->facts();
+    DriveOptions d;
+    d.steps = opts.steps_given ? opts.steps : int(kRunMaxPositions);
+    d.timeline = &tl;
+    if (auto end = drive_run(*rep.value(), prompt, d); !end.ok()) return fail(end.error().message);
+    prompt = rep.value()->prompt();
+  } else {
+    auto engine = open_engine(eo);
+    if (!engine.ok()) return fail(engine.error().message);
+    EngineHandle& eng = engine.value();
+    facts = model_facts(eng);
+    notice = eng.notice;
+    // The history spool, as the app keeps it, so --view-step reads old steps back.
+    RunMeta meta;
+    meta.producer = "kvscope";
+    meta.model = facts;
+    meta.prompt = prompt;
+    meta.mode = eng.session->mode();
+    meta.sampler = eng.session->sampler();
+    meta.max_tokens = eo.max_tokens;
+    auto spool = RunFile::create_spool(default_spool_dir(), meta, 0);
+    auto src = make_session_source(std::move(eng.session), facts);
+    DriveOptions d;
+    d.steps = opts.steps;
+    d.timeline = &tl;
+    if (spool.ok()) d.record = spool.value();
+    if (opts.compare) {  // the same prompt with the cache, then without (compare modes)
+      if (Status st = src->set_mode(CacheMode::Cache); !st.ok()) return fail(st.message());
+      if (auto end = drive_run(*src, prompt, d); !end.ok()) return fail(end.error().message);
+      if (Status st = src->set_mode(CacheMode::NoCache); !st.ok()) return fail(st.message());
+      if (spool.ok()) {
+        auto sp2 = RunFile::create_spool(default_spool_dir(), meta, 0);
+        d.record = sp2.ok() ? sp2.value() : nullptr;
+      }
+    }
+    if (auto end = drive_run(*src, prompt, d); !end.ok()) return fail(end.error().message);
+  }
+  if (opts.view_step > 0) tl.scrub_to(opts.view_step);
 
   render::RendererOptions ro;
   ro.shader_dir = render::find_shader_dir(executable_dir());
@@ -181,16 +205,20 @@ int run_screenshot(const CaptureOptions& opts, bool panels) {
 
   UiState ui;
   ui.prompts = load_prompts();
-  if (!opts.prompt_file.empty()) ui.prompts.insert(ui.prompts.begin(), {"file", prompt});
-  ui.facts = model_facts(eng);
   ui.run_kv = run_kv_choice(eo.kv_types, eo.limits);
   ui.engine_options = eo;
+  if (!opts.prompt_file.empty() || !opts.replay_path.empty())
+    ui.prompts.insert(ui.prompts.begin(), {opts.replay_path.empty() ? "file" : "recorded", prompt});
+  ui.facts = facts;
+  ui.solo_sections = opts.sections;
+  ui.rss_bytes = process_resident_bytes();
+  ui.replay = !opts.replay_path.empty();
+  ui.replay_path = opts.replay_path;
   ui.view = opts.view;
   if (ui.view.layer == kMiddleLayer) ui.view.layer = ui.facts.n_layer / 2;
   ui.preset = opts.camera;
-  ui.mode = eng.session->mode();
+  ui.mode = tl.mode();
   ui.hovered_pos = opts.view.hovered_pos;
-  add_notice(ui, eng.notice);
   if (opts.quality_steps > 0) {
     ui.quality_kv = ui.run_kv;
     ui.quality_steps = opts.quality_steps;
@@ -203,6 +231,7 @@ int run_screenshot(const CaptureOptions& opts, bool panels) {
                 q.candidate.c_str(), n, q.mean_kl, q.agreements, n);
     ui.show_quality = true;
   }
+  add_notice(ui, notice);
   std::vector<render::CameraPreset> presets{opts.camera};
   presets.insert(presets.end(), opts.more_cameras.begin(), opts.more_cameras.end());
   for (render::CameraPreset preset : presets) {
@@ -234,7 +263,7 @@ int run_screenshot(const CaptureOptions& opts, bool panels) {
   const StepTrace* last = tl.last();
   std::printf("kvscope: %dx%d, %d steps, seq_len %d, mode %s, %s\n", opts.width, opts.height,
               int(tl.steps().size()), last ? last->seq_len : 0,
-              cache_mode_name(eng.session->mode()), gl.value()->description().c_str());
+              cache_mode_name(tl.mode()), gl.value()->description().c_str());
   return 0;
 }
 

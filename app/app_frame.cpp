@@ -9,6 +9,7 @@
 #include <imgui.h>
 
 #include <algorithm>
+#include <string_view>
 #include <cstdio>
 #include <string>
 
@@ -141,6 +142,23 @@ void setup_imgui_style(float content_scale) {
   st.Colors[ImGuiCol_WindowBg] = ImVec4(0.075f, 0.08f, 0.10f, 0.97f);
 }
 
+namespace {
+// A collapsible section. Screenshots (--sections A,B) open the listed ones, close the rest.
+bool section(const UiState& ui, const char* name) {
+  if (!ui.solo_sections.empty()) {
+    const std::string_view list = ui.solo_sections;
+    bool open = false;
+    for (size_t at = 0; at <= list.size();) {
+      size_t end = std::min(list.find(',', at), list.size());
+      open |= list.substr(at, end - at) == name;
+      at = end + 1;
+    }
+    ImGui::SetNextItemOpen(open, ImGuiCond_Always);
+  }
+  return ImGui::CollapsingHeader(name, ImGuiTreeNodeFlags_DefaultOpen);
+}
+}  // namespace
+
 void draw_frame_ui(UiState& ui, Controller* ctl, const ControllerState& cs, const Timeline& tl,
                    ShownRange shown) {
   ImGuiIO& io = ImGui::GetIO();
@@ -163,10 +181,12 @@ void draw_frame_ui(UiState& ui, Controller* ctl, const ControllerState& cs, cons
   begin_region("##left", L.left, L.left_open ? 0 : ImGuiWindowFlags_NoScrollbar);
   if (L.left_open) {
     column_header("kvscope", true, &ui.layout_prefs.left);
-    if (ImGui::CollapsingHeader("Controls", ImGuiTreeNodeFlags_DefaultOpen))
+    if (section(ui, "Controls"))
       panel_controls(ui, ctl, cs, tl);
-    if (ImGui::CollapsingHeader("Heads", ImGuiTreeNodeFlags_DefaultOpen)) panel_heads(ui);
-    if (ImGui::CollapsingHeader("Transcript", ImGuiTreeNodeFlags_DefaultOpen))
+    if (section(ui, "Heads")) panel_heads(ui);
+    if (section(ui, "Run"))
+      panel_run(ui, ctl, cs, tl);
+    if (section(ui, "Transcript"))
       panel_transcript(ui, tl);
   } else {
     closed_column("the controls and the transcript", true, &ui.layout_prefs.left);
@@ -177,9 +197,9 @@ void draw_frame_ui(UiState& ui, Controller* ctl, const ControllerState& cs, cons
   begin_region("##right", L.right, L.right_open ? 0 : ImGuiWindowFlags_NoScrollbar);
   if (L.right_open) {
     column_header("measured", false, &ui.layout_prefs.right);
-    if (ImGui::CollapsingHeader("Stats", ImGuiTreeNodeFlags_DefaultOpen)) panel_stats(ui, cs, tl);
+    if (section(ui, "Stats")) panel_stats(ui, cs, tl);
     if (ui.show_quality) ImGui::SetNextItemOpen(false);
-    if (ImGui::CollapsingHeader("KV memory", ImGuiTreeNodeFlags_DefaultOpen)) panel_memory(ui, tl);
+    if (section(ui, "KV memory")) panel_memory(ui, tl);
     if (ui.show_quality) ImGui::SetNextItemOpen(true);
     ui.show_quality = false;
     const bool quality_open = ImGui::CollapsingHeader("Cache quality");
@@ -187,9 +207,9 @@ void draw_frame_ui(UiState& ui, Controller* ctl, const ControllerState& cs, cons
       ImGui::SetTooltip(
           "A cache (type, window) against f16 with the full context, on the same tokens");
     if (quality_open) panel_quality(ui);
-    if (ImGui::CollapsingHeader("Top candidates", ImGuiTreeNodeFlags_DefaultOpen))
+    if (section(ui, "Top candidates"))
       panel_candidates(tl);
-    if (ImGui::CollapsingHeader("Plots", ImGuiTreeNodeFlags_DefaultOpen)) panel_plots(ui, tl);
+    if (section(ui, "Plots")) panel_plots(ui, tl);
   } else {
     closed_column("the stats, candidates and plots", false, &ui.layout_prefs.right);
   }

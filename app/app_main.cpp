@@ -9,6 +9,7 @@
 
 #include "app/app_capture.h"
 #include "app/cli_common.h"
+#include "app/controller.h"
 #include "app/gui_loop.h"
 #include "render/camera.h"
 
@@ -42,9 +43,13 @@ std::string parse_args(int argc, char** argv, Args* a) {
     } else if (k == "--prompt-file") {
       if (!value(&v)) return "--prompt-file needs a path";
       a->cap.prompt_file = v;
+    } else if (k == "--replay") {
+      if (!value(&v)) return "--replay needs a run file (.kvs)";
+      a->cap.replay_path = v;
     } else if (k == "--steps") {
       if (!value(&v)) return "--steps needs a number";
       a->cap.steps = std::atoi(v);
+      a->cap.steps_given = true;
       if (a->cap.steps < 1) return std::string("--steps ") + v + " must be >= 1";
     } else if (k == "--mode") {
       if (!value(&v)) return "--mode needs cache or nocache";
@@ -102,6 +107,29 @@ std::string parse_args(int argc, char** argv, Args* a) {
     } else if (k == "--highlight") {
       if (!value(&v) || std::atoi(v) < 0) return "--highlight needs a position >= 0";
       a->cap.view.hovered_pos = std::atoi(v);
+    } else if (k == "--compare-modes") {
+      a->cap.compare = true;
+    } else if (k == "--view-step") {
+      if (!value(&v) || std::atoi(v) < 1) return "--view-step needs a step number >= 1";
+      a->cap.view_step = std::atoi(v);
+    } else if (k == "--max-tokens") {
+      if (!value(&v) || std::atoi(v) < 1 || std::atoi(v) > (1 << 20))
+        return "--max-tokens needs a number in [1, 1048576]";
+      a->cap.max_tokens = std::atoi(v);
+    } else if (k == "--speed") {
+      if (!value(&v)) return "--speed needs tokens per second in [0.25, 30] or max";
+      if (!std::strcmp(v, "max")) {
+        a->cap.speed = -1;
+      } else {
+        char* end = nullptr;
+        double x = std::strtod(v, &end);
+        if (!end || *end || !(x >= kSpeedMin && x <= kSpeedTop))
+          return std::string("--speed ") + v + " (choose a number in [0.25, 30] or max)";
+        a->cap.speed = float(x);
+      }
+    } else if (k == "--sections") {
+      if (!value(&v)) return "--sections needs a list such as Run,Plots";
+      a->cap.sections = v;
     } else if (k == "--scene-only") {
       a->scene_only = true;
     } else if (k == "--all-layers") {
@@ -150,7 +178,8 @@ std::string parse_args(int argc, char** argv, Args* a) {
 const char* kUsage =
     "usage: kvscope [options]              the desktop app\n"
     "       kvscope --screenshot OUT.png [options]  the app drawn offscreen (no display needed)\n"
-    "       kvscope generate|bench|bench-render ...\n"
+    "       kvscope --replay RUN.kvs [options]  play a recorded run (no model)\n"
+    "       kvscope generate|record|export|bench|bench-render ...\n"
     "options: --model NAME|PATH (smollm2-135m, gemma3-270m or a .gguf)\n"
     "         --backend auto|cpu|cuda  --prompt-file F  --steps N\n"
     "         --kv-type T, --kv-type-k T, --kv-type-v T (f32, f16, q8_0, q4_0)\n"
@@ -162,6 +191,10 @@ const char* kUsage =
     "         --look-at POS (screenshot: the camera slides along the sequence to POS)\n"
     "         --cache-quality N (screenshot: the Cache quality section, this cache against\n"
     "           f16 with the full context over N steps)\n"
+    "         --compare-modes (screenshot: --steps N with the cache, then without)\n"
+    "         --view-step K (screenshot: look at step K through the history)\n"
+    "         --sections A,B (screenshot: open only these panel sections)\n"
+    "         --max-tokens N  --speed TOK_S|max\n"
     "         --play  --frames N (quit after N frames)  --window-shot OUT.png\n"
     "         --measure N (play N steps flat out, print engine step and frame times)\n"
     "         --ui-nice N (lower the UI thread's priority by N, default 5; 0 = off)\n";

@@ -21,6 +21,7 @@
 
 #include "app/app_capture.h"
 #include "app/app_frame.h"
+#include "app/ui_events.h"
 #include "app/scene_view.h"
 #include "app/ui_state.h"
 #include "app/window.h"
@@ -58,44 +59,6 @@ void install_input_callbacks(GLFWwindow* w, int* counter) {
   glfwSetWindowRefreshCallback(w, [](GLFWwindow* win) { note_input(win); });
 }
 
-// Opens the engine and starts its controller; errors go to the UI's modal.
-std::unique_ptr<Controller> start_engine(const GuiOptions& o, UiState& ui) {
-  EngineOptions eo;
-  eo.model_path = o.cap.model_path;
-  eo.backend = o.cap.backend;
-  eo.mode = ui.mode;
-  eo.max_tokens = ui.max_tokens;
-  eo.kv_types = o.cap.kv_types;
-  eo.limits = o.cap.limits;
-  auto engine = open_engine(eo);
-  if (!engine.ok()) {
-    ui.error = "Could not start the engine:\n" + engine.error().message;
-    return nullptr;
-  }
-  ui.facts = model_facts(engine.value());
-  ui.run_kv = run_kv_choice(eo.kv_types, eo.limits);
-  ui.engine_options = eo;
-  if (ui.view.layer == kMiddleLayer) ui.view.layer = ui.facts.n_layer / 2;
-  add_notice(ui, engine.value().notice);
-  auto ctl = std::make_unique<Controller>(std::move(engine.value().session));
-  ui.engine_ready = true;
-  if (!o.cap.prompt_file.empty()) {
-    auto p = read_prompt_file(o.cap.prompt_file);
-    if (p.ok())
-      ui.prompts.insert(ui.prompts.begin(), {"file", p.value()});
-    else
-      ui.error = p.error().message;
-  }
-  if (o.measure_steps > 0) {
-    ui.speed_max = true;
-    ctl->send(CmdSpeed{kSpeedMax});
-  } else {
-    ctl->send(CmdSpeed{ui.speed});
-  }
-  ctl->send(CmdMaxTokens{ui.max_tokens});
-  if (!ui.prompts.empty())
-    ctl->send(CmdReset{ui.prompts.front().spec, o.play || o.measure_steps > 0});
-  return ctl;
 }
 
 // The engine's decode step times and the frame work while they ran (--measure).
@@ -142,9 +105,22 @@ int run_gui(const GuiOptions& o) {
   ui.mode = o.cap.mode;
   if (o.measure_steps > 0) ui.max_tokens = std::max(ui.max_tokens, o.measure_steps + 2);
 
-  // The engine first, so its threads start at normal priority; then the UI thread (and
-  // every thread the window and GL start from it) steps back.
-  std::unique_ptr<Controller> ctl = start_engine(o, ui);
+  if (o.cap.max_tokens > 0) ui.max_tokens = o.cap.max_tokens;
+  if (o.cap.speed < 0 || o.measure_steps > 0) ui.speed_max = true;
+  if (o.cap.speed > 0) ui.speed = o.cap.speed;
+  if (!o.cap.prompt_file.empty()) {
+    auto p = read_prompt_file(o.cap.prompt_file);
+    if (p.ok())
+      ui.prompts.insert(ui.prompts.begin(), {"file", p.value()});
+    else
+      ui.error = p.error().message;
+  }
+
+  // The engine first: its worker starts at normal priority and opens the model (or the
+  // recording) there, so the backend's threads inherit that priority and a model that fails
+  // to load leaves a usable UI. Then the UI thread (and every thread the window and GL start
+  // from it) steps back.
+  std::unique_ptr<Controller> ctl = start_controller(ui, o.cap, o.play || o.measure_steps > 0);
   lower_ui_priority(o.ui_nice);
 
   WindowOptions wo;
@@ -233,21 +209,17 @@ int run_gui(const GuiOptions& o) {
     last_time = now;
     last_draw = now;
     for (Event& e : pending) {
-      if (e.kind == Event::Kind::Error) ui.error = e.error;
+      if (ctl) apply_event(ui, *ctl, tl, e, now);
       if (e.kind == Event::Kind::Step) {
-        ui.last_step_time = now;
-        ui.step_arrivals.push_back(now);
-        while (ui.step_arrivals.size() > 12) ui.step_arrivals.pop_front();
         if (measure.target > 0 && e.trace && e.trace->step >= 2 && !measure.done()) {
           if (measure.t0 < 0) measure.t0 = now;
           measure.engine_ms.push_back(e.trace->ms);
           measure.t1 = now;
         }
       }
-      if (e.kind == Event::Kind::Reset) ui.step_arrivals.clear();
-      tl.apply(e);
     }
     pending.clear();
+    sync_frame(ui, tl, now);
 
     draw_frame_ui(ui, ctl.get(), cs, tl, ShownRange{view.shown_first(), view.shown_last()});
 
@@ -330,7 +302,11 @@ int run_gui(const GuiOptions& o) {
   }
   if (measure.target > 0) measure.print();
 
-  ctl.reset();  // finishes the step in flight, joins the worker
+  // Closing is immediate for the person: the window goes at once; then the worker finishes
+  // the step in flight (nothing queued runs) and is joined.
+  glfwHideWindow(win);
+  glfwPollEvents();
+  ctl.reset();
   renderer.reset();
   ImGui_ImplOpenGL3_Shutdown();
   ImGui_ImplGlfw_Shutdown();

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "app/cli_common.h"
+#include "app/cli_record.h"
 #if defined(KVSCOPE_WITH_APP)
 #include "app/app_main.h"
 #endif
@@ -16,6 +17,10 @@ int main(int argc, char** argv) {
     return kvscope::cli::run_compare(argc - 1, argv + 1);
   if (argc >= 2 && std::strcmp(argv[1], "perplexity") == 0)
     return kvscope::cli::run_perplexity(argc - 1, argv + 1);
+  if (argc >= 2 && std::strcmp(argv[1], "record") == 0)
+    return kvscope::cli::run_record(argc - 1, argv + 1);
+  if (argc >= 2 && std::strcmp(argv[1], "export") == 0)
+    return kvscope::cli::run_export(argc - 1, argv + 1);
 #if defined(KVSCOPE_WITH_APP)
   if (argc >= 2 && std::strcmp(argv[1], "bench-render") == 0)
     return kvscope::app::run_bench_render(argc - 1, argv + 1);

@@ -1,4 +1,6 @@
-// panel_candidates.cpp — the top candidates of the newest step, the sampled one marked.
+// panel_candidates.cpp — the top candidates of the viewed step (the newest unless the history
+// slider chose another), the sampled one marked. Positions are numbered as everywhere: the
+// step writes position `pos`, its query is the token at pos - 1.
 // Draws content only, into the region the layout gives it (see app_frame.cpp).
 #include <imgui.h>
 
@@ -10,11 +12,16 @@
 namespace kvscope::app {
 
 void panel_candidates(const Timeline& tl) {
-  const StepTrace* t = tl.last();
+  const StepTrace* t = tl.viewed();
   if (!t || t->top.empty()) {
     ImGui::TextDisabled("no step yet");
   } else {
-    ImGui::Text("step %d, position %d", t->step, t->pos);
+    ImGui::Text("step %d: candidates for position %d", t->step, t->pos);
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip(
+          "The model's query is the token at position %d; it predicts the token\n"
+          "at position %d, drawn from these probabilities (after temperature).",
+          t->pos - 1, t->pos);
     for (size_t i = 0; i < t->top.size(); ++i) {
       const Candidate& c = t->top[i];
       bool sampled = int(i) == t->sampled_rank;

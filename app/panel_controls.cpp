@@ -1,6 +1,8 @@
-// panel_controls.cpp — the Controls section: prompt, pace, length, sampling, what the beams
-// show. Draws content only, into the region the layout gives it (see app_frame.cpp).
+// panel_controls.cpp — the Controls section: prompt (the prompt files and your own, raw or as
+// a chat turn), pace, length, compare modes, sampling, what the beams show. Draws content
+// only, into the region the layout gives it (see app_frame.cpp).
 #include <imgui.h>
+#include <imgui_stdlib.h>
 
 #include <algorithm>
 #include <cmath>
@@ -16,26 +18,67 @@ void send(Controller* ctl, Command c) {
 }  // namespace
 
 void panel_controls(UiState& ui, Controller* ctl, const ControllerState& cs, const Timeline& tl) {
-  (void)tl;
-  ImGui::BeginDisabled(!ui.engine_ready);
+  ImGui::BeginDisabled(!ui.engine_ready || ui.replay);
 
-  // Prompt.
+  // Prompt: the files in prompts/, and your own.
   ImGui::TextDisabled("Prompt");
   int n = int(ui.prompts.size());
   for (int i = 0; i < n; ++i) {
     if (i) ImGui::SameLine();
     if (ImGui::RadioButton(ui.prompts[size_t(i)].name.c_str(), ui.prompt_index == i)) {
       ui.prompt_index = i;
+      ui.custom_prompt = ui.prompts[size_t(i)].spec.text;
+      ui.custom_chat = ui.prompts[size_t(i)].spec.chat;
       send(ctl, CmdReset{ui.prompts[size_t(i)].spec, cs.playing});
     }
   }
-  if (n > 0)
-    ImGui::TextWrapped("%s",
-                       ui.prompts[size_t(std::clamp(ui.prompt_index, 0, n - 1))].spec.text.c_str());
+  if (ui.custom_prompt.empty() && n > 0) {
+    const PromptSpec& cur = ui.prompts[size_t(std::clamp(ui.prompt_index, 0, n - 1))].spec;
+    ui.custom_prompt = cur.text;
+    ui.custom_chat = cur.chat;
+  }
+  // Enter runs the text (Ctrl+Enter for a new line); editing it makes it "yours".
+  const float box_h = ImGui::GetTextLineHeight() * 4.0f + ImGui::GetStyle().FramePadding.y * 2;
+  bool run = ImGui::InputTextMultiline(
+      "##prompt", &ui.custom_prompt, ImVec2(-1.0f, box_h),
+      ImGuiInputTextFlags_EnterReturnsTrue | ImGuiInputTextFlags_CtrlEnterForNewLine);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("Type your own prompt; Enter runs it (Ctrl+Enter: new line)");
+  bool chat_changed = ImGui::RadioButton("raw text", !ui.custom_chat);
+  if (chat_changed) ui.custom_chat = false;
+  ImGui::SameLine();
+  if (ImGui::RadioButton("chat turn", ui.custom_chat)) {
+    ui.custom_chat = true;
+    chat_changed = true;
+  }
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("Wrap the text as one user turn in the model's chat template");
+  ImGui::SameLine();
+  run |= ImGui::Button("Run");
+  if (run || chat_changed) {
+    // The box's text becomes the selected prompt (an entry "yours"), so Reset and Play
+    // in the toolbar use it too.
+    PromptSpec spec{ui.custom_prompt, ui.custom_chat};
+    auto it = std::find_if(ui.prompts.begin(), ui.prompts.end(),
+                           [](const PromptChoice& c) { return c.name == "yours"; });
+    bool same = n > 0 &&
+                ui.prompts[size_t(std::clamp(ui.prompt_index, 0, n - 1))].spec.text == spec.text &&
+                ui.prompts[size_t(std::clamp(ui.prompt_index, 0, n - 1))].spec.chat == spec.chat;
+    if (!same) {
+      if (it == ui.prompts.end()) it = ui.prompts.insert(ui.prompts.end(), {"yours", spec});
+      it->spec = spec;
+      ui.prompt_index = int(it - ui.prompts.begin());
+    }
+    if (run) send(ctl, CmdReset{spec, true});
+  }
+  ImGui::EndDisabled();
+  if (ui.replay) ImGui::TextDisabled("a recording plays its own prompt and settings");
 
-  // Pace and length (the transport buttons and the cache mode are in the toolbar).
+  // Pace (a recording too) and length (the transport buttons and the cache mode are in the
+  // toolbar).
   ImGui::Separator();
   ImGui::TextDisabled("Generation");
+  ImGui::BeginDisabled(!ui.engine_ready);
   if (ImGui::Checkbox("as fast as possible", &ui.speed_max))
     send(ctl, CmdSpeed{ui.speed_max ? kSpeedMax : ui.speed});
   ImGui::BeginDisabled(ui.speed_max);
@@ -43,8 +86,29 @@ void panel_controls(UiState& ui, Controller* ctl, const ControllerState& cs, con
                          ImGuiSliderFlags_Logarithmic))
     send(ctl, CmdSpeed{ui.speed});
   ImGui::EndDisabled();
+  ImGui::EndDisabled();
+  ImGui::BeginDisabled(!ui.engine_ready || ui.replay);
   if (ImGui::SliderInt("max tokens", &ui.max_tokens, 1, 4096))
     send(ctl, CmdMaxTokens{ui.max_tokens});
+
+  // The compute story in one click: this prompt with the cache, then without it.
+  const bool comparing = cs.compare != 0;
+  ImGui::BeginDisabled(comparing || n == 0);
+  if (ImGui::Button("Compare modes") && n > 0)
+    send(ctl, CmdCompare{ui.prompts[size_t(std::clamp(ui.prompt_index, 0, n - 1))].spec,
+                         ui.compare_steps});
+  ImGui::EndDisabled();
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "Run this prompt %d steps with the KV cache, then %d steps without it,\n"
+        "as fast as the engine goes; the Plots section compares the two.",
+        ui.compare_steps, ui.compare_steps);
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(-1.0f);
+  ImGui::SliderInt("##compare_steps", &ui.compare_steps, 4, 256, "%d steps each");
+  if (comparing)
+    ImGui::TextColored(ImVec4(1.0f, 0.8f, 0.3f, 1.0f), "comparing: %s run...",
+                       cs.compare == 1 ? "KV CACHE" : "NO CACHE");
 
   if (ImGui::TreeNode("Sampling")) {
     bool s = ImGui::SliderFloat("temperature", &ui.sampler.temperature, 0.0f, 2.0f, "%.2f");

@@ -18,13 +18,13 @@ void panel_inspector(const UiState& ui, const Timeline& tl) {
   ImGui::Text("'%s'", display_text(t.text).c_str());
   ImGui::Text("id %d   position %d   %s", t.id, pos, t.prompt ? "prompt token" : "generated");
   if (!t.prompt) ImGui::Text("sampled at step %d", t.step);
-  const StepTrace* last = tl.last();
+  const StepTrace* last = tl.viewed();
   int n_layer = std::max(tl.n_layer(), last ? last->n_layer : 0);
-  if (last && pos < last->n_attn) {
+  if (last && pos < last->n_attn && !last->attention.empty()) {
     std::vector<float> w = beam_weights(*last, ui.view);
     ImGui::Text("attention received: %.4f", w[size_t(pos)]);
-    ImGui::TextDisabled("query at position %d, step %d; %s", last->n_attn - 1, last->step,
-                        describe_view(ui.view, n_layer).c_str());
+    ImGui::TextDisabled("from step %d (writing position %d, query at %d); %s", last->step,
+                        last->pos, last->pos - 1, describe_view(ui.view, n_layer).c_str());
   } else {
     ImGui::TextDisabled("no attention to it yet (it is the newest token)");
   }

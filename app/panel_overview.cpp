@@ -25,7 +25,7 @@ namespace kvscope::app {
 void panel_overview(UiState& ui, const Timeline& tl, int shown_first, int shown_last) {
   const auto& toks = tl.tokens();
   const int n = int(toks.size());
-  const StepTrace* last = tl.last();
+  const StepTrace* last = tl.viewed();  // the step the history slider shows
   const int n_layer = std::max(tl.n_layer(), last ? last->n_layer : 0);
 
   char caption[200];

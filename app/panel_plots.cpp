@@ -1,9 +1,11 @@
-// panel_plots.cpp — measured per-step time and FLOPs over the run, with the other cache
-// mode's measured curves overlaid only when that mode has really run on this prompt.
+// panel_plots.cpp — the Plots section.
 //
-// Colors identify the mode of each step (KV CACHE blue, NO CACHE orange), so a run that
-// switched modes mid-run shows its segments in both colors. This run is drawn thick,
-// the earlier run of the other mode thin. No curve here is computed from a formula.
+// First the compute story, once both modes have run on this prompt (Compare modes does it in
+// one click): cumulative K/V rows, FLOPs and time against SEQ_LEN for KV CACHE (blue) and
+// NO CACHE (orange), the seeds' closed forms drawn dashed as guides on the rows plot, and
+// the waste factor as the formula and as measured. Then this run's measured per-step time
+// and FLOPs (the other mode's earlier run on the same prompt overlaid thin), and the KV
+// bytes per step. Every solid curve is measured; only the dashed guides come from a formula.
 // Draws content only, into the region the layout gives it (see app_frame.cpp).
 #include <imgui.h>
 
@@ -11,6 +13,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "app/compare_view.h"
+#include "app/plot_draw.h"
 #include "app/ui_state.h"
 
 namespace kvscope::app {
@@ -18,126 +22,152 @@ namespace {
 
 const ImU32 kCacheCol = IM_COL32(110, 190, 255, 255);
 const ImU32 kNoCacheCol = IM_COL32(255, 135, 70, 255);
-ImU32 mode_color(CacheMode m) { return m == CacheMode::Cache ? kCacheCol : kNoCacheCol; }
-ImVec4 mode_color_v(CacheMode m) { return ImGui::ColorConvertU32ToFloat4(mode_color(m)); }
-const char* mode_label(CacheMode m) { return m == CacheMode::Cache ? "KV CACHE" : "NO CACHE"; }
-
-struct Curve {
-  const RunSeries* s = nullptr;
-  bool flops = false;  // which series: FLOPs or ms
-  float thickness = 2.0f;
-  double value(size_t i) const { return flops ? s->flops[i] : s->ms[i]; }
-};
-
-// Curves on a shared axis (step index on x, 0..max on y) in one framed box; every segment
-// takes the color of the mode its right-hand step ran in.
-void plot_curves(const char* id, const std::vector<Curve>& curves, ImVec2 size, bool counts,
-                 const char* unit) {
-  ImDrawList* dl = ImGui::GetWindowDrawList();
-  ImVec2 p0 = ImGui::GetCursorScreenPos();
-  ImVec2 p1(p0.x + size.x, p0.y + size.y);
-  ImGui::InvisibleButton(id, size);
-  bool hovered = ImGui::IsItemHovered();
-  dl->AddRectFilled(p0, p1, IM_COL32(20, 22, 30, 255), 3.0f);
-  double mx = 1e-9;
-  size_t n = 0;
-  for (const Curve& c : curves) {
-    n = std::max(n, c.s->steps());
-    for (size_t i = 0; i < c.s->steps(); ++i) mx = std::max(mx, c.value(i));
-  }
-  if (n == 0) return;
-  auto pt = [&](size_t i, double v) {
-    float fx = n > 1 ? float(i) / float(n - 1) : 0.5f;
-    return ImVec2(p0.x + 4 + (size.x - 8) * fx, p1.y - 4 - (size.y - 18) * float(v / mx));
-  };
-  for (const Curve& c : curves) {
-    size_t m = c.s->steps();
-    if (m == 1) dl->AddCircleFilled(pt(0, c.value(0)), c.thickness + 1, mode_color(c.s->step_mode[0]));
-    for (size_t i = 1; i < m; ++i)
-      dl->AddLine(pt(i - 1, c.value(i - 1)), pt(i, c.value(i)), mode_color(c.s->step_mode[i]),
-                  c.thickness);
-  }
-  char top[64];
-  if (counts)
-    std::snprintf(top, sizeof top, "%s %s", format_count(mx).c_str(), unit);
-  else
-    std::snprintf(top, sizeof top, "%.1f %s", mx, unit);
-  dl->AddText(ImVec2(p0.x + 6, p0.y + 2), IM_COL32(180, 180, 190, 255), top);
-  char steps[32];
-  std::snprintf(steps, sizeof steps, "%zu steps", n);
-  ImVec2 ts = ImGui::CalcTextSize(steps);
-  dl->AddText(ImVec2(p1.x - ts.x - 6, p0.y + 2), IM_COL32(140, 140, 150, 255), steps);
-  if (hovered) {
-    float fx = (ImGui::GetIO().MousePos.x - p0.x - 4) / std::max(size.x - 8, 1.0f);
-    size_t i = n > 1 ? size_t(std::clamp(fx, 0.0f, 1.0f) * float(n - 1) + 0.5f) : 0;
-    ImGui::BeginTooltip();
-    ImGui::Text("step %zu", i + 1);
-    for (const Curve& c : curves) {
-      if (i >= c.s->steps()) continue;
-      ImGui::TextColored(mode_color_v(c.s->step_mode[i]), "%s: %s", mode_label(c.s->step_mode[i]),
-                         counts ? (format_count(c.value(i)) + " " + unit).c_str()
-                                : (std::to_string(c.value(i)).substr(0, 7) + " " + unit).c_str());
-    }
-    ImGui::EndTooltip();
-  }
+const ImU32 kGuideCol = IM_COL32(200, 200, 210, 200);
+ImU32 mode_color(CacheMode m) {
+  return m == CacheMode::Cache ? kCacheCol : kNoCacheCol;
+}
+ImVec4 v4(ImU32 c) {
+  return ImGui::ColorConvertU32ToFloat4(c);
 }
 
-void legend(const RunSeries& s, const char* which) {
-  ImGui::TextColored(mode_color_v(s.mode), "%s %s", s.mixed() ? "--" : "==", mode_label(s.mode));
+void legend_item(ImU32 col, const char* text, bool dashed = false) {
+  ImGui::TextColored(v4(col), dashed ? "- -" : "---");
+  ImGui::SameLine(0, 4);
+  ImGui::TextUnformatted(text);
+}
+
+void compare_section(UiState& ui, const Timeline& tl) {
+  const RunSeries* c = tl.history().find(tl.prompt_text(), tl.prompt_chat(), CacheMode::Cache);
+  const RunSeries* n = tl.history().find(tl.prompt_text(), tl.prompt_chat(), CacheMode::NoCache);
+  const CompareView v = make_compare_view(c, n, ui.facts.n_layer);
+  if (!v.ready) {
+    ImGui::TextWrapped(
+        "Compare modes (in Controls) runs this prompt with and without the KV "
+        "cache and draws both here.");
+    return;
+  }
+  ImGui::TextWrapped("p = %d prompt tokens, g = %d steps, L = %d layers", v.p, v.g, v.n_layer);
+  ImGui::TextWrapped("waste factor (g·p + g(g-1)/2) / (p + g - 1) = %.1fx", v.waste_formula);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "K/V rows per layer: NO CACHE recomputes p + t - 1 rows at step t,\n"
+        "g·p + g(g-1)/2 in all; KV CACHE computes each row once, p + g - 1 in\n"
+        "all (the seeds write p + g, which counts the newest token too: %.1fx).",
+        v.waste_seeds);
+  ImGui::TextWrapped("measured: K/V rows %.1fx, FLOPs %.1fx, time %.1fx", v.waste_rows,
+                     v.waste_flops, v.waste_time);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "Ratios of the two runs' totals. FLOPs grow less than rows because the\n"
+        "LM head runs once per step in both modes; time also pays for memory.");
+  legend_item(kCacheCol, "KV CACHE");
   ImGui::SameLine();
-  ImGui::TextDisabled("%s, %zu steps%s%s", which, s.steps(), s.finished ? "" : " so far",
-                      s.mixed() ? ", switched modes (segments colored by mode)" : "");
+  legend_item(kNoCacheCol, "NO CACHE");
+  legend_item(kGuideCol, "closed form", true);
+  ImGui::SameLine();
+  ImGui::Checkbox("log scale", &ui.plots_log_y);
+
+  std::vector<double> guide_x = v.cache.seq_len;
+  auto pair = [&](const std::vector<double>& a, const std::vector<double>& b) {
+    return std::vector<PlotSeries>{
+        {&v.nocache.seq_len, &b, kNoCacheCol, nullptr, 2.0f, false, "NO CACHE"},
+        {&v.cache.seq_len, &a, kCacheCol, nullptr, 2.0f, false, "KV CACHE"}};
+  };
+  ImGui::TextDisabled("K/V rows computed, cumulative");
+  std::vector<PlotSeries> rows = pair(v.cache.cum_rows, v.nocache.cum_rows);
+  rows.push_back(
+      {&guide_x, &v.guide_nocache_rows, kGuideCol, nullptr, 1.5f, true, "L·(g·p + g(g-1)/2)"});
+  rows.push_back({&guide_x, &v.guide_cache_rows, kGuideCol, nullptr, 1.5f, true, "L·(p + g - 1)"});
+  PlotSpec ps;
+  ps.id = "##cmp_rows";
+  ps.x_label = "SEQ_LEN";
+  ps.y_suffix = "";
+  ps.log_y = ui.plots_log_y;
+  draw_plot(ps, rows);
+  ImGui::TextDisabled("FLOPs, cumulative");
+  ps.id = "##cmp_flops";
+  ps.y_suffix = "";
+  draw_plot(ps, pair(v.cache.cum_flops, v.nocache.cum_flops));
+  ImGui::TextDisabled("engine time, cumulative");
+  ps.id = "##cmp_ms";
+  ps.y_unit = PlotUnit::Milliseconds;
+  draw_plot(ps, pair(v.cache.cum_ms, v.nocache.cum_ms));
 }
 
-}  // namespace
+// One run's per-step series as plot columns (x = step number, colors by each step's mode).
+struct StepColumns {
+  std::vector<double> x, ms, flops;
+  std::vector<ImU32> colors;
+};
+StepColumns columns(const RunSeries& s) {
+  StepColumns c;
+  for (size_t i = 0; i < s.steps(); ++i) {
+    c.x.push_back(double(i + 1));
+    c.ms.push_back(s.ms[i]);
+    c.flops.push_back(s.flops[i]);
+    c.colors.push_back(mode_color(s.step_mode[i]));
+  }
+  return c;
+}
 
-void panel_plots(const UiState& ui, const Timeline& tl) {
-  (void)ui;
+void run_section(const UiState& ui, const Timeline& tl) {
   const RunSeries* cur = tl.current_series();
   const RunSeries* other = tl.other_series();
   if (!cur) {
     ImGui::TextDisabled("no steps yet in this run");
-    if (other) legend(*other, "earlier run on this prompt");
-  } else {
-    legend(*cur, "this run");
-    if (other)
-      legend(*other, "earlier run on this prompt");
-    else
-      ImGui::TextDisabled("run the other mode on this prompt to compare");
+    return;
   }
-  std::vector<Curve> ms, flops;
+  StepColumns a = columns(*cur), b = other ? columns(*other) : StepColumns{};
+  std::vector<PlotSeries> ms, fl;
   if (other) {
-    ms.push_back({other, false, 1.5f});
-    flops.push_back({other, true, 1.5f});
+    ms.push_back({&b.x, &b.ms, mode_color(other->mode), &b.colors, 1.2f, false, "earlier run"});
+    fl.push_back({&b.x, &b.flops, mode_color(other->mode), &b.colors, 1.2f, false, "earlier run"});
   }
-  if (cur) {
-    ms.push_back({cur, false, 2.5f});
-    flops.push_back({cur, true, 2.5f});
+  ms.push_back({&a.x, &a.ms, mode_color(cur->mode), &a.colors, 2.5f, false, "this run"});
+  fl.push_back({&a.x, &a.flops, mode_color(cur->mode), &a.colors, 2.5f, false, "this run"});
+  ImGui::TextDisabled("this run%s: %zu steps", cur->mixed() ? " (switched modes)" : "",
+                      cur->steps());
+  if (other) {
+    ImGui::SameLine();
+    ImGui::TextDisabled("; thin: the %s run on this prompt",
+                        other->mode == CacheMode::Cache ? "KV CACHE" : "NO CACHE");
   }
-  float w = ImGui::GetContentRegionAvail().x;
-  ImGui::Text("step time (measured)");
-  plot_curves("##ms", ms, ImVec2(w, 95), false, "ms");
-  ImGui::Text("FLOPs per step (measured)");
-  plot_curves("##flops", flops, ImVec2(w, 95), true, "FLOP");
+  PlotSpec ps;
+  ps.x_label = "step";
+  ps.height = 95.0f;
+  ps.marker_x = tl.live() ? NAN : double(tl.viewed_step());
+  ImGui::TextDisabled("time per step (measured)");
+  ps.id = "##ms";
+  ps.y_unit = PlotUnit::Milliseconds;
+  ps.log_y = ui.plots_log_y;
+  draw_plot(ps, ms);
+  ImGui::TextDisabled("FLOPs per step (measured)");
+  ps.id = "##flops";
+  ps.y_unit = PlotUnit::Count;
+  draw_plot(ps, fl);
 
   // KV bytes of this run: held by the cache plus recomputed-and-discarded (NO CACHE).
-  std::vector<double> kv;
-  for (const auto& sp : tl.steps()) kv.push_back(double(sp->kv_bytes + sp->kv_transient_bytes));
-  if (!kv.empty()) {
-    ImGui::Text("KV bytes per step (held + recomputed)");
-    ImDrawList* dl = ImGui::GetWindowDrawList();
-    ImVec2 size(w, 48), p0 = ImGui::GetCursorScreenPos(), p1(p0.x + size.x, p0.y + size.y);
-    ImGui::Dummy(size);
-    dl->AddRectFilled(p0, p1, IM_COL32(20, 22, 30, 255), 3.0f);
-    double mx = std::max(1.0, *std::max_element(kv.begin(), kv.end()));
-    std::vector<ImVec2> pts;
-    for (size_t i = 0; i < kv.size(); ++i)
-      pts.emplace_back(p0.x + 4 + (size.x - 8) * (kv.size() > 1 ? float(i) / float(kv.size() - 1) : 0.5f),
-                       p1.y - 4 - (size.y - 18) * float(kv[i] / mx));
-    if (pts.size() >= 2) dl->AddPolyline(pts.data(), int(pts.size()), IM_COL32(120, 230, 190, 255), 0, 2.0f);
-    dl->AddText(ImVec2(p0.x + 6, p0.y + 2), IM_COL32(180, 180, 190, 255),
-                format_bytes(uint64_t(mx)).c_str());
+  std::vector<double> x, kv;
+  std::vector<ImU32> kc;
+  for (const auto& sp : tl.steps()) {
+    x.push_back(double(sp->step));
+    kv.push_back(double(sp->kv_bytes + sp->kv_transient_bytes));
+    kc.push_back(mode_color(sp->mode));
   }
+  ImGui::TextDisabled("KV bytes per step (held + recomputed)");
+  ps.id = "##kv";
+  ps.y_unit = PlotUnit::Bytes;
+  ps.log_y = false;
+  ps.height = 70.0f;
+  draw_plot(ps, {{&x, &kv, IM_COL32(120, 230, 190, 255), &kc, 2.0f, false, "KV bytes"}});
+}
+
+}  // namespace
+
+void panel_plots(UiState& ui, const Timeline& tl) {
+  compare_section(ui, tl);
+  ImGui::Separator();
+  run_section(ui, tl);
 }
 
 }  // namespace kvscope::app

@@ -53,9 +53,10 @@ std::string status_text(const UiState& ui, const ControllerState& cs, const Time
   if (cs.finished) {
     const StepTrace* last = tl.last();
     if (!last) return "ready: press Play or Step";
-    // A run ended by Stop has no engine stop reason of its own.
-    const char* why = last->stop == StopReason::None ? "stopped" : stop_reason_name(last->stop);
-    std::snprintf(buf, sizeof buf, "finished (%s), %d tokens", why, last->seq_len);
+    std::snprintf(
+        buf, sizeof buf, "finished (%s), %d tokens",
+        tl.finish_reason().empty() ? stop_reason_name(last->stop) : tl.finish_reason().c_str(),
+        last->seq_len);
     return buf;
   }
   if (cs.playing) {

@@ -5,6 +5,14 @@ namespace kvscope::app {
 
 namespace {
 int mode_index(CacheMode m) { return m == CacheMode::Cache ? 0 : 1; }
+
+void append(RunSeries& s, const StepTrace& t) {
+  s.ms.push_back(t.device_ms >= 0 ? t.device_ms : t.ms);
+  s.flops.push_back(double(t.flops));
+  s.kv_rows.push_back(t.kv_rows);
+  s.seq_len.push_back(t.seq_len);
+  s.step_mode.push_back(t.mode);
+}
 }  // namespace
 
 bool RunSeries::mixed() const {
@@ -19,9 +27,7 @@ void RunHistory::record(const std::string& text, bool chat, uint64_t run, const 
   for (int i = 0; i < 2; ++i) {
     RunSeries& s = slot.by_mode[i];
     if (slot.has[i] && s.run == run) {
-      s.ms.push_back(t.device_ms >= 0 ? t.device_ms : t.ms);
-      s.flops.push_back(double(t.flops));
-      s.step_mode.push_back(t.mode);
+      append(s, t);
       return;
     }
   }
@@ -29,9 +35,8 @@ void RunHistory::record(const std::string& text, bool chat, uint64_t run, const 
   RunSeries s;
   s.run = run;
   s.mode = t.mode;
-  s.ms.push_back(t.device_ms >= 0 ? t.device_ms : t.ms);
-  s.flops.push_back(double(t.flops));
-  s.step_mode.push_back(t.mode);
+  s.prompt_len = t.seq_len - 1 - (t.step - 1);  // SEQ_LEN before the run's first step
+  append(s, t);
   slot.by_mode[i] = std::move(s);
   slot.has[i] = true;
 }

@@ -135,9 +135,11 @@ render::Scene build_scene(const Timeline& tl, const ViewOptions& opts, const Ani
   namespace layout = render::layout;
   render::Scene s;
   s.revision = render::next_scene_revision();
-  const StepTrace* last = tl.last();
+  // The viewed step (the newest one unless the person scrubbed back): the sequence as it
+  // stood after that step.
+  const StepTrace* last = tl.viewed();
   const int n_layer = std::max(tl.n_layer(), last ? last->n_layer : 0);
-  const int n_tok = int(tl.tokens().size());
+  const int n_tok = tl.viewed_seq_len();
 
   // Tokens. The newest generated token falls into its slot (SceneAnim::fall).
   for (int i = 0; i < n_tok; ++i) {
@@ -191,8 +193,8 @@ render::Scene build_scene(const Timeline& tl, const ViewOptions& opts, const Ani
 void animate_scene(render::Scene* scene, const Timeline& tl, const AnimClock& clock) {
   namespace layout = render::layout;
   render::Scene& s = *scene;
-  const StepTrace* last = tl.last();
-  const int n_tok = int(tl.tokens().size());
+  const StepTrace* last = tl.viewed();
+  const int n_tok = tl.viewed_seq_len();
   const float drop = drop_progress(clock.since_step);
   s.anim.fall = 1.0f - drop;
   s.anim.flash = step_flash(clock.since_step);

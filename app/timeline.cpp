@@ -1,21 +1,80 @@
-// timeline.cpp — accumulating traces into per-position token and K/V data.
+// timeline.cpp — accumulating events into steps, tokens and K/V norms; history views.
 #include "app/timeline.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 namespace kvscope::app {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr size_t kSpeedWindow = 16;
+
+// A step without its per-position arrays (kept for every step of the run).
+std::shared_ptr<const StepTrace> slim_copy(const StepTrace& t) {
+  auto s = std::make_shared<StepTrace>(t);
+  // Assigning fresh vectors frees the memory (`= {}` would keep the capacity).
+  s->attention = std::vector<float>();
+  s->k_norm = std::vector<float>();
+  s->v_norm = std::vector<float>();
+  s->prompt = std::vector<PromptToken>();
+  return s;
+}
+
+size_t trace_bytes(const StepTrace& t) {
+  size_t b = sizeof(StepTrace) + t.piece.capacity() + t.text.capacity() + t.emitted.capacity() +
+             t.backend.capacity();
+  b += t.attention.capacity() * 4 + t.k_norm.capacity() * 4 + t.v_norm.capacity() * 4;
+  for (const Candidate& c : t.top) b += sizeof(Candidate) + c.text.capacity();
+  for (const PromptToken& p : t.prompt) b += sizeof(PromptToken) + p.text.capacity();
+  return b;
+}
+
+}  // namespace
+
+void release_free_memory() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+}
+
+uint64_t process_resident_bytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  unsigned long long size = 0, resident = 0;
+  int n = std::fscanf(f, "%llu %llu", &size, &resident);
+  std::fclose(f);
+  return n == 2 ? uint64_t(resident) * uint64_t(sysconf(_SC_PAGESIZE)) : 0;
+}
 
 void Timeline::clear() {
-  steps_.clear();
-  tokens_.clear();
-  generated_.clear();
-  for (auto& v : k_norm_) v.clear();
-  for (auto& v : v_norm_) v.clear();
+  // Swap with empties so the memory really goes (clear() keeps capacity).
+  std::vector<std::shared_ptr<const StepTrace>>().swap(steps_);
+  std::vector<uint64_t>().swap(offsets_);
+  std::vector<float>().swap(range_log_);
+  std::vector<TokenInfo>().swap(tokens_);
+  std::string().swap(generated_);
+  for (auto& v : k_norm_) std::vector<float>().swap(v);
+  for (auto& v : v_norm_) std::vector<float>().swap(v);
   std::fill(k_min_.begin(), k_min_.end(), std::numeric_limits<float>::infinity());
   std::fill(v_min_.begin(), v_min_.end(), std::numeric_limits<float>::infinity());
   std::fill(k_max_.begin(), k_max_.end(), 0.0f);
   std::fill(v_max_.begin(), v_max_.end(), 0.0f);
+  viewed_ = 0;
+  viewed_full_.reset();
+  viewed_note_.clear();
+  arrivals_.clear();
+  first_ = SpeedStats{};
+  finish_reason_.clear();
+  store_.reset();
+  compare_ = 0;
 }
 
 void Timeline::ensure_layers(int n) {
@@ -29,20 +88,64 @@ void Timeline::ensure_layers(int n) {
   v_max_.resize(size_t(n), 0.0f);
 }
 
+void Timeline::merge_norms(const StepTrace& t) {
+  ensure_layers(t.n_layer);
+  if (t.kv_written <= 0 || t.n_layer <= 0 ||
+      t.k_norm.size() < size_t(t.n_layer) * size_t(t.kv_written))
+    return;
+  for (int l = 0; l < t.n_layer; ++l) {
+    auto& kn = k_norm_[size_t(l)];
+    auto& vn = v_norm_[size_t(l)];
+    size_t need = size_t(t.kv_first_pos + t.kv_written);
+    if (kn.size() < need) kn.resize(need, kNaN);
+    if (vn.size() < need) vn.resize(need, kNaN);
+    for (int i = 0; i < t.kv_written; ++i) {
+      size_t src = size_t(l) * size_t(t.kv_written) + size_t(i);
+      float k = t.k_norm[src];
+      float v = src < t.v_norm.size() ? t.v_norm[src] : k;
+      kn[size_t(t.kv_first_pos + i)] = k;
+      vn[size_t(t.kv_first_pos + i)] = v;
+      k_min_[size_t(l)] = std::min(k_min_[size_t(l)], k);
+      k_max_[size_t(l)] = std::max(k_max_[size_t(l)], k);
+      v_min_[size_t(l)] = std::min(v_min_[size_t(l)], v);
+      v_max_[size_t(l)] = std::max(v_max_[size_t(l)], v);
+    }
+  }
+}
+
 bool Timeline::apply(const Event& e) {
+  if (e.kind == Event::Kind::Source) {  // another model or recording: nothing carries over
+    clear();
+    history_.clear();
+    n_layer_ = 0;
+    k_norm_.clear();
+    v_norm_.clear();
+    k_min_.clear();
+    k_max_.clear();
+    v_min_.clear();
+    v_max_.clear();
+    finished_ = true;
+    mode_ = e.mode;
+    release_free_memory();
+    return true;
+  }
   if (e.kind == Event::Kind::Reset) {
     clear();
+    release_free_memory();
     run_ = e.run;
     prompt_text_ = e.prompt_text;
     prompt_chat_ = e.prompt_chat;
     mode_ = e.mode;
     finished_ = false;
+    store_ = e.store;
+    compare_ = e.compare;
     return true;
   }
   if (e.run != run_) return false;
   if (e.kind == Event::Kind::ModeChanged) mode_ = e.mode;
-  if (e.kind == Event::Kind::Finished || e.kind == Event::Kind::Error) {
+  if (e.kind == Event::Kind::Finished) {
     finished_ = true;
+    finish_reason_ = e.reason;
     history_.finish(prompt_text_, prompt_chat_, run_);
   }
   if (e.kind != Event::Kind::Step || !e.trace) return true;
@@ -57,31 +160,67 @@ bool Timeline::apply(const Event& e) {
     tokens_[size_t(t.pos)] = TokenInfo{t.token_id, t.text, t.is_prompt, t.step};
   }
   generated_ += t.emitted;
-  ensure_layers(t.n_layer);
-  if (t.kv_written > 0 && t.n_layer > 0 &&
-      t.k_norm.size() >= size_t(t.n_layer) * size_t(t.kv_written)) {
-    for (int l = 0; l < t.n_layer; ++l) {
-      auto& kn = k_norm_[size_t(l)];
-      auto& vn = v_norm_[size_t(l)];
-      size_t need = size_t(t.kv_first_pos + t.kv_written);
-      if (kn.size() < need) kn.resize(need, std::numeric_limits<float>::quiet_NaN());
-      if (vn.size() < need) vn.resize(need, std::numeric_limits<float>::quiet_NaN());
-      for (int i = 0; i < t.kv_written; ++i) {
-        size_t src = size_t(l) * size_t(t.kv_written) + size_t(i);
-        float k = t.k_norm[src];
-        float v = src < t.v_norm.size() ? t.v_norm[src] : k;
-        kn[size_t(t.kv_first_pos + i)] = k;
-        vn[size_t(t.kv_first_pos + i)] = v;
-        k_min_[size_t(l)] = std::min(k_min_[size_t(l)], k);
-        k_max_[size_t(l)] = std::max(k_max_[size_t(l)], k);
-        v_min_[size_t(l)] = std::min(v_min_[size_t(l)], v);
-        v_max_[size_t(l)] = std::max(v_max_[size_t(l)], v);
-      }
-    }
-  }
+  merge_norms(t);
+  for (const auto* r : {&k_min_, &k_max_, &v_min_, &v_max_})
+    range_log_.insert(range_log_.end(), r->begin(), r->end());
+  // The previous newest step becomes slim (a viewed older step is held in viewed_full_).
+  if (!steps_.empty()) steps_.back() = slim_copy(*steps_.back());
   steps_.push_back(e.trace);
+  offsets_.push_back(e.offset);
   history_.record(prompt_text_, prompt_chat_, run_, t);
+  if (t.step == 1) {
+    first_.ttft_ms = t.device_ms >= 0 ? t.device_ms : t.ms;
+    first_.prefill_tokens = t.tokens_processed;
+    first_.prefill_tok_s = first_.ttft_ms > 0 ? 1000.0 * t.tokens_processed / first_.ttft_ms : 0;
+  } else {
+    arrivals_.push_back({e.done_s, t.device_ms >= 0 ? t.device_ms : t.ms});
+    while (arrivals_.size() > kSpeedWindow) arrivals_.pop_front();
+  }
   return true;
+}
+
+void Timeline::scrub_to(int step) {
+  const int n = step_count();
+  if (n == 0) return;
+  step = std::clamp(step, 1, n);
+  if ((step == n && viewed_ == 0) || step == viewed_) return;
+  viewed_full_.reset();
+  viewed_note_.clear();
+  if (step == n) {
+    viewed_ = 0;
+    return;
+  }
+  viewed_ = step;
+  const uint64_t off = offsets_[size_t(step - 1)];
+  if (!store_ || off == kNoOffset) {
+    viewed_note_ = "this step's attention was not kept (the run has no history spool)";
+    return;
+  }
+  auto t = store_->read_step(off);
+  if (!t.ok()) {
+    viewed_note_ = t.error().message;
+    return;
+  }
+  if (t->step != step) {
+    viewed_note_ = "the history spool holds step " + std::to_string(t->step) + " where step " +
+                   std::to_string(step) + " was expected";
+    return;
+  }
+  if (t->attention.empty())
+    viewed_note_ = "this step was kept without its attention rows (history disk cap reached)";
+  viewed_full_ = std::make_shared<const StepTrace>(std::move(t.value()));
+}
+
+const StepTrace* Timeline::viewed() const {
+  if (steps_.empty()) return nullptr;
+  if (viewed_ == 0) return steps_.back().get();
+  if (viewed_full_) return viewed_full_.get();
+  return steps_[size_t(viewed_ - 1)].get();
+}
+
+int Timeline::viewed_seq_len() const {
+  const StepTrace* v = viewed();
+  return v ? std::min(v->seq_len, int(tokens_.size())) : int(tokens_.size());
 }
 
 const RunSeries* Timeline::current_series() const {
@@ -100,17 +239,54 @@ const RunSeries* Timeline::other_series() const {
 }
 
 float Timeline::kv_norm(int pos, int layer, bool v) const {
-  if (layer < 0 || layer >= n_layer_ || pos < 0) return std::numeric_limits<float>::quiet_NaN();
+  if (layer < 0 || layer >= n_layer_ || pos < 0) return kNaN;
+  if (const StepTrace* s = viewed(); s && pos >= s->kv_first_pos + s->kv_written) return kNaN;
   const auto& row = v ? v_norm_[size_t(layer)] : k_norm_[size_t(layer)];
-  return size_t(pos) < row.size() ? row[size_t(pos)] : std::numeric_limits<float>::quiet_NaN();
+  return size_t(pos) < row.size() ? row[size_t(pos)] : kNaN;
 }
 float Timeline::kv_norm_min(int layer, bool v) const {
   if (layer < 0 || layer >= n_layer_) return 0;
+  if (viewed_ != 0 && range_log_.size() >= size_t(viewed_) * 4 * size_t(n_layer_))
+    return range_log_[(size_t(viewed_ - 1) * 4 + (v ? 2 : 0)) * size_t(n_layer_) + size_t(layer)];
   return v ? v_min_[size_t(layer)] : k_min_[size_t(layer)];
 }
 float Timeline::kv_norm_max(int layer, bool v) const {
   if (layer < 0 || layer >= n_layer_) return 0;
+  if (viewed_ != 0 && range_log_.size() >= size_t(viewed_) * 4 * size_t(n_layer_))
+    return range_log_[(size_t(viewed_ - 1) * 4 + (v ? 3 : 1)) * size_t(n_layer_) + size_t(layer)];
   return v ? v_max_[size_t(layer)] : k_max_[size_t(layer)];
+}
+
+SpeedStats Timeline::speed() const {
+  SpeedStats s = first_;
+  const size_t n = arrivals_.size();
+  if (n == 0) return s;
+  double engine_ms = 0;
+  for (size_t i = (n > 1 ? 1 : 0); i < n; ++i) engine_ms += arrivals_[i].ms;
+  if (n == 1) {
+    s.engine_tok_s = engine_ms > 0 ? 1000.0 / engine_ms : 0;
+    s.window = 1;
+    return s;
+  }
+  // Over the same steps (2nd..last of the window): each gap between two completions holds
+  // that step's whole computation, so delivered <= engine by construction.
+  s.window = int(n - 1);
+  s.engine_tok_s = engine_ms > 0 ? 1000.0 * double(n - 1) / engine_ms : 0;
+  const double span = arrivals_.back().done_s - arrivals_.front().done_s;
+  s.delivered_tok_s = span > 0 ? double(n - 1) / span : s.engine_tok_s;
+  return s;
+}
+
+size_t Timeline::memory_bytes() const {
+  size_t b = sizeof(*this) + steps_.capacity() * sizeof(steps_[0]) + offsets_.capacity() * 8;
+  for (const auto& s : steps_) b += trace_bytes(*s) + 32;  // + shared_ptr control block
+  if (viewed_full_) b += trace_bytes(*viewed_full_);
+  b += tokens_.capacity() * sizeof(TokenInfo);
+  for (const TokenInfo& t : tokens_) b += t.text.capacity();
+  for (const auto& r : k_norm_) b += r.capacity() * 4;
+  for (const auto& r : v_norm_) b += r.capacity() * 4;
+  b += generated_.capacity() + range_log_.capacity() * 4;
+  return b;
 }
 
 }  // namespace kvscope::app

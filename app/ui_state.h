@@ -17,15 +17,6 @@
 
 namespace kvscope::app {
 
-// Model dimensions the UI needs (copied once; the Session lives on the worker).
-struct ModelFacts {
-  std::string name, backend, kv_dtype = "f16";
-  int n_layer = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_embd = 0, n_vocab = 0;
-  uint64_t block_macs_per_token = 0;
-  uint64_t kv_bytes_per_token = 0;
-  KvTypes kv_types;
-  std::vector<int> layer_window;  // [L] the model's own window per layer (0: global)
-};
 // The memory formula's shape for a model (engine/kv_memory.h).
 KvMemoryShape facts_memory_shape(const ModelFacts& f);
 
@@ -58,14 +49,28 @@ struct UiState {
   bool preset_changed = true;
   std::vector<PromptChoice> prompts;
   int prompt_index = 0;
-  std::string custom_prompt;
+  std::string custom_prompt;       // the prompt box
+  bool custom_chat = false;        // the box's text as a chat turn (else raw text)
+  int compare_steps = 48;          // steps of each run of "compare modes"
+  std::string model_choice;        // the model picker: a built-in name or a GGUF path
+  std::string run_path = "kvscope-run.kvs";     // File: save / open a recording
+  std::string csv_path = "kvscope-stats.csv";   // File: export the stats
+  int scrub_request = 0;           // > 0: view that step (applied by apply_events); -1: live
+  std::string solo_sections;       // screenshots: "Run,Plots" opens those sections only
+  bool plots_log_y = false;        // Plots: logarithmic y axes
+  uint64_t rss_bytes = 0;          // the app's resident memory (sampled twice a second)
+  double rss_time = -1;
   float speed = 4.0f;
   bool speed_max = false;
   CacheMode mode = CacheMode::Cache;
   SamplerConfig sampler;
   int max_tokens = 200;
   ModelFacts facts;
-  bool engine_ready = false;
+  bool engine_ready = false;     // a model or a recording is loaded
+  bool replay = false;           // it is a recording (no model)
+  std::string replay_path;       // the recording's file
+  EngineOptions engine_options;  // how the current model was (or is being) opened
+  bool autoplay = false;         // play as soon as a model or recording is loaded
   std::string error;            // shown in a modal until dismissed
   std::vector<Notice> notices;  // dismissable messages (e.g. backend fallback)
   uint64_t next_notice_id = 1;
@@ -78,7 +83,6 @@ struct UiState {
   TranscriptCache transcript;
   double frame_work_ms = 0;  // what drawing one frame costs lately (frames are paced: see gui_loop.h)
   double last_step_time = -1e9;      // glfwGetTime() when the newest trace arrived
-  std::deque<double> step_arrivals;  // arrival times of the last few traces (observed tok/s)
   int hovered_pos = -1;
   // KV memory: the run's own cache settings, and the what-if panel's choice and context.
   WhatIfChoice run_kv;
@@ -91,7 +95,6 @@ struct UiState {
   WhatIfChoice quality_kv{{KvDtype::Q8_0, KvDtype::Q8_0}};
   int quality_steps = 64;
   bool show_quality = false;  // open the Cache quality section (and fold KV memory) once
-  EngineOptions engine_options;  // how the current model was opened
 };
 
 // Adds a dismissable notice (`seconds` > 0: it also goes away by itself after that long).
@@ -100,10 +103,10 @@ void add_notice(UiState& ui, std::string text, double seconds = 0);
 // One panel per file (panel_*.cpp). Section panels draw their content only, into the
 // region app_frame.cpp gives them (no Begin/End of their own).
 void panel_controls(UiState& ui, Controller* ctl, const ControllerState& cs, const Timeline& tl);
+// The Run section: which model or recording runs, the history slider, save / open / export.
+void panel_run(UiState& ui, Controller* ctl, const ControllerState& cs, const Timeline& tl);
 void panel_stats(const UiState& ui, const ControllerState& cs, const Timeline& tl);
-// Generated tokens per second over the recent arrivals (0 when fewer than two).
-double observed_tokens_per_s(const UiState& ui);
-void panel_plots(const UiState& ui, const Timeline& tl);
+void panel_plots(UiState& ui, const Timeline& tl);
 void panel_candidates(const Timeline& tl);
 // The text so far, token by token; hovering a token sets ui.panel_hovered_pos, and the
 // token hovered in the 3D view (ui.hovered_pos) is highlighted here.

@@ -1,0 +1,155 @@
+// panel_run.cpp — the Run section: which model (or recording) runs, the history slider that
+// looks at any earlier step, and the files: save the run, play a recording, export the stats.
+// Draws content only, into the region the layout gives it (see app_frame.cpp).
+//
+// The model picker stays usable whatever happened before: a model that failed to load leaves
+// the last one running (or none), and another model or a built-in one can be opened at once.
+#include <imgui.h>
+#include <imgui_stdlib.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "app/cli_common.h"
+#include "app/stats_csv.h"
+#include "app/ui_state.h"
+
+namespace kvscope::app {
+namespace {
+
+void send(Controller* ctl, Command c) {
+  if (ctl) ctl->send(std::move(c));
+}
+
+void source_section(UiState& ui, Controller* ctl, const ControllerState& cs) {
+  if (!ui.engine_ready)
+    ImGui::TextColored(ImVec4(1.0f, 0.7f, 0.3f, 1.0f), "no model loaded: pick one below");
+  else if (ui.replay)
+    ImGui::TextWrapped("Recording %s (made with %s, %s)",
+                       std::filesystem::path(ui.replay_path).filename().c_str(),
+                       ui.facts.name.c_str(), ui.facts.file_name.c_str());
+  else
+    ImGui::TextWrapped("Model %s (%s, %s backend)", ui.facts.name.c_str(),
+                       ui.facts.file_name.c_str(), ui.facts.backend.c_str());
+  if (cs.loading) ImGui::TextColored(ImVec4(1.0f, 0.8f, 0.3f, 1.0f), "opening...");
+
+  ImGui::BeginDisabled(cs.loading);
+  // Built-in models by name, then any GGUF file by path.
+  for (const cli::BuiltinModel& m : cli::builtin_models()) {
+    ImGui::PushID(m.name);
+    if (ImGui::SmallButton(m.name)) {
+      ui.engine_options.model_path = m.name;
+      ui.model_choice = m.name;
+      send(ctl, CmdLoadModel{ui.engine_options});
+    }
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip("Open the built-in model %s (%s)", m.name, m.file);
+    ImGui::PopID();
+    ImGui::SameLine();
+  }
+  ImGui::NewLine();
+  ImGui::SetNextItemWidth(-70.0f);
+  bool enter = ImGui::InputTextWithHint("##model", "a .gguf file", &ui.model_choice,
+                                        ImGuiInputTextFlags_EnterReturnsTrue);
+  ImGui::SameLine();
+  if ((ImGui::Button("Open##model") || enter) && !ui.model_choice.empty()) {
+    ui.engine_options.model_path = ui.model_choice;
+    send(ctl, CmdLoadModel{ui.engine_options});
+  }
+  ImGui::EndDisabled();
+}
+
+void history_section(UiState& ui, const Timeline& tl) {
+  const int n = tl.step_count();
+  if (n == 0) {
+    ImGui::TextDisabled("no steps yet");
+    return;
+  }
+  int k = tl.viewed_step();
+  ImGui::SetNextItemWidth(-70.0f);
+  if (ImGui::SliderInt("##step", &k, 1, n, "step %d")) ui.scrub_request = k;
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "Look at any earlier step: its beams, candidates and stats.\n"
+        "Left/Right with the slider active move one step.");
+  if (ImGui::IsItemActive() || ImGui::IsItemFocused()) {
+    if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_LeftArrow)))
+      ui.scrub_request = std::max(1, k - 1);
+    if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_RightArrow)))
+      ui.scrub_request = std::min(n, k + 1);
+  }
+  ImGui::SameLine();
+  ImGui::BeginDisabled(tl.live());
+  if (ImGui::Button("Live")) ui.scrub_request = -1;
+  ImGui::EndDisabled();
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("Follow the newest step again");
+  if (tl.live()) {
+    ImGui::TextDisabled("following the newest step (%d)", n);
+  } else {
+    ImGui::TextColored(ImVec4(1.0f, 0.8f, 0.3f, 1.0f), "looking at step %d of %d", k, n);
+    if (!tl.viewed_note().empty()) ImGui::TextWrapped("%s", tl.viewed_note().c_str());
+  }
+}
+
+void write_csv(UiState& ui, const Timeline& tl) {
+  std::ofstream f(ui.csv_path, std::ios::binary | std::ios::trunc);
+  if (f) {
+    write_stats_csv_header(f);
+    for (const auto& t : tl.steps()) write_stats_csv_row(f, *t);
+    f.flush();
+  }
+  if (!f)
+    ui.error = "Cannot write the stats to '" + ui.csv_path + "'.";
+  else
+    add_notice(ui,
+               "Saved the stats of " + std::to_string(tl.step_count()) + " steps to " +
+                   std::filesystem::absolute(ui.csv_path).string(),
+               8.0);
+}
+
+void files_section(UiState& ui, Controller* ctl, const ControllerState& cs, const Timeline& tl) {
+  ImGui::SetNextItemWidth(-70.0f);
+  ImGui::InputTextWithHint("##run", "run file (.kvs)", &ui.run_path);
+  ImGui::SameLine();
+  ImGui::BeginDisabled(tl.step_count() == 0 || ui.run_path.empty());
+  if (ImGui::Button("Save")) send(ctl, CmdSave{ui.run_path, tl.run()});
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "Write this run (prompt, settings, model identity, every step) to the\n"
+        "file; play it back later with kvscope --replay FILE.");
+  ImGui::EndDisabled();
+  ImGui::BeginDisabled(cs.loading || ui.run_path.empty());
+  if (ImGui::Button("Play recording")) send(ctl, CmdOpenRun{ui.run_path});
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("Open the run file above and play it back, without the model");
+  ImGui::EndDisabled();
+  if (ui.replay) {
+    ImGui::SameLine();
+    ImGui::BeginDisabled(cs.loading);
+    if (ImGui::Button("Back to the model")) send(ctl, CmdLoadModel{ui.engine_options});
+    ImGui::EndDisabled();
+  }
+  ImGui::SetNextItemWidth(-70.0f);
+  ImGui::InputTextWithHint("##csv", "stats file (.csv)", &ui.csv_path);
+  ImGui::SameLine();
+  ImGui::BeginDisabled(tl.step_count() == 0 || ui.csv_path.empty());
+  if (ImGui::Button("Export")) write_csv(ui, tl);
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("Every step's numbers as CSV");
+  ImGui::EndDisabled();
+}
+
+}  // namespace
+
+void panel_run(UiState& ui, Controller* ctl, const ControllerState& cs, const Timeline& tl) {
+  ImGui::TextDisabled("Source");
+  source_section(ui, ctl, cs);
+  ImGui::Separator();
+  ImGui::TextDisabled("History");
+  history_section(ui, tl);
+  ImGui::Separator();
+  ImGui::TextDisabled("Files");
+  files_section(ui, ctl, cs, tl);
+}
+
+}  // namespace kvscope::app

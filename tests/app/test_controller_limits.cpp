@@ -1,0 +1,262 @@
+// test_controller_limits.cpp — the controller at its limits: Stop and close while steps are
+// queued behind a long step, thousands of random commands (under ThreadSanitizer too), and a
+// 4,096-step run whose history must fit a memory budget and be given back on Reset.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "tests/app/controller_test_util.h"
+
+using namespace kvscope;
+using namespace kvscope::app;
+using namespace kvscope::app::testing;
+
+// Stop takes effect at the next step boundary: the step in flight finishes, the queued
+// Steps never run.
+TEST(Controller, StopWithQueuedStepsTakesEffectAtTheNextBoundary) {
+  constexpr int kStepMs = 300;
+  auto ctl = std::make_unique<Controller>(std::make_unique<SlowSource>(tiny_source(100), kStepMs),
+                                          test_options());
+  std::vector<Event> ev;
+  ctl->send(CmdReset{kStory, false});
+  collect(*ctl, ev, [](auto& e) { return count_kind(e, Event::Kind::Reset, 1) > 0; });
+  for (int i = 0; i < 10; ++i) ctl->send(CmdStep{});
+  EXPECT_LE(ctl->queued(), kMaxQueued);
+  // Wait until the first step is computing, then Stop behind the queued ones.
+  for (int i = 0; i < 200 && !ctl->state().busy; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(ctl->state().busy);
+  for (int i = 0; i < 10; ++i) ctl->send(CmdStep{});
+  auto t0 = std::chrono::steady_clock::now();
+  ctl->send(CmdStop{});
+  collect(
+      *ctl, ev, [](auto& e) { return finished(e, 1); }, 10);
+  const double stop_s = seconds_since(t0);
+  ASSERT_TRUE(finished(ev, 1));
+  EXPECT_LE(stop_s, kStepMs / 1000.0 + 0.1) << "Stop waited behind queued steps";
+  std::this_thread::sleep_for(std::chrono::milliseconds(2 * kStepMs));
+  for (Event& e : ctl->poll()) ev.push_back(std::move(e));
+  EXPECT_EQ(count_steps(ev, 1), 1) << "only the step in flight may finish";
+}
+
+// Closing (destroying the controller) waits for the step in flight at most, never for what
+// is queued behind it.
+TEST(Controller, ShutdownWithQueuedWorkReturnsWithinOneStep) {
+  constexpr int kStepMs = 400;
+  auto ctl = std::make_unique<Controller>(std::make_unique<SlowSource>(tiny_source(1000), kStepMs),
+                                          test_options());
+  ctl->send(CmdSpeed{kSpeedMax});
+  ctl->send(CmdReset{kStory, true});
+  for (int i = 0; i < 200 && !ctl->state().busy; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(ctl->state().busy);
+  for (int i = 0; i < 5000; ++i) {
+    ctl->send(i % 3 == 0   ? Command(CmdStep{})
+              : i % 3 == 1 ? Command(CmdMode{CacheMode(i & 1)})
+                           : Command(CmdReset{kCode, true}));
+    ASSERT_LE(ctl->queued(), kMaxQueued) << "the command queue grew past its bound";
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  ctl.reset();
+  EXPECT_LE(seconds_since(t0), kStepMs / 1000.0 + 0.1) << "close waited behind queued work";
+}
+
+// A 4,096-step run through the controller (tiny model: it is the history that is measured,
+// not the engine). Keeping every step's attention would need 8 rows x sum(n) x 4 bytes =
+// 268 MB here (4.5 GB for the default model at fp16); the timeline keeps slim steps and
+// reads old ones back from the spool, so its memory and the process's growth stay small,
+// any step can still be looked at, and a Reset gives the memory back.
+TEST(ControllerHistory, FourThousandStepsStayWithinBudgetAndResetReturnsMemory) {
+  const int kSteps = kTsan ? 1024 : 4096;
+  constexpr size_t kTimelineBudget = 24u << 20;     // bytes the timeline may hold at 4,096 steps
+  constexpr uint64_t kRssBudget = 64ull << 20;      // process growth over the run
+  constexpr uint64_t kRssAfterReset = 16ull << 20;  // what may stay after Reset
+  auto src = tiny_source(kSteps, kSteps + 64, /*n_layer=*/2, /*n_head=*/4);
+  ASSERT_TRUE(src);
+  auto ctl = std::make_unique<Controller>(std::move(src), test_options());
+  Timeline tl;
+  std::vector<Event> ev;
+  collect(
+      *ctl, ev, [](auto& e) { return !e.empty(); }, 10);
+  for (const Event& e : ev) tl.apply(e);
+  release_free_memory();
+  const uint64_t rss0 = process_resident_bytes();
+  ASSERT_GT(rss0, 0u);
+
+  ctl->send(CmdSpeed{kSpeedMax});
+  ctl->send(CmdReset{kStory, true});
+  constexpr int kProbe = 1000;
+  std::vector<float> probe_attention;
+  uint64_t rss_peak = 0;
+  bool done = false;
+  auto until = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+  while (!done && std::chrono::steady_clock::now() < until) {
+    for (Event& e : ctl->wait_events(50)) {
+      if (e.kind == Event::Kind::Step && e.trace->step == kProbe)
+        probe_attention = e.trace->attention;
+      done |= e.kind == Event::Kind::Finished;
+      ASSERT_TRUE(tl.apply(e));
+    }
+    if (tl.step_count() % 512 == 0) rss_peak = std::max(rss_peak, process_resident_bytes());
+  }
+  ASSERT_TRUE(done) << "the run did not finish in time (" << tl.step_count() << " steps)";
+  ASSERT_EQ(tl.step_count(), kSteps);
+  const uint64_t rss_end = process_resident_bytes();
+  rss_peak = std::max(rss_peak, rss_end);
+  const size_t tl_bytes = tl.memory_bytes();
+  std::printf(
+      "history at %d steps: timeline %.1f MiB, RSS %.1f -> %.1f MiB (peak %.1f), "
+      "spool %.1f MiB on disk\n",
+      kSteps, tl_bytes / 1048576.0, rss0 / 1048576.0, rss_end / 1048576.0, rss_peak / 1048576.0,
+      tl.store()->bytes() / 1048576.0);
+  EXPECT_LE(tl_bytes, kTimelineBudget);
+  if (!kTsan) {
+    EXPECT_LE(rss_peak, rss0 + kRssBudget);
+  }
+
+  // Any step can be looked at again, with the attention it had (fp16 in the spool).
+  ASSERT_EQ(probe_attention.size(), size_t(2 * 4) * size_t(tl.steps()[kProbe - 1]->n_attn));
+  tl.scrub_to(kProbe);
+  ASSERT_FALSE(tl.live());
+  ASSERT_TRUE(tl.viewed());
+  EXPECT_EQ(tl.viewed()->step, kProbe);
+  EXPECT_EQ(tl.viewed_note(), "");
+  ASSERT_EQ(tl.viewed()->attention.size(), probe_attention.size());
+  for (size_t i = 0; i < probe_attention.size(); ++i)
+    ASSERT_NEAR(tl.viewed()->attention[i], probe_attention[i], 1e-3f * probe_attention[i] + 1e-7f)
+        << i;
+  EXPECT_EQ(tl.viewed_seq_len(), tl.steps()[kProbe - 1]->seq_len);
+  tl.follow_live();
+  EXPECT_TRUE(tl.live());
+  EXPECT_EQ(tl.viewed()->step, kSteps);
+
+  ctl->send(CmdReset{kCode, false});
+  ev.clear();
+  collect(
+      *ctl, ev, [](auto& e) { return count_kind(e, Event::Kind::Reset, 2) > 0; }, 10);
+  for (const Event& e : ev) tl.apply(e);
+  ev.clear();
+  EXPECT_EQ(tl.step_count(), 0);
+  release_free_memory();
+  const uint64_t rss_reset = process_resident_bytes();
+  std::printf("after Reset: RSS %.1f MiB (before the run %.1f MiB)\n", rss_reset / 1048576.0,
+              rss0 / 1048576.0);
+  if (!kTsan) {
+    EXPECT_LE(rss_reset, rss0 + kRssAfterReset) << "Reset did not give the memory back";
+  }
+}
+
+// Thousands of random commands, as fast as a hand on the controls and faster, while a UI-like
+// loop drains events. The event order stays consistent, the queue stays bounded, and Stop and
+// close keep their latency (one step in flight + 100 ms).
+TEST(ControllerStress, RandomCommandsKeepOrderBoundsAndLatency) {
+  constexpr int kCommands = 3000;
+  auto ctl = std::make_unique<Controller>(tiny_source(300), test_options());
+  std::mt19937 rng(12345);
+  Timeline tl;
+  std::vector<uint64_t> next_step(1, 1);  // per run: the step number expected next
+  std::vector<bool> run_finished(1, false);
+  uint64_t last_run = 0;
+  double max_step_s = 0;
+  int steps_seen = 0, errors = 0;
+  auto drain = [&](std::vector<Event> evs) {
+    for (Event& e : evs) {
+      if (e.kind == Event::Kind::Source) continue;
+      ASSERT_GE(e.run, last_run) << "an event of an older run arrived late";
+      if (e.kind == Event::Kind::Reset) {
+        ASSERT_EQ(e.run, last_run + 1);
+        last_run = e.run;
+        next_step.push_back(1);
+        run_finished.push_back(false);
+      }
+      if (e.kind == Event::Kind::Step) {
+        ASSERT_EQ(e.run, last_run);
+        ASSERT_FALSE(run_finished[e.run]) << "a step after its run finished";
+        ASSERT_EQ(uint64_t(e.trace->step), next_step[e.run]++);
+        max_step_s = std::max(max_step_s, e.trace->ms / 1000.0);
+        ++steps_seen;
+      }
+      if (e.kind == Event::Kind::Finished) run_finished[e.run] = true;
+      if (e.kind == Event::Kind::Error) ++errors;
+      EXPECT_TRUE(tl.apply(e));
+    }
+  };
+  const PromptSpec prompts[] = {kStory, kCode, PromptSpec{"", false}, PromptSpec{"hi", true}};
+  auto probe_stop = [&](const char* when) {
+    // A fresh run (its Reset seen), steps queued behind the one in flight, then Stop.
+    const std::string text = std::string("probe ") + when;
+    ctl->send(CmdSpeed{kSpeedMax});
+    ctl->send(CmdReset{PromptSpec{text, false}, false});
+    for (int i = 0; i < 2000 && tl.prompt_text() != text; ++i) drain(ctl->wait_events(5));
+    ASSERT_EQ(tl.prompt_text(), text);
+    const uint64_t run = last_run;
+    ASSERT_FALSE(run_finished[run]) << when;
+    ctl->send(CmdStep{});
+    for (int i = 0; i < 200 && !ctl->state().busy; ++i)
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    for (int i = 0; i < 40; ++i) ctl->send(CmdStep{});
+    ASSERT_LE(ctl->queued(), kMaxQueued);
+    auto t0 = std::chrono::steady_clock::now();
+    ctl->send(CmdStop{});
+    double waited = 0;
+    while (waited < 10) {
+      drain(ctl->wait_events(5));
+      waited = seconds_since(t0);
+      if (run_finished[run]) break;
+    }
+    ASSERT_TRUE(run_finished[run])
+        << when << " run " << run << " last " << last_run << " busy " << ctl->state().busy
+        << " fin " << ctl->state().finished << " queued " << ctl->queued();
+    EXPECT_LE(waited, max_step_s + 0.1) << "Stop latency " << when;
+  };
+
+  for (int i = 0; i < kCommands; ++i) {
+    const int k = int(rng() % 100);
+    if (k < 25) {
+      ctl->send(CmdStep{});
+    } else if (k < 35) {
+      ctl->send(CmdPlay{});
+    } else if (k < 45) {
+      ctl->send(CmdPause{});
+    } else if (k < 55) {
+      ctl->send(CmdSpeed{rng() % 4 == 0 ? kSpeedMax : 0.25f + float(rng() % 3000) / 100.0f});
+    } else if (k < 65) {
+      ctl->send(CmdMode{CacheMode(rng() % 2)});
+    } else if (k < 68) {
+      SamplerConfig s;
+      s.temperature = float(rng() % 3) * 0.5f;
+      s.seed = rng();
+      ctl->send(CmdSampler{s});
+    } else if (k < 71) {
+      ctl->send(CmdMaxTokens{1 + int(rng() % 64)});
+    } else if (k < 79) {
+      ctl->send(CmdStop{});
+    } else if (k < 93) {
+      ctl->send(CmdReset{prompts[rng() % 4], rng() % 2 == 0});
+    } else if (k < 95) {
+      ctl->send(CmdCompare{prompts[rng() % 2], 2 + int(rng() % 4)});
+    } else if (k < 97) {
+      ctl->send(CmdSave{::testing::TempDir() + "/kvscope_stress.kvs", tl.run()});
+    } else {
+      tl.scrub_to(1 + int(rng() % uint32_t(std::max(1, tl.step_count()))));
+    }
+    ASSERT_LE(ctl->queued(), kMaxQueued) << "after command " << i;
+    if (rng() % 4 == 0) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 5000));
+    drain(ctl->poll());
+    if (::testing::Test::HasFatalFailure()) return;
+    if (i % 1000 == 999) probe_stop(i == 999 ? "after 1000" : "after 2000");
+  }
+  probe_stop("at the end");
+  std::printf("stress: %d steps over %llu runs, %d errors reported, longest step %.1f ms\n",
+              steps_seen, static_cast<unsigned long long>(last_run), errors, max_step_s * 1000);
+  EXPECT_GT(steps_seen, 25);
+
+  // Close while playing with work queued.
+  ctl->send(CmdSpeed{kSpeedMax});
+  ctl->send(CmdReset{kStory, true});
+  for (int i = 0; i < 40; ++i) ctl->send(CmdStep{});
+  ctl->send(CmdCompare{kCode, 8});
+  auto t0 = std::chrono::steady_clock::now();
+  ctl.reset();
+  EXPECT_LE(seconds_since(t0), max_step_s + 0.1) << "close latency";
+}
