@@ -98,6 +98,7 @@ double frame_wait(const FramePace& p) {
 }
 
 int run_gui(const GuiOptions& o) {
+  use_mapped_memory_for_large_blocks();  // bounded memory over thousands of steps
   UiState ui;
   ui.prompts = load_prompts();
   ui.view = o.cap.view;

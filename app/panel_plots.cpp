@@ -79,6 +79,7 @@ void compare_section(UiState& ui, const Timeline& tl) {
       {&guide_x, &v.guide_nocache_rows, kGuideCol, nullptr, 1.5f, true, "L·(g·p + g(g-1)/2)"});
   rows.push_back({&guide_x, &v.guide_cache_rows, kGuideCol, nullptr, 1.5f, true, "L·(p + g - 1)"});
   PlotSpec ps;
+  ps.height = 92.0f;
   ps.id = "##cmp_rows";
   ps.x_label = "SEQ_LEN";
   ps.y_suffix = "";

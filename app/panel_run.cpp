@@ -22,6 +22,14 @@ void send(Controller* ctl, Command c) {
   if (ctl) ctl->send(std::move(c));
 }
 
+// Opens `model` (a built-in name or a path) with the current mode and token limit.
+void open_model(UiState& ui, Controller* ctl, const std::string& model) {
+  ui.engine_options.model_path = model;
+  ui.engine_options.mode = ui.mode;
+  ui.engine_options.max_tokens = ui.max_tokens;
+  send(ctl, CmdLoadModel{ui.engine_options});
+}
+
 void source_section(UiState& ui, Controller* ctl, const ControllerState& cs) {
   if (!ui.engine_ready)
     ImGui::TextColored(ImVec4(1.0f, 0.7f, 0.3f, 1.0f), "no model loaded: pick one below");
@@ -39,9 +47,8 @@ void source_section(UiState& ui, Controller* ctl, const ControllerState& cs) {
   for (const cli::BuiltinModel& m : cli::builtin_models()) {
     ImGui::PushID(m.name);
     if (ImGui::SmallButton(m.name)) {
-      ui.engine_options.model_path = m.name;
       ui.model_choice = m.name;
-      send(ctl, CmdLoadModel{ui.engine_options});
+      open_model(ui, ctl, m.name);
     }
     if (ImGui::IsItemHovered())
       ImGui::SetTooltip("Open the built-in model %s (%s)", m.name, m.file);
@@ -53,10 +60,8 @@ void source_section(UiState& ui, Controller* ctl, const ControllerState& cs) {
   bool enter = ImGui::InputTextWithHint("##model", "a .gguf file", &ui.model_choice,
                                         ImGuiInputTextFlags_EnterReturnsTrue);
   ImGui::SameLine();
-  if ((ImGui::Button("Open##model") || enter) && !ui.model_choice.empty()) {
-    ui.engine_options.model_path = ui.model_choice;
-    send(ctl, CmdLoadModel{ui.engine_options});
-  }
+  if ((ImGui::Button("Open##model") || enter) && !ui.model_choice.empty())
+    open_model(ui, ctl, ui.model_choice);
   ImGui::EndDisabled();
 }
 
@@ -127,7 +132,7 @@ void files_section(UiState& ui, Controller* ctl, const ControllerState& cs, cons
   if (ui.replay) {
     ImGui::SameLine();
     ImGui::BeginDisabled(cs.loading);
-    if (ImGui::Button("Back to the model")) send(ctl, CmdLoadModel{ui.engine_options});
+    if (ImGui::Button("Back to the model")) open_model(ui, ctl, ui.engine_options.model_path);
     ImGui::EndDisabled();
   }
   ImGui::SetNextItemWidth(-70.0f);

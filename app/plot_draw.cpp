@@ -123,7 +123,7 @@ void draw_plot(const PlotSpec& spec, const std::vector<PlotSeries>& series) {
     dl->AddText(ImVec2(a.x - ts.x - 4, y - ts.y * 0.5f), kText, t.c_str());
   }
   // X ticks, labels and the axis name.
-  const double xs = std::max(1.0, nice_step(x1 - x0, int(std::max(2.0f, (b.x - a.x) / 70.0f))));
+  const double xs = std::max(1.0, nice_step(x1 - x0, int(std::max(3.0f, (b.x - a.x) / 45.0f))));
   for (double v = std::ceil(x0 / xs) * xs; v <= x1 + 1e-9; v += xs) {
     float x = fx(v);
     dl->AddLine(ImVec2(x, b.y), ImVec2(x, b.y + 3), kText, 1.0f);

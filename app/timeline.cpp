@@ -45,6 +45,13 @@ void release_free_memory() {
 #endif
 }
 
+void use_mapped_memory_for_large_blocks() {
+#if defined(__GLIBC__)
+  mallopt(M_MMAP_THRESHOLD, 256 * 1024);  // fixed: also stops glibc raising it on its own
+  mallopt(M_TRIM_THRESHOLD, 4 * 1024 * 1024);
+#endif
+}
+
 uint64_t process_resident_bytes() {
   std::FILE* f = std::fopen("/proc/self/statm", "r");
   if (!f) return 0;

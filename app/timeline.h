@@ -130,6 +130,12 @@ class Timeline {
 
 // Returns freed heap pages to the system (after a Reset), where the C library allows it.
 void release_free_memory();
+// For a process that runs long generations: blocks of 256 KiB and more (attention rows,
+// scene instances, scratch caches, which grow by a little every step) are mapped and
+// unmapped on their own instead of coming from the heap, where freeing a block that is
+// one row too small for the next step's leaves a hole each step and the heap grows with
+// the square of the run length.
+void use_mapped_memory_for_large_blocks();
 // Resident set size of this process in bytes (0 when unknown).
 uint64_t process_resident_bytes();
 
