@@ -62,7 +62,8 @@ int run_record(int argc, char** argv) {
       "(replay it with kvscope --replay FILE).",
       "kvscope record"};
   std::string out, prompt, prompt_file, mode = "cache", model_path, backend_name = "auto",
-                                        kv_type = "f16", attention = "f16", csv;
+                                        attention = "f16", csv;
+  KvOptions kv;
   bool chat = false;
   int max_tokens = 64, threads = 0, top_k = 0;
   float temp = 0.0f, top_p = 1.0f, min_p = 0.0f;

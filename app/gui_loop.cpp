@@ -59,8 +59,6 @@ void install_input_callbacks(GLFWwindow* w, int* counter) {
   glfwSetWindowRefreshCallback(w, [](GLFWwindow* win) { note_input(win); });
 }
 
-}
-
 // The engine's decode step times and the frame work while they ran (--measure).
 struct Measurement {
   int target = 0;

@@ -333,6 +333,17 @@ std::vector<uint8_t> encode_step(const StepTrace& t, AttnEncoding enc) {
   w.f64(t.ms);
   w.f64(t.device_ms);
   w.str(t.backend);
+  w.u32(uint32_t(t.kv_layers.size()));
+  for (const KvLayerState& l : t.kv_layers) {
+    w.i32(l.window);
+    w.i32(l.sink);
+    w.u64(l.bytes);
+    w.u32(uint32_t(l.held.size()));
+    for (const KvRange& r : l.held) {
+      w.i32(r.begin);
+      w.i32(r.end);
+    }
+  }
   return std::move(w.bytes());
 }
 
@@ -398,6 +409,28 @@ Expected<StepTrace> decode_step(const uint8_t* p, size_t n) {
   t.ms = r.f64("ms");
   t.device_ms = r.f64("device_ms", /*allow_negative_one=*/true);
   t.backend = r.str("backend", true);
+  const uint32_t n_kvl = r.u32("kv_layers.count", 0, kRunMaxLayers);
+  if (r.ok() && n_kvl != 0 && int(n_kvl) != t.n_layer)
+    r.fail("kv_layers.count", "value " + std::to_string(n_kvl) + " is neither 0 nor n_layer (" +
+                                  std::to_string(t.n_layer) + ")");
+  if (r.fits("kv_layers", n_kvl, 20)) {
+    t.kv_layers.resize(n_kvl);
+    for (KvLayerState& l : t.kv_layers) {
+      l.window = r.i32("kv_layers.window", 0, kRunMaxPositions);
+      l.sink = r.i32("kv_layers.sink", 0, kRunMaxPositions);
+      l.bytes = r.u64("kv_layers.bytes");
+      const uint32_t n_held = r.u32("kv_layers.held.count", 0, kRunMaxPositions);
+      if (!r.fits("kv_layers.held", n_held, 8)) break;
+      l.held.resize(n_held);
+      int prev_end = 0;
+      for (KvRange& h : l.held) {
+        h.begin = r.i32("kv_layers.held.begin", prev_end, t.pos + 1);
+        h.end = r.i32("kv_layers.held.end", h.begin, t.pos + 1);
+        prev_end = h.end;
+      }
+      if (!r.ok()) break;
+    }
+  }
   if (r.ok() && t.seq_len != t.pos + 1)
     r.fail("seq_len",
            "value " + std::to_string(t.seq_len) + " is not pos + 1 = " + std::to_string(t.pos + 1));

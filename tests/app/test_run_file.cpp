@@ -134,6 +134,13 @@ void expect_same_step(const StepTrace& a, const StepTrace& b, bool exact_attenti
   EXPECT_EQ(a.ms, b.ms);
   EXPECT_EQ(a.device_ms, b.device_ms);
   EXPECT_EQ(a.backend, b.backend);
+  ASSERT_EQ(a.kv_layers.size(), b.kv_layers.size());
+  for (size_t l = 0; l < a.kv_layers.size(); ++l) {
+    EXPECT_EQ(a.kv_layers[l].window, b.kv_layers[l].window);
+    EXPECT_EQ(a.kv_layers[l].sink, b.kv_layers[l].sink);
+    EXPECT_EQ(a.kv_layers[l].bytes, b.kv_layers[l].bytes);
+    EXPECT_EQ(a.kv_layers[l].held, b.kv_layers[l].held);
+  }
 }
 
 // Opening `path` fails, with the file's name in the message and `words` in it.
@@ -167,8 +174,11 @@ TEST(RunFile, EveryFieldOfEveryStepRoundTrips) {
       ASSERT_TRUE(t.ok()) << t.error().message;
       expect_same_step(recorded().steps[i], t.value(), enc == AttnEncoding::F32);
     }
-    // NO CACHE steps carry K/V norms for every position; they survive too.
+    // NO CACHE steps carry K/V norms for every position; they survive too. CACHE steps say
+    // what every layer holds.
     EXPECT_EQ(recorded().steps.back().kv_written, recorded().steps.back().pos);
+    EXPECT_EQ(int(recorded().steps.front().kv_layers.size()), recorded().meta.model.n_layer);
+    EXPECT_FALSE(recorded().steps.front().kv_layers[0].held.empty());
     // The replay source hands the steps back in order, then says the recording's reason.
     auto rep = open_replay(path);
     ASSERT_TRUE(rep.ok());
@@ -321,6 +331,7 @@ TEST(RunFile, OutOfOrderStepsAndBadFieldsAreRejectedEvenWithGoodChecksums) {
     t.attention.clear();
     t.k_norm.clear();
     t.v_norm.clear();
+    t.kv_layers.clear();
     auto f = RunFile::create(temp("layers.kvs"), meta);
     ASSERT_TRUE(f.ok());
     ASSERT_TRUE(f.value()->append_step(t).ok());
