@@ -23,27 +23,6 @@
 namespace kvscope::cli {
 namespace {
 
-int fail(const std::string& message) {
-  std::fprintf(stderr, "kvscope: %s\n", message.c_str());
-  return 1;
-}
-
-// CLI11's own errors as one "kvscope:" line and exit 1; --help prints and exits 0.
-int parse_or_fail(CLI::App& app, int argc, char** argv, bool* done) {
-  *done = false;
-  try {
-    app.parse(argc, argv);
-    return 0;
-  } catch (const CLI::CallForHelp&) {
-    std::fputs(app.help().c_str(), stdout);
-  } catch (const CLI::ParseError& e) {
-    *done = true;
-    return fail(std::string(app.get_name()) + ": " + e.what());
-  }
-  *done = true;
-  return 0;
-}
-
 std::unique_ptr<std::ofstream> open_csv(const std::string& path, std::string* err) {
   auto f = std::make_unique<std::ofstream>(path, std::ios::binary | std::ios::trunc);
   if (!*f) {
@@ -75,14 +54,15 @@ int run_record(int argc, char** argv) {
   p_opt->excludes(pf_opt);
   app.add_flag("--chat", chat, "Wrap the prompt as one user turn in the chat template");
   app.add_option("--mode", mode, "KV cache mode")->check(CLI::IsMember({"cache", "nocache"}));
-  app.add_option("--max-tokens", max_tokens, "Tokens to generate")->check(CLI::Range(1, 1 << 20));
-  app.add_option("--temp", temp, "Temperature (0 = greedy)");
+  app.add_option("--max-tokens", max_tokens, "Tokens to generate")->check(Range(1, 1 << 20));
+  app.add_option("--temp", temp, "Temperature (0 = greedy)")->check(Range(0.0, 100.0));
   app.add_option("--top-k", top_k, "Keep the k most likely tokens (0 = off)")
-      ->check(CLI::Range(0, 1 << 24));
-  app.add_option("--top-p", top_p, "Nucleus sampling mass (1 = off)");
-  app.add_option("--min-p", min_p, "Drop tokens below min-p x the best (0 = off)");
+      ->check(Range(0, 1 << 24));
+  app.add_option("--top-p", top_p, "Nucleus sampling mass (1 = off)")->check(Range(0.0, 1.0));
+  app.add_option("--min-p", min_p, "Drop tokens below min-p x the best (0 = off)")
+      ->check(Range(0.0, 1.0));
   app.add_option("--seed", seed, "Sampling seed");
-  app.add_option("--threads", threads, "CPU threads (0 = all)")->check(CLI::Range(0, 4096));
+  app.add_option("--threads", threads, "CPU threads (0 = all)")->check(Range(0, kMaxThreadsOption));
   app.add_option("--model", model_path,
                  "A built-in model name (smollm2-135m, gemma3-270m) or a GGUF file");
   app.add_option("--backend", backend_name, "auto, cuda or cpu")
@@ -92,14 +72,7 @@ int run_record(int argc, char** argv) {
                  "How the attention rows are stored: f16 (half the size) or f32 (bit-exact)")
       ->check(CLI::IsMember({"f16", "f32"}));
   app.add_option("--csv", csv, "Also write the per-step numbers as CSV");
-  bool done = false;
-  if (int rc = parse_or_fail(app, argc, argv, &done); done) return rc;
-  for (auto [name, v, lo, hi] :
-       {std::tuple{"--temp", temp, 0.0f, 100.0f}, std::tuple{"--top-p", top_p, 0.0f, 1.0f},
-        std::tuple{"--min-p", min_p, 0.0f, 1.0f}})
-    if (!(std::isfinite(v) && v >= lo && v <= hi))
-      return fail(std::string(name) + " " + std::to_string(v) + " is outside [" +
-                  std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  if (int rc = parse_options(app, argc, argv); rc >= 0) return rc;
 
   PromptSpec spec;
   if (!prompt_file.empty()) {
@@ -150,7 +123,7 @@ int run_record(int argc, char** argv) {
   std::string err;
   std::unique_ptr<std::ofstream> csv_out;
   if (!csv.empty() && !(csv_out = open_csv(csv, &err))) return fail(err);
-  if (!notice.empty()) std::fprintf(stderr, "kvscope: %s\n", notice.c_str());
+  if (!notice.empty()) cli::notice(notice);
 
   app::DriveOptions opts;
   opts.steps = max_tokens;
@@ -170,8 +143,7 @@ int run_export(int argc, char** argv) {
   std::string in, csv = "-";
   app.add_option("run", in, "The run file (.kvs)")->required();
   app.add_option("--csv", csv, "Output CSV file (- = standard output)");
-  bool done = false;
-  if (int rc = parse_or_fail(app, argc, argv, &done); done) return rc;
+  if (int rc = parse_options(app, argc, argv); rc >= 0) return rc;
   auto file = app::RunFile::open(in);
   if (!file.ok()) return fail(file.error().message);
   std::unique_ptr<std::ofstream> f;
