@@ -41,7 +41,7 @@ void bar_cell(float frac, const std::string& text, ImU32 color) {
 }
 
 void live_section(const UiState& ui, const Timeline& tl, const KvMemoryShape& shape) {
-  const StepTrace* t = tl.last();
+  const StepTrace* t = tl.viewed();  // the step the history slider shows
   if (!t) {
     ImGui::TextDisabled("no steps yet");
     return;

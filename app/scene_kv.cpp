@@ -82,7 +82,8 @@ int KvHoldings::sink_end(int layer) const {
 
 const StepTrace* previous_trace(const Timeline& tl) {
   const auto& steps = tl.steps();
-  return steps.size() >= 2 ? steps[steps.size() - 2].get() : nullptr;
+  const size_t k = size_t(tl.viewed_step());  // the step looked at (history slider)
+  return k >= 2 && k - 2 < steps.size() ? steps[k - 2].get() : nullptr;
 }
 
 namespace {
@@ -138,7 +139,7 @@ render::KvBlockInstance kv_block(const Timeline& tl, const ViewOptions& opts,
 void add_kv_stacks(render::Scene* s, const Timeline& tl, const ViewOptions& opts, int n_tok,
                    int n_layer) {
   namespace layout = render::layout;
-  const StepTrace* last = tl.last();
+  const StepTrace* last = tl.viewed();  // the step looked at (the newest unless scrubbed)
   const int n_heads = std::max(opts.n_head_kv, 1);
   s->kv_block_size.x = layout::kv_head_width(n_heads);
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/session.h"
@@ -31,7 +32,15 @@ struct ModelFacts {
   // file keeps kv_dtype only: a recording gets the types back from it and no windows.
   KvTypes kv_types;
   std::vector<int> layer_window;
-  bool operator==(const ModelFacts&) const = default;
+  // Equal in what a run file records (everything above kv_types).
+  bool operator==(const ModelFacts& o) const {
+    auto key = [](const ModelFacts& f) {
+      return std::tie(f.name, f.arch, f.backend, f.kv_dtype, f.file_name, f.file_bytes,
+                      f.fingerprint, f.n_layer, f.n_head, f.n_head_kv, f.head_dim, f.n_embd,
+                      f.n_vocab, f.n_ctx, f.block_macs_per_token, f.kv_bytes_per_token);
+    };
+    return key(*this) == key(o);
+  }
 };
 
 // FNV-1a 64 over the bytes of the file at `path` (0 when it cannot be read).
