@@ -22,6 +22,11 @@ void add_kv_options(CLI::App& app, KvOptions& o, const std::string& prefix) {
                  "Element type of cached V (default: --kv-type)");
   app.add_option("--" + prefix + "ctx", o.ctx,
                  "Context size in tokens (0 = the model's trained context)");
+  app.add_option("--" + prefix + "ctx-full", o.ctx_full,
+                 "When the context is full: stop, or shift (drop the oldest half after "
+                 "--n-keep and re-rotate the rest)");
+  app.add_option("--" + prefix + "n-keep", o.n_keep,
+                 "With --ctx-full shift: positions kept at the start");
   app.add_option("--" + prefix + "kv-window", o.window,
                  "Keep only the last W positions in every layer (0 = off)");
   app.add_option("--" + prefix + "kv-sink", o.sink,
@@ -40,6 +45,9 @@ Status apply_kv_options(const KvOptions& o, SessionConfig& cfg, const std::strin
   if (!o.kv_type_v.empty()) KV_TRY(parse_type(p + "kv-type-v", o.kv_type_v, &cfg.kv_types.v));
   if (o.ctx < 0) return make_error(p, "ctx: ", o.ctx, " is negative (0 = the model's)");
   cfg.limits.n_ctx = o.ctx;
+  if (!context_policy_parse(o.ctx_full, &cfg.limits.on_full))
+    return make_error(p, "ctx-full: unknown policy '", o.ctx_full, "' (choose stop or shift)");
+  cfg.limits.n_keep = o.n_keep;
   cfg.limits.sink = o.sink;
   cfg.limits.window = o.window;
   if (o.kv_keep == "window")

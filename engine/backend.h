@@ -91,6 +91,18 @@ class Backend {
                               Tensor v_norm) = 0;
   // Copies src (rows*cols floats) to host memory; returns when the data is there.
   virtual Status download(Tensor src, float* host) = 0;
+  // Context shift: rotates the stored K rows of every position >= first that `layer`
+  // holds by `delta` positions (RoPE with pos = delta, as rope() would at pos0 = delta),
+  // re-storing them in the cache's K type. After KvCache::shift(first', n) renumbered the
+  // positions after first' by -n, kv_rerotate(first', -n) makes those rows carry their
+  // new positions (exact up to rounding: R(p - n)·k = R(-n)·R(p)·k).
+  virtual Status kv_rerotate(KvCache& cache, int layer, const RopeSpec& rope, int first,
+                             int delta) {
+    (void)cache, (void)layer, (void)rope, (void)first, (void)delta;
+    return make_error(name(),
+                      ": the context shift (re-rotating cached K rows) is not "
+                      "available on this backend; use --ctx-full stop or the CPU backend");
+  }
 
   // --- Fused ops. The defaults compose the basic ops above; a backend overrides them
   // where fusing saves launches or memory traffic (the CUDA decode step). Results must

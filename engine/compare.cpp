@@ -75,22 +75,30 @@ Expected<CompareStep> Comparison::step() {
   cs.ref_top1 = argmax(lr);
   cs.top1_agree = cs.cand_top1 == cs.ref_top1;
   cs.kl = kl_divergence_logits(lr, lc);
-  // Attention rows are [L][H][n_attn] over positions 0 .. n_attn-1 in both traces; a
-  // position only one of them holds compares against 0.
+  // Attention rows are [L][H][n_attn] over each session's positions. A context shift
+  // renumbers: a session's position j >= n_keep holds the token of history position
+  // j + shifted_total, so the rows are compared by history position; a position only one
+  // of them holds compares against 0.
   const int L = std::min(cand->n_layer, ref->n_layer), H = std::min(cand->n_head, ref->n_head);
-  const int n = std::max(cand->n_attn, ref->n_attn);
+  const int keep_c = candidate_->config().limits.n_keep;
+  const int keep_r = reference_->config().limits.n_keep;
+  const int n = std::max(cand->n_attn + cand->shifted_total, ref->n_attn + ref->shifted_total);
   for (int l = 0; l < L; ++l)
     for (int h = 0; h < H; ++h)
-      for (int j = 0; j < n; ++j) {
-        auto at = [&](const StepTrace& t) {
-          return j < t.n_attn ? t.attention[(size_t(l) * t.n_head + h) * t.n_attn + j] : 0.0f;
+      for (int p = 0; p < n; ++p) {
+        auto at = [&](const StepTrace& t, int keep) {
+          const int j = p < keep || t.shifted_total == 0 ? p
+                        : p - t.shifted_total >= keep    ? p - t.shifted_total
+                                                         : -1;
+          return j >= 0 && j < t.n_attn ? t.attention[(size_t(l) * t.n_head + h) * t.n_attn + j]
+                                        : 0.0f;
         };
-        const float d = std::fabs(at(*cand) - at(*ref));
+        const float d = std::fabs(at(*cand, keep_c) - at(*ref, keep_r));
         if (d > cs.max_attn_diff) {
           cs.max_attn_diff = d;
           cs.attn_layer = l;
           cs.attn_head = h;
-          cs.attn_pos = j;
+          cs.attn_pos = p;
         }
       }
   cs.cand_kv_bytes = cand->kv_bytes;

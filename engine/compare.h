@@ -29,7 +29,7 @@ struct CompareStep {
   bool top1_agree = false;
   double kl = 0;            // nats
   float max_attn_diff = 0;  // at (layer, head, pos) below
-  int attn_layer = 0, attn_head = 0, attn_pos = 0;
+  int attn_layer = 0, attn_head = 0, attn_pos = 0;  // pos: index in the token history
   uint64_t cand_kv_bytes = 0, ref_kv_bytes = 0;
   StepTrace candidate, reference;  // the two steps' full traces
 };

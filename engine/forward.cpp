@@ -75,6 +75,19 @@ uint64_t forward_flops(const Model& model, const std::vector<KvLayerRule>& rules
   return 2 * macs;
 }
 
+RopeSpec layer_rope(const Model& model, int layer) {
+  const ModelConfig& c = model.config();
+  const LayerConfig& lc = c.layers[size_t(layer)];
+  return RopeSpec{c.rope_style, c.n_rot, lc.rope_base, lc.rope_freq_scale};
+}
+
+Status kv_shift(Backend& be, const Model& model, KvCache& cache, int first, int n) {
+  KV_TRY(cache.shift(first, n));
+  for (int l = 0; l < cache.shape().n_layer; ++l)
+    KV_TRY(be.kv_rerotate(cache, l, layer_rope(model, l), first, -n));
+  return Status::Ok();
+}
+
 Status forward(Backend& be, const Model& model, const int32_t* tokens, int T, int pos0,
                KvCache& cache, ForwardOutput& out) {
   const ModelConfig& c = model.config();

@@ -39,4 +39,12 @@ uint64_t forward_flops(const Model& model, const std::vector<KvLayerRule>& rules
 Status forward(Backend& backend, const Model& model, const int32_t* tokens, int T, int pos0,
                KvCache& cache, ForwardOutput& out);
 
+// The RoPE of `layer` (its style, rotated dims, base and position scale).
+RopeSpec layer_rope(const Model& model, int layer);
+
+// llama.cpp's context shift on `cache`: forgets positions [first, first + n) in every
+// layer, renumbers the later ones by -n (KvCache::shift) and re-rotates their K rows by -n
+// with each layer's RoPE (Backend::kv_rerotate). On an error the cache is lost.
+Status kv_shift(Backend& backend, const Model& model, KvCache& cache, int first, int n);
+
 }  // namespace kvscope

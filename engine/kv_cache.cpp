@@ -187,12 +187,18 @@ uint64_t KvCache::bytes_allocated() const {
 
 template <class Keep>
 Status KvCache::resize(int layer, int n_slots, Keep keep) {
+  return relocate(layer, n_slots, [&](int p) { return keep(p) ? p : -1; });
+}
+
+template <class To>
+Status KvCache::relocate(int layer, int n_slots, To to) {
   const KvLayerRule& r = rule(layer);
   const auto& old = pos_[size_t(layer)];
   std::vector<int32_t> fresh(size_t(n_slots), -1), from(size_t(n_slots), -1);
   for (size_t j = 0; j < old.size(); ++j) {
-    const int p = old[j];
-    if (p < 0 || !keep(p)) continue;
+    if (old[j] < 0) continue;
+    const int p = to(old[j]);
+    if (p < 0) continue;
     const int s = place(r, n_slots, p);
     if (s < 0 || s >= n_slots || fresh[size_t(s)] >= 0)
       return make_error("kv cache: layer ", layer, ": position ", p, " has no free slot among ",
@@ -244,6 +250,19 @@ Status KvCache::end() {
     const int lo = length_ - r.keep;
     KV_TRY(resize(l, r.sink + r.keep, [&](int p) { return p < r.sink || p >= lo; }));
   }
+  return Status::Ok();
+}
+
+Status KvCache::shift(int first, int n) {
+  if (pending_end_ >= 0) return make_error("kv cache: shift inside a begin()/end()");
+  if (first < 0 || n <= 0 || first + n > length_)
+    return make_error("kv cache: shift of positions [", first, ", ", first + n,
+                      ") outside the positions held [0, ", length_, ")");
+  for (int l = 0; l < cfg_.shape.n_layer; ++l)
+    KV_TRY(relocate(l, n_slots(l), [&](int p) {
+      return p < first ? p : p < first + n ? -1 : p - n;
+    }));
+  length_ -= n;
   return Status::Ok();
 }
 

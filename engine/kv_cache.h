@@ -29,9 +29,8 @@
 //   end()           length() = pos0 + T; rings are trimmed to `keep` positions.
 // Extension points (KV element types, sink + window, context shift): add the dtype to
 // KvDtype and kv_row_bytes() and teach the backends' row load/store; a policy fills
-// KvLayerRule (sink, window, keep) in kv_cache_config(); a context shift is a new
-// operation that moves/re-rotates rows on the backend and rewrites the map (relayout()
-// already moves rows between slots).
+// KvLayerRule (sink, window, keep) in kv_cache_config(); the context shift is shift()
+// (the map renumbered, rows moved through relayout()) plus the backend's kv_rerotate().
 #pragma once
 
 #include <cstdint>
@@ -146,6 +145,12 @@ class KvCache {
   // After a failed forward: forgets the positions begin() recorded. Rows a ring
   // overwrote for them are gone, so the caller should treat the cache as lost.
   void cancel();
+  // Context shift: forgets positions [first, first + n) in every layer and renumbers every
+  // later position p as p - n (its rows move to that position's slot); length() drops by
+  // n. The moved K rows still carry RoPE at their old positions: the caller re-rotates
+  // them by -n (Backend::kv_rerotate). Errors: inside a begin()/end(), a range outside
+  // [0, length()).
+  Status shift(int first, int n);
 
  protected:
   // Storage hook: lay `layer` out in n_slots slots where new slot s takes the K/V rows of
@@ -160,6 +165,9 @@ class KvCache {
   // New layout of `layer` with n_slots slots keeping the positions for which keep(p).
   template <class Keep>
   Status resize(int layer, int n_slots, Keep keep);
+  // New layout of `layer` with n_slots slots where position p becomes to(p) (-1: dropped).
+  template <class To>
+  Status relocate(int layer, int n_slots, To to);
 
   KvCacheConfig cfg_;
   std::vector<std::vector<int32_t>> pos_;  // [L][n_slots]

@@ -44,8 +44,19 @@ Expected<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Model> 
                         " stores blocks of 32 values along the head dimension, but this model's "
                         "heads have ", model->config().head_dim, " dims (use f16 or f32)");
   KV_TRY(kv_limits_check(config.limits, model->config().n_ctx));
-  if (config.limits.on_full == ContextPolicy::Shift)
-    return make_error("ctx-full: the context shift is not available yet (use stop)");
+  if (config.limits.on_full == ContextPolicy::Shift && config.limits.n_keep > 0 &&
+      config.kv_policy == KvPolicy::ModelWindow) {
+    // A windowed layer's ring has evicted the first positions long before the context
+    // fills, so a shift could not give them back to it.
+    const int ctx = kv_limits_ctx(config.limits, model->config().n_ctx);
+    for (const LayerConfig& lc : model->config().layers)
+      if (lc.window > 0 && lc.window < ctx)
+        return make_error(
+            "n-keep: this model's windowed layers keep only their last ", lc.window,
+            " positions, so when the ", ctx,
+            "-position context fills they no longer hold the first ", config.limits.n_keep,
+            " a shift would keep; use --n-keep 0, --kv-keep full or --ctx ", lc.window, " or less");
+  }
   std::unique_ptr<Session> s(new Session());
   s->model_ = std::move(model);
   s->backend_ = std::move(backend);
@@ -94,6 +105,8 @@ Status Session::reset_tokens(std::vector<int32_t> seq) {
                       context_limit(), "; shorten it to at most ", context_limit() - 1, " tokens");
 
   tokens_ = std::move(seq);
+  history_ = tokens_;
+  shifts_.clear();
   prompt_len_ = int(tokens_.size());
   prompt_tokens_.clear();
   for (int32_t id : tokens_) prompt_tokens_.push_back({id, display_text(tok.token_bytes(id))});
@@ -141,33 +154,47 @@ Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
   const ModelConfig& c = model_->config();
   KvCacheConfig kv_cfg = kv_cache_config(*model_, config_.kv_types, config_.kv_policy);
   kv_limits_apply(config_.limits, kv_cfg);
-  const int seq = int(tokens_.size());
   const auto t0 = std::chrono::steady_clock::now();
   backend_->begin_step();
 
+  // A full context under the shift policy: drop [n_keep, n_keep + n) before the forward.
+  int shift_first = 0, shift_n = 0;
+  if (config_.limits.on_full == ContextPolicy::Shift && int(tokens_.size()) >= context_limit()) {
+    shift_first = config_.limits.n_keep;
+    shift_n = kv_shift_discard(int(tokens_.size()), shift_first);
+    if (cache_)  // holds every token but the last
+      if (Status s = kv_shift(*backend_, *model_, *cache_, shift_first, shift_n); !s.ok()) {
+        cache_.reset();  // the next CACHE step rebuilds it
+        return s.error();
+      }
+    shifts_.push_back({int(history_.size()) - 1, shift_first, shift_n});
+    tokens_.erase(tokens_.begin() + shift_first, tokens_.begin() + shift_first + shift_n);
+  }
+  const int seq = int(tokens_.size());
+
   // Which tokens go through the forward, and into which cache.
   std::unique_ptr<KvCache> scratch;
-  KvCache* cache = nullptr;
-  if (config_.mode == CacheMode::Cache) {
-    if (!cache_) {
-      auto made = backend_->create_kv_cache(kv_cfg, std::max(seq + 64, 256));
-      if (!made.ok()) return made.error();
-      cache_ = std::move(made.value());
-    }
-    cache = cache_.get();
-  } else {
-    // The same masks over a cache that holds every position it computes.
-    auto made = backend_->create_kv_cache(kv_config_scratch(kv_cfg), seq);
-    if (!made.ok()) return made.error();
-    scratch = std::move(made.value());
-    cache = scratch.get();
-  }
-  const int pos0 = cache->length();
-  const int T = seq - pos0;
+  int pos0 = 0, T = 0;
   ForwardOutput fo;
-  if (Status s = forward(*backend_, *model_, tokens_.data() + pos0, T, pos0, *cache, fo); !s.ok()) {
+  Status fs = Status::Ok();
+  if (config_.mode == CacheMode::Cache && cache_) {
+    // The tokens not yet in the cache (one, after the first step).
+    pos0 = cache_->length();
+    T = seq - pos0;
+    fs = forward(*backend_, *model_, tokens_.data() + pos0, T, pos0, *cache_, fo);
+  } else {
+    // A new cache (CACHE) or the scratch cache of NO CACHE, which has the same masks and
+    // holds every position it computes: the whole history, shifts replayed.
+    auto made = config_.mode == CacheMode::Cache
+                    ? backend_->create_kv_cache(kv_cfg, std::max(seq + 64, 256))
+                    : backend_->create_kv_cache(kv_config_scratch(kv_cfg), seq);
+    if (!made.ok()) return made.error();
+    (config_.mode == CacheMode::Cache ? cache_ : scratch) = std::move(made.value());
+    fs = replay(cache_ ? *cache_ : *scratch, fo, &pos0, &T);
+  }
+  if (!fs.ok()) {
     cache_.reset();  // possibly half-written: the next CACHE step rebuilds it
-    return s.error();
+    return fs.error();
   }
 
   logits_ = std::move(fo.logits);
@@ -181,6 +208,9 @@ Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
   tr.piece = tok.token_bytes(id);
   tr.text = display_text(tr.piece);
   tr.pos = seq;
+  tr.shift_first = shift_first;
+  tr.shift_n = shift_n;
+  tr.shifted_total = int(history_.size()) - int(tokens_.size());
   tr.mode = config_.mode;
   tr.backend = backend_->name();
   if (!prompt_reported_) {
@@ -217,7 +247,7 @@ Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
   tr.kv_written = T;
   tr.k_norm = std::move(fo.k_norm);
   tr.v_norm = std::move(fo.v_norm);
-  tr.tokens_processed = T;
+  tr.tokens_processed = int(fo.kv_rows / uint64_t(c.n_layer));  // every chunk replayed
   tr.flops = fo.flops;
   tr.kv_rows = fo.kv_rows;
   flops_total_ += fo.flops;
@@ -240,6 +270,7 @@ Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
 
   // Commit the token and check the stop conditions.
   tokens_.push_back(id);
+  history_.push_back(id);
   tr.seq_len = int(tokens_.size());
   gen_bytes_ += tr.piece;
   tr.emitted = stream_.push(tr.piece);
@@ -253,7 +284,8 @@ Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
     stop_ = StopReason::StopString;
   } else if (generated() >= config_.max_tokens) {
     stop_ = StopReason::MaxTokens;
-  } else if (int(tokens_.size()) >= context_limit()) {
+  } else if (config_.limits.on_full == ContextPolicy::Stop &&
+             int(tokens_.size()) >= context_limit()) {
     stop_ = StopReason::ContextFull;
   }
   if (stop_ != StopReason::None) tr.emitted += stream_.flush();
@@ -261,6 +293,28 @@ Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
   tr.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   tr.device_ms = device_ms ? *device_ms : -1.0;
   return tr;
+}
+
+Status Session::replay(KvCache& cache, ForwardOutput& fo, int* pos0, int* T) {
+  uint64_t flops = 0, kv_rows = 0;
+  int h = 0;  // history tokens through the forward so far
+  for (const ShiftEvent& e : shifts_) {
+    if (e.at > h) {
+      ForwardOutput part;
+      KV_TRY(
+          forward(*backend_, *model_, history_.data() + h, e.at - h, cache.length(), cache, part));
+      flops += part.flops;
+      kv_rows += part.kv_rows;
+      h = e.at;
+    }
+    KV_TRY(kv_shift(*backend_, *model_, cache, e.first, e.n));
+  }
+  *pos0 = cache.length();
+  *T = int(history_.size()) - h;
+  KV_TRY(forward(*backend_, *model_, history_.data() + h, *T, *pos0, cache, fo));
+  fo.flops += flops;
+  fo.kv_rows += kv_rows;
+  return Status::Ok();
 }
 
 }  // namespace kvscope

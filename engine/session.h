@@ -8,6 +8,14 @@
 //             discarded afterwards — the real quadratic loop.
 // Switching NO_CACHE -> CACHE rebuilds the cache with one prefill on the next step;
 // CACHE -> NO_CACHE frees it. Both modes give the same tokens (greedy).
+//
+// Context shift (KvLimits::on_full == Shift): when the sequence reaches the context
+// size, the next step first drops positions [n_keep, n_keep + n) (n = half of those
+// after n_keep, kv_shift_discard) from the sequence and the cache, whose later K rows
+// are re-rotated to their new positions (kv_shift, forward.h). The session records each
+// shift (where in the token history it happened), and NO CACHE — or a cache rebuilt
+// after a mode switch — replays the history with the same shifts at the same points, so
+// both modes still compute the same numbers.
 // A Session is used from one thread at a time.
 #pragma once
 
@@ -79,6 +87,10 @@ struct StepTrace {
   int pos = 0;           // position of the sampled token in the sequence
   bool is_prompt = false;
   StopReason stop = StopReason::None;
+  // The context shift done at the start of this step (shift_n == 0: none): positions
+  // [shift_first, shift_first + shift_n) were dropped and every later one moved down by
+  // shift_n, its K row re-rotated. shifted_total counts the positions dropped since reset.
+  int shift_first = 0, shift_n = 0, shifted_total = 0;
 
   std::vector<PromptToken> prompt;  // the prompt tokens, on the step that processed them
   std::vector<Candidate> top;       // best first; sampled_rank is the sampled one's index
@@ -111,6 +123,8 @@ struct StepTrace {
   std::string backend;
 };
 
+struct ForwardOutput;  // engine/forward.h
+
 class Session {
  public:
   static Expected<std::unique_ptr<Session>> create(std::shared_ptr<const Model> model,
@@ -142,9 +156,12 @@ class Session {
 
   const Model& model() const { return *model_; }
   const Backend& backend() const { return *backend_; }
+  // The sequence in the context: after a context shift, without the dropped tokens.
   const std::vector<int32_t>& tokens() const { return tokens_; }
+  // Every token since reset, dropped ones included.
+  const std::vector<int32_t>& history() const { return history_; }
   int prompt_len() const { return prompt_len_; }
-  int generated() const { return int(tokens_.size()) - prompt_len_; }
+  int generated() const { return int(history_.size()) - prompt_len_; }
   int context_limit() const;  // the most tokens a sequence may hold
   std::string generated_text() const;
   // Raw logits [V] of the last step (for tests and tools).
@@ -154,6 +171,15 @@ class Session {
  private:
   Session() = default;
   Expected<StepTrace> run_step(std::optional<int32_t> forced);
+  // A context shift recorded in the history: once history_[0, at) had gone through the
+  // forward, positions [first, first + n) were dropped.
+  struct ShiftEvent {
+    int at = 0, first = 0, n = 0;
+  };
+  // Runs history_ through the forward into the empty `cache` with the recorded shifts at
+  // their points; `fo` is the last chunk's output (positions [*pos0, *pos0 + *T)), with
+  // the FLOPs and K/V rows of every chunk.
+  Status replay(KvCache& cache, ForwardOutput& fo, int* pos0, int* T);
   std::shared_ptr<const Model> model_;
   std::unique_ptr<Backend> backend_;
   SessionConfig config_;
@@ -161,6 +187,8 @@ class Session {
   Sampler sampler_;
   std::unique_ptr<KvCache> cache_;  // CACHE mode only
   std::vector<int32_t> tokens_;
+  std::vector<int32_t> history_;
+  std::vector<ShiftEvent> shifts_;
   std::vector<PromptToken> prompt_tokens_;
   int prompt_len_ = 0;
   int steps_ = 0;

@@ -84,6 +84,9 @@ struct KvLayer {
 // positions in kv.pos.
 cudaError_t kv_append(KvLayer kv, const float* k, const float* v, int T, int pos0,
                       cudaStream_t s);
+// Context shift: every K row of the layer whose slot holds a position >= first rotates
+// in place by delta positions (rope() at pos = delta), re-stored in the K type.
+cudaError_t kv_rerotate(KvLayer kv, RopeArgs r, int first, int delta, cudaStream_t s);
 // k_norm[t], v_norm[t] = L2 norm over all kv heads of the rows of position pos0 + t. With
 // pos0_dev non-null the position is read from device memory instead (CUDA graph replay).
 cudaError_t kv_norms(KvLayer kv, int pos0, const int* pos0_dev, int T, float* k_norm,

@@ -179,6 +179,25 @@ class CpuBackend final : public Backend {
     return Status::Ok();
   }
 
+  Status kv_rerotate(KvCache& cache, int layer, const RopeSpec& r, int first, int delta) override {
+    auto& c = static_cast<cpu::CpuKvCache&>(cache);
+    const int D = c.shape().head_dim, Hkv = c.shape().n_head_kv;
+    if (r.n_rot > D || r.n_rot % 2 != 0)
+      return make_error("cpu: kv_rerotate: n_rot ", r.n_rot, " does not fit heads of ", D);
+    std::vector<float> row(static_cast<size_t>(D));
+    const auto& pos = c.slot_pos(layer);
+    for (int s = 0; s < c.n_slots(layer); ++s) {
+      if (pos[size_t(s)] < first) continue;  // empty (-1) or before the moved range
+      for (int h = 0; h < Hkv; ++h) {
+        uint8_t* k = c.k_row(layer, h, s);
+        cpu::load_row(c.types().k, k, row.data(), D);
+        cpu::rope_rows(row.data(), 1, 1, D, r.style, r.n_rot, r.base, r.freq_scale, delta);
+        cpu::store_row(c.types().k, row.data(), k, D);
+      }
+    }
+    return Status::Ok();
+  }
+
   Status download(Tensor src, float* host) override {
     std::memcpy(host, src.data, size_t(src.size()) * sizeof(float));
     return Status::Ok();

@@ -57,6 +57,7 @@ class CudaBackend final : public Backend {
                    Tensor out, Tensor probs_last) override;
   Status glu(Tensor gate, Tensor up, FfnAct act, Tensor out) override;
   Status add(Tensor x, Tensor y) override;
+  Status kv_rerotate(KvCache& cache, int layer, const RopeSpec& r, int first, int delta) override;
   Status kv_row_norms(const KvCache& cache, int layer, int pos0, int T, Tensor k_norm,
                       Tensor v_norm) override;
   Status matmul_qkv(const Weight& wq, const Weight& wk, const Weight& wv, Tensor x, Tensor q,

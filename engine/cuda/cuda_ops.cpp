@@ -195,6 +195,16 @@ Status CudaBackend::add(Tensor x, Tensor y) {
   return ops_->run("add kernel", kvscope_cuda::add, x.data, y.data, x.size());
 }
 
+Status CudaBackend::kv_rerotate(KvCache& cache, int layer, const RopeSpec& r, int first,
+                                int delta) {
+  const auto& c = static_cast<const CudaKvCache&>(cache);
+  if (layer < 0 || layer >= c.shape().n_layer || r.n_rot > c.shape().head_dim || r.n_rot % 2 != 0)
+    return make_error("cuda: kv_rerotate of layer ", layer, " with n_rot ", r.n_rot, " (",
+                      c.shape().n_layer, " layers of head dim ", c.shape().head_dim, ")");
+  return ops_->run("kv re-rotation kernel", kvscope_cuda::kv_rerotate, c.layer(layer), rope_args(r),
+                   first, delta);
+}
+
 Status CudaBackend::kv_row_norms(const KvCache& cache, int layer, int pos0, int T, Tensor k_norm,
                                  Tensor v_norm) {
   const auto& c = static_cast<const CudaKvCache&>(cache);

@@ -51,6 +51,10 @@ check "sink without a window" "need a window" generate --prompt hi --kv-sink 4 "
 check "negative window" "kv-window: -1 is negative" generate --prompt hi --kv-window -1 "${m[@]}"
 check "reference context too small" "reference's context" compare --prompt hi --ref-ctx 16 --max-tokens 64 "${m[@]}"
 check "unknown --kv-keep value" "--kv-keep: unknown value 'some' (choose window or full)" generate --prompt hi --kv-keep some "${m[@]}"
+check "unknown context policy" "--ctx-full: unknown policy 'wrap' (choose stop or shift)" generate --prompt hi --ctx-full wrap "${m[@]}"
+check "n-keep without a shift" "n-keep: 4 only applies to a context shift" generate --prompt hi --n-keep 4 "${m[@]}"
+check "n-keep filling the context" "n-keep: keeping 63 of a 64-position context leaves nothing to shift" generate --prompt hi --ctx 64 --ctx-full shift --n-keep 63 "${m[@]}"
+check "shift with a window" "ctx-full: a context shift and a sink + window" generate --prompt hi --ctx-full shift --kv-window 16 "${m[@]}"
 check "missing text file" "cannot read the text file" perplexity --file "$dir/none.txt" "${m[@]}"
 check "invalid UTF-8 text" "UTF-8" perplexity --file "$dir/invalid.txt" "${m[@]}"
 
@@ -103,5 +107,9 @@ else
   echo "FAIL: generate on the tiny gemma3 model"; cat "$dir/err"
   failures=$((failures + 1))
 fi
+check "n-keep on windowed layers" "n-keep: this model's windowed layers keep only their last 5 positions" generate --model "$dir/gemma3.gguf" --backend cpu --threads 1 --prompt hi --ctx 64 --ctx-full shift --n-keep 2
+good "generate past a shifted context" '"stop_reason":"max_tokens","tokens":40' generate --prompt "the tin" --ctx 16 --ctx-full shift --n-keep 2 --max-tokens 40 --json "${m[@]}"
+good "perplexity through shifts" '"config":"kv f16, ctx 32, shift keeping 4".*"chunks":1' perplexity --file "$dir/text.txt" --max-tokens 100 --ctx 32 --ctx-full shift --n-keep 4 --json "${m[@]}"
+good "compare a shifted candidate" '"steps":30' compare --prompt "the tin" --max-tokens 30 --ctx 16 --ctx-full shift --json "${m[@]}"
 echo "$passed passed, $failures failed"
 [ "$failures" -eq 0 ]
