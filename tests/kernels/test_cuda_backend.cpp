@@ -185,11 +185,13 @@ struct RunResult {
 };
 
 RunResult run_session(std::shared_ptr<const Model> model, std::unique_ptr<Backend> be,
-                      CacheMode mode, int n_steps, KvDtype dtype = KvDtype::F16) {
+                      CacheMode mode, int n_steps, KvDtype dtype = KvDtype::F16,
+                      const KvLimits& limits = {}) {
   RunResult r;
   SessionConfig cfg;
   cfg.mode = mode;
   cfg.kv_types = {dtype, dtype};
+  cfg.limits = limits;
   cfg.max_tokens = n_steps + 8;
   cfg.stop_at_eos = false;
   auto s = Session::create(std::move(model), std::move(be), cfg);
@@ -330,6 +332,56 @@ TEST_F(CudaBackendParity, LongPromptInBatchesMatchesCpu) {
     for (int l = 0; l < model.config().n_layer; ++l)
       EXPECT_EQ((*cache_gpu)->held_ranges(l), (*cache_cpu)->held_ranges(l)) << "layer " << l;
     tokens.push_back(int32_t(std::max_element(a.logits.begin(), a.logits.end()) - a.logits.begin()));
+  }
+}
+
+// Context shifts (kernels/kv_rerotate.cu after the cache's relayout) on a tiny llama
+// (keeping 2 positions, f16 and f32 caches) and a tiny Gemma 3 (NeoX, windowed rings):
+// CUDA matches the CPU step by step through several shifts, in both cache modes.
+TEST_F(CudaBackendParity, ContextShiftsMatchCpu) {
+  test::TinyModelSpec llama;
+  llama.seed = 9;
+  const std::string path = tiny_path("shift");
+  ASSERT_TRUE(test::write_tiny_model(test::tiny_family("gemma3", 31), path).ok());
+  auto g = Model::load(path);
+  std::filesystem::remove(path);
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  struct Case {
+    std::shared_ptr<const Model> model;
+    int n_keep;
+    KvDtype dtype;
+  };
+  std::shared_ptr<const Model> tiny_llama = load_tiny(llama, "shift_llama");
+  ASSERT_TRUE(tiny_llama);
+  const Case cases[] = {{tiny_llama, 2, KvDtype::F16},
+                        {tiny_llama, 2, KvDtype::F32},
+                        {std::move(g.value()), 0, KvDtype::F16}};
+  for (const Case& c : cases) {
+    for (CacheMode mode : {CacheMode::Cache, CacheMode::NoCache}) {
+      SCOPED_TRACE(c.model->config().arch + " " + kv_dtype_name(c.dtype) + " " +
+                   cache_mode_name(mode));
+      KvLimits lim;
+      lim.n_ctx = 14;
+      lim.on_full = ContextPolicy::Shift;
+      lim.n_keep = c.n_keep;
+      auto cuda = make_cuda_backend(*c.model);
+      ASSERT_TRUE(cuda.ok()) << cuda.error().message;
+      RunResult a = run_session(c.model, make_cpu_backend(1), mode, 24, c.dtype, lim);
+      RunResult b = run_session(c.model, std::move(cuda.value()), mode, 24, c.dtype, lim);
+      ASSERT_EQ(a.steps.size(), 24u);
+      ASSERT_EQ(b.steps.size(), 24u);
+      int shifts = 0;
+      for (size_t i = 0; i < a.steps.size(); ++i) {
+        ASSERT_EQ(a.steps[i].token_id, b.steps[i].token_id) << "step " << i;
+        ASSERT_EQ(a.steps[i].shift_n, b.steps[i].shift_n) << "step " << i;
+        shifts += a.steps[i].shift_n > 0;
+        EXPECT_LE(max_abs_diff(a.logits[i], b.logits[i]), kLogitTol) << "step " << i;
+        EXPECT_LE(max_abs_diff(a.steps[i].attention, b.steps[i].attention), kProbTol)
+            << "step " << i;
+        EXPECT_EQ(a.steps[i].kv_bytes, b.steps[i].kv_bytes) << "step " << i;
+      }
+      EXPECT_GE(shifts, 2);
+    }
   }
 }
 
