@@ -44,9 +44,11 @@ uint64_t kv_bytes_per_token(const KvMemoryShape& s, const KvMemoryOptions& o) {
 int64_t kv_positions_held(const KvMemoryShape& s, const KvMemoryOptions& o, int layer,
                           int64_t tokens) {
   int64_t held = std::max<int64_t>(tokens, 0);
-  if (layer >= 0 && size_t(layer) < s.layer_window.size() && s.layer_window[size_t(layer)] > 0)
-    held = std::min<int64_t>(held, s.layer_window[size_t(layer)]);
-  if (o.window > 0) held = std::min<int64_t>(held, int64_t(o.sink) + o.window);
+  const bool own =
+      layer >= 0 && size_t(layer) < s.layer_window.size() && s.layer_window[size_t(layer)] > 0;
+  if (own) held = std::min<int64_t>(held, s.layer_window[size_t(layer)]);
+  // A layer with its own window keeps no sinks (kv_limits_apply).
+  if (o.window > 0) held = std::min<int64_t>(held, int64_t(own ? 0 : o.sink) + o.window);
   return held;
 }
 

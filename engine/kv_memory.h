@@ -43,7 +43,8 @@ std::vector<KvMemoryShape> kv_reference_shapes();
 struct KvMemoryOptions {
   KvTypes types;   // K and V element types
   int sink = 0;    // with window > 0: the first `sink` positions are kept too
-  int window = 0;  // > 0: each layer keeps at most sink + window positions
+  int window = 0;  // > 0: each layer keeps at most sink + window positions (window alone
+                   // in a layer with its own window: no sinks there)
   bool one_kv_head_per_query_head = false;  // Hkv = H (what GQA/MQA saves against)
 };
 

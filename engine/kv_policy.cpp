@@ -55,8 +55,10 @@ Status kv_limits_check(const KvLimits& lim, int trained_ctx) {
 void kv_limits_apply(const KvLimits& lim, KvCacheConfig& cfg) {
   if (lim.window <= 0) return;
   for (KvLayerRule& r : cfg.layers) {
+    // A layer with its own window (Gemma 3's local layers) never saw the first positions
+    // beyond it in training, so it gets no sinks: they would add keys it does not expect.
+    r.sink = r.window > 0 ? 0 : lim.sink;
     r.window = r.window > 0 ? std::min(r.window, lim.window) : lim.window;
-    r.sink = lim.sink;
     r.keep = r.window;
   }
 }

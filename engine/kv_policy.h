@@ -10,7 +10,9 @@
 //            their K rows by that delta (RoPE is a rotation, so this is exact up to
 //            rounding — and to the requantization of a q8_0 / q4_0 K row);
 //   sink, window  StreamingLLM's attention sinks: every layer keeps its first `sink`
-//            positions and the last `window`, evicting the rest every step. Positions keep
+//            positions and the last `window`, evicting the rest every step (a layer with
+//            its own window, e.g. Gemma 3's local layers, keeps no sinks: it never saw
+//            the first positions past its window in training). Positions keep
 //            their values (they are not re-numbered inside the cache as StreamingLLM
 //            does), so a run still ends at n_ctx; what the window bounds is memory.
 // NO CACHE applies the same rules: sink + window as the attention mask of its scratch
@@ -46,8 +48,8 @@ inline int kv_limits_ctx(const KvLimits& lim, int trained_ctx) {
   return lim.n_ctx > 0 ? lim.n_ctx : trained_ctx;
 }
 // Applies sink + window to every layer's rule: the window becomes the smaller of the
-// layer's own and `window`, the first `sink` positions stay visible and held, and the
-// layer keeps the last `window` positions (a ring).
+// layer's own and `window`, the first `sink` positions stay visible and held (in layers
+// without a window of their own), and the layer keeps the last `window` positions (a ring).
 void kv_limits_apply(const KvLimits& lim, KvCacheConfig& cfg);
 // Positions a shift drops from a full cache of `length` positions: half of those after
 // n_keep (at least 1).

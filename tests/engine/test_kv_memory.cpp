@@ -9,6 +9,7 @@
 
 #include "engine/cpu/cpu_backend.h"
 #include "engine/kv_memory.h"
+#include "engine/kv_policy.h"
 #include "engine/session.h"
 
 namespace kvscope {
@@ -95,6 +96,29 @@ TEST(KvMemory, LocalLayersCapTheirPositions) {
   // At 4096 tokens: 3 x 4096 x 1024 + 15 x 512 x 1024.
   EXPECT_EQ(kv_bytes(g, f16, 4096), 3ull * 4096 * 1024 + 15ull * 512 * 1024);
   EXPECT_EQ(kv_bytes_per_token(g, types(KvDtype::Q8_0, KvDtype::Q8_0)), 9792u);  // 18*2*8*34
+  // Sink 4 + window 256: the global layers keep 4 + 256, the local ones (their own window,
+  // no sinks) the last 256.
+  KvMemoryOptions sw;
+  sw.sink = 4;
+  sw.window = 256;
+  EXPECT_EQ(kv_bytes(g, sw, 1000), (3ull * 260 + 15ull * 256) * 1024);
+}
+
+TEST(KvMemory, SinksOnlyInLayersWithoutTheirOwnWindow) {
+  // The engine's rules for the same choice: a layer with its own window (512) takes the
+  // smaller window and no sinks; a global layer takes sink + window.
+  KvCacheConfig cfg = kv_config_full({2, 1, 32}, {});
+  cfg.layers[0].window = cfg.layers[0].keep = 512;
+  KvLimits lim;
+  lim.sink = 4;
+  lim.window = 256;
+  kv_limits_apply(lim, cfg);
+  EXPECT_EQ(cfg.layers[0].window, 256);
+  EXPECT_EQ(cfg.layers[0].sink, 0);
+  EXPECT_EQ(cfg.layers[0].keep, 256);
+  EXPECT_EQ(cfg.layers[1].window, 256);
+  EXPECT_EQ(cfg.layers[1].sink, 4);
+  EXPECT_EQ(cfg.layers[1].keep, 256);
 }
 
 TEST(KvMemory, RealCacheBytesEqualTheFormula) {
