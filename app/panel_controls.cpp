@@ -23,14 +23,22 @@ void panel_controls(UiState& ui, Controller* ctl, const ControllerState& cs, con
   // Prompt: the files in prompts/, and your own.
   ImGui::TextDisabled("Prompt");
   int n = int(ui.prompts.size());
+  const ImGuiStyle& style = ImGui::GetStyle();
+  float row_end = 0;  // right edge of the last radio button on the row
   for (int i = 0; i < n; ++i) {
-    if (i) ImGui::SameLine();
+    // The prompt files fill rows as wide as the column; a name that does not fit starts
+    // the next row (no button is cut by the column's edge).
+    const float w = ImGui::GetFrameHeight() + style.ItemInnerSpacing.x +
+                    ImGui::CalcTextSize(ui.prompts[size_t(i)].name.c_str()).x;
+    if (i && row_end + style.ItemSpacing.x + w <= ImGui::GetContentRegionMax().x)
+      ImGui::SameLine();
     if (ImGui::RadioButton(ui.prompts[size_t(i)].name.c_str(), ui.prompt_index == i)) {
       ui.prompt_index = i;
       ui.custom_prompt = ui.prompts[size_t(i)].spec.text;
       ui.custom_chat = ui.prompts[size_t(i)].spec.chat;
       send(ctl, CmdReset{ui.prompts[size_t(i)].spec, cs.playing});
     }
+    row_end = ImGui::GetItemRectMax().x - ImGui::GetWindowPos().x;
   }
   if (ui.custom_prompt.empty() && n > 0) {
     const PromptSpec& cur = ui.prompts[size_t(std::clamp(ui.prompt_index, 0, n - 1))].spec;
@@ -73,6 +81,9 @@ void panel_controls(UiState& ui, Controller* ctl, const ControllerState& cs, con
   }
   ImGui::EndDisabled();
   if (ui.replay) ImGui::TextDisabled("a recording plays its own prompt and settings");
+
+  // Sliders and combos leave room for their labels ("temperature" is the longest).
+  ImGui::PushItemWidth(-(ImGui::CalcTextSize("temperature").x + style.ItemInnerSpacing.x));
 
   // Pace (a recording too) and length (the transport buttons and the cache mode are in the
   // toolbar).
@@ -140,13 +151,14 @@ void panel_controls(UiState& ui, Controller* ctl, const ControllerState& cs, con
   ImGui::BeginDisabled(ui.view.aggregation != HeadAggregation::Single);
   ImGui::SliderInt("head", &ui.view.head, 0, H - 1);
   ImGui::EndDisabled();
-  ImGui::Checkbox("renormalize without the sink (pos 0)", &ui.view.renormalize_sink);
+  ImGui::Checkbox("without the sink (pos 0)", &ui.view.renormalize_sink);
   if (ImGui::IsItemHovered())
     ImGui::SetTooltip(
         "Position 0 usually takes most of the attention (an attention sink).\n"
-        "On: drop it and rescale the rest to sum 1. Off: the real weights.");
+        "On: drop it and renormalize the rest to sum 1. Off: the real weights.");
   ImGui::Checkbox("color KV blocks by V norm", &ui.view.color_by_v);
   ImGui::Checkbox("token labels", &ui.view.labels);
+  ImGui::PopItemWidth();
 }
 
 }  // namespace kvscope::app

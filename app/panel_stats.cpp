@@ -36,8 +36,17 @@ void panel_stats(const UiState& ui, const ControllerState& cs, const Timeline& t
                 static_cast<unsigned long long>(v.kv_rows_total));
     if (!nocache) {
       ImGui::TextColored(accent, "KV_CACHE  %s", format_bytes(v.kv_bytes).c_str());
-      ImGui::Text("          %d positions x %s", v.kv_positions,
-                  format_bytes(v.kv_bytes_per_position).c_str());
+      if (v.kv_positions_min == v.kv_positions) {
+        ImGui::Text("          %d positions x %s", v.kv_positions,
+                    format_bytes(v.kv_bytes_per_position).c_str());
+      } else {
+        ImGui::Text("          %d-%d positions per layer", v.kv_positions_min, v.kv_positions);
+        if (ImGui::IsItemHovered())
+          ImGui::SetTooltip(
+              "Windowed layers keep only their recent positions: the emptiest layer\n"
+              "holds %d, the fullest %d. %s per layer and position.",
+              v.kv_positions_min, v.kv_positions, format_bytes(v.kv_bytes_per_row).c_str());
+      }
     } else {
       ImGui::TextColored(accent, "KV_CACHE  0 B held");
       ImGui::Text("          %s recomputed, discarded", format_bytes(v.kv_transient_bytes).c_str());
@@ -100,7 +109,7 @@ void panel_stats(const UiState& ui, const ControllerState& cs, const Timeline& t
   }
 
   ImGui::Separator();
-  ImGui::Text("model     %s", ui.facts.name.c_str());
+  ImGui::TextWrapped("model     %s", ui.facts.name.c_str());
   ImGui::Text("backend   %s", ui.replay ? "(a recording)" : ui.facts.backend.c_str());
   ImGui::Text("KV dtype  %s, %s per position", ui.facts.kv_dtype.c_str(),
               format_bytes(ui.facts.kv_bytes_per_token).c_str());

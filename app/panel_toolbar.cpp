@@ -152,10 +152,25 @@ void panel_toolbar(UiState& ui, Controller* ctl, const ControllerState& cs, cons
   if (cs.busy && cs.busy_seconds >= 0.15) {
     const char* spin = "|/-\\";
     status = std::string(1, spin[int(ImGui::GetTime() * 8.0) & 3]) + " " + status;
-    ImGui::TextColored(ImVec4(1.0f, 0.8f, 0.3f, 1.0f), "%s", status.c_str());
-  } else {
-    ImGui::TextDisabled("%s", status.c_str());
   }
+  // A narrow window shortens the status with an ellipsis (whole characters only); the
+  // whole text is the tooltip.
+  const std::string full = status;
+  const float avail = ImGui::GetContentRegionAvail().x;
+  if (ImGui::CalcTextSize(status.c_str()).x > avail) {
+    while (!status.empty() && ImGui::CalcTextSize((status + "...").c_str()).x > avail) {
+      size_t n = status.size();  // drop the last character: its continuation bytes, its lead
+      do --n;
+      while (n > 0 && (static_cast<unsigned char>(status[n]) & 0xC0) == 0x80);
+      status.resize(n);
+    }
+    status += "...";
+  }
+  if (cs.busy && cs.busy_seconds >= 0.15)
+    ImGui::TextColored(ImVec4(1.0f, 0.8f, 0.3f, 1.0f), "%s", status.c_str());
+  else
+    ImGui::TextDisabled("%s", status.c_str());
+  if (status != full && ImGui::IsItemHovered()) ImGui::SetTooltip("%s", full.c_str());
 }
 
 }  // namespace kvscope::app

@@ -1,6 +1,8 @@
 // stats_view.cpp — see stats_view.h.
 #include "app/stats_view.h"
 
+#include <algorithm>
+
 namespace kvscope::app {
 
 StatsView make_stats_view(const Timeline& tl, double target_tok_s, bool playing) {
@@ -26,7 +28,31 @@ StatsView make_stats_view(const Timeline& tl, double target_tok_s, bool playing)
   v.kv_bytes = t->kv_bytes;
   v.kv_transient_bytes = t->kv_transient_bytes;
   v.kv_positions = t->kv_bytes > 0 ? t->kv_first_pos + t->kv_written : 0;
-  v.kv_bytes_per_position = v.kv_positions > 0 ? t->kv_bytes / uint64_t(v.kv_positions) : 0;
+  v.kv_positions_min = v.kv_positions;
+  if (t->kv_bytes > 0 && !t->kv_layers.empty()) {
+    // What each layer's cache holds (windowed layers evict their oldest positions).
+    uint64_t rows = 0;
+    int lo = 0, hi = 0;
+    for (size_t l = 0; l < t->kv_layers.size(); ++l) {
+      int n = 0;
+      for (const KvRange& r : t->kv_layers[l].held) n += r.end - r.begin;
+      rows += uint64_t(n);
+      lo = l == 0 ? n : std::min(lo, n);
+      hi = l == 0 ? n : std::max(hi, n);
+    }
+    if (rows > 0) {
+      v.kv_positions = hi;
+      v.kv_positions_min = lo;
+      v.kv_layer_rows = rows;
+      v.kv_bytes_per_row = t->kv_bytes / rows;
+    }
+  }
+  // Every layer holds the same positions: bytes per position is exact; else it is per
+  // position held in every layer (the model's K+V bytes per token).
+  v.kv_bytes_per_position =
+      v.kv_layer_rows > 0
+          ? v.kv_bytes_per_row * t->kv_layers.size()
+          : (v.kv_positions > 0 ? t->kv_bytes / uint64_t(v.kv_positions) : 0);
   v.device_time = t->device_ms >= 0;
   v.step_ms = v.device_time ? t->device_ms : t->ms;
   v.tokens_processed = t->tokens_processed;

@@ -364,6 +364,46 @@ TEST(Controller, StatsNumbersAgree) {
 
 // A model that fails to load leaves the controller usable: the old engine stays, and a
 // controller that started with none can load one afterwards.
+// With sink + window every layer holds S + W positions once the sequence is longer: the
+// Stats panel counts those (not SEQ_LEN) and the per-position size stays the model's K+V
+// bytes per token instead of shrinking as the sequence grows.
+TEST(Controller, StatsCountThePositionsAWindowedCacheHolds) {
+  test::TinyModelSpec spec;
+  spec.n_layer = 2;
+  const std::string path = ::testing::TempDir() + "/kvscope_tiny_stats_window.gguf";
+  ASSERT_TRUE(test::write_tiny_llama(spec, path).ok());
+  auto model = Model::load(path);
+  ASSERT_TRUE(model.ok());
+  SessionConfig cfg;
+  cfg.max_tokens = 24;
+  cfg.stop_at_eos = false;
+  cfg.limits.sink = 2;
+  cfg.limits.window = 8;
+  auto s = Session::create(model.value(), make_cpu_backend(1), cfg);
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  auto src = make_session_source(std::move(s.value()));
+  const ModelFacts facts = src->facts();
+  auto ctl = std::make_unique<Controller>(std::move(src), test_options());
+  std::vector<Event> ev;
+  ctl->send(CmdSpeed{kSpeedMax});
+  ctl->send(CmdReset{kStory, true});
+  collect(*ctl, ev, [](auto& e) { return finished(e, 1); });
+  ASSERT_TRUE(finished(ev, 1));
+  Timeline tl;
+  int windowed = 0;
+  for (const Event& e : ev) {
+    tl.apply(e);
+    if (e.kind != Event::Kind::Step) continue;
+    StatsView v = make_stats_view(tl, 0, true);
+    EXPECT_EQ(v.kv_positions, std::min(v.write_pos, 2 + 8)) << "step " << v.step;
+    EXPECT_EQ(v.kv_positions_min, v.kv_positions) << "every layer has the same window";
+    EXPECT_EQ(v.kv_bytes_per_position, facts.kv_bytes_per_token) << "step " << v.step;
+    EXPECT_EQ(v.kv_bytes, uint64_t(v.kv_positions) * facts.kv_bytes_per_token);
+    windowed += v.write_pos > 10;
+  }
+  EXPECT_GT(windowed, 10) << "the run must go well past sink + window";
+}
+
 TEST(Controller, FailedModelLoadLeavesAUsableController) {
   auto ctl = std::make_unique<Controller>(std::unique_ptr<StepSource>(), test_options());
   std::vector<Event> ev;
