@@ -14,7 +14,6 @@
 #include "app/run_driver.h"
 #include "app/scene_view.h"
 #include "app/window.h"
-#include "engine/kv_memory.h"
 #include "render/gl.h"
 #include "render/offscreen.h"
 
@@ -149,13 +148,6 @@ int run_screenshot(const CaptureOptions& opts, bool panels) {
   Timeline tl;
   ModelFacts facts;
   std::string notice;
-  EngineOptions eo;
-  eo.model_path = opts.model_path;
-  eo.backend = opts.backend;
-  eo.mode = opts.mode;
-  eo.max_tokens = opts.steps;
-  eo.kv_types = opts.kv_types;
-  eo.limits = opts.limits;
   if (!opts.replay_path.empty()) {  // a recording: no model
     auto rep = open_replay(opts.replay_path);
     if (!rep.ok()) return fail(rep.error().message);
@@ -166,6 +158,13 @@ int run_screenshot(const CaptureOptions& opts, bool panels) {
     if (auto end = drive_run(*rep.value(), prompt, d); !end.ok()) return fail(end.error().message);
     prompt = rep.value()->prompt();
   } else {
+    EngineOptions eo;
+    eo.model_path = opts.model_path;
+    eo.backend = opts.backend;
+    eo.mode = opts.mode;
+    eo.max_tokens = opts.steps;
+    eo.kv_types = opts.kv_types;
+    eo.limits = opts.limits;
     auto engine = open_engine(eo);
     if (!engine.ok()) return fail(engine.error().message);
     EngineHandle& eng = engine.value();
@@ -205,8 +204,6 @@ int run_screenshot(const CaptureOptions& opts, bool panels) {
 
   UiState ui;
   ui.prompts = load_prompts();
-  ui.run_kv = run_kv_choice(eo.kv_types, eo.limits);
-  ui.engine_options = eo;
   if (!opts.prompt_file.empty() || !opts.replay_path.empty())
     ui.prompts.insert(ui.prompts.begin(), {opts.replay_path.empty() ? "file" : "recorded", prompt});
   ui.facts = facts;
@@ -214,12 +211,19 @@ int run_screenshot(const CaptureOptions& opts, bool panels) {
   ui.rss_bytes = process_resident_bytes();
   ui.replay = !opts.replay_path.empty();
   ui.replay_path = opts.replay_path;
+  ui.run_kv = run_kv_choice(ui.facts.kv_types, opts.replay_path.empty() ? opts.limits : KvLimits{});
+  ui.engine_options.model_path = opts.model_path;  // what the Cache quality section opens
+  ui.engine_options.backend = opts.backend;
+  ui.engine_options.kv_types = opts.kv_types;
+  ui.engine_options.limits = opts.limits;
   ui.view = opts.view;
   if (ui.view.layer == kMiddleLayer) ui.view.layer = ui.facts.n_layer / 2;
   ui.preset = opts.camera;
   ui.mode = tl.mode();
   ui.hovered_pos = opts.view.hovered_pos;
+  add_notice(ui, notice);
   if (opts.quality_steps > 0) {
+    if (!opts.replay_path.empty()) return fail("--cache-quality needs a model, not a recording");
     ui.quality_kv = ui.run_kv;
     ui.quality_steps = opts.quality_steps;
     ui.quality->start(quality_spec(ui, prompt));
@@ -229,9 +233,8 @@ int run_screenshot(const CaptureOptions& opts, bool panels) {
     const int n = int(q.points.size());
     std::printf("kvscope: cache quality: %s vs f16, %d steps, mean KL %.4g nats, top-1 %d/%d\n",
                 q.candidate.c_str(), n, q.mean_kl, q.agreements, n);
-    ui.show_quality = true;
+    if (opts.sections.empty()) ui.solo_sections = "Cache quality";
   }
-  add_notice(ui, notice);
   std::vector<render::CameraPreset> presets{opts.camera};
   presets.insert(presets.end(), opts.more_cameras.begin(), opts.more_cameras.end());
   for (render::CameraPreset preset : presets) {

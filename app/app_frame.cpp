@@ -144,7 +144,7 @@ void setup_imgui_style(float content_scale) {
 
 namespace {
 // A collapsible section. Screenshots (--sections A,B) open the listed ones, close the rest.
-bool section(const UiState& ui, const char* name) {
+bool section(const UiState& ui, const char* name, bool open_at_start = true) {
   if (!ui.solo_sections.empty()) {
     const std::string_view list = ui.solo_sections;
     bool open = false;
@@ -155,7 +155,7 @@ bool section(const UiState& ui, const char* name) {
     }
     ImGui::SetNextItemOpen(open, ImGuiCond_Always);
   }
-  return ImGui::CollapsingHeader(name, ImGuiTreeNodeFlags_DefaultOpen);
+  return ImGui::CollapsingHeader(name, open_at_start ? ImGuiTreeNodeFlags_DefaultOpen : 0);
 }
 }  // namespace
 
@@ -183,9 +183,9 @@ void draw_frame_ui(UiState& ui, Controller* ctl, const ControllerState& cs, cons
     column_header("kvscope", true, &ui.layout_prefs.left);
     if (section(ui, "Controls"))
       panel_controls(ui, ctl, cs, tl);
-    if (section(ui, "Heads")) panel_heads(ui);
     if (section(ui, "Run"))
       panel_run(ui, ctl, cs, tl);
+    if (section(ui, "Heads")) panel_heads(ui);
     if (section(ui, "Transcript"))
       panel_transcript(ui, tl);
   } else {
@@ -198,11 +198,8 @@ void draw_frame_ui(UiState& ui, Controller* ctl, const ControllerState& cs, cons
   if (L.right_open) {
     column_header("measured", false, &ui.layout_prefs.right);
     if (section(ui, "Stats")) panel_stats(ui, cs, tl);
-    if (ui.show_quality) ImGui::SetNextItemOpen(false);
     if (section(ui, "KV memory")) panel_memory(ui, tl);
-    if (ui.show_quality) ImGui::SetNextItemOpen(true);
-    ui.show_quality = false;
-    const bool quality_open = ImGui::CollapsingHeader("Cache quality");
+    const bool quality_open = section(ui, "Cache quality", false);
     if (ImGui::IsItemHovered())
       ImGui::SetTooltip(
           "A cache (type, window) against f16 with the full context, on the same tokens");

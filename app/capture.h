@@ -26,12 +26,6 @@ struct CaptureOptions {
   int width = 1280, height = 720;
   std::string model_path;
   std::string backend = "auto";
-  KvTypes kv_types;  // the KV cache: element types, context size, sink + window
-  KvLimits limits;
-  // > 0 (screenshot): run the Cache quality comparison of this cache against the f16
-  // full-context reference for this many steps and show it (the KV memory section folded).
-  int quality_steps = 0;
-  int look_at_pos = -1;      // >= 0 (screenshot): the camera slides to this position
   std::string replay_path;   // capture a recorded run (no model) instead of running the model
   bool steps_given = false;  // --steps was passed (a replay otherwise shows every step)
   bool compare = false;      // --compare: `steps` with the KV cache, then `steps` without
@@ -39,6 +33,13 @@ struct CaptureOptions {
   std::string sections;      // --sections A,B: open those panel sections only
   int max_tokens = 0;        // the app: --max-tokens N (0: the UI's default)
   float speed = 0;           // the app: --speed TOK_S, or kSpeedMax (-1 here: as fast as possible)
+  KvTypes kv_types;          // the KV cache: element types, context size, sink + window
+  KvLimits limits;
+  // > 0 (screenshot): run the Cache quality comparison of this cache against the f16
+  // full-context reference for this many steps and show that section alone (unless
+  // --sections says otherwise).
+  int quality_steps = 0;
+  int look_at_pos = -1;      // >= 0 (screenshot): the camera slides to this position
   double since_step = 0.45;  // animation time of the captured frame after the last step
 };
 

@@ -15,22 +15,6 @@
 namespace kvscope::app {
 namespace {
 
-const KvDtype kTypes[] = {KvDtype::F32, KvDtype::F16, KvDtype::Q8_0, KvDtype::Q4_0};
-
-bool type_combo(const char* label, KvDtype* t) {
-  bool changed = false;
-  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 4.5f);
-  if (ImGui::BeginCombo(label, kv_dtype_name(*t))) {
-    for (KvDtype c : kTypes)
-      if (ImGui::Selectable(kv_dtype_name(c), c == *t)) {
-        *t = c;
-        changed = true;
-      }
-    ImGui::EndCombo();
-  }
-  return changed;
-}
-
 // A bar behind a number: its length is `frac` of the cell.
 void bar_cell(float frac, const std::string& text, ImU32 color) {
   ImVec2 p = ImGui::GetCursorScreenPos();
@@ -85,9 +69,9 @@ void whatif_section(UiState& ui, const KvMemoryShape& shape) {
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 9.0f);
   ImGui::SliderInt("tokens", &ui.whatif_ctx, 1, 1 << 20, "%d", ImGuiSliderFlags_Logarithmic);
   ui.whatif_ctx = std::clamp(ui.whatif_ctx, 1, 1 << 24);
-  type_combo("K", &c.types.k);
+  kv_type_combo("K", &c.types.k);
   ImGui::SameLine();
-  type_combo("V", &c.types.v);
+  kv_type_combo("V", &c.types.v);
   const bool has_model_window = std::any_of(shape.layer_window.begin(), shape.layer_window.end(),
                                             [](int w) { return w > 0; });
   if (has_model_window) ImGui::Checkbox("the model's own windows", &c.model_window);

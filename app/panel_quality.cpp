@@ -12,21 +12,6 @@
 #include "app/ui_state.h"
 
 namespace kvscope::app {
-namespace {
-
-const KvDtype kTypes[] = {KvDtype::F32, KvDtype::F16, KvDtype::Q8_0, KvDtype::Q4_0};
-
-void type_combo(const char* label, KvDtype* t) {
-  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 4.5f);
-  if (ImGui::BeginCombo(label, kv_dtype_name(*t))) {
-    for (KvDtype c : kTypes)
-      if (ImGui::Selectable(kv_dtype_name(c), c == *t)) *t = c;
-    ImGui::EndCombo();
-  }
-}
-
-}  // namespace
-
 QualitySpec quality_spec(const UiState& ui, const PromptSpec& prompt) {
   QualitySpec spec;
   spec.candidate = ui.engine_options;
@@ -42,9 +27,9 @@ QualitySpec quality_spec(const UiState& ui, const PromptSpec& prompt) {
 void panel_quality(UiState& ui) {
   QualitySnapshot s = ui.quality->snapshot();
   ImGui::BeginDisabled(s.running);
-  type_combo("K##q", &ui.quality_kv.types.k);
+  kv_type_combo("K##q", &ui.quality_kv.types.k);
   ImGui::SameLine();
-  type_combo("V##q", &ui.quality_kv.types.v);
+  kv_type_combo("V##q", &ui.quality_kv.types.v);
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 3.0f);
   ImGui::InputInt("sink##q", &ui.quality_kv.sink, 0);
   ImGui::SameLine();

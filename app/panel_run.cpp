@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include "app/cli_common.h"
+#include "app/model_choices.h"
 #include "app/stats_csv.h"
 #include "app/ui_state.h"
 
@@ -43,25 +44,85 @@ void source_section(UiState& ui, Controller* ctl, const ControllerState& cs) {
   if (cs.loading) ImGui::TextColored(ImVec4(1.0f, 0.8f, 0.3f, 1.0f), "opening...");
 
   ImGui::BeginDisabled(cs.loading);
-  // Built-in models by name, then any GGUF file by path.
-  for (const cli::BuiltinModel& m : cli::builtin_models()) {
-    ImGui::PushID(m.name);
-    if (ImGui::SmallButton(m.name)) {
-      ui.model_choice = m.name;
-      open_model(ui, ctl, m.name);
-    }
-    if (ImGui::IsItemHovered())
-      ImGui::SetTooltip("Open the built-in model %s (%s)", m.name, m.file);
-    ImGui::PopID();
-    ImGui::SameLine();
+  // Built-in models by name, then every other GGUF file under assets/models/ (looked for
+  // again every few seconds, so a file copied there shows up), then any file by path.
+  const double now = ImGui::GetTime();
+  if (ui.model_list_time < 0 || now - ui.model_list_time > 3.0) {
+    ui.model_list = model_choices(cli::asset_model_dirs());
+    ui.model_list_time = now;
   }
-  ImGui::NewLine();
+  for (const ModelChoice& c : ui.model_list) {
+    std::string file = c.label;
+    for (const cli::BuiltinModel& m : cli::builtin_models())
+      if (c.builtin && c.label == m.name) file = m.file;
+    const bool current = ui.engine_ready && !ui.replay && file == ui.facts.file_name;
+    ImGui::PushID(c.open.c_str());
+    ImGui::BeginDisabled(!c.present);
+    const std::string label = c.builtin ? c.label + "  (built-in)" : c.label;
+    if (ImGui::Selectable(label.c_str(), current) && !current) {
+      ui.model_choice = c.open;
+      open_model(ui, ctl, c.open);
+    }
+    ImGui::EndDisabled();
+    if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled))
+      ImGui::SetTooltip(c.present ? "Open %s (reloads on the engine's thread)"
+                                  : "%s is not fetched yet: run scripts/fetch_model.sh",
+                        file.c_str());
+    ImGui::PopID();
+  }
   ImGui::SetNextItemWidth(-70.0f);
   bool enter = ImGui::InputTextWithHint("##model", "a .gguf file", &ui.model_choice,
                                         ImGuiInputTextFlags_EnterReturnsTrue);
   ImGui::SameLine();
   if ((ImGui::Button("Open##model") || enter) && !ui.model_choice.empty())
     open_model(ui, ctl, ui.model_choice);
+  ImGui::EndDisabled();
+}
+
+// The KV cache the model runs with: K and V element types, context size, sink + window.
+// Applying reopens the model with them (on the engine's thread, as a model switch does).
+void cache_section(UiState& ui, Controller* ctl, const ControllerState& cs) {
+  if (!ui.cache_edit_set) {
+    ui.cache_edit = ui.engine_options;
+    ui.cache_edit_set = true;
+  }
+  EngineOptions& e = ui.cache_edit;
+  ImGui::BeginDisabled(cs.loading || ui.replay);
+  kv_type_combo("K##run", &e.kv_types.k);
+  ImGui::SameLine();
+  kv_type_combo("V##run", &e.kv_types.v);
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 4.0f);
+  ImGui::InputInt("ctx##run", &e.limits.n_ctx, 0);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("Context size in positions (0: the model's own, %d)", ui.facts.n_ctx);
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 3.0f);
+  ImGui::InputInt("sink##run", &e.limits.sink, 0);
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 3.5f);
+  ImGui::InputInt("window##run", &e.limits.window, 0);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "Keep the first `sink` positions and the last `window` in every layer\n"
+        "(StreamingLLM); 0: off");
+  e.limits.n_ctx = std::max(e.limits.n_ctx, 0);
+  e.limits.sink = std::max(e.limits.sink, 0);
+  e.limits.window = std::max(e.limits.window, 0);
+  if (e.limits.window == 0) e.limits.sink = 0;
+  const bool changed = !(e.kv_types == ui.engine_options.kv_types) ||
+                       e.limits.n_ctx != ui.engine_options.limits.n_ctx ||
+                       e.limits.sink != ui.engine_options.limits.sink ||
+                       e.limits.window != ui.engine_options.limits.window;
+  ImGui::SameLine();
+  ImGui::BeginDisabled(!changed);
+  if (ImGui::Button("Apply##cache")) {
+    ui.engine_options.kv_types = e.kv_types;
+    ui.engine_options.limits = e.limits;
+    open_model(ui, ctl, ui.engine_options.model_path);
+  }
+  ImGui::EndDisabled();
+  if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled))
+    ImGui::SetTooltip("Reopen the model with this cache (the engine checks the values)");
   ImGui::EndDisabled();
 }
 
@@ -149,6 +210,9 @@ void files_section(UiState& ui, Controller* ctl, const ControllerState& cs, cons
 void panel_run(UiState& ui, Controller* ctl, const ControllerState& cs, const Timeline& tl) {
   ImGui::TextDisabled("Source");
   source_section(ui, ctl, cs);
+  ImGui::Separator();
+  ImGui::TextDisabled("KV cache");
+  cache_section(ui, ctl, cs);
   ImGui::Separator();
   ImGui::TextDisabled("History");
   history_section(ui, tl);

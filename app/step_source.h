@@ -28,9 +28,9 @@ struct ModelFacts {
   int n_layer = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_embd = 0, n_vocab = 0, n_ctx = 0;
   uint64_t block_macs_per_token = 0;  // weight multiply-adds per token through all blocks
   uint64_t kv_bytes_per_token = 0;    // K and V of one position in every layer
-  // The cache's K and V types, and the model's own window per layer (0: global). A run
-  // file keeps kv_dtype only: a recording gets the types back from it and no windows.
-  KvTypes kv_types;
+  KvTypes kv_types;                   // the cache's element types (kv_dtype names them)
+  // The model's own window per layer (0: global); empty when no layer has one, and in
+  // recordings (their steps carry each layer's window instead).
   std::vector<int> layer_window;
   // Equal in what a run file records (everything above kv_types).
   bool operator==(const ModelFacts& o) const {

@@ -22,7 +22,6 @@ std::unique_ptr<Controller> start_controller(UiState& ui, const CaptureOptions& 
   eo.max_tokens = ui.max_tokens;
   eo.kv_types = cap.kv_types;
   eo.limits = cap.limits;
-  ui.run_kv = run_kv_choice(eo.kv_types, eo.limits);
   ui.engine_options = eo;
   ctl->send(CmdLoadModel{eo});
   return ctl;
@@ -49,6 +48,10 @@ void apply_event(UiState& ui, Controller& ctl, Timeline& tl, const Event& e, dou
       if (e.replay) ui.replay_path = e.path;
       ui.engine_ready = true;
       ui.mode = e.mode;
+      // The KV memory section compares against this source's own cache settings.
+      ui.run_kv =
+          run_kv_choice(ui.facts.kv_types, e.replay ? KvLimits{} : ui.engine_options.limits);
+      ui.whatif_set = false;
       if (ui.view.layer == kMiddleLayer || ui.view.layer >= ui.facts.n_layer)
         ui.view.layer = ui.facts.n_layer / 2;
       if (e.replay || !ui.prompts.empty()) {

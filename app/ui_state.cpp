@@ -73,4 +73,19 @@ void panel_error_modal(UiState& ui) {
   }
 }
 
+bool kv_type_combo(const char* label, KvDtype* t) {
+  static const KvDtype kTypes[] = {KvDtype::F32, KvDtype::F16, KvDtype::Q8_0, KvDtype::Q4_0};
+  bool changed = false;
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 4.5f);
+  if (ImGui::BeginCombo(label, kv_dtype_name(*t))) {
+    for (KvDtype c : kTypes)
+      if (ImGui::Selectable(kv_dtype_name(c), c == *t)) {
+        changed = changed || c != *t;
+        *t = c;
+      }
+    ImGui::EndCombo();
+  }
+  return changed;
+}
+
 }  // namespace kvscope::app

@@ -10,6 +10,7 @@
 #include "app/controller.h"
 #include "app/engine_setup.h"
 #include "app/memory_whatif.h"
+#include "app/model_choices.h"
 #include "app/quality_job.h"
 #include "app/scene_builder.h"
 #include "app/ui_layout.h"
@@ -53,6 +54,10 @@ struct UiState {
   bool custom_chat = false;        // the box's text as a chat turn (else raw text)
   int compare_steps = 48;          // steps of each run of "compare modes"
   std::string model_choice;        // the model picker: a built-in name or a GGUF path
+  std::vector<ModelChoice> model_list;  // the picker's list (model_choices.h)
+  double model_list_time = -1;          // ImGui time it was made
+  EngineOptions cache_edit;             // the Run section's KV cache being edited
+  bool cache_edit_set = false;          // cache_edit starts from engine_options
   std::string run_path = "kvscope-run.kvs";     // File: save / open a recording
   std::string csv_path = "kvscope-stats.csv";   // File: export the stats
   int scrub_request = 0;           // > 0: view that step (applied by apply_events); -1: live
@@ -94,7 +99,6 @@ struct UiState {
   std::shared_ptr<QualityJob> quality = std::make_shared<QualityJob>();
   WhatIfChoice quality_kv{{KvDtype::Q8_0, KvDtype::Q8_0}};
   int quality_steps = 64;
-  bool show_quality = false;  // open the Cache quality section (and fold KV memory) once
 };
 
 // Adds a dismissable notice (`seconds` > 0: it also goes away by itself after that long).
@@ -134,5 +138,7 @@ ViewOptions scene_options(const UiState& ui);
 
 std::string format_bytes(uint64_t b);
 std::string format_count(double v);  // 1.2k, 3.4M, 5.6G, 7.8T
+// A combo of the KV cache element types (f32, f16, q8_0, q4_0); true when changed.
+bool kv_type_combo(const char* label, KvDtype* t);
 
 }  // namespace kvscope::app
