@@ -2,9 +2,11 @@
 // screenshot (app_capture.cpp).
 #include "app/app_main.h"
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "app/app_capture.h"
@@ -23,6 +25,16 @@ struct Args : GuiOptions {
 
 bool parse_size(const char* s, int* w, int* h) {
   return std::sscanf(s, "%dx%d", w, h) == 2 && *w >= 16 && *h >= 16 && *w <= 8192 && *h <= 8192;
+}
+
+// A whole decimal integer in [lo, hi] (no trailing text, no overflow), or nothing.
+std::optional<int> int_in(const char* v, long lo, long hi) {
+  if (v == nullptr || *v == 0) return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  const long n = std::strtol(v, &end, 10);
+  if (*end != 0 || errno == ERANGE || n < lo || n > hi) return std::nullopt;
+  return int(n);
 }
 
 // Returns "" or an error line.
@@ -48,9 +60,10 @@ std::string parse_args(int argc, char** argv, Args* a) {
       a->cap.replay_path = v;
     } else if (k == "--steps") {
       if (!value(&v)) return "--steps needs a number";
-      a->cap.steps = std::atoi(v);
+      const auto n = int_in(v, 1, 1 << 20);
+      if (!n) return std::string("--steps ") + v + " is not a number in [1, 1048576]";
+      a->cap.steps = *n;
       a->cap.steps_given = true;
-      if (a->cap.steps < 1) return std::string("--steps ") + v + " must be >= 1";
     } else if (k == "--mode") {
       if (!value(&v)) return "--mode needs cache or nocache";
       if (!std::strcmp(v, "cache"))
@@ -78,7 +91,9 @@ std::string parse_args(int argc, char** argv, Args* a) {
       }
     } else if (k == "--layer") {
       if (!value(&v)) return "--layer needs a number";
-      a->cap.view.layer = std::atoi(v);
+      const auto n = int_in(v, 0, 4095);
+      if (!n) return std::string("--layer ") + v + " is not a layer number in [0, 4095]";
+      a->cap.view.layer = *n;
       a->cap.view.all_layers = false;
     } else if (k == "--head") {
       if (!value(&v)) return "--head needs a number (or mean / max)";
@@ -87,35 +102,42 @@ std::string parse_args(int argc, char** argv, Args* a) {
       else if (!std::strcmp(v, "max"))
         a->cap.view.aggregation = HeadAggregation::Max;
       else {
-        a->cap.view.head = std::atoi(v);
+        const auto n = int_in(v, 0, 4095);
+        if (!n) return std::string("--head ") + v + " is not mean, max or a head number in [0, 4095]";
+        a->cap.view.head = *n;
         a->cap.view.aggregation = HeadAggregation::Single;
       }
     } else if (k == "--play") {
       a->play = true;
     } else if (k == "--frames") {
-      if (!value(&v) || std::atoi(v) < 1) return "--frames needs a number >= 1";
-      a->quit_after = std::atoi(v);
+      const auto n = value(&v) ? int_in(v, 1, 1 << 30) : std::nullopt;
+      if (!n) return "--frames needs a number in [1, 1073741824]";
+      a->quit_after = *n;
     } else if (k == "--window-shot") {
       if (!value(&v)) return "--window-shot needs an output path";
       a->window_shot = v;
     } else if (k == "--measure") {
-      if (!value(&v) || std::atoi(v) < 1) return "--measure needs a number of steps >= 1";
-      a->measure_steps = std::atoi(v);
+      const auto n = value(&v) ? int_in(v, 1, 1 << 20) : std::nullopt;
+      if (!n) return "--measure needs a number of steps in [1, 1048576]";
+      a->measure_steps = *n;
     } else if (k == "--ui-nice") {
-      if (!value(&v) || std::atoi(v) < 0 || std::atoi(v) > 19) return "--ui-nice needs 0..19";
-      a->ui_nice = std::atoi(v);
+      const auto n = value(&v) ? int_in(v, 0, 19) : std::nullopt;
+      if (!n) return "--ui-nice needs 0..19";
+      a->ui_nice = *n;
     } else if (k == "--highlight") {
-      if (!value(&v) || std::atoi(v) < 0) return "--highlight needs a position >= 0";
-      a->cap.view.hovered_pos = std::atoi(v);
+      const auto n = value(&v) ? int_in(v, 0, 1 << 24) : std::nullopt;
+      if (!n) return "--highlight needs a position in [0, 16777216]";
+      a->cap.view.hovered_pos = *n;
     } else if (k == "--compare-modes") {
       a->cap.compare = true;
     } else if (k == "--view-step") {
-      if (!value(&v) || std::atoi(v) < 1) return "--view-step needs a step number >= 1";
-      a->cap.view_step = std::atoi(v);
+      const auto n = value(&v) ? int_in(v, 1, 1 << 20) : std::nullopt;
+      if (!n) return "--view-step needs a step number in [1, 1048576]";
+      a->cap.view_step = *n;
     } else if (k == "--max-tokens") {
-      if (!value(&v) || std::atoi(v) < 1 || std::atoi(v) > (1 << 20))
-        return "--max-tokens needs a number in [1, 1048576]";
-      a->cap.max_tokens = std::atoi(v);
+      const auto n = value(&v) ? int_in(v, 1, 1 << 20) : std::nullopt;
+      if (!n) return "--max-tokens needs a number in [1, 1048576]";
+      a->cap.max_tokens = *n;
     } else if (k == "--speed") {
       if (!value(&v)) return "--speed needs tokens per second in [0.25, 30] or max";
       if (!std::strcmp(v, "max")) {
@@ -159,12 +181,13 @@ std::string parse_args(int argc, char** argv, Args* a) {
        : k == "--kv-sink" ? a->cap.limits.sink
                           : a->cap.limits.window) = int(n);
     } else if (k == "--look-at") {
-      if (!value(&v) || std::atoi(v) < 0) return "--look-at needs a position >= 0";
-      a->cap.look_at_pos = std::atoi(v);
+      const auto n = value(&v) ? int_in(v, 0, 1 << 24) : std::nullopt;
+      if (!n) return "--look-at needs a position in [0, 16777216]";
+      a->cap.look_at_pos = *n;
     } else if (k == "--cache-quality") {
-      if (!value(&v) || std::atoi(v) < 1 || std::atoi(v) > 100000)
-        return "--cache-quality needs a number of steps in [1, 100000]";
-      a->cap.quality_steps = std::atoi(v);
+      const auto n = value(&v) ? int_in(v, 1, 100000) : std::nullopt;
+      if (!n) return "--cache-quality needs a number of steps in [1, 100000]";
+      a->cap.quality_steps = *n;
     } else if (k == "--backend") {
       if (!value(&v)) return "--backend needs auto, cpu or cuda";
       a->cap.backend = v;

@@ -103,6 +103,11 @@ if "$kvscope" bench-render --help >/dev/null 2>&1; then  # built with the app
   check "bench-render: --frames 0" "1..1000000" bench-render --frames 0
   check "bench-render: bad --size" "--size" bench-render --size 10x10
   check "app: --steps 0" "--steps" --screenshot "$dir/x.png" --steps 0
+  check "app: --steps with trailing text" "--steps 3x" --screenshot "$dir/x.png" --steps 3x
+  check "app: --layer past 32 bits" "[0, 4095]" --screenshot "$dir/x.png" --layer 99999999999
+  check "app: --layer not a number" "--layer abc" --screenshot "$dir/x.png" --layer abc
+  check "app: --head not a number" "--head xyz" --screenshot "$dir/x.png" --head xyz
+  check "app: --look-at negative" "--look-at" --screenshot "$dir/x.png" --look-at -4
 fi
 
 # Good runs on the same tiny model work.
