@@ -90,7 +90,7 @@ class Reader {
                       std::to_string(left()) + " left");
       return false;
     }
-    std::memcpy(dst, p_ + at_, k);
+    if (k > 0) std::memcpy(dst, p_ + at_, k);
     at_ += k;
     return true;
   }
@@ -178,7 +178,7 @@ class Reader {
         (*out)[size_t(i)] = fp16_to_fp32(h);
       }
     } else {
-      std::memcpy(out->data(), p_ + at_, size_t(count) * 4);
+      if (count > 0) std::memcpy(out->data(), p_ + at_, size_t(count) * 4);  // data() may be null
     }
     at_ += size_t(count * each);
     for (uint64_t i = 0; i < count; ++i) {

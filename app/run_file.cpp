@@ -112,7 +112,7 @@ Status with_context(const Error& e, const std::string& name, const Record& rec) 
 
 Status BufferSource::read(uint64_t offset, void* dst, size_t n) const {
   if (offset > n_ || n > n_ - offset) return make_error("read past the end of the buffer");
-  std::memcpy(dst, p_ + offset, n);
+  if (n > 0) std::memcpy(dst, p_ + offset, n);  // dst may be null for n = 0
   return Status::Ok();
 }
 

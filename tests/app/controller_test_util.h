@@ -38,6 +38,19 @@ constexpr bool kTsan = false;
 #else
 constexpr bool kTsan = false;
 #endif
+// AddressSanitizer keeps freed memory in quarantine, so RSS budgets cannot be checked there
+// either (the timeline's own accounting still is).
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAsan = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAsan = true;
+#else
+constexpr bool kAsan = false;
+#endif
+#else
+constexpr bool kAsan = false;
+#endif
 
 // A tiny llama (random weights) as a live source. Never stops at EOS, so a run has exactly
 // max_tokens steps.
