@@ -10,26 +10,15 @@
 
 #include "engine/compare.h"
 #include "engine/cpu/cpu_backend.h"
+#include "tests/util/model_fixture.h"
 
 namespace kvscope {
 namespace {
 
-class CompareTest : public ::testing::Test {
+class CompareTest : public ModelTest<DefaultModelFile> {
  protected:
-  static void SetUpTestSuite() {
-    if (!std::filesystem::exists(KVSCOPE_DEFAULT_MODEL)) return;
-    auto m = Model::load(KVSCOPE_DEFAULT_MODEL);
-    ASSERT_TRUE(m.ok()) << m.error().message;
-    model_ = std::move(m.value());
-  }
-  static void TearDownTestSuite() { model_.reset(); }
-  void SetUp() override {
-    if (!model_) GTEST_SKIP() << "default model absent: run scripts/fetch_model.sh";
-  }
   static std::unique_ptr<Session> make(SessionConfig cfg) {
-    auto s = Session::create(model_, make_cpu_backend(2), cfg);
-    EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.error().message);
-    return s.ok() ? std::move(s.value()) : nullptr;
+    return session(cfg);
   }
   static SessionConfig config(KvDtype t, int max_tokens) {
     SessionConfig c;
@@ -38,9 +27,7 @@ class CompareTest : public ::testing::Test {
     c.stop_at_eos = false;
     return c;
   }
-  static std::shared_ptr<Model> model_;
 };
-std::shared_ptr<Model> CompareTest::model_;
 
 const PromptSpec kPrompt{"The old lighthouse keeper climbed the stairs and", false};
 

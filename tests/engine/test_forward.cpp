@@ -20,6 +20,7 @@
 #include "engine/forward.h"
 #include "engine/model.h"
 #include "engine/session.h"
+#include "tests/util/model_fixture.h"
 
 namespace kvscope {
 namespace {
@@ -57,21 +58,9 @@ std::vector<Golden> load_golden() {
   return out;
 }
 
-class ForwardGolden : public ::testing::Test {
+class ForwardGolden : public ModelTest<DefaultModelFile> {
  protected:
-  static void SetUpTestSuite() {
-    if (!std::filesystem::exists(KVSCOPE_DEFAULT_MODEL)) return;
-    auto m = Model::load(KVSCOPE_DEFAULT_MODEL);
-    ASSERT_TRUE(m.ok()) << m.error().message;
-    model_ = std::move(m.value());
-  }
-  static void TearDownTestSuite() { model_.reset(); }
-  void SetUp() override {
-    if (!model_) GTEST_SKIP() << "default model absent: run scripts/fetch_model.sh";
-  }
-  static std::shared_ptr<Model> model_;
 };
-std::shared_ptr<Model> ForwardGolden::model_;
 
 // Chat prompts in the golden file are complete ChatML text with special tokens.
 PromptSpec spec_of(const Golden& g) {

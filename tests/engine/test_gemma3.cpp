@@ -30,14 +30,13 @@
 #include "engine/cpu/cpu_backend.h"
 #include "engine/forward.h"
 #include "engine/session.h"
+#include "tests/util/model_fixture.h"
 
 namespace kvscope {
 namespace {
 
 constexpr float kTolF32 = 0.002f;
 constexpr float kTieTol = 0.05f;
-const std::string kGemmaPath =
-    std::string(KVSCOPE_SOURCE_DIR) + "/assets/models/gemma-3-270m-q4_k_m.gguf";
 
 struct Golden {
   std::string name, prompt;
@@ -67,30 +66,12 @@ std::vector<Golden> load_golden() {
   return out;
 }
 
-class Gemma3 : public ::testing::Test {
+class Gemma3 : public ModelTest<GemmaModelFile> {
  protected:
-  static void SetUpTestSuite() {
-    if (!std::filesystem::exists(kGemmaPath)) return;
-    auto m = Model::load(kGemmaPath);
-    ASSERT_TRUE(m.ok()) << m.error().message;
-    model_ = std::move(m.value());
-  }
-  static void TearDownTestSuite() { model_.reset(); }
-  void SetUp() override {
-    if (!model_) GTEST_SKIP() << "Gemma 3 absent: run scripts/fetch_model.sh gemma3-270m";
-  }
   std::unique_ptr<Session> make(CacheMode mode, int max_tokens) {
-    SessionConfig cfg;
-    cfg.mode = mode;
-    cfg.max_tokens = max_tokens;
-    cfg.stop_at_eos = false;
-    auto s = Session::create(model_, make_cpu_backend(2), cfg);
-    EXPECT_TRUE(s.ok());
-    return std::move(s.value());
+    return session(config(mode, max_tokens));
   }
-  static std::shared_ptr<Model> model_;
 };
-std::shared_ptr<Model> Gemma3::model_;
 
 TEST_F(Gemma3, DescriptionMatchesTheFile) {
   const ModelConfig& c = model_->config();

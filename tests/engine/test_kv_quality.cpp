@@ -10,34 +10,21 @@
 
 #include "engine/compare.h"
 #include "engine/cpu/cpu_backend.h"
+#include "tests/util/model_fixture.h"
 
 namespace kvscope {
 namespace {
 
-class KvQualityTest : public ::testing::Test {
+class KvQualityTest : public ModelTest<DefaultModelFile> {
  protected:
-  static void SetUpTestSuite() {
-    if (!std::filesystem::exists(KVSCOPE_DEFAULT_MODEL)) return;
-    auto m = Model::load(KVSCOPE_DEFAULT_MODEL);
-    ASSERT_TRUE(m.ok()) << m.error().message;
-    model_ = std::move(m.value());
-  }
-  static void TearDownTestSuite() { model_.reset(); }
-  void SetUp() override {
-    if (!model_) GTEST_SKIP() << "default model absent: run scripts/fetch_model.sh";
-  }
   static std::unique_ptr<Session> make(KvTypes t, int max_tokens) {
     SessionConfig c;
     c.kv_types = t;
     c.max_tokens = max_tokens;
     c.stop_at_eos = false;
-    auto s = Session::create(model_, make_cpu_backend(2), c);
-    EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.error().message);
-    return s.ok() ? std::move(s.value()) : nullptr;
+    return session(c);
   }
-  static std::shared_ptr<Model> model_;
 };
-std::shared_ptr<Model> KvQualityTest::model_;
 
 const PromptSpec kPrompt{"The old lighthouse keeper climbed the stairs and", false};
 constexpr KvTypes kF16{KvDtype::F16, KvDtype::F16};

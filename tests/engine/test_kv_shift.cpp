@@ -17,6 +17,7 @@
 #include "engine/cpu/cpu_kv_cache.h"
 #include "engine/forward.h"
 #include "engine/session.h"
+#include "tests/util/model_fixture.h"
 #include "tests/util/tiny_model.h"
 
 namespace kvscope {
@@ -238,27 +239,15 @@ float largest_difference(const std::vector<float>& a, const std::vector<float>& 
   return worst;
 }
 
-class KvShiftModel : public ::testing::Test {
+class KvShiftModel : public ModelTest<DefaultModelFile> {
  protected:
-  static void SetUpTestSuite() {
-    if (!std::filesystem::exists(KVSCOPE_DEFAULT_MODEL)) return;
-    auto m = Model::load(KVSCOPE_DEFAULT_MODEL);
-    ASSERT_TRUE(m.ok()) << m.error().message;
-    model_ = std::move(m.value());
-  }
-  static void TearDownTestSuite() { model_.reset(); }
-  void SetUp() override {
-    if (!model_) GTEST_SKIP() << "default model absent: run scripts/fetch_model.sh";
-  }
   static std::vector<int32_t> prompt() {
     auto ids =
         model_->tokenizer().encode("The old lighthouse keeper climbed the stairs and", false);
     EXPECT_TRUE(ids.ok());
     return *ids;
   }
-  static std::shared_ptr<Model> model_;
 };
-std::shared_ptr<Model> KvShiftModel::model_;
 
 TEST_F(KvShiftModel, KeepsTheFirstTokensDropsTheOldestHalfAndAgreesWithNoCache) {
   constexpr int ctx = 32, n_keep = 4, steps = 48;

@@ -14,24 +14,15 @@
 #include "engine/cpu/cpu_backend.h"
 #include "engine/perplexity.h"
 #include "engine/session.h"
+#include "tests/util/model_fixture.h"
 
 namespace kvscope {
 namespace {
 
 constexpr const char* kLongText = "/usr/share/common-licenses/GPL-3";
 
-class KvWindowTest : public ::testing::Test {
+class KvWindowTest : public ModelTest<DefaultModelFile> {
  protected:
-  static void SetUpTestSuite() {
-    if (!std::filesystem::exists(KVSCOPE_DEFAULT_MODEL)) return;
-    auto m = Model::load(KVSCOPE_DEFAULT_MODEL);
-    ASSERT_TRUE(m.ok()) << m.error().message;
-    model_ = std::move(m.value());
-  }
-  static void TearDownTestSuite() { model_.reset(); }
-  void SetUp() override {
-    if (!model_) GTEST_SKIP() << "default model absent: run scripts/fetch_model.sh";
-  }
   static std::unique_ptr<Session> make(CacheMode mode, int sink, int window, int max_tokens) {
     SessionConfig c;
     c.mode = mode;
@@ -40,13 +31,9 @@ class KvWindowTest : public ::testing::Test {
     c.max_tokens = max_tokens;
     c.stop_at_eos = false;
     c.top_candidates = 2;
-    auto s = Session::create(model_, make_cpu_backend(2), c);
-    EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.error().message);
-    return s.ok() ? std::move(s.value()) : nullptr;
+    return session(c);
   }
-  static std::shared_ptr<Model> model_;
 };
-std::shared_ptr<Model> KvWindowTest::model_;
 
 const PromptSpec kPrompt{"The old lighthouse keeper climbed the stairs and", false};
 

@@ -12,33 +12,22 @@
 
 #include "engine/cpu/cpu_backend.h"
 #include "engine/perplexity.h"
+#include "tests/util/model_fixture.h"
 
 namespace kvscope {
 namespace {
 
 constexpr const char* kLongText = "/usr/share/common-licenses/GPL-3";
 
-class PerplexityTest : public ::testing::Test {
+class PerplexityTest : public ModelTest<DefaultModelFile> {
  protected:
-  static void SetUpTestSuite() {
-    if (!std::filesystem::exists(KVSCOPE_DEFAULT_MODEL)) return;
-    auto m = Model::load(KVSCOPE_DEFAULT_MODEL);
-    ASSERT_TRUE(m.ok()) << m.error().message;
-    model_ = std::move(m.value());
-  }
-  static void TearDownTestSuite() { model_.reset(); }
-  void SetUp() override {
-    if (!model_) GTEST_SKIP() << "default model absent: run scripts/fetch_model.sh";
-  }
   static std::unique_ptr<Session> make(int n_ctx = 0) {
     SessionConfig c;
     c.limits.n_ctx = n_ctx;
     c.max_tokens = 1 << 30;
     c.stop_at_eos = false;
     c.top_candidates = 1;
-    auto s = Session::create(model_, make_cpu_backend(2), c);
-    EXPECT_TRUE(s.ok());
-    return std::move(s.value());
+    return session(c);
   }
   static std::vector<int32_t> text_tokens(size_t max_bytes) {
     std::ifstream in(kLongText);
@@ -59,9 +48,7 @@ class PerplexityTest : public ::testing::Test {
     for (float v : l) sum += std::exp(double(v) - mx);
     return mx + std::log(sum) - double(l[size_t(tokens[size_t(i)])]);
   }
-  static std::shared_ptr<Model> model_;
 };
-std::shared_ptr<Model> PerplexityTest::model_;
 
 TEST_F(PerplexityTest, EachTokenIsScoredFromItsWholePrefix) {
   if (!std::filesystem::exists(kLongText)) GTEST_SKIP() << kLongText << " absent";

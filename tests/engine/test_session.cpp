@@ -10,34 +10,17 @@
 #include "engine/cpu/cpu_backend.h"
 #include "engine/forward.h"
 #include "engine/session.h"
+#include "tests/util/model_fixture.h"
 
 namespace kvscope {
 namespace {
 
-class SessionTest : public ::testing::Test {
+class SessionTest : public ModelTest<DefaultModelFile> {
  protected:
-  static void SetUpTestSuite() {
-    if (!std::filesystem::exists(KVSCOPE_DEFAULT_MODEL)) return;
-    auto m = Model::load(KVSCOPE_DEFAULT_MODEL);
-    ASSERT_TRUE(m.ok()) << m.error().message;
-    model_ = std::move(m.value());
-  }
-  static void TearDownTestSuite() { model_.reset(); }
-  void SetUp() override {
-    if (!model_) GTEST_SKIP() << "default model absent: run scripts/fetch_model.sh";
-  }
   std::unique_ptr<Session> make(CacheMode mode, int max_tokens) {
-    SessionConfig cfg;
-    cfg.mode = mode;
-    cfg.max_tokens = max_tokens;
-    cfg.stop_at_eos = false;
-    auto s = Session::create(model_, make_cpu_backend(2), cfg);
-    EXPECT_TRUE(s.ok());
-    return std::move(s.value());
+    return session(config(mode, max_tokens));
   }
-  static std::shared_ptr<Model> model_;
 };
-std::shared_ptr<Model> SessionTest::model_;
 
 const PromptSpec kPrompt{"The old lighthouse keeper climbed the stairs and", false};
 

@@ -12,13 +12,13 @@
 
 #include "engine/gguf.h"
 #include "engine/tokenizer.h"
+#include "tests/util/model_fixture.h"
 
 namespace kvscope {
 namespace {
 
 using Ids = std::vector<int32_t>;
-const std::string kGemmaPath =
-    std::string(KVSCOPE_SOURCE_DIR) + "/assets/models/gemma-3-270m-q4_k_m.gguf";
+const std::string kGemmaPath = GemmaModelFile::path();
 
 struct GoldenCase {
   std::string text;
