@@ -38,8 +38,9 @@ void quantize_row_q4_0(const float* x, uint8_t* blocks, int64_t n) {
     const uint16_t dh = fp32_to_fp16(d);
     std::memcpy(out, &dh, 2);
     for (int j = 0; j < 16; ++j) {
-      const int lo = std::min(15, int(v[j] * id + 8.5f));
-      const int hi = std::min(15, int(v[j + 16] * id + 8.5f));
+      // One rounding for x·id + 8.5 (an explicit fma), as the CUDA store does.
+      const int lo = std::min(15, int(std::fma(v[j], id, 8.5f)));
+      const int hi = std::min(15, int(std::fma(v[j + 16], id, 8.5f)));
       out[2 + j] = uint8_t(lo | (hi << 4));
     }
   }

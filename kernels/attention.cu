@@ -5,7 +5,8 @@
 // for slots the query does not see (empty, future, outside the window: kv_layout.cuh);
 // softmax with block max/sum; output: threads stride over D, each summing p_j * V[j][d]
 // over the seen slots.
-// Shapes: q [T][H*D] fp32; cache K, V [Hkv][n_slots][D] (each f16 or f32) with the slot
+// Shapes: q [T][H*D] fp32; cache K, V [Hkv][n_slots] rows (each f32, f16, q8_0 or q4_0,
+// read value by value through kernels/kv_quant.cuh) with the slot
 // map kv.pos; out [T][H*D]; probs_last [H][probs_stride], entries [0, pos0+T) written by
 // position. The graph form (attention_dev) reads pos0 from device memory, so one
 // captured launch serves every step.
@@ -25,9 +26,9 @@ struct AttnShape {
   int64_t probs_row0;
 };
 
-template <class KT, class VT>
+template <class KE, class VE>
 __global__ void __launch_bounds__(128)
-    attention_kernel(const float* q, const KT* kc, const VT* vc, KvLayer kv, AttnShape sh,
+    attention_kernel(const float* q, const uint8_t* kc, const uint8_t* vc, KvLayer kv, AttnShape sh,
                      float* out, float* probs_last, const int* pos0_dev) {
   KVSCOPE_DYN_SMEM(float, scores);  // [n_slots]
   __shared__ float scratch[32];
@@ -45,8 +46,9 @@ __global__ void __launch_bounds__(128)
   const int D = kv.head_dim;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
   const float* qv = q + (int64_t(t) * sh.H + h) * D;
-  const KT* K = kc + int64_t(hk) * n * D;
-  const VT* V = vc + int64_t(hk) * n * D;
+  const int64_t krb = KE::row_bytes(D), vrb = VE::row_bytes(D);
+  const uint8_t* K = kc + int64_t(hk) * n * krb;
+  const uint8_t* V = vc + int64_t(hk) * n * vrb;
 
   for (int j = warp; j < n; j += n_warps) {
     if (!kv_visible(kv, kv.pos[j], qp)) {  // the same for every lane of the warp
@@ -54,7 +56,8 @@ __global__ void __launch_bounds__(128)
       continue;
     }
     float acc = 0.0f;
-    for (int d = lane; d < D; d += 32) acc += qv[d] * static_cast<float>(K[int64_t(j) * D + d]);
+    const uint8_t* kj = K + int64_t(j) * krb;
+    for (int d = lane; d < D; d += 32) acc += qv[d] * KE::load(kj, d);
     acc = warp_sum(acc);
     if (lane == 0) scores[j] = acc * sh.scale;
   }
@@ -84,7 +87,7 @@ __global__ void __launch_bounds__(128)
     float acc = 0.0f;
     for (int j = 0; j < n; ++j) {
       const float p = scores[j];
-      if (p != 0.0f) acc += p * static_cast<float>(V[int64_t(j) * D + d]);  // unseen: skipped
+      if (p != 0.0f) acc += p * VE::load(V + int64_t(j) * vrb, d);  // unseen: skipped
     }
     o[d] = acc;
   }
@@ -95,18 +98,31 @@ cudaError_t launch_attention(const float* q, KvLayer kv, AttnShape sh, float* ou
   const dim3 grid(sh.H, sh.T);
   const size_t smem = size_t(kv.n_slots) * sizeof(float);
   return kv_dispatch(kv, [&](auto kt, auto vt) {
-    using KT = typename decltype(kt)::type;
-    using VT = typename decltype(vt)::type;
-    return launch(attention_kernel<KT, VT>, grid, dim3(128), smem, s, q,
-                  static_cast<const KT*>(kv.k), static_cast<const VT*>(kv.v), kv, sh, out, probs,
-                  pos0_dev);
+    using KE = typename decltype(kt)::type;
+    using VE = typename decltype(vt)::type;
+    return launch(attention_kernel<KE, VE>, grid, dim3(128), smem, s, q,
+                  static_cast<const uint8_t*>(kv.k), static_cast<const uint8_t*>(kv.v), kv, sh,
+                  out, probs, pos0_dev);
   });
 }
 
-template <class KT, class VT>
+// Raises the limit of every K/V type combination's instantiation.
 cudaError_t raise_smem(int bytes) {
-  return cudaFuncSetAttribute(reinterpret_cast<const void*>(attention_kernel<KT, VT>),
-                              cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  for (KvElem kt : {KvElem::F32, KvElem::F16, KvElem::Q8_0, KvElem::Q4_0})
+    for (KvElem vt : {KvElem::F32, KvElem::F16, KvElem::Q8_0, KvElem::Q4_0}) {
+      KvLayer kv;
+      kv.k_type = kt;
+      kv.v_type = vt;
+      kv.head_dim = 32;
+      const cudaError_t e = kv_dispatch(kv, [&](auto k, auto v) {
+        using KE = typename decltype(k)::type;
+        using VE = typename decltype(v)::type;
+        return cudaFuncSetAttribute(reinterpret_cast<const void*>(attention_kernel<KE, VE>),
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+      });
+      if (e != cudaSuccess) return e;
+    }
+  return cudaSuccess;
 }
 
 }  // namespace
@@ -119,9 +135,7 @@ cudaError_t kernels_init() {
   const int optin = static_cast<int>(prop.sharedMemPerBlockOptin);
   const int want = optin > 48 * 1024 ? optin - 1024 : 48 * 1024;  // room for static smem
   if (want > 48 * 1024) {
-    for (cudaError_t e : {raise_smem<__half, __half>(want), raise_smem<__half, float>(want),
-                          raise_smem<float, __half>(want), raise_smem<float, float>(want)})
-      if (e != cudaSuccess) return e;
+    if (cudaError_t e = raise_smem(want)) return e;
   }
   g_max_smem_bytes = want;
   return cudaSuccess;

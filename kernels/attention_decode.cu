@@ -7,7 +7,8 @@
 // usual log-sum-exp merge), writes out [H*D] and the probability row by position.
 // Work layout (floats): scores [H][n_slots], m [H][nc], l [H][nc], o [H][nc][D].
 // Visibility (empty slots, future positions, the window) is kv_layout.cuh's rule, as in
-// attention.cu; the graph form reads pos0 from device memory.
+// attention.cu; the graph form reads pos0 from device memory. K and V rows are each f32,
+// f16, q8_0 or q4_0, read value by value through kernels/kv_quant.cuh.
 #include "kernels/kv_layout.cuh"
 #include "kernels/launch.cuh"
 #include "kernels/reduce.cuh"
@@ -41,9 +42,9 @@ Work carve(float* w, int H, int n, int nc, int D) {
   return k;
 }
 
-template <class KT, class VT>
+template <class KE, class VE>
 __global__ void __launch_bounds__(kThreads)
-    attn_decode_partial(const float* q, const KT* kc, const VT* vc, KvLayer kv, DecodeShape sh,
+    attn_decode_partial(const float* q, const uint8_t* kc, const uint8_t* vc, KvLayer kv, DecodeShape sh,
                         Work wk, const int* pos0_dev) {
   __shared__ float qs[kMaxD];
   __shared__ float p[kDecodeChunk];
@@ -55,8 +56,9 @@ __global__ void __launch_bounds__(kThreads)
   const int n = kv.n_slots, D = kv.head_dim;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int j0 = c * kDecodeChunk, len = n - j0 < kDecodeChunk ? n - j0 : kDecodeChunk;
-  const KT* K = kc + (int64_t(hk) * n + j0) * D;
-  const VT* V = vc + (int64_t(hk) * n + j0) * D;
+  const int64_t krb = KE::row_bytes(D), vrb = VE::row_bytes(D);
+  const uint8_t* K = kc + (int64_t(hk) * n + j0) * krb;
+  const uint8_t* V = vc + (int64_t(hk) * n + j0) * vrb;
   for (int d = threadIdx.x; d < D; d += blockDim.x) qs[d] = q[int64_t(h) * D + d];
   __syncthreads();
   // Scores: warp w takes slots w, w + kWarps, ...; all its rows' loads are issued together
@@ -70,7 +72,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int i = 0; i < kPerWarp; ++i) {
       const int jl = warp + i * kWarps;
-      acc[i] += qd * static_cast<float>(K[int64_t(jl < len ? jl : len - 1) * D + d]);
+      acc[i] += qd * KE::load(K + int64_t(jl < len ? jl : len - 1) * krb, d);
     }
   }
 #pragma unroll
@@ -108,7 +110,7 @@ __global__ void __launch_bounds__(kThreads)
           const int j = jl + u * G;
           if (j < len) {
             const float pj = p[j];
-            const float v = static_cast<float>(V[int64_t(j) * D + d]);
+            const float v = VE::load(V + int64_t(j) * vrb, d);
             a[u] += pj != 0.0f ? pj * v : 0.0f;
           }
         }
@@ -191,11 +193,11 @@ cudaError_t attention_decode(const float* q, KvLayer kv, int pos0, const int* po
   const DecodeShape sh{pos0, n_head, nc, scale, probs_stride, probs_row0};
   const Work wk = carve(work, n_head, kv.n_slots, nc, kv.head_dim);
   const cudaError_t e = kv_dispatch(kv, [&](auto kt, auto vt) {
-    using KT = typename decltype(kt)::type;
-    using VT = typename decltype(vt)::type;
-    return launch(attn_decode_partial<KT, VT>, dim3(n_head, nc), dim3(kThreads), 0, s, q,
-                  static_cast<const KT*>(kv.k), static_cast<const VT*>(kv.v), kv, sh, wk,
-                  pos0_dev);
+    using KE = typename decltype(kt)::type;
+    using VE = typename decltype(vt)::type;
+    return launch(attn_decode_partial<KE, VE>, dim3(n_head, nc), dim3(kThreads), 0, s, q,
+                  static_cast<const uint8_t*>(kv.k), static_cast<const uint8_t*>(kv.v), kv, sh,
+                  wk, pos0_dev);
   });
   if (e != cudaSuccess) return e;
   return launch(attn_decode_combine, dim3(n_head), dim3(kThreads), 0, s, kv, sh, wk, out, probs,

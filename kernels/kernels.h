@@ -66,12 +66,14 @@ cudaError_t matvec_q(QMatrix w, const float* x, int T, float* out, cudaStream_t 
 // Same over an fp32 matrix w32 [n_out][n_in] (a dequantized copy).
 cudaError_t matvec_f32(const float* w32, int64_t n_in, int64_t n_out, const float* x, int T,
                        float* out, cudaStream_t s);
-// One layer of the KV cache: K and V each [Hkv][n_slots][D] of their element type (the
-// values are ggml type ids, as the engine's KvDtype), and pos [n_slots], the position each
+// One layer of the KV cache: K and V each [Hkv][n_slots] rows of D values in their element
+// type (the values are ggml type ids, as the engine's KvDtype; f32 and f16 rows are D
+// values, q8_0 / q4_0 rows D/32 GGUF blocks of 34 / 18 bytes, D a multiple of 32:
+// kernels/kv_quant.cuh), and pos [n_slots], the position each
 // slot holds (-1: empty). Position p is stored in slot p when p < sink, else in
 // sink + (p - sink) % (n_slots - sink) (kernels/kv_layout.cuh). A query at q sees the key
 // at position k iff k <= q and (window == 0 or q - k < window or k < sink).
-enum class KvElem : int { F32 = 0, F16 = 1 };
+enum class KvElem : int { F32 = 0, F16 = 1, Q4_0 = 2, Q8_0 = 8 };
 struct KvLayer {
   void* k = nullptr;
   void* v = nullptr;

@@ -1,11 +1,12 @@
 // kv_layout.cuh — where a position lives in a layer's KV cache, which keys a query sees,
 // and the K/V element-type dispatch, shared by every kernel that touches the cache
-// (kv_append, rope_kv_write, kv_norms, attention). The rules are the engine's KvCache
+// (kv_append, rope_kv_write, kv_norms, kv_rerotate, attention). The rules are the engine's KvCache
 // rules (engine/kv_cache.h); kernels/kernels.h describes KvLayer.
 #pragma once
 
 #include "kernels/cuda_compat.cuh"
 #include "kernels/kernels.h"
+#include "kernels/kv_quant.cuh"
 
 namespace kvscope_cuda {
 
@@ -24,17 +25,44 @@ struct KvTag {
   using type = T;
 };
 
-// Calls f(KvTag<K element>{}, KvTag<V element>{}) for the layer's types; an unsupported
-// combination is cudaErrorInvalidValue.
+__host__ __device__ inline bool kv_is_block(KvElem e) {
+  return e == KvElem::Q8_0 || e == KvElem::Q4_0;
+}
+
+// Calls f(KvTag<element traits>{}) for one side's type (kv_quant.cuh: KvF32, KvF16,
+// KvQ8_0, KvQ4_0); an unknown type is cudaErrorInvalidValue.
+template <class F>
+cudaError_t kv_dispatch_one(KvElem t, F&& f) {
+  switch (t) {
+    case KvElem::F32:
+      return f(KvTag<KvF32>{});
+    case KvElem::F16:
+      return f(KvTag<KvF16>{});
+    case KvElem::Q8_0:
+      return f(KvTag<KvQ8_0>{});
+    case KvElem::Q4_0:
+      return f(KvTag<KvQ4_0>{});
+  }
+  return cudaErrorInvalidValue;
+}
+
+// Calls f(KvTag<K traits>{}, KvTag<V traits>{}) for the layer's types, chosen apart (16
+// combinations); an unknown type, or a block type with a head dim that is not a multiple
+// of 32, is cudaErrorInvalidValue.
 template <class F>
 cudaError_t kv_dispatch(const KvLayer& kv, F&& f) {
-  const bool k16 = kv.k_type == KvElem::F16, v16 = kv.v_type == KvElem::F16;
-  const bool k32 = kv.k_type == KvElem::F32, v32 = kv.v_type == KvElem::F32;
-  if (k16 && v16) return f(KvTag<__half>{}, KvTag<__half>{});
-  if (k16 && v32) return f(KvTag<__half>{}, KvTag<float>{});
-  if (k32 && v16) return f(KvTag<float>{}, KvTag<__half>{});
-  if (k32 && v32) return f(KvTag<float>{}, KvTag<float>{});
-  return cudaErrorInvalidValue;
+  if ((kv_is_block(kv.k_type) || kv_is_block(kv.v_type)) && kv.head_dim % 32 != 0)
+    return cudaErrorInvalidValue;
+  return kv_dispatch_one(kv.k_type, [&](auto kt) {
+    return kv_dispatch_one(kv.v_type, [&](auto vt) { return f(kt, vt); });
+  });
+}
+
+// The same for the K side alone (kernels that touch only K rows).
+template <class F>
+cudaError_t kv_dispatch_k(const KvLayer& kv, F&& f) {
+  if (kv_is_block(kv.k_type) && kv.head_dim % 32 != 0) return cudaErrorInvalidValue;
+  return kv_dispatch_one(kv.k_type, f);
 }
 
 }  // namespace kvscope_cuda

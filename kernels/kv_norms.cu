@@ -1,7 +1,7 @@
 // kv_norms.cu — L2 norm of each stored K and V row (all kv heads of one position), which
 // colours the cache blocks in the scene.
 // Thread mapping: one block per position; threads stride over (kv head, d); two block sums.
-// Shapes: cache K, V [Hkv][n_slots][D]; k_norm, v_norm [T] for positions pos0 + t (read
+// Shapes: cache K, V [Hkv][n_slots] rows of any cache type (kv_quant.cuh); k_norm, v_norm [T] for positions pos0 + t (read
 // from their slots, kv_layout.cuh).
 #include "kernels/kv_layout.cuh"
 #include "kernels/launch.cuh"
@@ -10,8 +10,8 @@
 namespace kvscope_cuda {
 namespace {
 
-template <class KT, class VT>
-__global__ void kv_norms_kernel(const KT* kc, const VT* vc, KvLayer kv, int pos0,
+template <class KE, class VE>
+__global__ void kv_norms_kernel(const uint8_t* kc, const uint8_t* vc, KvLayer kv, int pos0,
                                 const int* pos0_dev, float* k_norm, float* v_norm) {
   __shared__ float scratch[32];
   const int D = kv.head_dim;
@@ -19,8 +19,9 @@ __global__ void kv_norms_kernel(const KT* kc, const VT* vc, KvLayer kv, int pos0
   const int slot = kv_slot(kv, p);
   float sk = 0.0f, sv = 0.0f;
   for (int e = threadIdx.x; e < kv.n_head_kv * D; e += blockDim.x) {
-    const int64_t idx = (int64_t(e / D) * kv.n_slots + slot) * D + e % D;
-    const float a = static_cast<float>(kc[idx]), b = static_cast<float>(vc[idx]);
+    const int64_t row = int64_t(e / D) * kv.n_slots + slot;
+    const float a = KE::load(kc + row * KE::row_bytes(D), e % D);
+    const float b = VE::load(vc + row * VE::row_bytes(D), e % D);
     sk += a * a;
     sv += b * b;
   }
@@ -39,11 +40,11 @@ cudaError_t kv_norms(KvLayer kv, int pos0, const int* pos0_dev, int T, float* k_
   if (T <= 0) return cudaSuccess;
   if (kv.n_slots <= kv.sink) return cudaErrorInvalidValue;
   return kv_dispatch(kv, [&](auto kt, auto vt) {
-    using KT = typename decltype(kt)::type;
-    using VT = typename decltype(vt)::type;
-    return launch(kv_norms_kernel<KT, VT>, dim3(T), dim3(128), 0, s,
-                  static_cast<const KT*>(kv.k), static_cast<const VT*>(kv.v), kv, pos0, pos0_dev,
-                  k_norm, v_norm);
+    using KE = typename decltype(kt)::type;
+    using VE = typename decltype(vt)::type;
+    return launch(kv_norms_kernel<KE, VE>, dim3(T), dim3(128), 0, s,
+                  static_cast<const uint8_t*>(kv.k), static_cast<const uint8_t*>(kv.v), kv, pos0,
+                  pos0_dev, k_norm, v_norm);
   });
 }
 

@@ -1,12 +1,12 @@
-// rope_kv.cuh — device helpers shared by rope.cu, kv_append.cu and rope_kv_write.cu, so
-// the fused kernel rotates and stores bit-identically to the separate ones.
+// rope_kv.cuh — device helpers shared by rope.cu, rope_kv_write.cu and kv_rerotate.cu, so
+// the fused kernel rotates bit-identically to the separate ones (the cache stores are
+// kv_quant.cuh's, shared with kv_append.cu).
 //
 // rope_cos_sin: the angle pos * freq_scale * base^(-2i/n_rot) is formed in double (at
 // positions in the thousands a float angle would be off by ~1e-3 rad, which the CPU
 // reference does not have); cos and sin are rounded to float. rope_pair: which two dims of
 // a head form pair i (adjacent (2i, 2i+1) or NeoX (i, i + n_rot/2); past n_rot/2 the
-// unrotated dims two at a time). to_cache converts an fp32 value to the cache element type
-// (round to nearest for fp16).
+// unrotated dims two at a time).
 #pragma once
 
 #include "kernels/cuda_compat.cuh"
@@ -41,17 +41,6 @@ __device__ __forceinline__ void rope_rotate(float* a, float* b, float c, float s
   const float x0 = *a, x1 = *b;
   *a = fmaf(x0, c, -(x1 * s));
   *b = fmaf(x0, s, x1 * c);
-}
-
-template <class KT>
-__device__ __forceinline__ KT to_cache(float f);
-template <>
-__device__ __forceinline__ __half to_cache<__half>(float f) {
-  return __float2half_rn(f);
-}
-template <>
-__device__ __forceinline__ float to_cache<float>(float f) {
-  return f;
 }
 
 }  // namespace kvscope_cuda

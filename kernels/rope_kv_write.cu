@@ -1,13 +1,13 @@
 // rope_kv_write.cu — RoPE on q and k plus the KV-cache store, one launch per step.
-// Thread mapping: one block per token t; its threads stride over a flat work list:
-// first the (head, pair) items of q (rotated in place), then the (kv head, pair) items
-// of k/v (pairs as rope_pair numbers them, adjacent or NeoX): pairs below n_rot/2 rotate
-// k in place, every pair stores its two values of k and v (the second only when it
-// exists, for odd D) into the cache. Each item is owned by exactly one thread (the pairs
-// of a head cover each dim once), so no barrier is needed. Rotation and
-// conversion come from rope_kv.cuh: results equal rope() + rope() + kv_append().
-// The item (kv head 0, pair 0) of each token also records the position in the slot map.
-// Shapes: q [T][H*D], k, v [T][Hkv*D] fp32; cache K, V [Hkv][n_slots][D] at the slot of
+// Thread mapping: one block per token t, two phases. 1: its threads stride over the
+// (head, pair) items of q and then the (kv head, pair) items of k (pairs as rope_pair
+// numbers them, adjacent or NeoX; only pairs below n_rot/2 rotate), each rotated in
+// place by exactly one thread. A barrier publishes the rotated k. 2: its warps stride
+// over the 32-value chunks of every kv head's k and v rows and store them into the cache
+// in its types (kernels/kv_quant.cuh: one warp per q8_0 / q4_0 block). Rotation and
+// conversion come from rope_kv.cuh and kv_quant.cuh: results equal rope() + rope() +
+// kv_append(). Lane 0 of thread 0's warp records the position in the slot map.
+// Shapes: q [T][H*D], k, v [T][Hkv*D] fp32; cache K, V [Hkv][n_slots] rows at the slot of
 // position pos0 + t (kernels/kv_layout.cuh).
 #include "kernels/kv_layout.cuh"
 #include "kernels/launch.cuh"
@@ -16,47 +16,45 @@
 namespace kvscope_cuda {
 namespace {
 
-template <class KT, class VT>
+template <class KE, class VE>
 __global__ void rope_kv_write_kernel(float* q, float* k, const float* v, int H, RopeArgs rp,
-                                     KvLayer kv, int pos0, const int* pos0_dev, KT* kc, VT* vc) {
+                                     KvLayer kv, int pos0, const int* pos0_dev, uint8_t* kc,
+                                     uint8_t* vc) {
   const int t = blockIdx.x;
   const int Hkv = kv.n_head_kv, D = kv.head_dim;
   const int pos = (pos0_dev != nullptr ? *pos0_dev : pos0) + t;
   const int slot = kv_slot(kv, pos);
   const int half = rp.n_rot / 2;
-  const int pairs = (D + 1) / 2;  // pairs per kv head row, the last one short for odd D
   const int n_q = H * half;
-  const int total = n_q + Hkv * pairs;
   float* qr = q + int64_t(t) * H * D;
   float* kr = k + int64_t(t) * Hkv * D;
   const float* vr = v + int64_t(t) * Hkv * D;
-  for (int e = threadIdx.x; e < total; e += blockDim.x) {
+  for (int e = threadIdx.x; e < n_q + Hkv * half; e += blockDim.x) {
     float c, s;
     int a, b;
-    if (e < n_q) {
-      const int h = e / half, i = e % half;
-      rope_cos_sin(pos, i, rp, &c, &s);
-      rope_pair(rp, i, &a, &b);
-      rope_rotate(qr + h * D + a, qr + h * D + b, c, s);
-      continue;
-    }
-    const int r = e - n_q;
-    const int h = r / pairs, i = r % pairs;
-    float* kh = kr + h * D;
+    const bool is_q = e < n_q;
+    const int r = is_q ? e : e - n_q;
+    const int h = r / half, i = r % half;
+    float* x = is_q ? qr + h * D : kr + h * D;
+    rope_cos_sin(pos, i, rp, &c, &s);
     rope_pair(rp, i, &a, &b);
-    if (i < half) {
-      rope_cos_sin(pos, i, rp, &c, &s);
-      rope_rotate(kh + a, kh + b, c, s);
-    }
-    const int64_t dst = (int64_t(h) * kv.n_slots + slot) * D;
-    kc[dst + a] = to_cache<KT>(kh[a]);
-    vc[dst + a] = to_cache<VT>(vr[h * D + a]);
-    if (b < D) {
-      kc[dst + b] = to_cache<KT>(kh[b]);
-      vc[dst + b] = to_cache<VT>(vr[h * D + b]);
-    }
-    if (r == 0) kv.pos[slot] = pos;
+    rope_rotate(x + a, x + b, c, s);
   }
+  __syncthreads();  // the rotated k rows, for every warp of the block
+  const int nch = (D + 31) / 32, lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t krb = KE::row_bytes(D), vrb = VE::row_bytes(D);
+  for (int c = threadIdx.x / 32; c < 2 * Hkv * nch; c += blockDim.x / 32) {  // warp-uniform
+    const bool is_k = c < Hkv * nch;
+    const int r = is_k ? c : c - Hkv * nch;
+    const int h = r / nch, d0 = (r % nch) * 32, d = d0 + lane;
+    const bool valid = d < D;
+    const int64_t row = int64_t(h) * kv.n_slots + slot;
+    if (is_k)
+      KE::store32(kc + row * krb, d0, valid ? kr[h * D + d] : 0.0f, valid);
+    else
+      VE::store32(vc + row * vrb, d0, valid ? vr[h * D + d] : 0.0f, valid);
+  }
+  if (threadIdx.x == 0) kv.pos[slot] = pos;
 }
 
 }  // namespace
@@ -67,13 +65,16 @@ cudaError_t rope_kv_write(float* q, float* k, const float* v, int T, int n_head,
   if (r.n_rot < 0 || r.n_rot % 2 != 0 || r.n_rot > kv.head_dim || n_head <= 0 ||
       kv.n_head_kv <= 0 || kv.pos == nullptr || kv.n_slots <= kv.sink)
     return cudaErrorInvalidValue;
-  const int work = n_head * (r.n_rot / 2) + kv.n_head_kv * ((kv.head_dim + 1) / 2);
-  const int threads = work >= 512 ? 512 : (work + 31) / 32 * 32;  // one pair per thread at decode
+  // One rotation per thread at decode, and at least one warp per stored chunk up to 512.
+  const int rot = (n_head + kv.n_head_kv) * (r.n_rot / 2);
+  const int store = 2 * kv.n_head_kv * ((kv.head_dim + 31) / 32) * 32;
+  const int work = rot > store ? rot : store;
+  const int threads = work >= 512 ? 512 : (work + 31) / 32 * 32;
   return kv_dispatch(kv, [&](auto kt, auto vt) {
-    using KT = typename decltype(kt)::type;
-    using VT = typename decltype(vt)::type;
-    return launch(rope_kv_write_kernel<KT, VT>, dim3(T), dim3(threads), 0, s, q, k, v, n_head, r,
-                  kv, pos0, pos0_dev, static_cast<KT*>(kv.k), static_cast<VT*>(kv.v));
+    using KE = typename decltype(kt)::type;
+    using VE = typename decltype(vt)::type;
+    return launch(rope_kv_write_kernel<KE, VE>, dim3(T), dim3(threads), 0, s, q, k, v, n_head, r,
+                  kv, pos0, pos0_dev, static_cast<uint8_t*>(kv.k), static_cast<uint8_t*>(kv.v));
   });
 }
 

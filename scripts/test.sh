@@ -20,8 +20,8 @@
 #                  single-threaded or runs on that same pool, ASan already checks it, and
 #                  TSan would slow the real-model tests 10x or more; the emulator's fibers
 #                  would also need TSan fiber calls.
-# So every test runs under at least one sanitizer, except test_cuda_backend_gpu (real GPU;
-# skips without one); its source, test_cuda_backend.cpp, runs in stage 2 on the emulator.
+# So every test runs under at least one sanitizer, except the test_cuda_backend*_gpu (real GPU;
+# skips without one); their sources run in stage 2 on the emulator.
 # The fuzz targets run here through fuzz_driver (a few seconds each, in stages 1 and 2).
 # Coverage-guided libFuzzer runs need a clang build of the engine (-DKVSCOPE_FUZZ=ON, see
 # tests/fuzz/CMakeLists.txt); they are run by hand, not here, to keep CI under 30 minutes

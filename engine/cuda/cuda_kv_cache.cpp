@@ -14,8 +14,9 @@ CudaKvCache::CudaKvCache(const KvCacheConfig& config, cudaStream_t stream)
 Expected<std::unique_ptr<KvCache>> CudaKvCache::create(const KvCacheConfig& config, int capacity,
                                                        cudaStream_t stream) {
   for (KvDtype t : {config.types.k, config.types.v})
-    if (t != KvDtype::F16 && t != KvDtype::F32)
-      return make_error("cuda: KV cache type ", kv_dtype_name(t), " is not supported (f16, f32)");
+    if (t != KvDtype::F16 && t != KvDtype::F32 && t != KvDtype::Q8_0 && t != KvDtype::Q4_0)
+      return make_error("cuda: KV cache type ", kv_dtype_name(t), " is not supported (",
+                        kv_dtype_choices(), ")");
   auto cache = std::make_unique<CudaKvCache>(config, stream);
   KV_TRY(cache->init_storage(capacity));
   return std::unique_ptr<KvCache>(std::move(cache));

@@ -1,7 +1,7 @@
 // cuda_kv_cache.h — the KV cache in device memory (engine/kv_cache.h's storage hook).
 //
-// Per layer K and V, each [Hkv][n_slots][D] of the K / V type, and the slot -> position
-// map [n_slots] int32: a device copy of the engine's map. The K/V store kernels write the
+// Per layer K and V, each [Hkv][n_slots] rows of kv_row_bytes(type, D) bytes in the K / V
+// type, and the slot -> position map [n_slots] int32: a device copy of the engine's map. The K/V store kernels write the
 // entries of the positions they store (so a replayed decode graph keeps it current);
 // relayout() moves rows between slots with device copies and uploads the whole map.
 #pragma once
@@ -20,7 +20,8 @@ namespace kvscope {
 class CudaKvCache final : public KvCache {
  public:
   CudaKvCache(const KvCacheConfig& config, cudaStream_t stream);
-  // f16 and f32 K/V types; others are an Error.
+  // f32, f16, q8_0 and q4_0 K/V types (the kernels read and write every combination);
+  // others are an Error.
   static Expected<std::unique_ptr<KvCache>> create(const KvCacheConfig& config, int capacity,
                                                    cudaStream_t stream);
   // What the kernels need to address `layer`.
