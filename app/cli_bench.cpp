@@ -7,12 +7,15 @@
 // decode:  128 single-token forwards after a prefill of 0 (llama.cpp's tg128), 512 and
 //          2,048 tokens (attention over that many more keys).
 // The prompt tokens are real text (a short story, repeated) so attention is realistic.
+// --kv-type / --kv-type-k / --kv-type-v choose the cache's element types (default f16),
+// so decode speed can be compared across cache types on one backend.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <thread>
+#include <tuple>
 
 #include "app/cli_common.h"
 #include "app/json_writer.h"
@@ -51,6 +54,7 @@ constexpr int kNoCache[] = {64, 128, 256, 512};
 
 struct BenchRun {
   std::string backend;
+  KvTypes kv_types;
   int threads = 0;
   std::vector<std::pair<int, double>> nocache_ms;  // (seq_len, best ms)
   std::vector<std::pair<int, double>> decode_ms;   // (depth, ms for kDecode tokens)
@@ -58,11 +62,13 @@ struct BenchRun {
 };
 
 // Measures one backend; tokens holds at least 2048 + 128 ids.
-Expected<BenchRun> measure(Backend& backend, const Model& m, const std::vector<int32_t>& tokens) {
-  const KvCacheConfig kv_cfg = kv_cache_config(m, KvTypes{}, KvPolicy::ModelWindow);
+Expected<BenchRun> measure(Backend& backend, const Model& m, const std::vector<int32_t>& tokens,
+                           KvTypes types) {
+  const KvCacheConfig kv_cfg = kv_cache_config(m, types, KvPolicy::ModelWindow);
   const KvCacheConfig scratch_cfg = kv_config_scratch(kv_cfg);  // NO CACHE's
   BenchRun run;
   run.backend = backend.name();
+  run.kv_types = types;
   // NO CACHE steps (also warms up the weights).
   for (int len : kNoCache) {
     double best = 1e30;
@@ -101,6 +107,7 @@ void print_json(const std::string& model, const std::string& cpu, const std::vec
     j.begin_object();
     j.key("backend").value(r.backend);
     j.key("threads").value(r.threads);
+    j.key("kv_types").value(kv_types_name(r.kv_types));
     j.key("prefill_tokens").value(kPrefill);
     j.key("prefill_tok_s").value(tok_s(kPrefill, r.prefill_ms()));
     j.key("decode_tokens").value(kDecode);
@@ -120,7 +127,7 @@ void print_json(const std::string& model, const std::string& cpu, const std::vec
 void print_text(const std::string& model, const std::string& cpu, const std::vector<BenchRun>& runs) {
   std::printf("model    %s\ncpu      %s\n", model.c_str(), cpu.c_str());
   for (const BenchRun& r : runs) {
-    std::printf("backend  %s\n", r.backend.c_str());
+    std::printf("backend  %s  (kv %s)\n", r.backend.c_str(), kv_types_name(r.kv_types).c_str());
     std::printf("  prefill  %d tokens: %.1f ms  (%.1f tokens/s)\n", kPrefill, r.prefill_ms(),
                 tok_s(kPrefill, r.prefill_ms()));
     for (auto& [depth, ms] : r.decode_ms)
@@ -136,6 +143,7 @@ void print_text(const std::string& model, const std::string& cpu, const std::vec
 int run_bench(int argc, char** argv) {
   CLI::App app{"Measure prefill, decode and NO CACHE step speed.", "kvscope bench"};
   std::string model_path, backend_name = "auto";
+  std::string kv_type = "f16", kv_type_k, kv_type_v;
   std::vector<int> threads;
   bool json = false;
   app.add_option("--threads", threads,
@@ -146,8 +154,24 @@ int run_bench(int argc, char** argv) {
                  "Built-in model name (smollm2-135m, the default; gemma3-270m) or GGUF file path");
   app.add_option("--backend", backend_name, "auto, cuda or cpu")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
+  const std::string types = std::string(" (") + kv_dtype_choices() + ")";
+  app.add_option("--kv-type", kv_type, "KV cache element type of K and V" + types);
+  app.add_option("--kv-type-k", kv_type_k, "Element type of cached K (default: --kv-type)");
+  app.add_option("--kv-type-v", kv_type_v, "Element type of cached V (default: --kv-type)");
   app.add_flag("--json", json, "Print one JSON object");
   if (int rc = parse_options(app, argc, argv); rc >= 0) return rc;
+  KvTypes kv_types;
+  for (auto [option, name, side] :
+       {std::tuple{"--kv-type", &kv_type, 0}, {"--kv-type-k", &kv_type_k, 1},
+        {"--kv-type-v", &kv_type_v, 2}}) {
+    if (side > 0 && name->empty()) continue;  // the side follows --kv-type
+    KvDtype t;
+    if (!kv_dtype_parse(*name, &t))
+      return cli::fail(std::string(option) + ": unknown cache type '" + *name + "' (choose " +
+                       kv_dtype_choices() + ")");
+    if (side != 2) kv_types.k = t;
+    if (side != 1) kv_types.v = t;
+  }
   if (model_path.empty()) model_path = default_model_path();
   auto model = load_model(model_path);
   if (!model.ok()) return fail(model.error().message);
@@ -175,7 +199,7 @@ int run_bench(int argc, char** argv) {
     auto be = make_backend(backend_name, m, n, &note);
     if (!be.ok()) return fail(be.error());
     if (!note.empty()) notice(note);  // e.g. more threads than the hardware: clamped
-    auto run = measure(**be, m, tokens);
+    auto run = measure(**be, m, tokens, kv_types);
     if (!run.ok()) return fail(run.error());
     run->threads = std::min(n, hw);
     runs.push_back(std::move(*run));

@@ -82,6 +82,8 @@ check "window wider than the context" "sliding_window 300 is larger than the con
 # Bad options: one line, exit 1, readable ranges, NaN and infinity rejected.
 check "negative --threads" "0..65536" generate --prompt hi --model "$tiny" --threads -1
 check "bench: --threads 4,-1" "1..65536" bench --model "$tiny" --threads 4,-1
+check "bench: --kv-type q5" "unknown cache type 'q5'" bench --model "$tiny" --kv-type q5
+check "bench: --kv-type-v x" "--kv-type-v" bench --model "$tiny" --kv-type-v x
 check "--temp nan" "--temp: nan" generate --prompt hi --model "$tiny" --temp nan
 check "--temp inf" "--temp: inf" generate --prompt hi --model "$tiny" --temp inf
 check "--top-p -nan" "--top-p" generate --prompt hi --model "$tiny" --top-p -nan
