@@ -184,7 +184,10 @@ int run_screenshot(const CaptureOptions& opts, bool panels) {
     d.steps = opts.steps;
     d.timeline = &tl;
     if (spool.ok()) d.record = spool.value();
-    if (opts.compare) {  // the same prompt with the cache, then without (compare modes)
+    if (opts.compare_interleaved) {  // compare modes, one step of each in turn
+      if (auto end = drive_interleaved(*src, prompt, d); !end.ok())
+        return fail(end.error().message);
+    } else if (opts.compare) {  // the same prompt with the cache, then without (compare modes)
       if (Status st = src->set_mode(CacheMode::Cache); !st.ok()) return fail(st.message());
       if (auto end = drive_run(*src, prompt, d); !end.ok()) return fail(end.error().message);
       if (Status st = src->set_mode(CacheMode::NoCache); !st.ok()) return fail(st.message());
@@ -193,7 +196,8 @@ int run_screenshot(const CaptureOptions& opts, bool panels) {
         d.record = sp2.ok() ? sp2.value() : nullptr;
       }
     }
-    if (auto end = drive_run(*src, prompt, d); !end.ok()) return fail(end.error().message);
+    if (!opts.compare_interleaved)
+      if (auto end = drive_run(*src, prompt, d); !end.ok()) return fail(end.error().message);
   }
   if (opts.view_step > 0) tl.scrub_to(opts.view_step);
 
@@ -219,6 +223,10 @@ int run_screenshot(const CaptureOptions& opts, bool panels) {
   ui.view = opts.view;
   if (ui.view.layer == kMiddleLayer) ui.view.layer = ui.facts.n_layer / 2;
   ui.preset = opts.camera;
+  if (opts.compare) {  // the Controls section shows how the comparison was run
+    ui.compare_steps = std::clamp(opts.steps, 4, 256);
+    ui.compare_interleaved = opts.compare_interleaved;
+  }
   ui.mode = tl.mode();
   ui.hovered_pos = opts.view.hovered_pos;
   add_notice(ui, notice);

@@ -130,6 +130,9 @@ std::string parse_args(int argc, char** argv, Args* a) {
       a->cap.view.hovered_pos = *n;
     } else if (k == "--compare-modes") {
       a->cap.compare = true;
+    } else if (k == "--compare-interleaved") {
+      a->cap.compare = true;
+      a->cap.compare_interleaved = true;
     } else if (k == "--view-step") {
       const auto n = value(&v) ? int_in(v, 1, 1 << 20) : std::nullopt;
       if (!n) return "--view-step needs a step number in [1, 1048576]";
@@ -212,6 +215,7 @@ const char* kUsage =
     "         --scene-only (screenshot without the panels)\n"
     "         --highlight POS (screenshot: show that token as if pointed at)\n"
     "         --compare-modes (screenshot: --steps N with the cache, then without)\n"
+    "         --compare-interleaved (screenshot: the same, both at once step by step)\n"
     "         --view-step K (screenshot: look at step K through the history)\n"
     "         --sections A,B (screenshot: open only these panel sections)\n"
     "         --max-tokens N  --speed TOK_S|max\n"

@@ -29,6 +29,7 @@ struct CaptureOptions {
   std::string replay_path;   // capture a recorded run (no model) instead of running the model
   bool steps_given = false;  // --steps was passed (a replay otherwise shows every step)
   bool compare = false;      // --compare: `steps` with the KV cache, then `steps` without
+  bool compare_interleaved = false;  // --compare-interleaved: both at once, step by step
   int view_step = 0;         // --view-step K: look at step K through the history (0: newest)
   std::string sections;      // --sections A,B: open those panel sections only
   int max_tokens = 0;        // the app: --max-tokens N (0: the UI's default)

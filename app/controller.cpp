@@ -254,6 +254,13 @@ void Controller::finish_run(const std::string& reason) {
   emit(std::move(e));
   // A comparison moves on to its next leg when one of its runs ends by itself.
   if (!compare_.active) return;
+  if (compare_.phase == 2 && reason != "stopped" && reason != "error" &&
+      size_t(steps_) != compare_.tokens.size()) {
+    emit_error(ErrorOrigin::Step, "compare modes: the NO CACHE run ended after " +
+                                      std::to_string(steps_) + " steps, the KV CACHE run after " +
+                                      std::to_string(compare_.tokens.size()) +
+                                      "; the two modes must agree");
+  }
   if (compare_.phase == 1 && reason != "stopped" && reason != "error") {
     compare_.phase = 2;
     set_mode(CacheMode::NoCache, ErrorOrigin::Mode);
@@ -273,14 +280,6 @@ void Controller::set_mode(CacheMode m, ErrorOrigin origin) {
   Event e{Event::Kind::ModeChanged, run_};
   e.mode = source_->mode();
   emit(std::move(e));
-}
-
-void Controller::cancel_compare() {
-  if (!compare_.active) return;
-  compare_.active = false;
-  if (!source_) return;
-  set_mode(compare_.user_mode, ErrorOrigin::Mode);
-  (void)source_->set_max_tokens(compare_.user_max_tokens);
 }
 
 void Controller::replace_source(std::unique_ptr<StepSource> s) {
@@ -346,27 +345,19 @@ void Controller::handle(Command& c) {
     if (source_)
       if (Status st = source_->set_sampler(sm->sampler); !st.ok())
         emit_error(ErrorOrigin::Settings, st.message());
+    if (compare_.twin) (void)compare_.twin->set_sampler(sm->sampler);
   } else if (auto* mt = std::get_if<CmdMaxTokens>(&c)) {
     if (source_)
       if (Status st = source_->set_max_tokens(std::max(1, mt->max_tokens)); !st.ok())
         emit_error(ErrorOrigin::Settings, st.message());
+    if (compare_.twin) (void)compare_.twin->set_max_tokens(std::max(1, mt->max_tokens));
   } else if (std::holds_alternative<CmdStop>(c)) {
     cancel_compare();
     playing_ = false;
     manual_steps_ = 0;
     if (has_run_ && !finished_) finish_run("stopped");
   } else if (auto* cmp = std::get_if<CmdCompare>(&c)) {
-    cancel_compare();
-    if (!source_ || source_->is_replay()) {
-      emit_error(ErrorOrigin::Reset, source_ ? "compare modes needs the model, not a recording"
-                                             : "compare modes needs a model: open one first");
-      return;
-    }
-    compare_ = Compare{true, cmp->prompt,     std::max(1, cmp->steps),
-                       1,    source_->mode(), source_->max_tokens()};
-    set_mode(CacheMode::Cache, ErrorOrigin::Mode);
-    (void)source_->set_max_tokens(compare_.steps);
-    if (!start_run(compare_.prompt, true, 1)) cancel_compare();
+    start_compare(*cmp);
   } else if (auto* lm = std::get_if<CmdLoadModel>(&c)) {
     cancel_compare();
     a_loading_ = true;
@@ -425,9 +416,16 @@ void Controller::do_step() {
       emit(std::move(n));
     }
   }
+  const int step = tr->step;
+  const int32_t token = tr->token_id;
   e.trace = std::make_shared<const StepTrace>(std::move(tr.value()));
   emit(std::move(e));
-  if (source_->done()) finish_run(source_->stop_reason());
+  if (compare_.active && compare_.phase != 2) compare_.tokens.push_back(token);
+  if (compare_.active && compare_.phase == 2 &&
+      !check_compare_token(step, token, CacheMode::NoCache))
+    return;
+  // Interleaved, the run ends after the NO CACHE step that goes with this one.
+  if (source_->done() && !compare_.twin) finish_run(source_->stop_reason());
 }
 
 void Controller::run() {
@@ -459,7 +457,11 @@ void Controller::run() {
     if (can_step() && (manual || unpaced || Clock::now() >= next_due)) {
       Clock::time_point started = Clock::now();
       if (manual) --manual_steps_;
-      do_step();
+      // Interleaved compare: the NO CACHE run catches up after each KV CACHE step.
+      if (compare_.twin && compare_.twin_steps < steps_)
+        do_twin_step();
+      else
+        do_step();
       if (!manual && !unpaced) {
         // Pace from the step's start; a step slower than the period starts the next at once.
         auto period = std::chrono::duration_cast<Clock::duration>(

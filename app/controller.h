@@ -80,9 +80,15 @@ struct CmdStop {};  // pause and mark the run finished (reason "stopped")
 struct CmdShutdown {};
 // The same prompt twice, as fast as the engine goes: `steps` steps with the KV cache, then
 // `steps` without it. The mode and token limit in force before are restored afterwards.
+// Interleaved: both runs at once, one KV CACHE step, then one NO CACHE step, and so on, so
+// both see the same machine load. The NO CACHE run is a second session on the same model
+// (StepSource::twin); the run the timeline shows is the KV CACHE one, and each NO CACHE step
+// arrives as a CompareStep event. Either way the two runs must sample the same tokens (the
+// engine's invariant): a difference ends the comparison with an Error naming the step.
 struct CmdCompare {
   PromptSpec prompt;
   int steps = 64;
+  bool interleaved = false;
 };
 // Replaces the engine with a newly opened model (on failure the current one stays).
 struct CmdLoadModel {
@@ -105,7 +111,9 @@ using Command =
 enum class ErrorOrigin { Reset, Step, Mode, Settings, Model, Save, History };
 
 struct Event {
-  enum class Kind { Reset, Step, Error, Finished, ModeChanged, Source, Saved, Notice };
+  // CompareStep: a step of the NO CACHE run of an interleaved comparison (attention rows and
+  // K/V norms left out); its run is the KV CACHE run it goes with.
+  enum class Kind { Reset, Step, Error, Finished, ModeChanged, Source, Saved, Notice, CompareStep };
   Event() = default;
   Event(Kind k, uint64_t r) : kind(k), run(r) {}
   Kind kind = Kind::Step;
@@ -120,7 +128,7 @@ struct Event {
   std::shared_ptr<RunFile> store;           // Reset: where this run's steps are kept (or null)
   uint64_t offset = kNoOffset;              // Step: its record in `store`
   double done_s = 0;                        // Step: steady-clock seconds when it finished
-  int compare = 0;                          // Reset: 1 = CACHE leg, 2 = NO CACHE leg
+  int compare = 0;  // Reset: 1 = CACHE leg, 2 = NO CACHE leg, 3 = both interleaved
   std::shared_ptr<const ModelFacts> facts;  // Source
   bool replay = false;                      // Source: a recording, not the model
   std::string path;                         // Saved / Source (a replay's file)
@@ -137,7 +145,8 @@ struct ControllerState {
   bool finished = false;    // the run stopped (eos, max tokens, stop, error) or none began
   bool has_source = false;  // a model or a recording is loaded
   bool replay = false;      // the source is a recording
-  int compare = 0;          // a comparison is running: 1 CACHE leg, 2 NO CACHE leg
+  int compare = 0;          // a comparison is running: 1 CACHE leg, 2 NO CACHE leg, 3 both
+                            // interleaved
   float speed = 4.0f;
   int steps = 0;
 };
@@ -171,14 +180,20 @@ class Controller {
   struct Compare {
     bool active = false;
     PromptSpec prompt;
-    int steps = 0, phase = 0;
+    int steps = 0, phase = 0;  // phase: 1 CACHE leg, 2 NO CACHE leg, 3 interleaved
     CacheMode user_mode = CacheMode::Cache;
     int user_max_tokens = 0;
+    std::vector<int32_t> tokens;       // the KV CACHE run's tokens, to check the other's
+    std::unique_ptr<StepSource> twin;  // interleaved: the NO CACHE run
+    int twin_steps = 0;                // interleaved: NO CACHE steps done
   };
   void run();
   void handle(Command& c);
   bool start_run(const PromptSpec& prompt, bool autoplay, int compare_phase);
   void do_step();
+  void do_twin_step();
+  bool check_compare_token(int step, int32_t token, CacheMode mode);
+  void start_compare(CmdCompare& c);
   void finish_run(const std::string& reason);
   void set_mode(CacheMode m, ErrorOrigin origin);
   void cancel_compare();

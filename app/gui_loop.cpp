@@ -66,6 +66,7 @@ struct Measurement {
   int frames = 0;
   double frame_work_ms = 0;  // UI thread time per drawn frame, summed
   double t0 = -1, t1 = -1;
+  uint64_t rss_first = 0;  // resident bytes when the first decode step arrived
   bool done() const { return target > 0 && int(engine_ms.size()) >= target; }
   void print() const {
     std::vector<double> v = engine_ms;
@@ -75,9 +76,11 @@ struct Measurement {
     std::printf(
         "{\"measure\": \"app\", \"decode_steps\": %zu, \"engine_ms_mean\": %.3f, "
         "\"engine_ms_median\": %.3f, \"frames\": %d, \"frame_work_ms_mean\": %.2f, "
-        "\"frames_per_s\": %.1f, \"wall_s\": %.2f}\n",
+        "\"frames_per_s\": %.1f, \"wall_s\": %.2f, \"rss_first_mb\": %.1f, "
+        "\"rss_last_mb\": %.1f, \"rss_peak_mb\": %.1f}\n",
         v.size(), mean, median, frames, frames ? frame_work_ms / frames : 0.0,
-        t1 > t0 ? frames / (t1 - t0) : 0.0, t1 - t0);
+        t1 > t0 ? frames / (t1 - t0) : 0.0, t1 - t0, double(rss_first) / 1e6,
+        double(process_resident_bytes()) / 1e6, double(process_peak_resident_bytes()) / 1e6);
     std::fflush(stdout);
   }
 };
@@ -211,7 +214,10 @@ int run_gui(const GuiOptions& o) {
       if (ctl) apply_event(ui, *ctl, tl, e, now);
       if (e.kind == Event::Kind::Step) {
         if (measure.target > 0 && e.trace && e.trace->step >= 2 && !measure.done()) {
-          if (measure.t0 < 0) measure.t0 = now;
+          if (measure.t0 < 0) {
+            measure.t0 = now;
+            measure.rss_first = process_resident_bytes();
+          }
           measure.engine_ms.push_back(e.trace->ms);
           measure.t1 = now;
         }

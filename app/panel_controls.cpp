@@ -102,24 +102,45 @@ void panel_controls(UiState& ui, Controller* ctl, const ControllerState& cs, con
   if (ImGui::SliderInt("max tokens", &ui.max_tokens, 1, 4096))
     send(ctl, CmdMaxTokens{ui.max_tokens});
 
-  // The compute story in one click: this prompt with the cache, then without it.
+  // The compute story in one click: this prompt with the cache and without it, one run after
+  // the other or both at once, step by step.
   const bool comparing = cs.compare != 0;
   ImGui::BeginDisabled(comparing || n == 0);
   if (ImGui::Button("Compare modes") && n > 0)
     send(ctl, CmdCompare{ui.prompts[size_t(std::clamp(ui.prompt_index, 0, n - 1))].spec,
-                         ui.compare_steps});
+                         ui.compare_steps, ui.compare_interleaved});
   ImGui::EndDisabled();
   if (ImGui::IsItemHovered())
     ImGui::SetTooltip(
-        "Run this prompt %d steps with the KV cache, then %d steps without it,\n"
-        "as fast as the engine goes; the Plots section compares the two.",
+        ui.compare_interleaved
+            ? "Run this prompt %d steps with the KV cache and %d steps without it,\n"
+              "one step of each in turn, as fast as the engine goes; the Plots\n"
+              "section compares the two. Both runs must sample the same tokens."
+            : "Run this prompt %d steps with the KV cache, then %d steps without it,\n"
+              "as fast as the engine goes; the Plots section compares the two.\n"
+              "Both runs must sample the same tokens.",
         ui.compare_steps, ui.compare_steps);
   ImGui::SameLine();
   ImGui::SetNextItemWidth(-1.0f);
   ImGui::SliderInt("##compare_steps", &ui.compare_steps, 4, 256, "%d steps each");
-  if (comparing)
-    ImGui::TextColored(ImVec4(1.0f, 0.8f, 0.3f, 1.0f), "comparing: %s run...",
-                       cs.compare == 1 ? "KV CACHE" : "NO CACHE");
+  ImGui::BeginDisabled(comparing);
+  int order = ui.compare_interleaved ? 1 : 0;
+  ImGui::RadioButton("one after the other", &order, 0);
+  ImGui::SameLine();
+  ImGui::RadioButton("interleaved", &order, 1);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "One KV CACHE step, then one NO CACHE step, and so on: both runs see\n"
+        "the same machine load, so their times compare fairly.");
+  ui.compare_interleaved = order == 1;
+  ImGui::EndDisabled();
+  if (comparing) {
+    ImGui::SameLine();
+    ImGui::TextColored(ImVec4(1.0f, 0.8f, 0.3f, 1.0f), "%s",
+                       cs.compare == 3   ? "running both..."
+                       : cs.compare == 1 ? "KV CACHE run..."
+                                         : "NO CACHE run...");
+  }
 
   if (ImGui::TreeNode("Sampling")) {
     bool s = ImGui::SliderFloat("temperature", &ui.sampler.temperature, 0.0f, 2.0f, "%.2f");

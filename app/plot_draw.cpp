@@ -112,7 +112,9 @@ void draw_plot(const PlotSpec& spec, const std::vector<PlotSeries>& series) {
   if (log_y) {
     for (double v = ylo; v <= yhi * 1.0001; v *= 10) yt.push_back(v);
   } else {
-    double st = nice_step(yhi, 4);
+    // About 4 ticks, fewer on a short plot so their labels do not touch.
+    const int want = std::clamp(int((b.y - a.y) / (ImGui::GetTextLineHeight() * 1.6f)), 2, 4);
+    double st = nice_step(yhi, want);
     for (double v = 0; v <= yhi * 1.0001; v += st) yt.push_back(v);
   }
   for (double v : yt) {

@@ -27,4 +27,12 @@ struct DriveOptions {
 // only reached opts.steps and could go on).
 Expected<RunEnd> drive_run(StepSource& src, const PromptSpec& prompt, const DriveOptions& opts);
 
+// Compare modes, interleaved, as the controller runs it: `cache` (put in KV CACHE mode) and
+// its twin in NO CACHE mode reset with `prompt`, then one KV CACHE step and one NO CACHE step
+// in turn. The timeline gets the KV CACHE run's events and each NO CACHE step as a
+// CompareStep; `record` (if any) keeps the KV CACHE run. An error if the two runs sample
+// different tokens or stop apart.
+Expected<RunEnd> drive_interleaved(StepSource& cache, const PromptSpec& prompt,
+                                   const DriveOptions& opts);
+
 }  // namespace kvscope::app

@@ -1,9 +1,12 @@
 // step_source.cpp — the live engine as a StepSource, and the model's facts and identity.
 #include "app/step_source.h"
 
+#include "app/cli_common.h"
 #include "engine/kv_memory.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -108,6 +111,21 @@ class SessionSource final : public StepSource {
     return Status::Ok();
   }
   int max_tokens() const override { return session_->config().max_tokens; }
+  Expected<std::unique_ptr<StepSource>> twin(CacheMode mode) const override {
+    // The same kind of backend: CUDA, or the CPU with as many threads ("cpu (N threads, ...").
+    const std::string name = session_->backend().name();
+    const bool cuda = name.rfind("cuda", 0) == 0;
+    const int threads = cuda ? 0 : std::atoi(name.c_str() + std::min<size_t>(name.size(), 5));
+    auto backend = cli::make_backend(cuda ? "cuda" : "cpu", session_->model(), threads, nullptr);
+    if (!backend.ok()) return backend.error();
+    SessionConfig cfg = session_->config();
+    cfg.mode = mode;
+    auto s = Session::create(session_->shared_model(), std::move(backend.value()), cfg);
+    if (!s.ok()) return s.error();
+    s.value()->set_sampler(session_->sampler());
+    return std::unique_ptr<StepSource>(
+        std::make_unique<SessionSource>(std::move(s.value()), facts_));
+  }
 
  private:
   std::unique_ptr<Session> session_;

@@ -72,6 +72,14 @@ class StepSource {
   virtual Status set_max_tokens(int n) = 0;
   virtual int max_tokens() const = 0;
 
+  // Another live source on the same model, a backend of the same kind (its own scratch and
+  // cache) and the same settings and sampler, in `mode`: the second run of an interleaved
+  // comparison. Error for a recording.
+  virtual Expected<std::unique_ptr<StepSource>> twin(CacheMode mode) const {
+    (void)mode;
+    return make_error("a recorded run cannot be run again in another mode");
+  }
+
   // Replay only: the run file being played and the byte offset of step `step` (1-based)
   // in it, so the timeline reads history straight from the recording.
   virtual std::shared_ptr<RunFile> recording() const { return nullptr; }

@@ -61,6 +61,17 @@ uint64_t process_resident_bytes() {
   return n == 2 ? uint64_t(resident) * uint64_t(sysconf(_SC_PAGESIZE)) : 0;
 }
 
+uint64_t process_peak_resident_bytes() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  unsigned long long kb = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "VmHWM: %llu kB", &kb) == 1) break;
+  std::fclose(f);
+  return uint64_t(kb) * 1024;
+}
+
 void Timeline::clear() {
   // Swap with empties so the memory really goes (clear() keeps capacity).
   std::vector<std::shared_ptr<const StepTrace>>().swap(steps_);
@@ -154,6 +165,11 @@ bool Timeline::apply(const Event& e) {
     finished_ = true;
     finish_reason_ = e.reason;
     history_.finish(prompt_text_, prompt_chat_, run_);
+    if (compare_ == 3) history_.finish(prompt_text_, prompt_chat_, interleaved_run(run_));
+  }
+  if (e.kind == Event::Kind::CompareStep && e.trace) {  // the other run of this comparison
+    history_.record(prompt_text_, prompt_chat_, interleaved_run(run_), *e.trace);
+    return true;
   }
   if (e.kind != Event::Kind::Step || !e.trace) return true;
   const StepTrace& t = *e.trace;

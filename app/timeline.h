@@ -1,7 +1,8 @@
 // timeline.h — the current run as the UI sees it: every step, the tokens, the K/V norms per
 // position, and which step is being looked at.
 //
-// Owned by the UI thread; fed from Controller events in order.
+// Owned by the UI thread; fed from Controller events in order. The NO CACHE steps of an
+// interleaved comparison (CompareStep events) go to the run history only.
 //
 // Memory stays bounded at thousands of steps: only the newest step (and the one being
 // viewed, if older) is held with its attention rows and K/V norms. Older steps are kept
@@ -44,6 +45,12 @@ struct SpeedStats {
   int window = 0;              // steps the two rates above are measured over
 };
 
+// The run id under which the history files the NO CACHE run of an interleaved comparison
+// whose KV CACHE run is `run` (the two would otherwise share one id).
+constexpr uint64_t interleaved_run(uint64_t run) {
+  return run | (uint64_t(1) << 63);
+}
+
 class Timeline {
  public:
   // Applies one controller event (Reset clears; Step appends). Returns false for events
@@ -71,7 +78,8 @@ class Timeline {
   const std::string& finish_reason() const { return finish_reason_; }
   CacheMode mode() const { return mode_; }
   const std::string& generated_text() const { return generated_; }
-  int compare_phase() const { return compare_; }  // 1/2: a leg of compare modes; 0 otherwise
+  // 1/2: a leg of compare modes, 3: both legs interleaved (this is the KV CACHE run); 0 otherwise
+  int compare_phase() const { return compare_; }
   const std::shared_ptr<RunFile>& store() const { return store_; }
 
   // ---- history: which step is looked at ----
@@ -138,5 +146,7 @@ void release_free_memory();
 void use_mapped_memory_for_large_blocks();
 // Resident set size of this process in bytes (0 when unknown).
 uint64_t process_resident_bytes();
+// The most this process has held resident so far (VmHWM; 0 when unknown).
+uint64_t process_peak_resident_bytes();
 
 }  // namespace kvscope::app

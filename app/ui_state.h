@@ -53,6 +53,7 @@ struct UiState {
   std::string custom_prompt;       // the prompt box
   bool custom_chat = false;        // the box's text as a chat turn (else raw text)
   int compare_steps = 48;          // steps of each run of "compare modes"
+  bool compare_interleaved = false;  // both runs step by step in turn, not one after the other
   std::string model_choice;        // the model picker: a built-in name or a GGUF path
   std::vector<ModelChoice> model_list;  // the picker's list (model_choices.h)
   double model_list_time = -1;          // ImGui time it was made

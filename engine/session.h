@@ -155,6 +155,8 @@ class Session {
   const SessionConfig& config() const { return config_; }
 
   const Model& model() const { return *model_; }
+  // The model, shared: another Session on the same weights (the app's interleaved compare).
+  std::shared_ptr<const Model> shared_model() const { return model_; }
   const Backend& backend() const { return *backend_; }
   // The sequence in the context: after a context shift, without the dropped tokens.
   const std::vector<int32_t>& tokens() const { return tokens_; }

@@ -1,12 +1,12 @@
 // test_controller.cpp — the controller's worker thread driven like the UI drives it: play,
 // mode toggle mid-run, prompt switch mid-step, pause/step, reset, shutdown, a typed prompt,
-// compare modes, a failed Reset and a failed model load. Asserts the order of what arrives
-// (this binary also runs under ThreadSanitizer; the limits are in test_controller_limits.cpp).
+// a failed Reset and a failed model load. Asserts the order of what arrives (this binary also
+// runs under ThreadSanitizer; the limits are in test_controller_limits.cpp, compare modes in
+// test_controller_compare.cpp).
 #include <gtest/gtest.h>
 
 #include <fstream>
 
-#include "app/compare_view.h"
 #include "app/stats_view.h"
 #include "tests/app/controller_test_util.h"
 
@@ -242,70 +242,6 @@ TEST(Controller, FailedResetKeepsTheRunAndTheUiCanGoOn) {
   fresh->send(CmdReset{kCode, true});
   collect(*fresh, ev2, [](auto& e) { return finished(e, 1); });
   EXPECT_EQ(count_steps(ev2, 1), 3);
-}
-
-TEST(Controller, CompareModesKvRowsEqualTheClosedForms) {
-  constexpr int kG = 12;
-  auto src = tiny_source(200);
-  const int L = src->facts().n_layer;
-  auto ctl = std::make_unique<Controller>(std::move(src), test_options());
-  std::vector<Event> ev;
-  ctl->send(CmdMode{CacheMode::NoCache});  // the person's mode, restored afterwards
-  ctl->send(CmdCompare{kStory, kG});
-  collect(*ctl, ev, [](auto& e) { return finished(e, 2); });
-  ASSERT_TRUE(finished(ev, 2));
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  for (Event& e : ctl->poll()) ev.push_back(std::move(e));
-  EXPECT_EQ(ctl->state().compare, 0);
-  Timeline tl;
-  std::vector<int32_t> tokens[3];
-  for (const Event& e : ev) {
-    tl.apply(e);
-    if (e.kind == Event::Kind::Reset) {
-      EXPECT_EQ(e.compare, int(e.run)) << "leg " << e.run;
-    }
-    if (e.kind == Event::Kind::Step) tokens[e.run].push_back(e.trace->token_id);
-  }
-  CacheMode mode_now = CacheMode::Cache;
-  for (const Event& e : ev)
-    if (e.kind == Event::Kind::ModeChanged) mode_now = e.mode;
-  EXPECT_EQ(mode_now, CacheMode::NoCache) << "the person's mode is restored";
-  const RunSeries* c = tl.history().find(kStory.text, false, CacheMode::Cache);
-  const RunSeries* n = tl.history().find(kStory.text, false, CacheMode::NoCache);
-  ASSERT_TRUE(c && n);
-  ASSERT_EQ(int(c->steps()), kG);
-  ASSERT_EQ(int(n->steps()), kG);
-  EXPECT_EQ(tokens[1], tokens[2]) << "CACHE and NO CACHE gave different tokens";
-  const uint64_t p = uint64_t(c->prompt_len);
-  EXPECT_EQ(p, uint64_t(n->prompt_len));
-  EXPECT_GT(p, 5u);
-  // The seeds' closed forms, after g steps, per layer: the cache computes K/V for the p
-  // prompt tokens and the g - 1 tokens fed back since (p + g counts the newest token too,
-  // whose K/V the next step computes); without it step t recomputes p + t - 1 rows, in all
-  // g·p + g(g-1)/2.
-  uint64_t cum_c = 0, cum_n = 0;
-  for (uint64_t g = 1; g <= kG; ++g) {
-    cum_c += c->kv_rows[g - 1];
-    cum_n += n->kv_rows[g - 1];
-    EXPECT_EQ(cum_c, L * (p + g - 1)) << "CACHE after " << g << " steps";
-    EXPECT_EQ(cum_n, L * (g * p + g * (g - 1) / 2)) << "NO CACHE after " << g << " steps";
-    EXPECT_EQ(c->seq_len[g - 1], int(p + g));
-  }
-  // What the compare plot draws: measured cumulative rows on the guides, and the measured
-  // waste factor equal to the formula's.
-  CompareView v = make_compare_view(c, n, L);
-  ASSERT_TRUE(v.ready);
-  EXPECT_EQ(v.p, int(p));
-  EXPECT_EQ(v.g, kG);
-  for (int i = 0; i < kG; ++i) {
-    EXPECT_EQ(v.cache.cum_rows[size_t(i)], v.guide_cache_rows[size_t(i)]);
-    EXPECT_EQ(v.nocache.cum_rows[size_t(i)], v.guide_nocache_rows[size_t(i)]);
-    EXPECT_EQ(v.cache.seq_len[size_t(i)], v.nocache.seq_len[size_t(i)]);
-  }
-  EXPECT_DOUBLE_EQ(v.waste_rows, v.waste_formula);
-  EXPECT_DOUBLE_EQ(v.waste_formula, double(kG * p + kG * (kG - 1) / 2) / double(p + kG - 1));
-  EXPECT_GT(v.waste_flops, 1.5);
-  EXPECT_LT(v.waste_seeds, v.waste_formula);
 }
 
 // The numbers the Stats panel shows agree with each other: positions one way, the per-token

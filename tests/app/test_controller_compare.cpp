@@ -1,0 +1,211 @@
+// test_controller_compare.cpp — compare modes through the controller, one run after the other
+// and interleaved step by step, on the tiny random-weight model (fast, also under the
+// sanitizers): the two runs sample the same tokens, their cumulative K/V rows equal the
+// seeds' closed forms exactly, the person's mode comes back, and a run that samples another
+// token than its partner ends the comparison with an error.
+#include <gtest/gtest.h>
+
+#include "app/compare_view.h"
+#include "tests/app/controller_test_util.h"
+
+using namespace kvscope;
+using namespace kvscope::app;
+using namespace kvscope::app::testing;
+
+namespace {
+
+// The seeds' closed forms, after g steps, per layer: the cache computes K/V for the p prompt
+// tokens and the g - 1 tokens fed back since (p + g counts the newest token too, whose K/V
+// the next step computes); without it step t recomputes p + t - 1 rows, in all
+// g·p + g(g-1)/2. Then what the compare plot draws: the measured cumulative rows on the
+// guides, and the measured waste factor equal to the formula's.
+void expect_closed_forms(const RunSeries* c, const RunSeries* n, int L, int kG) {
+  ASSERT_TRUE(c && n);
+  ASSERT_EQ(int(c->steps()), kG);
+  ASSERT_EQ(int(n->steps()), kG);
+  EXPECT_FALSE(c->mixed());
+  EXPECT_FALSE(n->mixed());
+  EXPECT_EQ(c->mode, CacheMode::Cache);
+  EXPECT_EQ(n->mode, CacheMode::NoCache);
+  const uint64_t p = uint64_t(c->prompt_len);
+  EXPECT_EQ(p, uint64_t(n->prompt_len));
+  EXPECT_GT(p, 5u);
+  uint64_t cum_c = 0, cum_n = 0;
+  for (uint64_t g = 1; g <= uint64_t(kG); ++g) {
+    cum_c += c->kv_rows[g - 1];
+    cum_n += n->kv_rows[g - 1];
+    EXPECT_EQ(cum_c, L * (p + g - 1)) << "CACHE after " << g << " steps";
+    EXPECT_EQ(cum_n, L * (g * p + g * (g - 1) / 2)) << "NO CACHE after " << g << " steps";
+    EXPECT_EQ(c->seq_len[g - 1], int(p + g));
+  }
+  CompareView v = make_compare_view(c, n, L);
+  ASSERT_TRUE(v.ready);
+  EXPECT_EQ(v.p, int(p));
+  EXPECT_EQ(v.g, kG);
+  for (int i = 0; i < kG; ++i) {
+    EXPECT_EQ(v.cache.cum_rows[size_t(i)], v.guide_cache_rows[size_t(i)]);
+    EXPECT_EQ(v.nocache.cum_rows[size_t(i)], v.guide_nocache_rows[size_t(i)]);
+    EXPECT_EQ(v.cache.seq_len[size_t(i)], v.nocache.seq_len[size_t(i)]);
+  }
+  EXPECT_DOUBLE_EQ(v.waste_rows, v.waste_formula);
+  EXPECT_DOUBLE_EQ(v.waste_formula, double(kG * p + kG * (kG - 1) / 2) / double(p + kG - 1));
+  EXPECT_GT(v.waste_flops, 1.5);
+  EXPECT_LT(v.waste_seeds, v.waste_formula);
+}
+
+CacheMode last_mode(const std::vector<Event>& ev, CacheMode start) {
+  for (const Event& e : ev)
+    if (e.kind == Event::Kind::ModeChanged) start = e.mode;
+  return start;
+}
+
+// Drains what is left a moment after the last expected event (the mode restore).
+void settle(Controller& ctl, std::vector<Event>& ev) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (Event& e : ctl.poll()) ev.push_back(std::move(e));
+}
+
+// A live source that, in NO CACHE mode, reports another token than the model's at step `at`
+// (so does its twin): stands in for a NO CACHE path that has drifted from the cache's.
+class DriftingSource final : public StepSource {
+ public:
+  DriftingSource(std::unique_ptr<StepSource> inner, int at) : inner_(std::move(inner)), at_(at) {}
+  const ModelFacts& facts() const override { return inner_->facts(); }
+  Status reset(const PromptSpec& p) override { return inner_->reset(p); }
+  const PromptSpec& prompt() const override { return inner_->prompt(); }
+  Expected<StepTrace> step() override {
+    auto t = inner_->step();
+    if (t.ok() && inner_->mode() == CacheMode::NoCache && t->step == at_) t.value().token_id += 1;
+    return t;
+  }
+  bool done() const override { return inner_->done(); }
+  std::string stop_reason() const override { return inner_->stop_reason(); }
+  Status set_mode(CacheMode m) override { return inner_->set_mode(m); }
+  CacheMode mode() const override { return inner_->mode(); }
+  Status set_sampler(const SamplerConfig& s) override { return inner_->set_sampler(s); }
+  const SamplerConfig& sampler() const override { return inner_->sampler(); }
+  Status set_max_tokens(int n) override { return inner_->set_max_tokens(n); }
+  int max_tokens() const override { return inner_->max_tokens(); }
+  Expected<std::unique_ptr<StepSource>> twin(CacheMode mode) const override {
+    auto t = inner_->twin(mode);
+    if (!t.ok()) return t.error();
+    return std::unique_ptr<StepSource>(std::make_unique<DriftingSource>(std::move(t.value()), at_));
+  }
+
+ private:
+  std::unique_ptr<StepSource> inner_;
+  int at_;
+};
+
+}  // namespace
+
+TEST(ControllerCompare, SequentialKvRowsEqualTheClosedForms) {
+  constexpr int kG = 12;
+  auto src = tiny_source(200);
+  const int L = src->facts().n_layer;
+  auto ctl = std::make_unique<Controller>(std::move(src), test_options());
+  std::vector<Event> ev;
+  ctl->send(CmdMode{CacheMode::NoCache});  // the person's mode, restored afterwards
+  ctl->send(CmdCompare{kStory, kG});
+  collect(*ctl, ev, [](auto& e) { return finished(e, 2); });
+  ASSERT_TRUE(finished(ev, 2));
+  settle(*ctl, ev);
+  EXPECT_EQ(ctl->state().compare, 0);
+  Timeline tl;
+  std::vector<int32_t> tokens[3];
+  for (const Event& e : ev) {
+    EXPECT_NE(e.kind, Event::Kind::Error) << e.error;
+    tl.apply(e);
+    if (e.kind == Event::Kind::Reset) {
+      EXPECT_EQ(e.compare, int(e.run)) << "leg " << e.run;
+    }
+    if (e.kind == Event::Kind::Step) tokens[e.run].push_back(e.trace->token_id);
+  }
+  EXPECT_EQ(last_mode(ev, CacheMode::Cache), CacheMode::NoCache) << "the person's mode is restored";
+  EXPECT_EQ(tokens[1], tokens[2]) << "CACHE and NO CACHE gave different tokens";
+  expect_closed_forms(tl.history().find(kStory.text, false, CacheMode::Cache),
+                      tl.history().find(kStory.text, false, CacheMode::NoCache), L, kG);
+}
+
+// Interleaved: one run of each mode, stepped in turn (KV CACHE step t, then NO CACHE step t),
+// in the same order the controller produced them, on a second session of the same model.
+TEST(ControllerCompare, InterleavedKvRowsEqualTheClosedForms) {
+  constexpr int kG = 8;
+  auto src = tiny_source(200);
+  const int L = src->facts().n_layer;
+  auto ctl = std::make_unique<Controller>(std::move(src), test_options());
+  std::vector<Event> ev;
+  ctl->send(CmdMode{CacheMode::NoCache});
+  ctl->send(CmdCompare{kStory, kG, true});
+  collect(*ctl, ev, [](auto& e) { return finished(e, 1); });
+  ASSERT_TRUE(finished(ev, 1));
+  settle(*ctl, ev);
+  EXPECT_EQ(ctl->state().compare, 0);
+  Timeline tl;
+  std::vector<int32_t> cache_tokens, nocache_tokens;
+  std::string order;  // "C" for a KV CACHE step, "N" for a NO CACHE step
+  std::string reason;
+  for (const Event& e : ev) {
+    EXPECT_NE(e.kind, Event::Kind::Error) << e.error;
+    tl.apply(e);
+    if (e.kind == Event::Kind::Reset) {
+      EXPECT_EQ(e.compare, 3);
+      EXPECT_EQ(e.mode, CacheMode::Cache);
+    }
+    if (e.kind == Event::Kind::Step) {
+      EXPECT_EQ(e.trace->mode, CacheMode::Cache);
+      EXPECT_EQ(e.trace->step, int(cache_tokens.size()) + 1);
+      cache_tokens.push_back(e.trace->token_id);
+      order += 'C';
+    }
+    if (e.kind == Event::Kind::CompareStep) {
+      EXPECT_EQ(e.run, 1u);
+      EXPECT_EQ(e.trace->mode, CacheMode::NoCache);
+      EXPECT_EQ(e.trace->step, int(nocache_tokens.size()) + 1);
+      EXPECT_TRUE(e.trace->attention.empty()) << "the NO CACHE steps come without their rows";
+      nocache_tokens.push_back(e.trace->token_id);
+      order += 'N';
+    }
+    if (e.kind == Event::Kind::Finished) reason = e.reason;
+  }
+  std::string alternating;
+  for (int i = 0; i < kG; ++i) alternating += "CN";
+  EXPECT_EQ(order, alternating);
+  EXPECT_EQ(reason, "max_tokens");
+  EXPECT_EQ(cache_tokens, nocache_tokens) << "CACHE and NO CACHE gave different tokens";
+  EXPECT_EQ(last_mode(ev, CacheMode::Cache), CacheMode::NoCache) << "the person's mode is restored";
+  EXPECT_EQ(tl.compare_phase(), 3);
+  const RunSeries* c = tl.history().find(kStory.text, false, CacheMode::Cache);
+  const RunSeries* n = tl.history().find(kStory.text, false, CacheMode::NoCache);
+  expect_closed_forms(c, n, L, kG);
+  ASSERT_TRUE(c && n);
+  EXPECT_TRUE(c->finished && n->finished);
+  EXPECT_EQ(tl.current_series(), c);
+  EXPECT_EQ(tl.other_series(), n);  // the Plots panel overlays it on this run's
+}
+
+// Both ways, a run that samples another token than its partner stops the comparison at that
+// step with an error that says so, and the person's mode comes back.
+TEST(ControllerCompare, DifferentTokensEndTheComparisonWithAnError) {
+  for (bool interleaved : {false, true}) {
+    SCOPED_TRACE(interleaved ? "interleaved" : "one after the other");
+    auto src = std::make_unique<DriftingSource>(tiny_source(200), 3);
+    auto ctl = std::make_unique<Controller>(std::move(src), test_options());
+    std::vector<Event> ev;
+    ctl->send(CmdCompare{kStory, 6, interleaved});
+    const uint64_t last_run = interleaved ? 1 : 2;
+    collect(*ctl, ev, [&](auto& e) { return finished(e, last_run); });
+    ASSERT_TRUE(finished(ev, last_run));
+    settle(*ctl, ev);
+    std::string error, reason;
+    for (const Event& e : ev) {
+      if (e.kind == Event::Kind::Error) error = e.error;
+      if (e.kind == Event::Kind::Finished && e.run == last_run) reason = e.reason;
+    }
+    EXPECT_NE(error.find("at step 3"), std::string::npos) << error;
+    EXPECT_NE(error.find("must give the same tokens"), std::string::npos) << error;
+    EXPECT_EQ(reason, "error");
+    EXPECT_EQ(ctl->state().compare, 0);
+    EXPECT_TRUE(ctl->state().finished);
+  }
+}
