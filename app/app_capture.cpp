@@ -265,6 +265,9 @@ int run_screenshot(const CaptureOptions& opts, bool panels) {
     shot.look_at_pos = opts.look_at_pos;
     auto img = capture_app(*renderer, ui, tl, shot);
     if (!img.ok()) return fail(img.error().message);
+    // A screenshot is opaque: the panels' blending leaves the framebuffer's alpha below 1
+    // under translucent widgets, and image viewers would let the page show through there.
+    for (size_t i = 3; i < img.value().rgba.size(); i += 4) img.value().rgba[i] = 255;
     if (render::Result r = render::write_png(path, opts.width, opts.height, img.value().rgba);
         !r.ok())
       return fail(r.error);

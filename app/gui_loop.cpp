@@ -290,6 +290,7 @@ int run_gui(const GuiOptions& o) {
     if (last_frame && !o.window_shot.empty()) {
       std::vector<uint8_t> rgba;
       render::Result r = render::read_window_rgba(fbw, fbh, &rgba);
+      for (size_t i = 3; i < rgba.size(); i += 4) rgba[i] = 255;  // opaque, as on screen
       if (r.ok()) r = render::write_png(o.window_shot, fbw, fbh, rgba);
       if (!r.ok()) std::fprintf(stderr, "kvscope: %s\n", r.error.c_str());
     }

@@ -123,23 +123,23 @@ void panel_controls(UiState& ui, Controller* ctl, const ControllerState& cs, con
   ImGui::SameLine();
   ImGui::SetNextItemWidth(-1.0f);
   ImGui::SliderInt("##compare_steps", &ui.compare_steps, 4, 256, "%d steps each");
-  ImGui::BeginDisabled(comparing);
-  int order = ui.compare_interleaved ? 1 : 0;
-  ImGui::RadioButton("one after the other", &order, 0);
-  ImGui::SameLine();
-  ImGui::RadioButton("interleaved", &order, 1);
-  if (ImGui::IsItemHovered())
-    ImGui::SetTooltip(
-        "One KV CACHE step, then one NO CACHE step, and so on: both runs see\n"
-        "the same machine load, so their times compare fairly.");
-  ui.compare_interleaved = order == 1;
-  ImGui::EndDisabled();
+  // One line either way: how to run the comparison, or, while it runs, which run is going.
   if (comparing) {
-    ImGui::SameLine();
+    ImGui::AlignTextToFramePadding();
     ImGui::TextColored(ImVec4(1.0f, 0.8f, 0.3f, 1.0f), "%s",
-                       cs.compare == 3   ? "running both..."
-                       : cs.compare == 1 ? "KV CACHE run..."
-                                         : "NO CACHE run...");
+                       cs.compare == 3   ? "running both, step by step..."
+                       : cs.compare == 1 ? "running with the KV cache..."
+                                         : "running without the cache...");
+  } else {
+    int order = ui.compare_interleaved ? 1 : 0;
+    ImGui::RadioButton("one after the other", &order, 0);
+    ImGui::SameLine();
+    ImGui::RadioButton("interleaved", &order, 1);
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip(
+          "One KV CACHE step, then one NO CACHE step, and so on: both runs see\n"
+          "the same machine load, so their times compare fairly.");
+    ui.compare_interleaved = order == 1;
   }
 
   if (ImGui::TreeNode("Sampling")) {

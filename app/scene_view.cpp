@@ -36,11 +36,13 @@ int pick_token(const render::Scene& s, UiRect rect, float x, float y, float radi
 void SceneView::update(const ViewFrame& f, const ViewInput& in) {
   const Timeline& tl = *f.timeline;
   rect_ = f.rect;
+  // Scrubbing the history changes the viewed step alone: the scene is that step's.
+  const int viewed = tl.live() ? 0 : tl.viewed_step();
   if (!built_.valid || built_.run != tl.run() || built_.steps != tl.steps().size() ||
-      built_.tokens != tl.tokens().size() || !(built_.view == f.view)) {
+      built_.tokens != tl.tokens().size() || built_.viewed != viewed || !(built_.view == f.view)) {
     label_priority_.clear();
     scene_ = build_scene(tl, f.view, f.clock, &label_priority_);
-    built_ = {tl.run(), tl.steps().size(), tl.tokens().size(), f.view, true};
+    built_ = {tl.run(), tl.steps().size(), tl.tokens().size(), viewed, f.view, true};
     flat_px_ = -1.0f;
   } else {
     animate_scene(&scene_, tl, f.clock);

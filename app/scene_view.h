@@ -68,6 +68,7 @@ class SceneView {
   struct Built {
     uint64_t run = ~0ull;
     size_t steps = 0, tokens = 0;
+    int viewed = 0;  // the step looked at through the history (0: the newest, live)
     ViewOptions view;
     bool valid = false;
   } built_;

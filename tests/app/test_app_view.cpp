@@ -1,7 +1,8 @@
 // test_app_view.cpp — whole-app frames (panels and 3D view, offscreen, as a user sees
 // them): at 1024x640, 1280x720 and 1920x1080 every camera preset shows the write head
 // and the newest token inside the rectangle the panels leave free, located by their
-// pixels; TOP at 300 tokens has every beam's end inside that rectangle, and lit.
+// pixels; TOP at 300 tokens has every beam's end inside that rectangle, and lit; scrubbing
+// the history rebuilds the 3D view for the step looked at.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -19,6 +20,8 @@
 #include "render/layout.h"
 #include "render/offscreen.h"
 #include "render/synthetic_scene.h"
+#include "app/scene_view.h"
+#include "synthetic_run.h"
 
 using namespace kvscope;
 using namespace kvscope::app;
@@ -295,4 +298,31 @@ TEST(AppViewExport, ExportPngSavesTheViewAsShownUnderAFreshName) {
   ASSERT_TRUE(head.has_value());
   EXPECT_GE(count_near(img, *head, 3, is_head_glow), 6);
   fs::remove_all(dir);
+}
+
+// Scrubbing the history in the window: the 3D view is rebuilt for the step looked at (its
+// tokens, the head after its newest position), the scene a fresh view of that step builds;
+// back to live, the newest step's again.
+TEST(AppViewHistory, ScrubbingRebuildsTheSceneForTheViewedStep) {
+  Timeline tl = kvscope_test::synthetic_run(kvscope_test::SyntheticRun{});
+  ViewFrame f;
+  f.timeline = &tl;
+  f.rect = UiRect{0, 0, 800, 500};
+  SceneView view;
+  view.update(f, ViewInput{});
+  const size_t n_live = view.scene().tokens.size();
+  ASSERT_EQ(int(n_live), tl.viewed_seq_len());
+  tl.scrub_to(10);
+  ASSERT_FALSE(tl.live());
+  view.update(f, ViewInput{});
+  SceneView fresh;
+  fresh.update(f, ViewInput{});
+  EXPECT_EQ(int(view.scene().tokens.size()), tl.viewed_seq_len());
+  EXPECT_LT(view.scene().tokens.size(), n_live);
+  EXPECT_EQ(view.scene().tokens.size(), fresh.scene().tokens.size());
+  EXPECT_EQ(view.scene().head.position, fresh.scene().head.position);
+  EXPECT_EQ(view.scene().beams.size(), fresh.scene().beams.size());
+  tl.follow_live();
+  view.update(f, ViewInput{});
+  EXPECT_EQ(view.scene().tokens.size(), n_live);
 }
