@@ -95,7 +95,8 @@ void panel_stats(const UiState& ui, const ControllerState& cs, const Timeline& t
     if (ImGui::IsItemHovered())
       ImGui::SetTooltip(
           "Over the last %d steps after the first: tokens per second of engine\n"
-          "time, and per second of wall time between steps (pacing, drawing).",
+          "time, and per second of wall time between steps (pacing, drawing; in\n"
+          "an interleaved comparison, the NO CACHE run's steps in between).",
           s.window);
   }
   if (v.behind) {
