@@ -22,10 +22,13 @@
 
 namespace kvscope_cuda {
 
+// A block's fp16 scale, as one 16-bit store: blocks are 34 or 18 bytes and rows start at
+// even offsets of a cudaMalloc'd cache, so the address is always 2-byte aligned. (Splitting
+// the half's bits into two byte stores lost the low byte on an H100 with nvcc 13.0, sm_90:
+// every scale came out as its high byte only; the emulator, compiled by g++, did not show
+// it. test_kernel_kv_quant_gpu checks the stored bytes on a real GPU.)
 __device__ __forceinline__ void st_f16(uint8_t* p, float f) {
-  const __half_raw r = __half_raw(__float2half_rn(f));
-  p[0] = static_cast<uint8_t>(r.x & 0xFF);
-  p[1] = static_cast<uint8_t>(r.x >> 8);
+  *reinterpret_cast<__half*>(p) = __float2half_rn(f);
 }
 
 // store32(row, d0, x, valid): called by all 32 lanes of a (full) warp together; lane l

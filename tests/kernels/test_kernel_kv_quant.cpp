@@ -1,5 +1,6 @@
 // test_kernel_kv_quant.cpp — the KV cache kernels over q8_0 / q4_0 rows (kernels/
-// kv_quant.cuh) under the CUDA emulator, against the CPU backend's row store and load
+// kv_quant.cuh) under the CUDA emulator, and as test_kernel_kv_quant_gpu against the real
+// kernels where a GPU is usable, against the CPU backend's row store and load
 // (engine/cpu/cpu_kv_cache.h):
 //  - kv_append and rope_kv_write store the very bytes the CPU stores for the same fp32
 //    rows (bit for bit: same fp32 scale, IEEE division, one fma for q4_0), including a
@@ -30,6 +31,13 @@ using kvscope_cuda::KvElem;
 
 class KernelKvQuant : public ::testing::Test {
  protected:
+#if defined(KVSCOPE_REAL_GPU_TEST)
+  void SetUp() override {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0)
+      GTEST_SKIP() << "no GPU for the real-kernel test";
+  }
+#endif
   void TearDown() override { cudaDeviceReset(); }
 };
 
