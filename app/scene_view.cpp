@@ -41,6 +41,7 @@ void SceneView::update(const ViewFrame& f, const ViewInput& in) {
   if (!built_.valid || built_.run != tl.run() || built_.steps != tl.steps().size() ||
       built_.tokens != tl.tokens().size() || built_.viewed != viewed || !(built_.view == f.view)) {
     label_priority_.clear();
+    scene_ = render::Scene{};  // the old instances go first: one copy at a time in memory
     scene_ = build_scene(tl, f.view, f.clock, &label_priority_);
     built_ = {tl.run(), tl.steps().size(), tl.tokens().size(), viewed, f.view, true};
     flat_px_ = -1.0f;
