@@ -165,6 +165,8 @@ int run_screenshot(const CaptureOptions& opts, bool panels) {
     eo.max_tokens = opts.steps;
     eo.kv_types = opts.kv_types;
     eo.limits = opts.limits;
+    eo.kv_policy = opts.kv_policy;
+    eo.kv_errors = opts.kv_errors;
     auto engine = open_engine(eo);
     if (!engine.ok()) return fail(engine.error().message);
     EngineHandle& eng = engine.value();
@@ -220,6 +222,8 @@ int run_screenshot(const CaptureOptions& opts, bool panels) {
   ui.engine_options.backend = opts.backend;
   ui.engine_options.kv_types = opts.kv_types;
   ui.engine_options.limits = opts.limits;
+  ui.engine_options.kv_policy = opts.kv_policy;
+  ui.engine_options.kv_errors = opts.kv_errors;
   ui.view = opts.view;
   if (ui.view.layer == kMiddleLayer) ui.view.layer = ui.facts.n_layer / 2;
   ui.preset = opts.camera;

@@ -174,6 +174,26 @@ std::string parse_args(int argc, char** argv, Args* a) {
         return k + " " + (v ? v : "") + ": unknown cache type (choose " + kv_dtype_choices() + ")";
       if (k != "--kv-type-v") a->cap.kv_types.k = t;
       if (k != "--kv-type-k") a->cap.kv_types.v = t;
+    } else if (k == "--anim-time") {
+      char* end = nullptr;
+      const double x = value(&v) ? std::strtod(v, &end) : -1.0;
+      if (!end || *end || !(x >= 0.0 && x <= 60.0))
+        return "--anim-time needs seconds after the last step in [0, 60], e.g. 0.3";
+      a->cap.since_step = x;
+    } else if (k == "--kv-error") {
+      a->cap.kv_errors = true;
+      a->cap.view.color_by_error = true;
+    } else if (k == "--ctx-full") {
+      if (!value(&v) || !context_policy_parse(v, &a->cap.limits.on_full))
+        return "--ctx-full " + std::string(v ? v : "") + ": choose stop or shift";
+    } else if (k == "--kv-keep") {
+      if (!value(&v) || (std::strcmp(v, "window") && std::strcmp(v, "full")))
+        return "--kv-keep " + std::string(v ? v : "") + ": choose window or full";
+      a->cap.kv_policy = std::strcmp(v, "full") ? KvPolicy::ModelWindow : KvPolicy::Full;
+    } else if (k == "--n-keep") {
+      const auto n = value(&v) ? int_in(v, 0, 1 << 24) : std::nullopt;
+      if (!n) return "--n-keep needs a number of positions in [0, 16777216]";
+      a->cap.limits.n_keep = *n;
     } else if (k == "--ctx" || k == "--kv-sink" || k == "--kv-window") {
       if (!value(&v)) return k + " needs a number";
       char* end = nullptr;
@@ -209,7 +229,9 @@ const char* kUsage =
     "options: --model NAME|PATH (smollm2-135m, gemma3-270m or a .gguf)\n"
     "         --backend auto|cpu|cuda  --prompt-file F  --steps N\n"
     "         --kv-type T, --kv-type-k T, --kv-type-v T (f32, f16, q8_0, q4_0)\n"
-    "         --ctx N  --kv-sink S --kv-window W (the KV cache; the engine checks them)\n"
+    "         --ctx N  --ctx-full stop|shift  --n-keep K  --kv-sink S --kv-window W\n"
+    "         --kv-keep window|full (the KV cache; the engine checks them)\n"
+    "         --kv-error (measure each K/V row's quantization error, color the blocks by it)\n"
     "         --mode cache|nocache  --camera top|side|front|3/4|follow (or a list: top,3/4)\n"
     "         --layer L  --head H|mean|max  --all-layers  --no-sink  --size WxH\n"
     "         --scene-only (screenshot without the panels)\n"
@@ -220,6 +242,8 @@ const char* kUsage =
     "         --sections A,B (screenshot: open only these panel sections)\n"
     "         --max-tokens N  --speed TOK_S|max\n"
     "         --look-at POS (screenshot: the camera slides along the sequence to POS)\n"
+    "         --anim-time S (screenshot: S seconds after the last step, default 0.45;\n"
+    "           0.3 catches a context shift mid-slide)\n"
     "         --cache-quality N (screenshot: the Cache quality section, this cache against\n"
     "           f16 with the full context over N steps)\n"
     "         --play  --frames N (quit after N frames)  --window-shot OUT.png\n"

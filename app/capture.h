@@ -36,6 +36,8 @@ struct CaptureOptions {
   float speed = 0;           // the app: --speed TOK_S, or kSpeedMax (-1 here: as fast as possible)
   KvTypes kv_types;          // the KV cache: element types, context size, sink + window
   KvLimits limits;
+  KvPolicy kv_policy = KvPolicy::ModelWindow;  // --kv-keep window|full
+  bool kv_errors = false;  // --kv-error: measure the rows' quantization error (and colour by it)
   // > 0 (screenshot): run the Cache quality comparison of this cache against the f16
   // full-context reference for this many steps and show that section alone (unless
   // --sections says otherwise).

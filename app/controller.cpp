@@ -351,6 +351,9 @@ void Controller::handle(Command& c) {
       if (Status st = source_->set_max_tokens(std::max(1, mt->max_tokens)); !st.ok())
         emit_error(ErrorOrigin::Settings, st.message());
     if (compare_.twin) (void)compare_.twin->set_max_tokens(std::max(1, mt->max_tokens));
+  } else if (auto* ke = std::get_if<CmdKvErrors>(&c)) {
+    if (source_) source_->set_kv_errors(ke->on);
+    if (compare_.twin) compare_.twin->set_kv_errors(ke->on);
   } else if (std::holds_alternative<CmdStop>(c)) {
     cancel_compare();
     playing_ = false;

@@ -76,6 +76,10 @@ struct CmdSampler {
 struct CmdMaxTokens {
   int max_tokens = 256;
 };
+// Measure (or stop measuring) the quantization error of the K/V rows each step writes.
+struct CmdKvErrors {
+  bool on = false;
+};
 struct CmdStop {};  // pause and mark the run finished (reason "stopped")
 struct CmdShutdown {};
 // The same prompt twice, as fast as the engine goes: `steps` steps with the KV cache, then
@@ -105,7 +109,7 @@ struct CmdSave {
 };
 using Command =
     std::variant<CmdReset, CmdPlay, CmdPause, CmdStep, CmdSpeed, CmdMode, CmdSampler, CmdMaxTokens,
-                 CmdStop, CmdShutdown, CmdCompare, CmdLoadModel, CmdOpenRun, CmdSave>;
+                 CmdKvErrors, CmdStop, CmdShutdown, CmdCompare, CmdLoadModel, CmdOpenRun, CmdSave>;
 
 // What an Error event is about (the UI and the timeline act on it differently).
 enum class ErrorOrigin { Reset, Step, Mode, Settings, Model, Save, History };

@@ -19,7 +19,17 @@ struct EngineOptions {
   // model's), sink + window (window 0: off). The engine checks them (Session::create).
   KvTypes kv_types;
   KvLimits limits;
+  // What the model's own sliding-window layers keep (Gemma 3): their window, or every
+  // position (the CLI's --kv-keep window|full).
+  KvPolicy kv_policy = KvPolicy::ModelWindow;
+  // Measure each written K/V row's quantization error (the error colouring of the KV blocks).
+  bool kv_errors = false;
 };
+
+// The KV cache part of the options (types, limits, window policy): whether two differ, and
+// `current` with the cache of `edit` (what the Run section's Apply reopens the model with).
+bool kv_cache_differs(const EngineOptions& a, const EngineOptions& b);
+EngineOptions with_kv_cache_of(EngineOptions current, const EngineOptions& edit);
 
 struct EngineHandle {
   std::shared_ptr<Model> model;

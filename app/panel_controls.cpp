@@ -7,11 +7,56 @@
 #include <algorithm>
 #include <cmath>
 
+#include "app/scene_kv.h"
 #include "app/ui_state.h"
 
 namespace kvscope::app {
 
 namespace {
+// The error colouring's scale (scene_kv.h) and what the viewed step measured.
+void kv_error_legend(const UiState& ui, const Timeline& tl) {
+  // The colour bar, its ticks (0.01%, 0.1%, 1%, 10%) written on it where the scale puts them.
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const ImVec2 p0 = ImGui::GetCursorScreenPos();
+  const float w = std::max(ImGui::GetContentRegionAvail().x - 8.0f, 60.0f),
+              h = ImGui::GetTextLineHeight();
+  constexpr int kSegments = 48;
+  for (int i = 0; i < kSegments; ++i) {
+    const float a = float(i) / kSegments, b = float(i + 1) / kSegments;
+    const float e = kKvErrorLow * std::pow(kKvErrorHigh / kKvErrorLow, 0.5f * (a + b));
+    const glm::vec3 c = kv_error_color(e);
+    dl->AddRectFilled(ImVec2(p0.x + a * w, p0.y), ImVec2(p0.x + b * w + 1.0f, p0.y + h),
+                      ImGui::ColorConvertFloat4ToU32(ImVec4(c.r, c.g, c.b, 1.0f)));
+  }
+  const char* labels[] = {"0.01%", "0.1%", "1%", "10%"};
+  const float ticks[] = {1e-4f, 1e-3f, 1e-2f, 1e-1f};
+  for (int i = 0; i < 4; ++i) {
+    const float x = p0.x + kv_error_scale(ticks[i]) * w;
+    const float tw = ImGui::CalcTextSize(labels[i]).x;
+    dl->AddLine(ImVec2(x, p0.y), ImVec2(x, p0.y + h), IM_COL32(0, 0, 0, 200));
+    dl->AddText(ImVec2(std::clamp(x + 2.0f, p0.x, p0.x + w - tw), p0.y), IM_COL32(0, 0, 0, 255),
+                labels[i]);
+  }
+  ImGui::Dummy(ImVec2(w, h));
+  // The viewed step's rows: their mean error in the layer shown.
+  const StepTrace* t = tl.viewed();
+  if (!t || t->k_err.empty() || t->kv_written <= 0) {
+    ImGui::TextDisabled("this step: not measured (grey blocks)");
+    return;
+  }
+  const int layer = resolved_layer(ui.view, t->n_layer);
+  double k = 0, v = 0;
+  for (int i = 0; i < t->kv_written; ++i) {
+    k += t->k_err[size_t(layer) * size_t(t->kv_written) + size_t(i)];
+    v += t->v_err[size_t(layer) * size_t(t->kv_written) + size_t(i)];
+  }
+  ImGui::TextDisabled("K %.2g%%  V %.2g%%  (layer %d, step %d)", 100.0 * k / t->kv_written,
+                      100.0 * v / t->kv_written, layer, t->step);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("Mean error of the rows step %d wrote in layer %d (%s)", t->step, layer,
+                      kv_types_name(ui.facts.kv_types).c_str());
+}
+
 void send(Controller* ctl, Command c) {
   if (ctl) ctl->send(std::move(c));
 }
@@ -178,6 +223,16 @@ void panel_controls(UiState& ui, Controller* ctl, const ControllerState& cs, con
         "Position 0 usually takes most of the attention (an attention sink).\n"
         "On: drop it and renormalize the rest to sum 1. Off: the real weights.");
   ImGui::Checkbox("color KV blocks by V norm", &ui.view.color_by_v);
+  if (ImGui::Checkbox("color KV blocks by quantization error", &ui.view.color_by_error)) {
+    ui.engine_options.kv_errors = ui.view.color_by_error;  // kept when the model reopens
+    send(ctl, CmdKvErrors{ui.view.color_by_error});
+  }
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "The engine measures, for every K/V row it writes from now on, how far the\n"
+        "cache's stored row is from the f32 row: ||x - stored(x)|| / ||x||, per layer\n"
+        "and position (K, or V with the box above). Measured only while this is on.");
+  if (ui.view.color_by_error) kv_error_legend(ui, tl);
   ImGui::Checkbox("token labels", &ui.view.labels);
   ImGui::PopItemWidth();
 }

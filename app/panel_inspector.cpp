@@ -12,8 +12,9 @@ namespace kvscope::app {
 
 void panel_inspector(const UiState& ui, const Timeline& tl) {
   int pos = ui.hovered_pos;
-  if (pos < 0 || pos >= int(tl.tokens().size())) return;
-  const TokenInfo& t = tl.tokens()[size_t(pos)];
+  const TokenInfo* at = tl.token_at(pos);  // positions renumber after a context shift
+  if (!at) return;
+  const TokenInfo& t = *at;
   ImGui::BeginTooltip();
   ImGui::Text("'%s'", display_text(t.text).c_str());
   ImGui::Text("id %d   position %d   %s", t.id, pos, t.prompt ? "prompt token" : "generated");

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <vector>
 
 #include "app/overview_marks.h"
 #include "app/scene_builder.h"
@@ -23,7 +24,13 @@
 namespace kvscope::app {
 
 void panel_overview(UiState& ui, const Timeline& tl, int shown_first, int shown_last) {
-  const auto& toks = tl.tokens();
+  // Every token (also those past a step looked at back in the history), or after a context
+  // shift the viewed step's sequence (positions renumbered, dropped tokens gone).
+  std::vector<TokenInfo> shifted_toks;
+  if (tl.shifted())
+    for (int p = 0; p < tl.viewed_seq_len(); ++p)
+      if (const TokenInfo* t = tl.token_at(p)) shifted_toks.push_back(*t);
+  const auto& toks = tl.shifted() ? shifted_toks : tl.tokens();
   const int n = int(toks.size());
   const StepTrace* last = tl.viewed();  // the step the history slider shows
   const int n_layer = std::max(tl.n_layer(), last ? last->n_layer : 0);

@@ -79,45 +79,74 @@ void source_section(UiState& ui, Controller* ctl, const ControllerState& cs) {
   ImGui::EndDisabled();
 }
 
-// The KV cache the model runs with: K and V element types, context size, sink + window.
-// Applying reopens the model with them (on the engine's thread, as a model switch does).
+// The KV cache the model runs with: K and V element types, context size and what a full
+// context does (stop, or shift keeping n_keep), sink + window, and what a model's own
+// sliding-window layers keep (Gemma 3). Applying reopens the model with them (on the
+// engine's thread, as a model switch does); the engine checks the values.
 void cache_section(UiState& ui, Controller* ctl, const ControllerState& cs) {
   if (!ui.cache_edit_set) {
     ui.cache_edit = ui.engine_options;
     ui.cache_edit_set = true;
   }
   EngineOptions& e = ui.cache_edit;
+  const float em = ImGui::GetFontSize();
   ImGui::BeginDisabled(cs.loading || ui.replay);
   kv_type_combo("K##run", &e.kv_types.k);
   ImGui::SameLine();
   kv_type_combo("V##run", &e.kv_types.v);
   ImGui::SameLine();
-  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 4.0f);
+  ImGui::SetNextItemWidth(em * 4.0f);
   ImGui::InputInt("ctx##run", &e.limits.n_ctx, 0);
   if (ImGui::IsItemHovered())
     ImGui::SetTooltip("Context size in positions (0: the model's own, %d)", ui.facts.n_ctx);
-  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 3.0f);
+
+  // When the context is full: stop, or shift (llama.cpp's context shift).
+  int full = e.limits.on_full == ContextPolicy::Shift ? 1 : 0;
+  ImGui::SetNextItemWidth(em * 4.5f);
+  if (ImGui::Combo("full##run", &full, "stop\0shift\0"))
+    e.limits.on_full = full ? ContextPolicy::Shift : ContextPolicy::Stop;
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "When the sequence reaches the context size: stop, or shift (keep the first\n"
+        "n_keep positions, drop the oldest half of the rest, re-rotate the surviving\n"
+        "K rows to their new positions); the scene animates each shift");
+  if (full) {
+    ImGui::SameLine();
+    ImGui::SetNextItemWidth(em * 3.0f);
+    ImGui::InputInt("keep##run", &e.limits.n_keep, 0);
+    if (ImGui::IsItemHovered()) ImGui::SetTooltip("n_keep: positions a shift never drops");
+  }
+  ImGui::SetNextItemWidth(em * 3.0f);
   ImGui::InputInt("sink##run", &e.limits.sink, 0);
   ImGui::SameLine();
-  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 3.5f);
+  ImGui::SetNextItemWidth(em * 3.5f);
   ImGui::InputInt("window##run", &e.limits.window, 0);
   if (ImGui::IsItemHovered())
     ImGui::SetTooltip(
         "Keep the first `sink` positions and the last `window` in every layer\n"
         "(StreamingLLM); 0: off");
+  const auto& lw = ui.facts.layer_window;
+  if (std::any_of(lw.begin(), lw.end(), [](int w) { return w > 0; })) {  // Gemma 3's local layers
+    int keep_all = e.kv_policy == KvPolicy::Full ? 1 : 0;
+    ImGui::SetNextItemWidth(em * 5.0f);
+    if (ImGui::Combo("local layers keep##run", &keep_all, "window\0full\0"))
+      e.kv_policy = keep_all ? KvPolicy::Full : KvPolicy::ModelWindow;
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip(
+          "What the model's sliding-window layers keep: their window (evicting older\n"
+          "positions) or every position (attention still sees only the window)");
+  }
   e.limits.n_ctx = std::max(e.limits.n_ctx, 0);
+  e.limits.n_keep = std::max(e.limits.n_keep, 0);
   e.limits.sink = std::max(e.limits.sink, 0);
   e.limits.window = std::max(e.limits.window, 0);
   if (e.limits.window == 0) e.limits.sink = 0;
-  const bool changed = !(e.kv_types == ui.engine_options.kv_types) ||
-                       e.limits.n_ctx != ui.engine_options.limits.n_ctx ||
-                       e.limits.sink != ui.engine_options.limits.sink ||
-                       e.limits.window != ui.engine_options.limits.window;
+  if (e.limits.on_full == ContextPolicy::Stop) e.limits.n_keep = 0;
+  const bool changed = kv_cache_differs(e, ui.engine_options);
   ImGui::SameLine();
   ImGui::BeginDisabled(!changed);
   if (ImGui::Button("Apply##cache")) {
-    ui.engine_options.kv_types = e.kv_types;
-    ui.engine_options.limits = e.limits;
+    ui.engine_options = with_kv_cache_of(ui.engine_options, e);
     open_model(ui, ctl, ui.engine_options.model_path);
   }
   ImGui::EndDisabled();

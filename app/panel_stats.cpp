@@ -71,6 +71,17 @@ void panel_stats(const UiState& ui, const ControllerState& cs, const Timeline& t
     if (ImGui::IsItemHovered())
       ImGui::SetTooltip("Its query was the token at position %d; positions count from 0.",
                         v.query_pos);
+    if (const StepTrace* t = tl.viewed(); t && t->shift_n > 0) {
+      ImGui::TextColored(ImVec4(0.45f, 0.95f, 0.55f, 1.0f),
+                         "          context shift: dropped %d-%d", t->shift_first,
+                         t->shift_first + t->shift_n - 1);
+      if (ImGui::IsItemHovered())
+        ImGui::SetTooltip(
+            "The context was full: this step kept positions 0-%d, dropped the next %d and\n"
+            "moved every later one down by %d (their K rows re-rotated); %d dropped since\n"
+            "the start of the run",
+            t->shift_first - 1, t->shift_n, t->shift_n, t->shifted_total);
+    }
     ImGui::Text("          %.1f ms%s for %d token%s", v.step_ms, v.device_time ? " (GPU)" : "",
                 v.tokens_processed, v.tokens_processed == 1 ? "" : "s");
     if (ImGui::IsItemHovered())

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "app/scene_kv.h"
+#include "app/scene_shift.h"
 #include "engine/printable.h"
 #include "render/glyph_atlas.h"
 #include "render/layout.h"
@@ -141,11 +142,16 @@ render::Scene build_scene(const Timeline& tl, const ViewOptions& opts, const Ani
   const int n_layer = std::max(tl.n_layer(), last ? last->n_layer : 0);
   const int n_tok = tl.viewed_seq_len();
 
-  // Tokens. The newest generated token falls into its slot (SceneAnim::fall).
+  // Tokens. The newest generated token falls into its slot (SceneAnim::fall); after a
+  // context shift the survivors slide left into their new positions (scene_shift.h).
+  const ShiftLook shift = viewed_shift(tl);
+  static const TokenInfo kNone;
   for (int i = 0; i < n_tok; ++i) {
-    const TokenInfo& ti = tl.tokens()[size_t(i)];
+    const TokenInfo* at = tl.token_at(i);
+    const TokenInfo& ti = at ? *at : kNone;
     render::TokenInstance t;
     t.position = layout::token_position(i);
+    t.slide = shift.slide_of(i);
     bool newest = last && i == last->pos && !ti.prompt;
     if (newest) t.drop = layout::kHeadHeight - 0.2f;
     t.color = ti.prompt ? render::palette::kPromptToken : render::palette::kGeneratedToken;
@@ -158,6 +164,8 @@ render::Scene build_scene(const Timeline& tl, const ViewOptions& opts, const Ani
   // KV stacks: one block per layer (a slice per KV head) under every position the layer's
   // cache holds, the window boundaries (scene_kv.h).
   add_kv_stacks(&s, tl, opts, n_tok, n_layer);
+  // A context shift's dropped positions leave where they stood (after every other instance).
+  add_shift_ghosts(&s, tl, opts, shift, n_layer);
 
   // Beams from the head's slot (SceneAnim::beam_shift slides them with the head).
   glm::vec3 origin = layout::head_position(n_tok);
@@ -200,14 +208,19 @@ void animate_scene(render::Scene* scene, const Timeline& tl, const AnimClock& cl
   s.anim.flash = step_flash(clock.since_step);
   s.anim.beam_fade = beam_fade(clock.since_step);
   s.anim.leave = leave_progress(clock.since_step);
+  const ShiftLook shift = viewed_shift(tl);
+  s.anim.slide = shift.active() ? shift_slide_left(clock.since_step) : 0.0f;
+  if (shift.active()) s.anim.leave = shift_leave_progress(clock.since_step);
+  s.anim.beam_fade *= 1.0f - s.anim.slide;  // the beams wait for a shift's slide to end
   // The head sits above the slot being generated; after a step it slides one slot right
   // as the new token lands, and the beams' origin goes with it.
   s.head.position = layout::head_position(n_tok);
   s.anim.beam_shift = glm::vec3(0.0f);
   if (last && last->pos == n_tok - 1) {
-    glm::vec3 shift(drop * layout::kTokenSpacing, 0.0f, 0.0f);
-    s.head.position = layout::head_position(last->pos) + shift;
-    s.anim.beam_shift = shift;
+    glm::vec3 move(drop * layout::kTokenSpacing + shift.slide_of(last->pos) * s.anim.slide, 0.0f,
+                   0.0f);
+    s.head.position = layout::head_position(last->pos) + move;
+    s.anim.beam_shift = move;
   }
   float pulse = 0.5f + 0.5f * std::sin(float(clock.time) * 6.0f);
   s.head.glow = clock.busy ? 0.75f + 0.25f * pulse : 0.8f;

@@ -24,6 +24,9 @@ struct ViewOptions {
   HeadAggregation aggregation = HeadAggregation::Mean;
   bool renormalize_sink = false;  // drop position 0 and renormalize the rest to sum 1
   bool color_by_v = false;        // color KV blocks by the V norm instead of K
+  // Color KV blocks by the measured quantization error of their K (or V, with color_by_v)
+  // rows instead of the norm (kv_error_color); grey where it was not measured.
+  bool color_by_error = false;
   bool labels = true;
   int hovered_pos = -1;
   // The run's cache, from the model facts (the traces do not carry them): KV heads per layer

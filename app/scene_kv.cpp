@@ -5,6 +5,7 @@
 #include <cmath>
 #include <set>
 
+#include "app/scene_shift.h"
 #include "render/layout.h"
 #include "render/synthetic_scene.h"
 
@@ -41,6 +42,21 @@ float kv_hatch(KvDtype t) {
   }
 }
 
+float kv_error_scale(float e) {
+  if (!(e > 0.0f)) return 0.0f;
+  const float lo = std::log10(kKvErrorLow), hi = std::log10(kKvErrorHigh);
+  return std::clamp((std::log10(e) - lo) / (hi - lo), 0.0f, 1.0f);
+}
+
+glm::vec3 kv_error_color(float e) {
+  const glm::vec3 stops[] = {
+      {0.15f, 0.35f, 0.95f}, {0.15f, 0.8f, 0.55f}, {0.95f, 0.85f, 0.2f}, {0.95f, 0.22f, 0.15f}};
+  const float x = kv_error_scale(e) * 3.0f;
+  const int i = std::min(int(x), 2);
+  const float f = x - float(i);
+  return stops[i] * (1.0f - f) + stops[i + 1] * f;
+}
+
 int kv_head_of(int head, int n_head, int n_head_kv) {
   if (n_head <= 0 || n_head_kv <= 0 || n_head % n_head_kv != 0 || head < 0 || head >= n_head)
     return -1;
@@ -57,7 +73,11 @@ KvHoldings::KvHoldings(const StepTrace* now, const StepTrace* before) {
   layers_.resize(now->kv_layers.size());
   for (size_t l = 0; l < layers_.size(); ++l) {
     layers_[l].now = now->kv_layers[l].held;
-    if (had) layers_[l].before = before->kv_layers[l].held;
+    // After a context shift, the step before held positions numbered the old way.
+    if (had)
+      layers_[l].before = now->shift_n > 0 ? ranges_after_shift(before->kv_layers[l].held,
+                                                                now->shift_first, now->shift_n)
+                                           : before->kv_layers[l].held;
   }
 }
 
@@ -113,6 +133,10 @@ render::KvBlockInstance kv_block(const Timeline& tl, const ViewOptions& opts,
     float lo = tl.kv_norm_min(layer, opts.color_by_v), hi = tl.kv_norm_max(layer, opts.color_by_v);
     float x = hi > lo ? (v - lo) / (hi - lo) : 0.5f;
     k.color = render::palette::kv_color(x);
+    if (opts.color_by_error) {
+      const float e = tl.kv_error(pos, layer, opts.color_by_v);
+      k.color = std::isnan(e) ? kKvErrorUnmeasured : kv_error_color(e);
+    }
     k.brightness = step.nocache ? 0.55f : 0.95f;  // NO CACHE keeps nothing: dimmer stacks
     if (written_now && !step.nocache) k.flash_brightness = 0.6f;
     k.hatch_k = step.hatch_k;
@@ -154,6 +178,7 @@ void add_kv_stacks(render::Scene* s, const Timeline& tl, const ViewOptions& opts
   step.hatch_v = kv_hatch(opts.kv_types.v);
 
   const KvHoldings hold(last, previous_trace(tl));
+  const ShiftLook shift = viewed_shift(tl);  // survivors of a context shift slide left
   std::vector<KvSlot> slots(size_t(std::max(n_layer, 0)));
   s->kv_blocks.reserve(size_t(n_tok) * size_t(std::max(n_layer, 0)) * size_t(n_heads));
   for (int i = 0; i < n_tok; ++i) {
@@ -167,6 +192,7 @@ void add_kv_stacks(render::Scene* s, const Timeline& tl, const ViewOptions& opts
           k.leave = 1.0f;
           k.flash_brightness = 0.0f;
         }
+        k.slide = shift.slide_of(i);
         s->kv_blocks.push_back(k);
       }
   }

@@ -29,6 +29,14 @@ namespace kvscope::app {
 // blocks coarse; 0 (plain) for f32 and f16.
 float kv_hatch(KvDtype t);
 
+// The quantization error colouring: a relative error ||x - stored(x)|| / ||x|| on a log
+// scale from kKvErrorLow (0) to kKvErrorHigh (1), clamped (0 for no error at all), and its
+// colour: blue (f16's ~1e-4), green, yellow (q8_0's ~1e-2), red (q4_0's ~1e-1 and above).
+inline constexpr float kKvErrorLow = 1e-4f, kKvErrorHigh = 0.3f;
+float kv_error_scale(float rel_error);
+glm::vec3 kv_error_color(float rel_error);
+inline constexpr glm::vec3 kKvErrorUnmeasured{0.32f, 0.33f, 0.36f};  // no measurement
+
 // The KV head that query head `head` reads: each KV head serves n_head / n_head_kv
 // consecutive query heads (grouped-query attention; multi-query when n_head_kv is 1).
 // -1 when the head or the shapes are out of range.

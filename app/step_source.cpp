@@ -126,6 +126,7 @@ class SessionSource final : public StepSource {
     return std::unique_ptr<StepSource>(
         std::make_unique<SessionSource>(std::move(s.value()), facts_));
   }
+  void set_kv_errors(bool on) override { session_->set_kv_errors(on); }
 
  private:
   std::unique_ptr<Session> session_;

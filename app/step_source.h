@@ -71,6 +71,9 @@ class StepSource {
   virtual const SamplerConfig& sampler() const = 0;
   virtual Status set_max_tokens(int n) = 0;
   virtual int max_tokens() const = 0;
+  // Measure the quantization error of the K/V rows each later step writes (the engine's
+  // SessionConfig::kv_errors); a recording has what it recorded.
+  virtual void set_kv_errors(bool on) { (void)on; }
 
   // Another live source on the same model, a backend of the same kind (its own scratch and
   // cache) and the same settings and sampler, in `mode`: the second run of an interleaved

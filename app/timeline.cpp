@@ -78,9 +78,12 @@ void Timeline::clear() {
   std::vector<uint64_t>().swap(offsets_);
   std::vector<float>().swap(range_log_);
   std::vector<TokenInfo>().swap(tokens_);
+  shifts_.clear();
   std::string().swap(generated_);
   for (auto& v : k_norm_) std::vector<float>().swap(v);
   for (auto& v : v_norm_) std::vector<float>().swap(v);
+  for (auto& v : k_err_) std::vector<float>().swap(v);
+  for (auto& v : v_err_) std::vector<float>().swap(v);
   std::fill(k_min_.begin(), k_min_.end(), std::numeric_limits<float>::infinity());
   std::fill(v_min_.begin(), v_min_.end(), std::numeric_limits<float>::infinity());
   std::fill(k_max_.begin(), k_max_.end(), 0.0f);
@@ -100,10 +103,46 @@ void Timeline::ensure_layers(int n) {
   n_layer_ = n;
   k_norm_.resize(size_t(n));
   v_norm_.resize(size_t(n));
+  k_err_.resize(size_t(n));
+  v_err_.resize(size_t(n));
   k_min_.resize(size_t(n), std::numeric_limits<float>::infinity());
   v_min_.resize(size_t(n), std::numeric_limits<float>::infinity());
   k_max_.resize(size_t(n), 0.0f);
   v_max_.resize(size_t(n), 0.0f);
+}
+
+int Timeline::index_after(int pos, size_t n_shifts) const {
+  if (pos < 0) return -1;
+  // Undo the shifts newest first: a position at or after a shift's first moved down by n.
+  for (size_t i = std::min(n_shifts, shifts_.size()); i-- > 0;)
+    if (pos >= shifts_[i].first) pos += shifts_[i].n;
+  return pos;
+}
+
+size_t Timeline::shifts_until(int step) const {
+  size_t n = 0;
+  while (n < shifts_.size() && shifts_[n].step <= step) ++n;
+  return n;
+}
+
+int Timeline::token_index(int pos) const {
+  return token_index_at(pos, viewed_step());
+}
+
+int Timeline::token_index_at(int pos, int step) const {
+  const int idx = index_after(pos, shifts_until(step));
+  return idx >= 0 && idx < int(tokens_.size()) ? idx : -1;
+}
+
+float Timeline::kv_norm_of_index(int index, int layer, bool v) const {
+  if (layer < 0 || layer >= n_layer_ || index < 0) return kNaN;
+  const auto& row = v ? v_norm_[size_t(layer)] : k_norm_[size_t(layer)];
+  return size_t(index) < row.size() ? row[size_t(index)] : kNaN;
+}
+
+const TokenInfo* Timeline::token_at(int pos) const {
+  const int idx = token_index(pos);
+  return idx >= 0 ? &tokens_[size_t(idx)] : nullptr;
 }
 
 void Timeline::merge_norms(const StepTrace& t) {
@@ -114,19 +153,33 @@ void Timeline::merge_norms(const StepTrace& t) {
   for (int l = 0; l < t.n_layer; ++l) {
     auto& kn = k_norm_[size_t(l)];
     auto& vn = v_norm_[size_t(l)];
-    size_t need = size_t(t.kv_first_pos + t.kv_written);
+    // Kept in arrival order, like the tokens (the shifts up to this step undone).
+    const int first = index_after(t.kv_first_pos, shifts_.size());
+    size_t need = size_t(first + t.kv_written);
     if (kn.size() < need) kn.resize(need, kNaN);
     if (vn.size() < need) vn.resize(need, kNaN);
     for (int i = 0; i < t.kv_written; ++i) {
       size_t src = size_t(l) * size_t(t.kv_written) + size_t(i);
       float k = t.k_norm[src];
       float v = src < t.v_norm.size() ? t.v_norm[src] : k;
-      kn[size_t(t.kv_first_pos + i)] = k;
-      vn[size_t(t.kv_first_pos + i)] = v;
+      const size_t at = size_t(index_after(t.kv_first_pos + i, shifts_.size()));
+      kn[at] = k;
+      vn[at] = v;
       k_min_[size_t(l)] = std::min(k_min_[size_t(l)], k);
       k_max_[size_t(l)] = std::max(k_max_[size_t(l)], k);
       v_min_[size_t(l)] = std::min(v_min_[size_t(l)], v);
       v_max_[size_t(l)] = std::max(v_max_[size_t(l)], v);
+    }
+    // The measured quantization errors, where the step has them.
+    const size_t n = size_t(l + 1) * size_t(t.kv_written);
+    if (t.k_err.size() < n || t.v_err.size() < n) continue;
+    for (auto* e : {&k_err_[size_t(l)], &v_err_[size_t(l)]})
+      if (e->size() < need) e->resize(need, kNaN);
+    for (int i = 0; i < t.kv_written; ++i) {
+      const size_t src = size_t(l) * size_t(t.kv_written) + size_t(i);
+      const size_t at = size_t(index_after(t.kv_first_pos + i, shifts_.size()));
+      k_err_[size_t(l)][at] = t.k_err[src];
+      v_err_[size_t(l)][at] = t.v_err[src];
     }
   }
 }
@@ -138,6 +191,8 @@ bool Timeline::apply(const Event& e) {
     n_layer_ = 0;
     k_norm_.clear();
     v_norm_.clear();
+    k_err_.clear();
+    v_err_.clear();
     k_min_.clear();
     k_max_.clear();
     v_min_.clear();
@@ -174,13 +229,14 @@ bool Timeline::apply(const Event& e) {
   if (e.kind != Event::Kind::Step || !e.trace) return true;
   const StepTrace& t = *e.trace;
   mode_ = t.mode;
+  if (t.shift_n > 0) shifts_.push_back({t.step, t.shift_first, t.shift_n});
   for (size_t i = 0; i < t.prompt.size(); ++i) {
     if (tokens_.size() <= i) tokens_.resize(i + 1);
     tokens_[i] = TokenInfo{t.prompt[i].id, t.prompt[i].text, true, 0};
   }
-  if (t.pos >= 0) {
-    if (tokens_.size() <= size_t(t.pos)) tokens_.resize(size_t(t.pos) + 1);
-    tokens_[size_t(t.pos)] = TokenInfo{t.token_id, t.text, t.is_prompt, t.step};
+  if (const int at = index_after(t.pos, shifts_.size()); at >= 0) {
+    if (tokens_.size() <= size_t(at)) tokens_.resize(size_t(at) + 1);
+    tokens_[size_t(at)] = TokenInfo{t.token_id, t.text, t.is_prompt, t.step};
   }
   generated_ += t.emitted;
   merge_norms(t);
@@ -265,8 +321,20 @@ float Timeline::kv_norm(int pos, int layer, bool v) const {
   if (layer < 0 || layer >= n_layer_ || pos < 0) return kNaN;
   if (const StepTrace* s = viewed(); s && pos >= s->kv_first_pos + s->kv_written) return kNaN;
   const auto& row = v ? v_norm_[size_t(layer)] : k_norm_[size_t(layer)];
-  return size_t(pos) < row.size() ? row[size_t(pos)] : kNaN;
+  const int at = index_after(pos, shifts_until(viewed_step()));
+  return at >= 0 && size_t(at) < row.size() ? row[size_t(at)] : kNaN;
 }
+float Timeline::kv_error(int pos, int layer, bool v) const {
+  if (const StepTrace* s = viewed(); s && pos >= s->kv_first_pos + s->kv_written) return kNaN;
+  return kv_error_of_index(token_index(pos), layer, v);
+}
+
+float Timeline::kv_error_of_index(int index, int layer, bool v) const {
+  if (layer < 0 || layer >= n_layer_ || index < 0) return kNaN;
+  const auto& row = v ? v_err_[size_t(layer)] : k_err_[size_t(layer)];
+  return size_t(index) < row.size() ? row[size_t(index)] : kNaN;
+}
+
 float Timeline::kv_norm_min(int layer, bool v) const {
   if (layer < 0 || layer >= n_layer_) return 0;
   if (viewed_ != 0 && range_log_.size() >= size_t(viewed_) * 4 * size_t(n_layer_))
@@ -308,6 +376,8 @@ size_t Timeline::memory_bytes() const {
   for (const TokenInfo& t : tokens_) b += t.text.capacity();
   for (const auto& r : k_norm_) b += r.capacity() * 4;
   for (const auto& r : v_norm_) b += r.capacity() * 4;
+  for (const auto& r : k_err_) b += r.capacity() * 4;
+  for (const auto& r : v_err_) b += r.capacity() * 4;
   b += generated_.capacity() + range_log_.capacity() * 4;
   return b;
 }

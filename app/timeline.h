@@ -14,6 +14,12 @@
 //
 // Positions are 0-based everywhere. Step k writes position pos_k (its sampled token); its
 // query is the token at pos_k - 1; after it the sequence holds pos_k + 1 tokens.
+//
+// Context shifts renumber positions: a step with shift_n > 0 first dropped positions
+// [shift_first, shift_first + shift_n) and moved every later one down by shift_n. tokens()
+// and the K/V norms are kept in arrival order (every token of the run, dropped ones too:
+// the transcript shows them all); position p as a step's sequence holds it is entry
+// token_index(p) (the identity until the first shift).
 #pragma once
 
 #include <cmath>
@@ -62,7 +68,22 @@ class Timeline {
   // their attention, K/V norms and prompt tokens are empty.
   const std::vector<std::shared_ptr<const StepTrace>>& steps() const { return steps_; }
   const StepTrace* last() const { return steps_.empty() ? nullptr : steps_.back().get(); }
+  // Every token of the run in arrival order (see the header: not indexed by position once
+  // the context has shifted).
   const std::vector<TokenInfo>& tokens() const { return tokens_; }
+  // The entry of tokens() at position `pos` of the viewed step's sequence (-1 when out of
+  // range), and that token.
+  int token_index(int pos) const;
+  const TokenInfo* token_at(int pos) const;
+  bool shifted() const { return !shifts_.empty(); }  // the context shifted in this run
+  // The entry of tokens() that was position `pos` of step `step`'s sequence (-1: none).
+  int token_index_at(int pos, int step) const;
+  // The K (or V) norm of layer `layer` at tokens() entry `index` (NaN: not computed).
+  float kv_norm_of_index(int index, int layer, bool v) const;
+  // The measured quantization error (StepTrace::k_err) of layer `layer`'s K (or V) row at
+  // `pos` of the viewed step, or at tokens() entry `index`; NaN when not measured.
+  float kv_error(int pos, int layer, bool v) const;
+  float kv_error_of_index(int index, int layer, bool v) const;
   int n_layer() const { return n_layer_; }
   uint64_t run() const { return run_; }
   const std::string& prompt_text() const { return prompt_text_; }
@@ -110,6 +131,12 @@ class Timeline {
   size_t memory_bytes() const;
 
  private:
+  struct Shift {
+    int step, first, n;  // the step that shifted, what it dropped
+  };
+  // The arrival index of position `pos` after the first `n_shifts` shifts.
+  int index_after(int pos, size_t n_shifts) const;
+  size_t shifts_until(int step) const;  // shifts done by step `step` (inclusive)
   void ensure_layers(int n);
   void merge_norms(const StepTrace& t);
   uint64_t run_ = 0;
@@ -121,9 +148,11 @@ class Timeline {
   std::shared_ptr<RunFile> store_;
   std::vector<std::shared_ptr<const StepTrace>> steps_;
   std::vector<uint64_t> offsets_;  // [steps] record offset in store_ (kNoOffset: not kept)
-  std::vector<TokenInfo> tokens_;
+  std::vector<TokenInfo> tokens_;  // in arrival order
+  std::vector<Shift> shifts_;      // the run's context shifts, oldest first
   int n_layer_ = 0;
-  std::vector<std::vector<float>> k_norm_, v_norm_;   // [L][pos]
+  std::vector<std::vector<float>> k_norm_, v_norm_;   // [L][arrival index]
+  std::vector<std::vector<float>> k_err_, v_err_;     // [L][arrival index], NaN: not measured
   std::vector<float> k_min_, k_max_, v_min_, v_max_;  // [L]
   std::vector<float> range_log_;  // [steps][4][L]: k_min, k_max, v_min, v_max after each step
   int viewed_ = 0;                // 0 = live

@@ -22,6 +22,8 @@ std::unique_ptr<Controller> start_controller(UiState& ui, const CaptureOptions& 
   eo.max_tokens = ui.max_tokens;
   eo.kv_types = cap.kv_types;
   eo.limits = cap.limits;
+  eo.kv_policy = cap.kv_policy;
+  eo.kv_errors = cap.kv_errors;
   ui.engine_options = eo;
   ctl->send(CmdLoadModel{eo});
   return ctl;

@@ -89,6 +89,16 @@ class Backend {
   // the stored K row (all kv heads), v_norm likewise. k_norm, v_norm are [1][T].
   virtual Status kv_row_norms(const KvCache& cache, int layer, int pos0, int T, Tensor k_norm,
                               Tensor v_norm) = 0;
+  // Quantization error of the rows just written at positions pos0 .. pos0+k.rows-1 of
+  // `layer`: k_err[0][t] = ||k[t] - K'[t]|| / ||k[t]|| with K' the stored K row read back
+  // as f32 (all kv heads together; 0 for a zero row), v_err likewise. k, v are the f32 rows
+  // [T][Hkv*D] as kv_write received them. Only where can_measure_kv_errors().
+  virtual bool can_measure_kv_errors() const { return false; }
+  virtual Status kv_row_errors(const KvCache& cache, int layer, int pos0, Tensor k, Tensor v,
+                               Tensor k_err, Tensor v_err) {
+    (void)cache, (void)layer, (void)pos0, (void)k, (void)v, (void)k_err, (void)v_err;
+    return make_error(name(), ": measuring the cache's quantization error is not available");
+  }
   // Copies src (rows*cols floats) to host memory; returns when the data is there.
   virtual Status download(Tensor src, float* host) = 0;
   // Context shift: rotates the stored K rows of every position >= first that `layer`

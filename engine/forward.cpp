@@ -103,6 +103,9 @@ Status forward(Backend& be, const Model& model, const int32_t* tokens, int T, in
                       pos0, " was asked for");
   out.k_norm.assign(size_t(L) * T, 0.0f);
   out.v_norm.assign(size_t(L) * T, 0.0f);
+  const bool errs = out.want_kv_errors && be.can_measure_kv_errors();
+  out.k_err.assign(errs ? size_t(L) * T : 0, 0.0f);
+  out.v_err.assign(errs ? size_t(L) * T : 0, 0.0f);
   for (int t0 = 0; t0 < T; t0 += kMaxBatch) {
     const Batch b{t0, std::min(kMaxBatch, T - t0), T, t0 + kMaxBatch >= T};
     KV_TRY(cache.begin(pos0 + b.t0, b.n));
@@ -153,7 +156,9 @@ Status run_blocks(Backend& be, const Model& model, const int32_t* tokens, int po
   if (!logits.ok()) return logits.error();
   auto probs = slot(kProbs, int64_t(L) * H, n_keys);  // [L*H][n_keys]
   if (!probs.ok()) return probs.error();
-  auto norms = slot(kNorms, 2 * int64_t(L), T);  // rows 0..L-1 K norms, L..2L-1 V norms
+  // Rows 0..L-1 K norms, L..2L-1 V norms; when measured, 2L..3L-1 K errors, 3L..4L-1 V.
+  const bool errs = !out.k_err.empty();
+  auto norms = slot(kNorms, (errs ? 4 : 2) * int64_t(L), T);
   if (!norms.ok()) return norms.error();
 
   // The residual add that closes each block is fused with the norm that opens the next
@@ -175,7 +180,15 @@ Status run_blocks(Backend& be, const Model& model, const int32_t* tokens, int po
       KV_TRY(be.rmsnorm(kh, w.k_norm, c.rms_eps, kh));
     }
     const RopeSpec rope{c.rope_style, c.n_rot, lc.rope_base, lc.rope_freq_scale};
-    KV_TRY(be.rope_kv_write(*q, *k, *v, cache, l, H, rope, pos0));
+    if (errs) {  // unfused, so that k holds the rotated f32 rows the cache stored
+      KV_TRY(be.rope(*q, H, D, rope, pos0));
+      KV_TRY(be.rope(*k, Hkv, D, rope, pos0));
+      KV_TRY(be.kv_write(cache, l, *k, *v, pos0));
+      KV_TRY(
+          be.kv_row_errors(cache, l, pos0, *k, *v, norms->row(2 * L + l), norms->row(3 * L + l)));
+    } else {
+      KV_TRY(be.rope_kv_write(*q, *k, *v, cache, l, H, rope, pos0));
+    }
     KV_TRY(be.kv_row_norms(cache, l, pos0, T, norms->row(l), norms->row(L + l)));
     Tensor probs_l = probs->row_range(int64_t(l) * H, H);
     KV_TRY(be.attention(*q, cache, l, pos0, H, c.attn_scale, *att, probs_l));
@@ -196,12 +209,15 @@ Status run_blocks(Backend& be, const Model& model, const int32_t* tokens, int po
     KV_TRY(be.download(*logits, out.logits.data()));
     KV_TRY(be.download(*probs, out.attention.data()));
   }
-  std::vector<float> norm_host(size_t(2 * L) * T);
+  std::vector<float> norm_host(size_t((errs ? 4 : 2) * L) * T);
   KV_TRY(be.download(*norms, norm_host.data()));
   for (int l = 0; l < L; ++l) {
     const auto row = [&](int r) { return norm_host.begin() + int64_t(r) * T; };
     std::copy_n(row(l), T, out.k_norm.begin() + int64_t(l) * b.T + b.t0);
     std::copy_n(row(L + l), T, out.v_norm.begin() + int64_t(l) * b.T + b.t0);
+    if (!errs) continue;
+    std::copy_n(row(2 * L + l), T, out.k_err.begin() + int64_t(l) * b.T + b.t0);
+    std::copy_n(row(3 * L + l), T, out.v_err.begin() + int64_t(l) * b.T + b.t0);
   }
   return Status::Ok();
 }

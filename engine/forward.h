@@ -21,6 +21,9 @@ struct ForwardOutput {
   std::vector<float> attention;  // [L][H][pos0+T], last query's softmax rows
   std::vector<float> k_norm;     // [L][T], L2 norm of each written K row
   std::vector<float> v_norm;     // [L][T]
+  // In: measure the written rows' quantization error (where the backend can).
+  bool want_kv_errors = false;
+  std::vector<float> k_err, v_err;  // [L][T] when measured (Backend::kv_row_errors), else empty
   uint64_t flops = 0;
   uint64_t kv_rows = 0;          // T * L
 };

@@ -176,6 +176,7 @@ Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
   std::unique_ptr<KvCache> scratch;
   int pos0 = 0, T = 0;
   ForwardOutput fo;
+  fo.want_kv_errors = config_.kv_errors;
   Status fs = Status::Ok();
   if (config_.mode == CacheMode::Cache && cache_) {
     // The tokens not yet in the cache (one, after the first step).
@@ -247,6 +248,8 @@ Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
   tr.kv_written = T;
   tr.k_norm = std::move(fo.k_norm);
   tr.v_norm = std::move(fo.v_norm);
+  tr.k_err = std::move(fo.k_err);
+  tr.v_err = std::move(fo.v_err);
   tr.tokens_processed = int(fo.kv_rows / uint64_t(c.n_layer));  // every chunk replayed
   tr.flops = fo.flops;
   tr.kv_rows = fo.kv_rows;

@@ -54,7 +54,10 @@ struct SessionConfig {
   int max_tokens = 256;                   // generated tokens, then StopReason::MaxTokens
   std::vector<std::string> stop_strings;  // stop when the generated text contains one
   bool stop_at_eos = true;
-  int top_candidates = 10;                // candidates kept in each StepTrace
+  int top_candidates = 10;  // candidates kept in each StepTrace
+  // Measure the quantization error of every K/V row written (StepTrace::k_err, v_err).
+  // Off by default: a normal run pays nothing for it.
+  bool kv_errors = false;
 };
 
 struct Candidate {
@@ -106,6 +109,11 @@ struct StepTrace {
   // k_norm[l * kv_written + i] is the L2 norm of layer l's K row at that position.
   int kv_first_pos = 0, kv_written = 0;
   std::vector<float> k_norm, v_norm;
+  // Only when measured (SessionConfig::kv_errors, on a backend that can: see
+  // Backend::kv_row_errors): the relative error of each row written this step as the cache
+  // stores it, ||x - stored(x)|| / ||x|| over all KV heads, x the f32 row before it was
+  // converted to the cache's K (or V) type; [L][kv_written] like k_norm. Empty otherwise.
+  std::vector<float> k_err, v_err;
 
   // Per layer: its window and which positions its cache holds (a windowed layer's held
   // range starts at the window start: older positions were evicted).
@@ -152,6 +160,7 @@ class Session {
   void set_sampler(const SamplerConfig& s);
   const SamplerConfig& sampler() const { return sampler_cfg_; }
   void set_max_tokens(int n) { config_.max_tokens = n; }
+  void set_kv_errors(bool on) { config_.kv_errors = on; }  // from the next step on
   const SessionConfig& config() const { return config_; }
 
   const Model& model() const { return *model_; }

@@ -158,7 +158,7 @@ void Renderer::Impl::pack(const Scene& scene, const GlyphAtlas& atlas) {
                           t.color,
                           {t.brightness, 0.0f, t.highlighted ? 1.0f : 0.0f, 0.0f},
                           {0.0f, 0.0f, t.drop},
-                          {0.0f, 0.0f, 0.0f, t.slide}});
+                          {t.leave, 0.0f, 0.0f, t.slide}});
     grid_x0 = std::min(grid_x0, t.position.x - 8.0f);
     grid_x1 = std::max(grid_x1, t.position.x + 8.0f);
   }

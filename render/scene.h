@@ -3,10 +3,10 @@
 // A Scene is built by the app whenever its inputs change and handed to
 // render::Renderer::draw() every frame. Per-frame animation lives in SceneAnim (uniforms),
 // so an animated frame does not touch the instance data; `revision` tells the renderer
-// when the instance data is unchanged and its GPU buffers can be reused. Everything is in world units; +x runs along the sequence,
-// +y is up, +z points towards the default (FRONT) camera. Colors are linear RGB in [0,1].
-// Invariants: brightness/weight fields are in [0,1] (the renderer clamps them);
-// label text is valid UTF-8 (code points missing from the glyph atlas draw as '?').
+// when the instance data is unchanged and its GPU buffers can be reused. Everything is in world
+// units; +x runs along the sequence, +y is up, +z points towards the default (FRONT) camera. Colors
+// are linear RGB in [0,1]. Invariants: brightness/weight fields are in [0,1] (the renderer clamps
+// them); label text is valid UTF-8 (code points missing from the glyph atlas draw as '?').
 #pragma once
 
 #include <cstdint>
@@ -38,6 +38,9 @@ struct TokenInstance {
   // World units along +x the token (and its label) starts from when SceneAnim::slide is 1:
   // after a context shift the surviving tokens slide left into their new positions.
   float slide = 0.0f;
+  // 1: dropped by this step (a context shift): the block shrinks and sinks away as
+  // SceneAnim::leave goes 0 -> 1 (as KvBlockInstance::leave; give it no label).
+  float leave = 0.0f;
 };
 
 // Flat labels: the gap between the token's near edge and the first lane's line, and the
@@ -132,6 +135,23 @@ struct SceneAnim {
   float leave = 1.0f;             // 0..1 progress of this step's evictions (1: gone)
   float slide = 0.0f;             // 0..1 fraction of each instance's `slide` still to travel
 };
+
+// Where the block shader (shaders/block.vert) puts a KV block's or token's center for
+// animation `a`: its slide still to travel, its leave (sinking), a token's drop still to fall.
+inline glm::vec3 drawn_center(const KvBlockInstance& k, const SceneAnim& a) {
+  const float slide = a.slide < 0.0f ? 0.0f : a.slide > 1.0f ? 1.0f : a.slide;
+  float leave = k.leave * (a.leave < 0.0f ? 0.0f : a.leave > 1.0f ? 1.0f : a.leave);
+  leave = leave < 0.0f ? 0.0f : leave > 1.0f ? 1.0f : leave;
+  return k.position + glm::vec3(k.slide * slide, -0.6f * leave, 0.0f);
+}
+inline glm::vec3 drawn_center(const TokenInstance& t, const SceneAnim& a) {
+  KvBlockInstance k;
+  k.position = t.position;
+  k.slide = t.slide;
+  k.leave = t.leave;
+  const float fall = a.fall < 0.0f ? 0.0f : a.fall > 1.0f ? 1.0f : a.fall;
+  return drawn_center(k, a) + glm::vec3(0.0f, t.drop * fall, 0.0f);
+}
 
 struct Scene {
   // Nonzero: the instance content (tokens, labels, kv_blocks, beams, markers, token/kv sizes,

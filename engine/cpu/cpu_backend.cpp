@@ -30,7 +30,6 @@
 namespace kvscope {
 namespace {
 
-
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int n_threads) : pool_(n_threads) {}
@@ -175,6 +174,41 @@ class CpuBackend final : public Backend {
       }
       k_norm.data[t] = float(std::sqrt(sk));
       v_norm.data[t] = float(std::sqrt(sv));
+    }
+    return Status::Ok();
+  }
+
+  bool can_measure_kv_errors() const override { return true; }
+  Status kv_row_errors(const KvCache& cache, int layer, int pos0, Tensor k, Tensor v, Tensor k_err,
+                       Tensor v_err) override {
+    const auto& c = static_cast<const cpu::CpuKvCache&>(cache);
+    const int D = c.shape().head_dim, Hkv = c.shape().n_head_kv;
+    if (k.cols != int64_t(Hkv) * D || v.cols != k.cols || v.rows != k.rows)
+      return make_error("cpu: kv_row_errors shapes: k ", k.rows, "x", k.cols, ", v ", v.rows, "x",
+                        v.cols, " for ", Hkv, " kv heads of ", D);
+    std::vector<float> row(static_cast<size_t>(D));
+    auto rel = [](double diff, double ref) {
+      return ref > 0 ? float(std::sqrt(diff / ref)) : 0.0f;
+    };
+    for (int t = 0; t < int(k.rows); ++t) {
+      const int s = c.slot_of(layer, pos0 + t);
+      double dk = 0, rk = 0, dv = 0, rv = 0;
+      for (int h = 0; h < Hkv; ++h) {
+        const float* xk = k.data + int64_t(t) * k.cols + int64_t(h) * D;
+        const float* xv = v.data + int64_t(t) * v.cols + int64_t(h) * D;
+        cpu::load_row(c.types().k, c.k_row(layer, h, s), row.data(), D);
+        for (int i = 0; i < D; ++i) {
+          dk += double(xk[i] - row[size_t(i)]) * (xk[i] - row[size_t(i)]);
+          rk += double(xk[i]) * xk[i];
+        }
+        cpu::load_row(c.types().v, c.v_row(layer, h, s), row.data(), D);
+        for (int i = 0; i < D; ++i) {
+          dv += double(xv[i] - row[size_t(i)]) * (xv[i] - row[size_t(i)]);
+          rv += double(xv[i]) * xv[i];
+        }
+      }
+      k_err.data[t] = rel(dk, rk);
+      v_err.data[t] = rel(dv, rv);
     }
     return Status::Ok();
   }

@@ -340,6 +340,57 @@ TEST(Controller, StatsCountThePositionsAWindowedCacheHolds) {
   EXPECT_GT(windowed, 10) << "the run must go well past sink + window";
 }
 
+// The Run section's KV cache edit (context 16, shift keeping 2) applied the way its Apply
+// button does (with_kv_cache_of + CmdLoadModel) reaches the engine: the run goes past the
+// context by shifting (the positions [2, 2 + n) dropped, the sequence never longer than 16)
+// instead of stopping when the context is full. The error colouring's CmdKvErrors makes
+// every step carry the measured errors of the rows it wrote.
+TEST(Controller, RunSectionContextShiftReachesTheEngine) {
+  test::TinyModelSpec spec;
+  const std::string path = ::testing::TempDir() + "/kvscope_tiny_run_shift.gguf";
+  ASSERT_TRUE(test::write_tiny_llama(spec, path).ok());
+  EngineOptions current;
+  current.model_path = path;
+  current.backend = "cpu";
+  current.threads = 1;
+  current.max_tokens = 30;
+  EngineOptions edit = current;
+  edit.limits.n_ctx = 16;
+  edit.limits.on_full = ContextPolicy::Shift;
+  edit.limits.n_keep = 2;
+  ASSERT_TRUE(kv_cache_differs(edit, current));
+  const EngineOptions applied = with_kv_cache_of(current, edit);
+  EXPECT_FALSE(kv_cache_differs(applied, edit));
+  EXPECT_EQ(applied.model_path, path);
+  EXPECT_EQ(applied.max_tokens, 30);
+
+  auto ctl = std::make_unique<Controller>(std::unique_ptr<StepSource>(), test_options());
+  std::vector<Event> ev;
+  ctl->send(CmdLoadModel{applied});
+  ctl->send(CmdKvErrors{true});  // the error colouring's switch reaches the engine too
+  ctl->send(CmdSpeed{kSpeedMax});
+  ctl->send(CmdReset{PromptSpec{"ab", false}, true});
+  collect(
+      *ctl, ev, [](auto& e) { return finished(e, 1); }, 60);
+  ASSERT_TRUE(finished(ev, 1));
+  int shifts = 0, steps = 0;
+  for (const Event& e : ev) {
+    if (e.kind != Event::Kind::Step || !e.trace) continue;
+    const StepTrace& t = *e.trace;
+    ++steps;
+    EXPECT_LE(t.seq_len, 16) << "step " << t.step;
+    EXPECT_NE(t.stop, StopReason::ContextFull) << "step " << t.step;
+    EXPECT_EQ(t.k_err.size(), size_t(t.n_layer) * size_t(t.kv_written)) << "step " << t.step;
+    if (t.shift_n > 0) {
+      ++shifts;
+      EXPECT_EQ(t.shift_first, 2);
+      EXPECT_EQ(t.shift_n, (16 - 2) / 2);
+    }
+  }
+  EXPECT_EQ(steps, 30);
+  EXPECT_GE(shifts, 2);
+}
+
 TEST(Controller, FailedModelLoadLeavesAUsableController) {
   auto ctl = std::make_unique<Controller>(std::unique_ptr<StepSource>(), test_options());
   std::vector<Event> ev;

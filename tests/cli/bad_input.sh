@@ -110,6 +110,9 @@ if "$kvscope" bench-render --help >/dev/null 2>&1; then  # built with the app
   check "app: --layer not a number" "--layer abc" --screenshot "$dir/x.png" --layer abc
   check "app: --head not a number" "--head xyz" --screenshot "$dir/x.png" --head xyz
   check "app: --look-at negative" "--look-at" --screenshot "$dir/x.png" --look-at -4
+  check "app: --ctx-full not a policy" "choose stop or shift" --screenshot "$dir/x.png" --ctx-full roll
+  check "app: --kv-keep not a policy" "choose window or full" --screenshot "$dir/x.png" --kv-keep some
+  check "app: --n-keep negative" "--n-keep" --screenshot "$dir/x.png" --n-keep -2
 fi
 
 # Good runs on the same tiny model work.

@@ -3,7 +3,10 @@
 // rounding case lands on the nearest step, and random rows come back within the stated
 // error bound (half a step plus the scale's fp16 rounding; one step more at q4_0's
 // clamped far end). On the CPU backend, attention over a quantized cache equals attention
-// over an f32 cache holding the dequantized rows, for every K/V type pair.
+// over an f32 cache holding the dequantized rows, for every K/V type pair. The error the
+// engine measures for the app's error colouring is that of the rows as stored (recomputed
+// here from the block functions), and a session measures it only when asked, without
+// changing a token.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,6 +17,8 @@
 #include "engine/cpu/cpu_backend.h"
 #include "engine/kv_quant.h"
 #include "engine/quant.h"
+#include "engine/session.h"
+#include "tests/util/tiny_model.h"
 
 namespace kvscope {
 namespace {
@@ -180,6 +185,99 @@ TEST(KvQuant, CpuAttentionOverQuantizedRowsEqualsAttentionOverTheirValues) {
       for (size_t i = 0; i < got.size(); ++i)
         ASSERT_NEAR(got[i], want[i], 1e-5f + 1e-5f * std::fabs(want[i])) << "element " << i;
     }
+}
+
+// Backend::kv_row_errors is the relative error of each position's rows as the cache
+// stores them (all KV heads together): recomputed here through the GGUF block functions;
+// exactly 0 for an f32 cache, and growing f16 < q8_0 < q4_0.
+TEST(KvQuant, CpuMeasuredRowErrorIsTheStoredRowsError) {
+  constexpr int Hkv = 2, D = 64, N = 6;
+  auto be = make_cpu_backend(1);
+  ASSERT_TRUE(be->can_measure_kv_errors());
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> k(size_t(N) * Hkv * D), v(k.size());
+  for (float& f : k) f = nd(rng);
+  for (float& f : v) f = 3.0f * nd(rng);
+  std::vector<double> mean;
+  for (KvDtype t : {KvDtype::F32, KvDtype::F16, KvDtype::Q8_0, KvDtype::Q4_0}) {
+    SCOPED_TRACE(kv_dtype_name(t));
+    auto made = be->create_kv_cache(kv_config_full({1, Hkv, D}, {t, KvDtype::Q8_0}), N);
+    ASSERT_TRUE(made.ok()) << made.error().message;
+    KvCache& c = **made;
+    auto ks = be->scratch(0, N, Hkv * D);
+    auto vs = be->scratch(1, N, Hkv * D);
+    std::copy(k.begin(), k.end(), ks->data);
+    std::copy(v.begin(), v.end(), vs->data);
+    ASSERT_TRUE(c.begin(0, N).ok());
+    ASSERT_TRUE(be->kv_write(c, 0, *ks, *vs, 0).ok());
+    ASSERT_TRUE(c.end().ok());
+    auto ke = be->scratch(2, 1, N);
+    auto ve = be->scratch(3, 1, N);
+    ASSERT_TRUE(be->kv_row_errors(c, 0, 0, *ks, *vs, *ke, *ve).ok());
+    const std::vector<float> kt = through(t, k, D), vt = through(KvDtype::Q8_0, v, D);
+    double sum = 0;
+    for (int n = 0; n < N; ++n) {
+      auto rel = [&](const std::vector<float>& x, const std::vector<float>& y) {
+        double d = 0, r = 0;
+        for (size_t i = size_t(n) * Hkv * D; i < size_t(n + 1) * Hkv * D; ++i) {
+          d += double(x[i] - y[i]) * (x[i] - y[i]);
+          r += double(x[i]) * x[i];
+        }
+        return std::sqrt(d / r);
+      };
+      const double want_k = rel(k, kt), want_v = rel(v, vt);
+      EXPECT_NEAR(ke->data[n], want_k, 1e-7 + 1e-4 * want_k) << "position " << n;
+      EXPECT_NEAR(ve->data[n], want_v, 1e-7 + 1e-4 * want_v) << "position " << n;
+      if (t == KvDtype::F32) EXPECT_EQ(ke->data[n], 0.0f);
+      sum += ke->data[n];
+    }
+    mean.push_back(sum / N);
+  }
+  EXPECT_GT(mean[1], 0.0);
+  EXPECT_LT(mean[1], mean[2]) << "f16 below q8_0";
+  EXPECT_LT(mean[2], mean[3]) << "q8_0 below q4_0";
+  EXPECT_GT(mean[2], 1e-3);  // q8_0: about 0.5% for Gaussian rows
+  EXPECT_LT(mean[2], 2e-2);
+  EXPECT_GT(mean[3], 2e-2);  // q4_0: about 10%
+  EXPECT_LT(mean[3], 0.3);
+}
+
+// A session measures the errors only when asked (a normal run's traces carry none), for
+// every row it writes, and the measurement changes no token.
+TEST(KvQuant, SessionMeasuresRowErrorsOnlyWhenAskedWithTheSameTokens) {
+  test::TinyModelSpec spec;
+  spec.n_head = 2;  // head_dim 32: one quantized block per head
+  spec.n_head_kv = 1;
+  const std::string path = ::testing::TempDir() + "/kvscope_tiny_kv_errors.gguf";
+  ASSERT_TRUE(test::write_tiny_llama(spec, path).ok());
+  auto model = Model::load(path);
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  std::vector<int32_t> tokens[2];
+  for (int on = 0; on < 2; ++on) {
+    SessionConfig cfg;
+    cfg.kv_types = {KvDtype::Q8_0, KvDtype::Q4_0};
+    cfg.max_tokens = 6;
+    cfg.stop_at_eos = false;
+    cfg.kv_errors = on == 1;
+    auto s = Session::create(model.value(), make_cpu_backend(1), cfg);
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    ASSERT_TRUE((*s)->reset_tokens({5, 6, 7, 8, 9}).ok());
+    while (!(*s)->done()) {
+      auto t = (*s)->step();
+      ASSERT_TRUE(t.ok()) << t.error().message;
+      tokens[on].push_back(t->token_id);
+      const size_t rows = size_t(t->n_layer) * size_t(t->kv_written);
+      ASSERT_EQ(t->k_err.size(), on ? rows : 0u) << "step " << t->step;
+      ASSERT_EQ(t->v_err.size(), on ? rows : 0u) << "step " << t->step;
+      for (size_t i = 0; i < t->k_err.size(); ++i) {
+        EXPECT_GT(t->k_err[i], 0.0f);
+        EXPECT_LT(t->k_err[i], 0.05f) << "q8_0";
+        EXPECT_GT(t->v_err[i], t->k_err[i]) << "q4_0 loses more than q8_0";
+      }
+    }
+  }
+  EXPECT_EQ(tokens[0], tokens[1]);
 }
 
 }  // namespace
