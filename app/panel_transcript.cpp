@@ -86,7 +86,8 @@ void panel_transcript(UiState& ui, const Timeline& tl) {
   auto line_end = [&](int line) { return line + 1 < n_lines ? c.line_first[size_t(line) + 1] : n; };
 
   // The token hovered in the 3D view: scroll its line into sight once.
-  const int from_view = ui.hovered_pos;
+  // Positions renumber after a context shift; the transcript keeps every token.
+  const int from_view = ui.hovered_pos >= 0 ? tl.token_index(ui.hovered_pos) : -1;
   int scroll_line = -1;
   if (from_view >= 0 && from_view < n && from_view != c.follow_pos) {
     auto it = std::upper_bound(c.line_first.begin(), c.line_first.end(), from_view);
@@ -131,7 +132,7 @@ void panel_transcript(UiState& ui, const Timeline& tl) {
     ImGui::SetScrollHereY(1.0f);  // keep following the newest text
   }
   ImGui::EndChild();
-  if (hovered >= 0) ui.panel_hovered_pos = hovered;
+  if (hovered >= 0) ui.panel_hovered_pos = tl.position_of_index(hovered);
   ImGui::TextDisabled(
       "%d tokens (%d prompt); hover a word to find it in 3D", n,
       int(std::count_if(toks.begin(), toks.end(), [](const TokenInfo& t) { return t.prompt; })));

@@ -134,6 +134,18 @@ int Timeline::token_index_at(int pos, int step) const {
   return idx >= 0 && idx < int(tokens_.size()) ? idx : -1;
 }
 
+int Timeline::position_of_index(int index) const {
+  const int step = viewed_step();
+  for (size_t i = 0; i < shifts_until(step); ++i) {
+    const Shift& s = shifts_[i];
+    if (index >= s.first + s.n)
+      index -= s.n;
+    else if (index >= s.first)
+      return -1;
+  }
+  return index >= 0 && index < viewed_seq_len() ? index : -1;
+}
+
 float Timeline::kv_norm_of_index(int index, int layer, bool v) const {
   if (layer < 0 || layer >= n_layer_ || index < 0) return kNaN;
   const auto& row = v ? v_norm_[size_t(layer)] : k_norm_[size_t(layer)];

@@ -78,6 +78,9 @@ class Timeline {
   bool shifted() const { return !shifts_.empty(); }  // the context shifted in this run
   // The entry of tokens() that was position `pos` of step `step`'s sequence (-1: none).
   int token_index_at(int pos, int step) const;
+  // The position of tokens() entry `index` in the viewed step's sequence (-1: a shift
+  // dropped it, or it came later): the inverse of token_index.
+  int position_of_index(int index) const;
   // The K (or V) norm of layer `layer` at tokens() entry `index` (NaN: not computed).
   float kv_norm_of_index(int index, int layer, bool v) const;
   // The measured quantization error (StepTrace::k_err) of layer `layer`'s K (or V) row at

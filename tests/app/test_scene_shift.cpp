@@ -111,10 +111,19 @@ TEST(SceneShift, TimelineRenumbersPositionsAfterTheShift) {
   EXPECT_FLOAT_EQ(tl.kv_norm(5, 0, false), norm_of(9, 0)) << "written by step 5";
   EXPECT_EQ(int(tl.tokens().size()), 11) << "the transcript keeps the dropped tokens";
 
+  // The transcript keeps every token: its entries map back to the positions they hold now.
+  EXPECT_EQ(tl.position_of_index(1), 1);
+  EXPECT_EQ(tl.position_of_index(3), -1) << "dropped";
+  EXPECT_EQ(tl.position_of_index(6), 2);
+  EXPECT_EQ(tl.position_of_index(10), 6);
+  for (int p = 0; p < 7; ++p) EXPECT_EQ(tl.position_of_index(tl.token_index(p)), p);
+
   tl.scrub_to(4);  // before the shift: the old numbering
   EXPECT_EQ(tl.token_at(2)->id, 2);
   EXPECT_EQ(tl.token_at(9)->step, 4);
   EXPECT_FLOAT_EQ(tl.kv_norm(2, 0, false), norm_of(2, 0));
+  EXPECT_EQ(tl.position_of_index(3), 3);
+  EXPECT_EQ(tl.position_of_index(10), -1) << "not sampled yet at step 4";
 }
 
 TEST(SceneShift, SurvivorsStartAtTheirOldPositionsAndEndAtTheNewOnes) {
