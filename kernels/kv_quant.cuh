@@ -30,6 +30,10 @@ namespace kvscope_cuda {
 __device__ __forceinline__ void st_f16(uint8_t* p, float f) {
   *reinterpret_cast<__half*>(p) = __float2half_rn(f);
 }
+// The same scale read back as one 16-bit load (the same alignment).
+__device__ __forceinline__ float ld_scale(const uint8_t* p) {
+  return __half2float(*reinterpret_cast<const __half*>(p));
+}
 
 // store32(row, d0, x, valid): called by all 32 lanes of a (full) warp together; lane l
 // holds value d0 + l of the row in x, stored when `valid` (d0 + l < D; always true for
@@ -62,7 +66,7 @@ struct KvQ8_0 {
   __host__ __device__ static int64_t row_bytes(int D) { return int64_t(D / 32) * 34; }
   __device__ static float load(const uint8_t* row, int d) {
     const uint8_t* b = row + (d / 32) * 34;
-    return ld_f16(b) * static_cast<float>(static_cast<int8_t>(b[2 + d % 32]));
+    return ld_scale(b) * static_cast<float>(static_cast<int8_t>(b[2 + d % 32]));
   }
   __device__ static void store32(uint8_t* row, int d0, float x, bool /*valid*/) {
     const int lane = static_cast<int>(threadIdx.x % 32);
@@ -82,7 +86,7 @@ struct KvQ4_0 {
     const uint8_t* b = row + (d / 32) * 18;
     const int j = d % 32;
     const int q = j < 16 ? (b[2 + j] & 0xF) : (b[2 + j - 16] >> 4);
-    return ld_f16(b) * static_cast<float>(q - 8);
+    return ld_scale(b) * static_cast<float>(q - 8);
   }
   __device__ static void store32(uint8_t* row, int d0, float x, bool /*valid*/) {
     const int lane = static_cast<int>(threadIdx.x % 32);
