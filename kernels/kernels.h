@@ -93,6 +93,11 @@ cudaError_t kv_rerotate(KvLayer kv, RopeArgs r, int first, int delta, cudaStream
 // pos0_dev non-null the position is read from device memory instead (CUDA graph replay).
 cudaError_t kv_norms(KvLayer kv, int pos0, const int* pos0_dev, int T, float* k_norm,
                      float* v_norm, cudaStream_t s);
+// k_err[t], v_err[t] = ||x - x'|| / ||x|| over all kv heads, x the f32 row k[t] / v[t] just
+// stored at position pos0 + t and x' that stored row read back (0 for a zero row).
+// pos0_dev as in kv_norms.
+cudaError_t kv_row_errors(KvLayer kv, const float* k, const float* v, int T, int pos0,
+                          const int* pos0_dev, float* k_err, float* v_err, cudaStream_t s);
 // GQA attention of q [T][H*D] (row t at position pos0 + t) over the keys the layer holds
 // that are visible to each query (kv.pos and the window rule), scores times `scale`;
 // out [T][H*D]. probs_last [H][probs_stride] (may be null) gets the last query's softmax

@@ -60,6 +60,9 @@ class CudaBackend final : public Backend {
   Status kv_rerotate(KvCache& cache, int layer, const RopeSpec& r, int first, int delta) override;
   Status kv_row_norms(const KvCache& cache, int layer, int pos0, int T, Tensor k_norm,
                       Tensor v_norm) override;
+  bool can_measure_kv_errors() const override { return true; }
+  Status kv_row_errors(const KvCache& cache, int layer, int pos0, Tensor k, Tensor v, Tensor k_err,
+                       Tensor v_err) override;
   Status matmul_qkv(const Weight& wq, const Weight& wk, const Weight& wv, Tensor x, Tensor q,
                     Tensor k, Tensor v) override;
   Status matmul_glu(const Weight& w_gate, const Weight& w_up, Tensor x, FfnAct act, Tensor out,

@@ -214,6 +214,21 @@ Status CudaBackend::kv_row_norms(const KvCache& cache, int layer, int pos0, int 
                    pos_dev, T, k_norm.data, v_norm.data);
 }
 
+Status CudaBackend::kv_row_errors(const KvCache& cache, int layer, int pos0, Tensor k, Tensor v,
+                                  Tensor k_err, Tensor v_err) {
+  const auto& c = static_cast<const CudaKvCache&>(cache);
+  const int64_t width = int64_t(c.shape().n_head_kv) * c.shape().head_dim;
+  if (k.cols != width || v.cols != width || v.rows != k.rows || k_err.cols < k.rows ||
+      v_err.cols < k.rows)
+    return make_error("cuda: kv_row_errors shapes: k ", k.rows, "x", k.cols, ", v ", v.rows, "x",
+                      v.cols, " for rows of ", width);
+  const int T = int(k.rows);
+  KV_TRY(c.check_room(layer, pos0, T, "kv_row_errors"));
+  const int* pos_dev = step_pos(pos0);
+  return ops_->run("kv row errors kernel", kvscope_cuda::kv_row_errors, c.layer(layer), k.data,
+                   v.data, T, pos_dev ? 0 : pos0, pos_dev, k_err.data, v_err.data);
+}
+
 // --- Fused ops. Each checks shapes like the ops it replaces and falls back to the
 // default composition where no fused kernel applies (long products on cuBLAS, weights
 // without a native matvec).

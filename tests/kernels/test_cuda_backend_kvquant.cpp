@@ -194,6 +194,61 @@ TEST_F(CudaKvQuantParity, ContextShiftWithQ8_0KeysMatchesCpu) {
   }
 }
 
+// The quantization error of the stored rows (the scene's error colouring), measured on the
+// device from the stored bytes (kernels/kv_row_errors.cu): per layer and written position
+// the CUDA backend's K and V errors equal the CPU's for the same run within 10% (the rows
+// differ by fp32 noise, which can move a value across a rounding boundary), an f32 side
+// is exactly 0, and q4_0 loses more than q8_0.
+TEST_F(CudaKvQuantParity, RowErrorsMatchTheCpu) {
+  std::shared_ptr<const Model> model = load_tiny(llama32(7), "kverr");
+  ASSERT_TRUE(model);
+  for (const KvTypes types : {KvTypes{KvDtype::Q8_0, KvDtype::Q4_0},
+                              KvTypes{KvDtype::F32, KvDtype::Q8_0}}) {
+    SCOPED_TRACE(types_name(types));
+    std::vector<StepTrace> runs[2];
+    for (int gpu = 0; gpu < 2; ++gpu) {
+      std::unique_ptr<Backend> be = make_cpu_backend(1);
+      if (gpu == 1) {
+        auto cuda = make_cuda_backend(*model);
+        ASSERT_TRUE(cuda.ok()) << cuda.error().message;
+        be = std::move(cuda.value());
+      }
+      SessionConfig cfg;
+      cfg.kv_types = types;
+      cfg.max_tokens = 6;
+      cfg.stop_at_eos = false;
+      cfg.kv_errors = true;
+      auto s = Session::create(model, std::move(be), cfg);
+      ASSERT_TRUE(s.ok()) << s.error().message;
+      ASSERT_TRUE((*s)->reset_tokens({5, 6, 7, 8, 9}).ok());
+      while (!(*s)->done()) {
+        auto t = (*s)->step();
+        ASSERT_TRUE(t.ok()) << t.error().message;
+        runs[gpu].push_back(std::move(t.value()));
+      }
+    }
+    ASSERT_EQ(runs[0].size(), 6u);
+    ASSERT_EQ(runs[1].size(), 6u);
+    for (size_t i = 0; i < 6; ++i) {
+      const StepTrace &a = runs[0][i], &b = runs[1][i];
+      ASSERT_EQ(a.token_id, b.token_id) << "step " << i;
+      ASSERT_EQ(a.k_err.size(), size_t(a.n_layer) * size_t(a.kv_written)) << "step " << i;
+      ASSERT_EQ(b.k_err.size(), a.k_err.size()) << "step " << i;
+      ASSERT_EQ(b.v_err.size(), a.v_err.size()) << "step " << i;
+      for (size_t r = 0; r < a.k_err.size(); ++r) {
+        EXPECT_NEAR(b.k_err[r], a.k_err[r], 0.1f * a.k_err[r]) << "step " << i << " row " << r;
+        EXPECT_NEAR(b.v_err[r], a.v_err[r], 0.1f * a.v_err[r]) << "step " << i << " row " << r;
+        if (types.k == KvDtype::F32) {
+          EXPECT_EQ(b.k_err[r], 0.0f) << "step " << i << " row " << r;
+        } else {
+          EXPECT_GT(b.k_err[r], 0.0f);
+          EXPECT_LT(b.k_err[r], b.v_err[r]) << "q8_0 K loses less than q4_0 V";
+        }
+      }
+    }
+  }
+}
+
 // The CUDA backend now accepts every cache type the CPU does; a head dim that is not a
 // whole number of blocks is refused with a clear message, as on the CPU.
 TEST_F(CudaKvQuantParity, CacheTypesAcceptedAndBadShapesRefused) {
