@@ -95,21 +95,14 @@ inline std::unique_ptr<Session> default_session(int max_tokens) {
   return std::move(eng.value().session);
 }
 
-// Wraps a source so that every step takes at least `step_ms` (a stand-in for a long
-// NO CACHE step, without burning minutes of CPU).
-class SlowSource final : public StepSource {
+// A source that hands every call to `inner`; test wrappers override what they change.
+class ForwardingSource : public StepSource {
  public:
-  SlowSource(std::unique_ptr<StepSource> inner, int step_ms)
-      : inner_(std::move(inner)), step_ms_(step_ms) {}
+  explicit ForwardingSource(std::unique_ptr<StepSource> inner) : inner_(std::move(inner)) {}
   const ModelFacts& facts() const override { return inner_->facts(); }
   Status reset(const PromptSpec& p) override { return inner_->reset(p); }
   const PromptSpec& prompt() const override { return inner_->prompt(); }
-  Expected<StepTrace> step() override {
-    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(step_ms_);
-    auto t = inner_->step();
-    std::this_thread::sleep_until(until);
-    return t;
-  }
+  Expected<StepTrace> step() override { return inner_->step(); }
   bool done() const override { return inner_->done(); }
   std::string stop_reason() const override { return inner_->stop_reason(); }
   Status set_mode(CacheMode m) override { return inner_->set_mode(m); }
@@ -119,8 +112,24 @@ class SlowSource final : public StepSource {
   Status set_max_tokens(int n) override { return inner_->set_max_tokens(n); }
   int max_tokens() const override { return inner_->max_tokens(); }
 
- private:
+ protected:
   std::unique_ptr<StepSource> inner_;
+};
+
+// Wraps a source so that every step takes at least `step_ms` (a stand-in for a long
+// NO CACHE step, without burning minutes of CPU).
+class SlowSource final : public ForwardingSource {
+ public:
+  SlowSource(std::unique_ptr<StepSource> inner, int step_ms)
+      : ForwardingSource(std::move(inner)), step_ms_(step_ms) {}
+  Expected<StepTrace> step() override {
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(step_ms_);
+    auto t = inner_->step();
+    std::this_thread::sleep_until(until);
+    return t;
+  }
+
+ private:
   int step_ms_;
 };
 

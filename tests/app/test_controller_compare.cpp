@@ -67,25 +67,15 @@ void settle(Controller& ctl, std::vector<Event>& ev) {
 
 // A live source that, in NO CACHE mode, reports another token than the model's at step `at`
 // (so does its twin): stands in for a NO CACHE path that has drifted from the cache's.
-class DriftingSource final : public StepSource {
+class DriftingSource final : public ForwardingSource {
  public:
-  DriftingSource(std::unique_ptr<StepSource> inner, int at) : inner_(std::move(inner)), at_(at) {}
-  const ModelFacts& facts() const override { return inner_->facts(); }
-  Status reset(const PromptSpec& p) override { return inner_->reset(p); }
-  const PromptSpec& prompt() const override { return inner_->prompt(); }
+  DriftingSource(std::unique_ptr<StepSource> inner, int at)
+      : ForwardingSource(std::move(inner)), at_(at) {}
   Expected<StepTrace> step() override {
     auto t = inner_->step();
     if (t.ok() && inner_->mode() == CacheMode::NoCache && t->step == at_) t.value().token_id += 1;
     return t;
   }
-  bool done() const override { return inner_->done(); }
-  std::string stop_reason() const override { return inner_->stop_reason(); }
-  Status set_mode(CacheMode m) override { return inner_->set_mode(m); }
-  CacheMode mode() const override { return inner_->mode(); }
-  Status set_sampler(const SamplerConfig& s) override { return inner_->set_sampler(s); }
-  const SamplerConfig& sampler() const override { return inner_->sampler(); }
-  Status set_max_tokens(int n) override { return inner_->set_max_tokens(n); }
-  int max_tokens() const override { return inner_->max_tokens(); }
   Expected<std::unique_ptr<StepSource>> twin(CacheMode mode) const override {
     auto t = inner_->twin(mode);
     if (!t.ok()) return t.error();
@@ -93,7 +83,6 @@ class DriftingSource final : public StepSource {
   }
 
  private:
-  std::unique_ptr<StepSource> inner_;
   int at_;
 };
 
