@@ -159,6 +159,17 @@ inline bool finished(const std::vector<Event>& ev, uint64_t run) {
   return count_kind(ev, Event::Kind::Finished, run) > 0;
 }
 
+// Plays the story on `src` at full speed until its first run finishes; every event, in order.
+inline std::vector<Event> play_story_to_end(std::unique_ptr<StepSource> src) {
+  auto ctl = std::make_unique<Controller>(std::move(src), test_options());
+  std::vector<Event> ev;
+  ctl->send(CmdSpeed{kSpeedMax});
+  ctl->send(CmdReset{kStory, true});
+  collect(*ctl, ev, [](auto& e) { return finished(e, 1); });
+  EXPECT_TRUE(finished(ev, 1));
+  return ev;
+}
+
 inline double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }

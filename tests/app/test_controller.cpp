@@ -252,11 +252,7 @@ TEST(Controller, StatsNumbersAgree) {
   if (!s) GTEST_SKIP() << "default model not found";
   auto src = make_session_source(std::move(s));
   const ModelFacts facts = src->facts();
-  auto ctl = std::make_unique<Controller>(std::move(src), test_options());
-  std::vector<Event> ev;
-  ctl->send(CmdSpeed{kSpeedMax});
-  ctl->send(CmdReset{kStory, true});
-  collect(*ctl, ev, [](auto& e) { return finished(e, 1); });
+  const std::vector<Event> ev = play_story_to_end(std::move(src));
   ASSERT_TRUE(finished(ev, 1));
   Timeline tl;
   int prompt_len = 0;
@@ -319,11 +315,7 @@ TEST(Controller, StatsCountThePositionsAWindowedCacheHolds) {
   ASSERT_TRUE(s.ok()) << s.error().message;
   auto src = make_session_source(std::move(s.value()));
   const ModelFacts facts = src->facts();
-  auto ctl = std::make_unique<Controller>(std::move(src), test_options());
-  std::vector<Event> ev;
-  ctl->send(CmdSpeed{kSpeedMax});
-  ctl->send(CmdReset{kStory, true});
-  collect(*ctl, ev, [](auto& e) { return finished(e, 1); });
+  const std::vector<Event> ev = play_story_to_end(std::move(src));
   ASSERT_TRUE(finished(ev, 1));
   Timeline tl;
   int windowed = 0;
