@@ -11,6 +11,7 @@
 
 #include "engine/cpu/cpu_backend.h"
 #include "engine/forward.h"
+#include "tests/util/kv_positions.h"
 #include "tests/util/tiny_model.h"
 
 namespace kvscope {
@@ -25,21 +26,7 @@ KvCacheConfig two_layer_config(KvTypes types) {
   return cfg;
 }
 
-// Writes positions pos0 .. pos0+T-1 into both layers; every value of position p's K row
-// is p + 1 and of its V row -(p + 1), so a row's L2 norm names its position.
-void write_positions(Backend& be, KvCache& cache, int pos0, int T) {
-  ASSERT_TRUE(cache.begin(pos0, T).ok());
-  auto k = be.scratch(0, T, kHkv * kD);
-  auto v = be.scratch(1, T, kHkv * kD);
-  ASSERT_TRUE(k.ok() && v.ok());
-  for (int t = 0; t < T; ++t)
-    for (int i = 0; i < kHkv * kD; ++i) {
-      k->data[t * kHkv * kD + i] = float(pos0 + t + 1);
-      v->data[t * kHkv * kD + i] = -float(pos0 + t + 1);
-    }
-  for (int l = 0; l < 2; ++l) ASSERT_TRUE(be.kv_write(cache, l, *k, *v, pos0).ok());
-  ASSERT_TRUE(cache.end().ok());
-}
+using test::write_positions;
 
 // Every held position's rows still carry their values.
 void expect_rows_intact(Backend& be, const KvCache& cache, int layer) {

@@ -18,6 +18,7 @@
 #include "engine/forward.h"
 #include "engine/session.h"
 #include "tests/util/model_fixture.h"
+#include "tests/util/kv_positions.h"
 #include "tests/util/tiny_model.h"
 
 namespace kvscope {
@@ -25,22 +26,7 @@ namespace {
 
 constexpr int kHkv = 2, kD = 8;
 
-// Writes positions pos0 .. pos0+T-1 into every layer; the values of position p's K row are
-// p + 1 and of its V row -(p + 1), so a row's L2 norm names the position it came from.
-void write_positions(Backend& be, KvCache& cache, int pos0, int T) {
-  ASSERT_TRUE(cache.begin(pos0, T).ok());
-  auto k = be.scratch(0, T, kHkv * kD);
-  auto v = be.scratch(1, T, kHkv * kD);
-  ASSERT_TRUE(k.ok() && v.ok());
-  for (int t = 0; t < T; ++t)
-    for (int i = 0; i < kHkv * kD; ++i) {
-      k->data[t * kHkv * kD + i] = float(pos0 + t + 1);
-      v->data[t * kHkv * kD + i] = -float(pos0 + t + 1);
-    }
-  for (int l = 0; l < cache.shape().n_layer; ++l)
-    ASSERT_TRUE(be.kv_write(cache, l, *k, *v, pos0).ok());
-  ASSERT_TRUE(cache.end().ok());
-}
+using test::write_positions;
 
 // The position whose rows `layer` holds at position p (from the rows' norm).
 int source_of(Backend& be, const KvCache& cache, int layer, int p) {
