@@ -15,9 +15,9 @@
 #include <cstdio>
 #include <fstream>
 #include <thread>
-#include <tuple>
 
 #include "app/cli_common.h"
+#include "app/cli_kv_options.h"
 #include "app/json_writer.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/forward.h"
@@ -143,7 +143,7 @@ void print_text(const std::string& model, const std::string& cpu, const std::vec
 int run_bench(int argc, char** argv) {
   CLI::App app{"Measure prefill, decode and NO CACHE step speed.", "kvscope bench"};
   std::string model_path, backend_name = "auto";
-  std::string kv_type = "f16", kv_type_k, kv_type_v;
+  KvTypeOptions kv;
   std::vector<int> threads;
   bool json = false;
   app.add_option("--threads", threads,
@@ -154,24 +154,11 @@ int run_bench(int argc, char** argv) {
                  "Built-in model name (smollm2-135m, the default; gemma3-270m) or GGUF file path");
   app.add_option("--backend", backend_name, "auto, cuda or cpu")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
-  const std::string types = std::string(" (") + kv_dtype_choices() + ")";
-  app.add_option("--kv-type", kv_type, "KV cache element type of K and V" + types);
-  app.add_option("--kv-type-k", kv_type_k, "Element type of cached K (default: --kv-type)");
-  app.add_option("--kv-type-v", kv_type_v, "Element type of cached V (default: --kv-type)");
+  add_kv_type_options(app, kv);
   app.add_flag("--json", json, "Print one JSON object");
   if (int rc = parse_options(app, argc, argv); rc >= 0) return rc;
   KvTypes kv_types;
-  for (auto [option, name, side] :
-       {std::tuple{"--kv-type", &kv_type, 0}, {"--kv-type-k", &kv_type_k, 1},
-        {"--kv-type-v", &kv_type_v, 2}}) {
-    if (side > 0 && name->empty()) continue;  // the side follows --kv-type
-    KvDtype t;
-    if (!kv_dtype_parse(*name, &t))
-      return cli::fail(std::string(option) + ": unknown cache type '" + *name + "' (choose " +
-                       kv_dtype_choices() + ")");
-    if (side != 2) kv_types.k = t;
-    if (side != 1) kv_types.v = t;
-  }
+  if (Status st = parse_kv_type_options(kv, &kv_types); !st.ok()) return cli::fail(st.message());
   if (model_path.empty()) model_path = default_model_path();
   auto model = load_model(model_path);
   if (!model.ok()) return fail(model.error().message);

@@ -1,5 +1,5 @@
-// cli_common.cpp — model name/path resolution, model loading and backend selection for the
-// CLI and the app.
+// cli_common.cpp — model name/path resolution, model loading, backend selection and session
+// opening for the CLI and the app.
 #include "app/cli_common.h"
 
 #include <algorithm>
@@ -99,6 +99,16 @@ Expected<std::shared_ptr<Model>> load_model(const std::string& name_or_path) {
   auto m = Model::load(*path);
   if (!m.ok()) return m.error();
   return std::shared_ptr<Model>(std::move(m.value()));
+}
+
+Expected<std::unique_ptr<Session>> open_session(const std::string& model,
+                                                const std::string& backend, int threads,
+                                                const SessionConfig& cfg, std::string* notice) {
+  auto m = load_model(model.empty() ? default_model_path() : model);
+  if (!m.ok()) return m.error();
+  auto be = make_backend(backend, **m, threads, notice);
+  if (!be.ok()) return be.error();
+  return Session::create(*m, std::move(be.value()), cfg);
 }
 
 std::string gpu_fallback_notice(const std::string& cuda_error) {

@@ -34,6 +34,7 @@
 
 #include "engine/backend.h"
 #include "engine/model.h"
+#include "engine/session.h"
 #include "engine/status.h"
 
 namespace kvscope::cli {
@@ -94,6 +95,13 @@ Expected<std::shared_ptr<Model>> load_model(const std::string& name_or_path);
 // hardware. An error when the CPU threads cannot be started.
 Expected<std::unique_ptr<Backend>> make_backend(const std::string& name, const Model& model,
                                                 int threads, std::string* notice);
+
+// A session with `cfg` on the model `model` names (load_model; "" is the default) and the
+// backend `backend` names (make_backend, with `threads` and `notice`): how generate and
+// record start. Errors are load_model's, make_backend's or Session::create's, unchanged.
+Expected<std::unique_ptr<Session>> open_session(const std::string& model,
+                                                const std::string& backend, int threads,
+                                                const SessionConfig& cfg, std::string* notice);
 
 // The one plain sentence shown when `auto` falls back to the CPU, from the CUDA backend's
 // error (e.g. "cuda: no usable GPU: no CUDA-capable device; use the CPU backend" becomes

@@ -94,17 +94,11 @@ int run_generate(int argc, char** argv) {
   SessionConfig cfg;
   if (Status st = apply_kv_options(kv, cfg); !st.ok()) return fail(st.message());
 
-  if (model_path.empty()) model_path = default_model_path();
-  auto model = load_model(model_path);
-  if (!model.ok()) return fail(model.error().message);
-  std::string notice;
-  auto backend = make_backend(backend_name, **model, threads, &notice);
-  if (!backend.ok()) return fail(backend.error().message);
-
   cfg.mode = mode == "cache" ? CacheMode::Cache : CacheMode::NoCache;
   cfg.max_tokens = max_tokens;
   cfg.stop_strings = stops;
-  auto session = Session::create(*model, std::move(backend.value()), cfg);
+  std::string notice;
+  auto session = open_session(model_path, backend_name, threads, cfg, &notice);
   if (!session.ok()) return fail(session.error().message);
   Session& s = **session;
   SamplerConfig sc;

@@ -13,13 +13,27 @@ Status parse_type(const std::string& option, const std::string& name, KvDtype* o
 
 }  // namespace
 
-void add_kv_options(CLI::App& app, KvOptions& o, const std::string& prefix) {
+void add_kv_type_options(CLI::App& app, KvTypeOptions& o, const std::string& prefix) {
   const std::string types = std::string(" (") + kv_dtype_choices() + ")";
   app.add_option("--" + prefix + "kv-type", o.kv_type, "KV cache element type of K and V" + types);
   app.add_option("--" + prefix + "kv-type-k", o.kv_type_k,
                  "Element type of cached K (default: --kv-type)");
   app.add_option("--" + prefix + "kv-type-v", o.kv_type_v,
                  "Element type of cached V (default: --kv-type)");
+}
+
+Status parse_kv_type_options(const KvTypeOptions& o, KvTypes* out, const std::string& prefix) {
+  const std::string p = "--" + prefix;
+  KV_TRY(parse_type(p + "kv-type", o.kv_type, &out->k));
+  out->v = out->k;
+  // --kv-type-k / --kv-type-v override --kv-type for their side.
+  if (!o.kv_type_k.empty()) KV_TRY(parse_type(p + "kv-type-k", o.kv_type_k, &out->k));
+  if (!o.kv_type_v.empty()) KV_TRY(parse_type(p + "kv-type-v", o.kv_type_v, &out->v));
+  return Status::Ok();
+}
+
+void add_kv_options(CLI::App& app, KvOptions& o, const std::string& prefix) {
+  add_kv_type_options(app, o, prefix);
   app.add_option("--" + prefix + "ctx", o.ctx,
                  "Context size in tokens (0 = the model's trained context)");
   app.add_option("--" + prefix + "ctx-full", o.ctx_full,
@@ -37,12 +51,8 @@ void add_kv_options(CLI::App& app, KvOptions& o, const std::string& prefix) {
 }
 
 Status apply_kv_options(const KvOptions& o, SessionConfig& cfg, const std::string& prefix) {
+  KV_TRY(parse_kv_type_options(o, &cfg.kv_types, prefix));
   const std::string p = "--" + prefix;
-  KV_TRY(parse_type(p + "kv-type", o.kv_type, &cfg.kv_types.k));
-  cfg.kv_types.v = cfg.kv_types.k;
-  // --kv-type-k / --kv-type-v override --kv-type for their side.
-  if (!o.kv_type_k.empty()) KV_TRY(parse_type(p + "kv-type-k", o.kv_type_k, &cfg.kv_types.k));
-  if (!o.kv_type_v.empty()) KV_TRY(parse_type(p + "kv-type-v", o.kv_type_v, &cfg.kv_types.v));
   if (o.ctx < 0) return make_error(p, "ctx: ", o.ctx, " is negative (0 = the model's)");
   cfg.limits.n_ctx = o.ctx;
   if (!context_policy_parse(o.ctx_full, &cfg.limits.on_full))

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# kv_options.sh KVSCOPE MAKE_BAD_MODELS — the KV cache options of generate, compare and
-# perplexity: every bad value gives exactly one line on stderr starting with "kvscope:"
+# kv_options.sh KVSCOPE MAKE_BAD_MODELS — the KV cache options of generate, record, compare,
+# perplexity and bench: every bad value gives exactly one line on stderr starting with "kvscope:"
 # that names the option, nothing on stdout, exit status 1; and the good paths run
 # (compare of identical configurations reports KL 0 and full agreement).
 set -u
@@ -58,6 +58,29 @@ check "shift with a window" "ctx-full: a context shift and a sink + window" gene
 check "missing text file" "cannot read the text file" perplexity --file "$dir/none.txt" "${m[@]}"
 check "invalid UTF-8 text" "UTF-8" perplexity --file "$dir/invalid.txt" "${m[@]}"
 
+# One parser for the cache types: a bad --kv-type-k is the same one line from every
+# subcommand that takes it, and record writes no run file.
+same=()
+for cmd in "generate --prompt hi" "record --prompt hi --out $dir/bad.kvs" "bench" \
+           "compare --prompt hi" "perplexity --file $dir/text.txt"; do
+  read -r -a args <<<"$cmd"
+  check "bad --kv-type-k (${args[0]})" "--kv-type-k: unknown cache type 'q3' (choose " \
+    "${args[@]}" --kv-type-k q3 "${m[@]}"
+  same+=("$(cat "$dir/err")")
+done
+if [ -e "$dir/bad.kvs" ]; then
+  echo "FAIL: record wrote a run file despite a bad --kv-type-k"
+  failures=$((failures + 1))
+fi
+if [ "$(printf '%s\n' "${same[@]}" | sort -u | wc -l)" -eq 1 ]; then
+  echo "ok:   the bad --kv-type-k line is the same from all ${#same[@]} subcommands"
+  passed=$((passed + 1))
+else
+  echo "FAIL: the bad --kv-type-k line differs between subcommands:"
+  printf '  %s\n' "${same[@]}"
+  failures=$((failures + 1))
+fi
+
 # Good paths.
 good() {  # name, grep pattern for stdout, args...
   local name=$1 want=$2
@@ -111,5 +134,30 @@ check "n-keep on windowed layers" "n-keep: this model's windowed layers keep onl
 good "generate past a shifted context" '"stop_reason":"max_tokens","tokens":40' generate --prompt "the tin" --ctx 16 --ctx-full shift --n-keep 2 --max-tokens 40 --json "${m[@]}"
 good "perplexity through shifts" '"config":"kv f16, ctx 32, shift keeping 4".*"chunks":1' perplexity --file "$dir/text.txt" --max-tokens 100 --ctx 32 --ctx-full shift --n-keep 4 --json "${m[@]}"
 good "compare a shifted candidate" '"steps":30' compare --prompt "the tin" --max-tokens 30 --ctx 16 --ctx-full shift --json "${m[@]}"
+# record sets up its session as generate does: with the same options the run file's steps
+# (exported as CSV) have generate's tokens and KV bytes; step 1 holds the 4 prompt positions
+# of 2 layers x 32 values (Hkv 2 x D 16) in 4-byte K and 2-byte V.
+r=(--prompt "the tin" --max-tokens 8 --kv-type-k f32 "${m[@]}")
+if "$kvscope" record --out "$dir/run.kvs" "${r[@]}" >"$dir/out" 2>"$dir/err" &&
+   grep -q '^kvscope: recorded 8 steps (max_tokens)' "$dir/out" &&
+   "$kvscope" export "$dir/run.kvs" --csv "$dir/run.csv" 2>>"$dir/err" &&
+   "$kvscope" generate --json "${r[@]}" >"$dir/gen" 2>>"$dir/err"; then
+  rec=$(tail -n +2 "$dir/run.csv" | awk -F, '{print $1, $3, $12}')
+  gen=$(grep '"step":' "$dir/gen" |
+        sed -E 's/.*"step":([0-9]+),.*"token_id":([0-9]+),.*"kv_bytes":([0-9]+),.*/\1 \2 \3/')
+  if [ "$(wc -l <<<"$rec")" -eq 8 ] && [ "$rec" = "$gen" ] &&
+     [ "$(sed -n 1p <<<"$rec")" = "1 $(sed -n 1p <<<"$gen" | cut -d' ' -f2) $(( 4 * 2 * 32 * (4 + 2) ))" ]; then
+    echo "ok:   record with --kv-type-k f32 has generate's 8 tokens and KV bytes"
+    passed=$((passed + 1))
+  else
+    echo "FAIL: record and generate differ (step token kv_bytes):"
+    paste <(echo "$rec") <(echo "$gen") | sed 's/^/  /'
+    failures=$((failures + 1))
+  fi
+else
+  echo "FAIL: record / export / generate on the tiny model"
+  cat "$dir/err" "$dir/out"
+  failures=$((failures + 1))
+fi
 echo "$passed passed, $failures failed"
 [ "$failures" -eq 0 ]
