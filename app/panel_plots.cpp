@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "app/compare_view.h"
+#include "app/panel_text.h"
 #include "app/plot_draw.h"
 #include "app/ui_state.h"
 
@@ -49,18 +50,16 @@ void compare_section(UiState& ui, const Timeline& tl) {
   ImGui::TextWrapped("p = %d prompt tokens, g = %d steps, L = %d layers%s", v.p, v.g, v.n_layer,
                      tl.compare_phase() == 3 ? " (run interleaved)" : "");
   ImGui::TextWrapped("waste factor (g·p + g(g-1)/2) / (p + g - 1) = %.1fx", v.waste_formula);
-  if (ImGui::IsItemHovered())
-    ImGui::SetTooltip(
-        "K/V rows per layer: NO CACHE recomputes p + t - 1 rows at step t,\n"
-        "g·p + g(g-1)/2 in all; KV CACHE computes each row once, p + g - 1 in\n"
-        "all (the seeds write p + g, which counts the newest token too: %.1fx).",
-        v.waste_seeds);
+  hover_tooltip(
+      "K/V rows per layer: NO CACHE recomputes p + t - 1 rows at step t,\n"
+      "g·p + g(g-1)/2 in all; KV CACHE computes each row once, p + g - 1 in\n"
+      "all (the seeds write p + g, which counts the newest token too: %.1fx).",
+      v.waste_seeds);
   ImGui::TextWrapped("measured: K/V rows %.1fx, FLOPs %.1fx, time %.1fx", v.waste_rows,
                      v.waste_flops, v.waste_time);
-  if (ImGui::IsItemHovered())
-    ImGui::SetTooltip(
-        "Ratios of the two runs' totals. FLOPs grow less than rows because the\n"
-        "LM head runs once per step in both modes; time also pays for memory.");
+  hover_tooltip(
+      "Ratios of the two runs' totals. FLOPs grow less than rows because the\n"
+      "LM head runs once per step in both modes; time also pays for memory.");
   legend_item(kCacheCol, "KV CACHE");
   ImGui::SameLine();
   legend_item(kNoCacheCol, "NO CACHE");

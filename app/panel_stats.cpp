@@ -8,6 +8,7 @@
 
 #include <algorithm>
 
+#include "app/panel_text.h"
 #include "app/stats_view.h"
 #include "app/ui_state.h"
 
@@ -41,11 +42,10 @@ void panel_stats(const UiState& ui, const ControllerState& cs, const Timeline& t
                     format_bytes(v.kv_bytes_per_position).c_str());
       } else {
         ImGui::Text("          %d-%d positions per layer", v.kv_positions_min, v.kv_positions);
-        if (ImGui::IsItemHovered())
-          ImGui::SetTooltip(
-              "Windowed layers keep only their recent positions: the emptiest layer\n"
-              "holds %d, the fullest %d. %s per layer and position.",
-              v.kv_positions_min, v.kv_positions, format_bytes(v.kv_bytes_per_row).c_str());
+        hover_tooltip(
+            "Windowed layers keep only their recent positions: the emptiest layer\n"
+            "holds %d, the fullest %d. %s per layer and position.",
+            v.kv_positions_min, v.kv_positions, format_bytes(v.kv_bytes_per_row).c_str());
       }
     } else {
       ImGui::TextColored(accent, "KV_CACHE  0 B held");
@@ -58,44 +58,38 @@ void panel_stats(const UiState& ui, const ControllerState& cs, const Timeline& t
   // Next to KV_CACHE: what the whole app holds (model file pages, cache, history, UI).
   ImGui::Text("          app: %s resident",
               ui.rss_bytes ? format_bytes(ui.rss_bytes).c_str() : "?");
-  if (ImGui::IsItemHovered())
-    ImGui::SetTooltip(
-        "Resident memory of the kvscope process: the model file's pages in use,\n"
-        "the KV cache, the run's history (older steps live in a spool on disk)\n"
-        "and the UI. Reset gives back what the old run held.");
+  hover_tooltip(
+      "Resident memory of the kvscope process: the model file's pages in use,\n"
+      "the KV cache, the run's history (older steps live in a spool on disk)\n"
+      "and the UI. Reset gives back what the old run held.");
   if (v.has_step) {
     ImGui::TextColored(accent, "SEQ_LEN   %d", v.seq_len);
     ImGui::SameLine();
     ImGui::TextDisabled(" positions 0-%d", v.seq_len - 1);
     ImGui::Text("step %-5d wrote position %d", v.step, v.write_pos);
-    if (ImGui::IsItemHovered())
-      ImGui::SetTooltip("Its query was the token at position %d; positions count from 0.",
-                        v.query_pos);
+    hover_tooltip("Its query was the token at position %d; positions count from 0.", v.query_pos);
     if (const StepTrace* t = tl.viewed(); t && t->shift_n > 0) {
       ImGui::TextColored(ImVec4(0.45f, 0.95f, 0.55f, 1.0f),
                          "          context shift: dropped %d-%d", t->shift_first,
                          t->shift_first + t->shift_n - 1);
-      if (ImGui::IsItemHovered())
-        ImGui::SetTooltip(
-            "The context was full: this step kept positions 0-%d, dropped the next %d and\n"
-            "moved every later one down by %d (their K rows re-rotated); %d dropped since\n"
-            "the start of the run",
-            t->shift_first - 1, t->shift_n, t->shift_n, t->shifted_total);
+      hover_tooltip(
+          "The context was full: this step kept positions 0-%d, dropped the next %d and\n"
+          "moved every later one down by %d (their K rows re-rotated); %d dropped since\n"
+          "the start of the run",
+          t->shift_first - 1, t->shift_n, t->shift_n, t->shifted_total);
     }
     ImGui::Text("          %.1f ms%s for %d token%s", v.step_ms, v.device_time ? " (GPU)" : "",
                 v.tokens_processed, v.tokens_processed == 1 ? "" : "s");
-    if (ImGui::IsItemHovered())
-      ImGui::SetTooltip(
-          "Tokens through the forward this step: the prompt at step 1, then one\n"
-          "(KV CACHE) or the whole sequence (NO CACHE).");
+    hover_tooltip(
+        "Tokens through the forward this step: the prompt at step 1, then one\n"
+        "(KV CACHE) or the whole sequence (NO CACHE).");
   }
 
   // Speed: the first step (the prompt's prefill in KV CACHE mode) apart from the rest.
   const SpeedStats& s = v.speed;
   if (s.ttft_ms >= 0) {
     ImGui::Text("1st token %.0f ms", s.ttft_ms);
-    if (ImGui::IsItemHovered())
-      ImGui::SetTooltip("Time to first token: step 1 runs the whole prompt through the model.");
+    hover_tooltip("Time to first token: step 1 runs the whole prompt through the model.");
     ImGui::Text("prefill   %d tokens, %.0f tok/s", s.prefill_tokens, s.prefill_tok_s);
   }
   if (s.window >= 1) {
@@ -103,21 +97,19 @@ void panel_stats(const UiState& ui, const ControllerState& cs, const Timeline& t
       ImGui::Text("decode    %.1f tok/s engine, %.1f delivered", s.engine_tok_s, s.delivered_tok_s);
     else
       ImGui::Text("decode    %.1f tok/s engine", s.engine_tok_s);
-    if (ImGui::IsItemHovered())
-      ImGui::SetTooltip(
-          "Over the last %d steps after the first: tokens per second of engine\n"
-          "time, and per second of wall time between steps (pacing, drawing; in\n"
-          "an interleaved comparison, the NO CACHE run's steps in between).",
-          s.window);
+    hover_tooltip(
+        "Over the last %d steps after the first: tokens per second of engine\n"
+        "time, and per second of wall time between steps (pacing, drawing; in\n"
+        "an interleaved comparison, the NO CACHE run's steps in between).",
+        s.window);
   }
   if (v.behind) {
     ImGui::TextColored(warn, "target    %.1f tok/s: the engine delivers %.1f", v.target_tok_s,
                        s.delivered_tok_s);
-    if (ImGui::IsItemHovered())
-      ImGui::SetTooltip(
-          "The engine cannot keep up with the chosen pace: each step takes\n"
-          "longer than 1/%.1f s. Lower the pace or use KV CACHE.",
-          v.target_tok_s);
+    hover_tooltip(
+        "The engine cannot keep up with the chosen pace: each step takes\n"
+        "longer than 1/%.1f s. Lower the pace or use KV CACHE.",
+        v.target_tok_s);
   }
 
   ImGui::Separator();
