@@ -93,6 +93,7 @@ void run_chunk(const Job& job, int t, int hk, Range r, float* dst) {
   a.v_type = c.types().v;
   a.slots = job.slots + r.begin;
   a.n = r.end - r.begin;
+  a.n_after = job.n - r.end;
   a.D = job.D;
   a.G = job.G;
   a.e = o.e;

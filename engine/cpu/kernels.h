@@ -27,6 +27,7 @@ struct AttnChunk {
   KvDtype k_type = KvDtype::F16, v_type = KvDtype::F16;
   const int32_t* slots;  // [n] the chunk's keys, ascending position
   int n = 0;             // 1 .. kAttnChunk
+  int n_after = 0;       // slots[n, n + n_after) follow in the same order (prefetch only)
   int D = 0, G = 0;
   float* e;    // out [G][kAttnChunk]: exp(score − m[g]), 0 past n
   float* m;    // out [G]: the chunk's highest score per head
@@ -68,6 +69,8 @@ struct IsaKernels {
   // out = Σ_c f_c·acc_c / Σ_c f_c·sum_c with f_c = exp(m_c − max m), chunks in order; the
   // attention row, if asked for, = e · f_c / Σ.
   void (*attn_combine)(const AttnCombine& a);
+  // out[i] = silu(gate[i]) · up[i] for n values (act_impl.h); out may alias gate.
+  void (*silu_glu)(const float* gate, const float* up, int64_t n, float* out);
 };
 
 const IsaKernels& kernels_avx512();
