@@ -17,6 +17,7 @@
 #include "engine/cpu/cpu_isa.h"
 #include "engine/cpu/cpu_kv_cache.h"
 #include "engine/cpu/elementwise.h"
+#include "engine/cpu/kernels.h"
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/packed_weight.h"
 #include "engine/cpu/thread_pool.h"
@@ -48,6 +49,10 @@ class CpuBackend final : public Backend {
     }
     size_t need = size_t(rows * cols) * sizeof(float);
     if (need > slot_sizes_[size_t(slot)]) {
+      // Half as much again as asked for: a slot that grows by a row per step (the
+      // attention rows of decode, one column more each step) is then reallocated — and
+      // its fresh pages faulted in — a few times per run, not at every step.
+      need = std::max(need, slot_sizes_[size_t(slot)] + slot_sizes_[size_t(slot)] / 2);
       slots_[size_t(slot)] = cpu::alloc_bytes(need);
       if (!slots_[size_t(slot)]) return make_error("cpu: out of memory allocating ", need, " bytes");
       slot_sizes_[size_t(slot)] = need;
@@ -120,8 +125,15 @@ class CpuBackend final : public Backend {
     if (int64_t(n_heads) * head_dim != x.cols || r.n_rot > head_dim || r.n_rot % 2 != 0)
       return make_error("cpu: rope shapes: ", n_heads, " heads x ", head_dim, " dims vs ", x.cols,
                         " columns, n_rot ", r.n_rot);
-    cpu::rope_rows(x.data, x.rows, n_heads, head_dim, r.style, r.n_rot, r.base, r.freq_scale,
-                   pos0);
+    const float* cs = rope_table_.angles(r.n_rot, r.base, r.freq_scale, pos0, x.rows);
+    if (!cs) {  // positions past the table
+      cpu::rope_rows(x.data, x.rows, n_heads, head_dim, r.style, r.n_rot, r.base, r.freq_scale,
+                     pos0);
+      return Status::Ok();
+    }
+    for_rows(x.rows, x.cols, [&](int64_t t) {
+      cpu::rope_apply(x.data + t * x.cols, 1, n_heads, head_dim, r.style, r.n_rot, cs + t * r.n_rot);
+    });
     return Status::Ok();
   }
 
@@ -148,7 +160,15 @@ class CpuBackend final : public Backend {
   }
 
   Status glu(Tensor gate, Tensor up, FfnAct act, Tensor out) override {
-    cpu::glu(gate.data, up.data, gate.size(), act, out.data);
+    const int64_t C = gate.cols;
+    const cpu::IsaKernels& k = cpu::kernels(cpu::isa_active());
+    for_rows(gate.rows, C, [&](int64_t t) {
+      if (act == FfnAct::Silu) {
+        k.silu_glu(gate.data + t * C, up.data + t * C, C, out.data + t * C);
+      } else {
+        cpu::glu(gate.data + t * C, up.data + t * C, C, act, out.data + t * C);
+      }
+    });
     return Status::Ok();
   }
 
@@ -289,6 +309,7 @@ class CpuBackend final : public Backend {
   ThreadPool pool_;
   std::unordered_map<uint64_t, std::unique_ptr<cpu::PackedWeight>> packed_;  // by Weight::uid
   cpu::AttentionScratch attention_scratch_;
+  cpu::RopeTable rope_table_;
   std::vector<cpu::Buffer> slots_;
   std::vector<size_t> slot_sizes_;
 };

@@ -1,30 +1,34 @@
 // elementwise.cpp — see elementwise.h.
 #include "engine/cpu/elementwise.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 namespace kvscope::cpu {
 
-void rope_rows(float* x, int64_t T, int n_heads, int head_dim, RopeStyle style, int n_rot,
-               float base, float freq_scale, int pos0) {
+void rope_angles(int n_rot, float base, float freq_scale, int pos, float* cs) {
+  const double p = double(pos) * double(freq_scale);
+  for (int i = 0; i < n_rot / 2; ++i) {
+    const double theta = p * std::pow(double(base), -2.0 * i / double(n_rot));
+    cs[2 * i] = float(std::cos(theta));
+    cs[2 * i + 1] = float(std::sin(theta));
+  }
+}
+
+void rope_apply(float* x, int64_t T, int n_heads, int head_dim, RopeStyle style, int n_rot,
+                const float* cs) {
   const int half = n_rot / 2;
-  std::vector<float> cs(static_cast<size_t>(n_rot));
   // Element offsets of pair i's two values inside a head.
   const int stride = style == RopeStyle::NeoX ? 1 : 2;
   const int second = style == RopeStyle::NeoX ? half : 1;
   for (int64_t t = 0; t < T; ++t) {
-    const double pos = double(pos0 + t) * double(freq_scale);
-    for (int i = 0; i < half; ++i) {
-      const double theta = pos * std::pow(double(base), -2.0 * i / double(n_rot));
-      cs[size_t(2 * i)] = float(std::cos(theta));
-      cs[size_t(2 * i + 1)] = float(std::sin(theta));
-    }
+    const float* ct = cs + t * n_rot;
     float* row = x + t * int64_t(n_heads) * head_dim;
     for (int h = 0; h < n_heads; ++h) {
       float* v = row + int64_t(h) * head_dim;
       for (int i = 0; i < half; ++i) {
-        const float c = cs[size_t(2 * i)], s = cs[size_t(2 * i + 1)];
+        const float c = ct[2 * i], s = ct[2 * i + 1];
         float* a = v + i * stride;
         float* b = a + second;
         const float x0 = *a, x1 = *b;
@@ -33,6 +37,35 @@ void rope_rows(float* x, int64_t T, int n_heads, int head_dim, RopeStyle style, 
       }
     }
   }
+}
+
+void rope_rows(float* x, int64_t T, int n_heads, int head_dim, RopeStyle style, int n_rot,
+               float base, float freq_scale, int pos0) {
+  std::vector<float> cs(static_cast<size_t>(n_rot));
+  for (int64_t t = 0; t < T; ++t) {
+    rope_angles(n_rot, base, freq_scale, int(pos0 + t), cs.data());
+    rope_apply(x + t * int64_t(n_heads) * head_dim, 1, n_heads, head_dim, style, n_rot, cs.data());
+  }
+}
+
+const float* RopeTable::angles(int n_rot, float base, float freq_scale, int pos0, int64_t T) {
+  if (pos0 < 0 || T <= 0 || int64_t(pos0) + T > kMaxPositions) return nullptr;
+  Entry* e = nullptr;
+  for (Entry& x : entries_)
+    if (x.n_rot == n_rot && x.base == base && x.freq_scale == freq_scale) e = &x;
+  if (!e) {
+    entries_.push_back({n_rot, base, freq_scale, 0, {}});
+    e = &entries_.back();
+  }
+  const int64_t need = int64_t(pos0) + T;
+  if (e->n_pos < need) {
+    const int64_t n = std::min<int64_t>(kMaxPositions, std::max(need, e->n_pos + e->n_pos / 2 + 64));
+    e->cs.resize(size_t(n * n_rot));
+    for (int64_t p = e->n_pos; p < n; ++p)
+      rope_angles(n_rot, base, freq_scale, int(p), e->cs.data() + p * n_rot);
+    e->n_pos = n;
+  }
+  return e->cs.data() + int64_t(pos0) * n_rot;
 }
 
 void glu(const float* gate, const float* up, int64_t n, FfnAct act, float* out) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "engine/model.h"
 
@@ -16,6 +17,32 @@ namespace kvscope::cpu {
 // cos/sin rounded to float).
 void rope_rows(float* x, int64_t T, int n_heads, int head_dim, RopeStyle style, int n_rot,
                float base, float freq_scale, int pos0);
+
+// rope_rows in two halves. rope_angles: position pos's cos θ_i, sin θ_i into cs[2i],
+// cs[2i + 1] (n_rot values). rope_apply: rows x[t] rotated by cs + t·n_rot.
+void rope_angles(int n_rot, float base, float freq_scale, int pos, float* cs);
+void rope_apply(float* x, int64_t T, int n_heads, int head_dim, RopeStyle style, int n_rot,
+                const float* cs);
+
+// The angles of rope_angles kept per (n_rot, base, freq_scale) for positions 0 .. n, so
+// that each is worked out once per run rather than twice per layer and step (the double
+// pow, cos and sin cost more than the rotation). The same numbers as rope_rows.
+class RopeTable {
+ public:
+  static constexpr int64_t kMaxPositions = int64_t(1) << 17;  // 32 MiB at n_rot 64; past it, no table
+  // cs for positions pos0 .. pos0 + T − 1, [T][n_rot]; null outside [0, kMaxPositions).
+  // Valid until the next call.
+  const float* angles(int n_rot, float base, float freq_scale, int pos0, int64_t T);
+
+ private:
+  struct Entry {
+    int n_rot;
+    float base, freq_scale;
+    int64_t n_pos;
+    std::vector<float> cs;  // [n_pos][n_rot]
+  };
+  std::vector<Entry> entries_;
+};
 
 // out[i] = act(gate[i]) * up[i] for n values; out may alias gate.
 void glu(const float* gate, const float* up, int64_t n, FfnAct act, float* out);

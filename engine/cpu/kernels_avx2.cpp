@@ -25,6 +25,7 @@
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c,bmi,bmi2")
+#include "engine/cpu/act_impl.h"
 #include "engine/cpu/attention_impl.h"
 #include "engine/cpu/kernels_impl.h"
 #include "engine/cpu/simd_avx2.h"
@@ -34,7 +35,8 @@ namespace kvscope::cpu {
 const IsaKernels& kernels_avx2() {
   static const IsaKernels k{Isa::Avx2, &Kernels<VecAvx2>::matmul_groups,
                             VecAvx2::kTileT, &Kernels<VecAvx2>::transpose_x,
-                            &AttnKernels<VecAvx2>::attn_chunk, &AttnKernels<VecAvx2>::attn_combine};
+                            &AttnKernels<VecAvx2>::attn_chunk, &AttnKernels<VecAvx2>::attn_combine,
+                            &ActKernels<VecAvx2>::silu_glu};
   return k;
 }
 

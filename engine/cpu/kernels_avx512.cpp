@@ -25,6 +25,7 @@
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi,bmi2")
+#include "engine/cpu/act_impl.h"
 #include "engine/cpu/attention_impl.h"
 #include "engine/cpu/kernels_impl.h"
 #include "engine/cpu/simd_avx512.h"
@@ -35,7 +36,8 @@ const IsaKernels& kernels_avx512() {
   static const IsaKernels k{Isa::Avx512, &Kernels<VecAvx512>::matmul_groups,
                             VecAvx512::kTileT, &Kernels<VecAvx512>::transpose_x,
                             &AttnKernels<VecAvx512>::attn_chunk,
-                            &AttnKernels<VecAvx512>::attn_combine};
+                            &AttnKernels<VecAvx512>::attn_combine,
+                            &ActKernels<VecAvx512>::silu_glu};
   return k;
 }
 

@@ -16,6 +16,7 @@
 
 #pragma GCC push_options
 
+#include "engine/cpu/act_impl.h"
 #include "engine/cpu/attention_impl.h"
 #include "engine/cpu/kernels_impl.h"
 #include "engine/cpu/simd_scalar.h"
@@ -26,7 +27,8 @@ const IsaKernels& kernels_scalar() {
   static const IsaKernels k{Isa::Scalar, &Kernels<VecScalar>::matmul_groups,
                             VecScalar::kTileT, &Kernels<VecScalar>::transpose_x,
                             &AttnKernels<VecScalar>::attn_chunk,
-                            &AttnKernels<VecScalar>::attn_combine};
+                            &AttnKernels<VecScalar>::attn_combine,
+                            &ActKernels<VecScalar>::silu_glu};
   return k;
 }
 

@@ -32,6 +32,8 @@ struct VecAvx2 {
   static F sub(F a, F b) { return _mm256_sub_ps(a, b); }
   static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
   static F max(F a, F b) { return _mm256_max_ps(a, b); }
+  static F min(F a, F b) { return _mm256_min_ps(a, b); }
+  static F div(F a, F b) { return _mm256_div_ps(a, b); }
   static F neg(F a) { return _mm256_sub_ps(_mm256_setzero_ps(), a); }
   static F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
 

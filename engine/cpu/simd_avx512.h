@@ -36,6 +36,8 @@ struct VecAvx512 {
   static F sub(F a, F b) { return _mm512_sub_ps(a, b); }
   static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
   static F max(F a, F b) { return _mm512_max_ps(a, b); }
+  static F min(F a, F b) { return _mm512_min_ps(a, b); }
+  static F div(F a, F b) { return _mm512_div_ps(a, b); }
   static F neg(F a) { return _mm512_sub_ps(_mm512_setzero_ps(), a); }
   static F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }  // a*b + c, one rounding
 

@@ -32,6 +32,8 @@ struct VecScalar {
   static F sub(F a, F b) { return a - b; }
   static F mul(F a, F b) { return a * b; }
   static F max(F a, F b) { return a > b ? a : b; }
+  static F min(F a, F b) { return a < b ? a : b; }
+  static F div(F a, F b) { return a / b; }
   static F neg(F a) { return -a; }
   static F fma(F a, F b, F c) { return std::fma(a, b, c); }
 
