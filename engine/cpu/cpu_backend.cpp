@@ -173,8 +173,12 @@ class CpuBackend final : public Backend {
   }
 
   Status add(Tensor x, Tensor y) override {
-    const int64_t n = x.size();
-    for (int64_t i = 0; i < n; ++i) x.data[i] += y.data[i];
+    const int64_t C = x.cols;
+    for_rows(x.rows, C, [&](int64_t t) {
+      float* a = x.data + t * C;
+      const float* b = y.data + t * C;
+      for (int64_t i = 0; i < C; ++i) a[i] += b[i];
+    });
     return Status::Ok();
   }
 
@@ -182,9 +186,10 @@ class CpuBackend final : public Backend {
                       Tensor v_norm) override {
     const auto& c = static_cast<const cpu::CpuKvCache&>(cache);
     const int D = c.shape().head_dim, Hkv = c.shape().n_head_kv;
-    std::vector<float> row(static_cast<size_t>(D));
-    for (int t = 0; t < T; ++t) {
-      const int s = c.slot_of(layer, pos0 + t);
+    for_rows(T, int64_t(2) * Hkv * D, [&](int64_t t) {
+      thread_local std::vector<float> row;
+      row.resize(size_t(D));
+      const int s = c.slot_of(layer, int(pos0 + t));
       double sk = 0, sv = 0;
       for (int h = 0; h < Hkv; ++h) {
         cpu::load_row(c.types().k, c.k_row(layer, h, s), row.data(), D);
@@ -194,7 +199,7 @@ class CpuBackend final : public Backend {
       }
       k_norm.data[t] = float(std::sqrt(sk));
       v_norm.data[t] = float(std::sqrt(sv));
-    }
+    });
     return Status::Ok();
   }
 

@@ -27,7 +27,18 @@ void matmul_many(ThreadPool& pool, const MatmulJob* jobs, int n_jobs, const floa
     thread_local std::vector<float> buf;
     const int64_t n = jobs[0].w->n_in;
     if (buf.size() < size_t(k.xt_floats(T, n))) buf.resize(size_t(k.xt_floats(T, n)));
-    k.transpose_x(x, T, n, buf.data());
+    // Tiles are independent (tile i at xt + i·n·tile_t): split over the threads.
+    const int64_t tiles = (T + k.tile_t - 1) / k.tile_t;
+    float* out = buf.data();
+    auto transpose = [&](int64_t b, int64_t e) {
+      const int64_t t0 = b * k.tile_t, t1 = std::min(T, e * k.tile_t);
+      k.transpose_x(x + t0 * n, t1 - t0, n, out + b * n * k.tile_t);
+    };
+    if (T * n < 65536) {
+      transpose(0, tiles);
+    } else {
+      pool.parallel_for(tiles, transpose);
+    }
     xt = buf.data();
   }
   auto run = [&](int64_t b, int64_t e) {
