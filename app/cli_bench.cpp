@@ -6,6 +6,13 @@
 // prefill: the 512-token NO CACHE step (llama.cpp's pp512);
 // decode:  128 single-token forwards after a prefill of 0 (llama.cpp's tg128), 512 and
 //          2,048 tokens (attention over that many more keys).
+// memory:  on the CPU, how fast the backend's thread count reads memory (a 256 MiB buffer,
+//          far past the caches, best of 3), and with it the bound on decode at depth:
+//          each step after a prefill of d tokens reads the cache's K/V rows on top of
+//          what a step from an empty cache reads; if those bytes come from memory at
+//          that speed, it runs at most t0 / (t0 + extra bytes / bandwidth) of decode
+//          from an empty cache (t0: that step's time). Rows still in a cache (a short
+//          context's few MB) can beat it; at long contexts it is the ceiling.
 // The prompt tokens are real text (a short story, repeated) so attention is realistic.
 // --kv-type / --kv-type-k / --kv-type-v choose the cache's element types (default f16),
 // so decode speed can be compared across cache types on one backend.
@@ -15,6 +22,7 @@
 #include <cstdio>
 #include <fstream>
 #include <thread>
+#include <vector>
 
 #include "app/cli_common.h"
 #include "app/cli_kv_options.h"
@@ -58,6 +66,8 @@ struct BenchRun {
   int threads = 0;
   std::vector<std::pair<int, double>> nocache_ms;  // (seq_len, best ms)
   std::vector<std::pair<int, double>> decode_ms;   // (depth, ms for kDecode tokens)
+  std::vector<std::pair<int, double>> kv_mb;       // (depth, mean K/V MB a decode step reads)
+  double read_gb_s = 0;                            // CPU: memory read speed, 0 off the CPU
   double prefill_ms() const { return nocache_ms.back().second; }
 };
 
@@ -88,11 +98,53 @@ Expected<BenchRun> measure(Backend& backend, const Model& m, const std::vector<i
     ForwardOutput out;
     if (depth > 0) KV_TRY(forward(backend, m, tokens.data(), depth, 0, **cache, out));
     const double t0 = now_ms();
-    for (int g = 0; g < kDecode; ++g)
+    double kv_bytes = 0;  // held before each step's new row: what its attention reads
+    for (int g = 0; g < kDecode; ++g) {
+      kv_bytes += double((*cache)->bytes_used());
       KV_TRY(forward(backend, m, tokens.data() + depth + g, 1, depth + g, **cache, out));
+    }
     run.decode_ms.push_back({depth, now_ms() - t0});
+    run.kv_mb.push_back({depth, kv_bytes / kDecode / 1e6});
   }
   return run;
+}
+
+// GB/s at which n threads read a 256 MiB buffer, each summing its share in 16 lanes
+// (best of 3).
+double memory_read_gb_s(int n) {
+  const size_t floats = (size_t(256) << 20) / sizeof(float);
+  std::vector<float> buf(floats, 1.0f);
+  std::vector<float> sums(size_t(n) * 16);
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const double t0 = now_ms();
+    std::vector<std::thread> threads;
+    for (int t = 0; t < n; ++t)
+      threads.emplace_back([&, t] {
+        const size_t b = floats / size_t(n) * size_t(t) / 16 * 16;
+        const size_t e = t + 1 == n ? floats : floats / size_t(n) * size_t(t + 1) / 16 * 16;
+        float acc[16] = {};
+        for (size_t i = b; i < e; i += 16)
+          for (int j = 0; j < 16; ++j) acc[j] += buf[i + size_t(j)];
+        std::copy_n(acc, 16, sums.begin() + t * 16);
+      });
+    for (std::thread& th : threads) th.join();
+    best = std::max(best, double(floats * sizeof(float)) / ((now_ms() - t0) / 1000.0) / 1e9);
+  }
+  return sums[0] > 0 ? best : 0;  // sums read, so the loads are not optimized away
+}
+
+double ms_of(const std::vector<std::pair<int, double>>& v, int key) {
+  for (auto& [k, x] : v)
+    if (k == key) return x;
+  return 0;
+}
+
+// At most this fraction of decode after 0 for decode after `depth` (see the top).
+double depth_bound(const BenchRun& r, int depth) {
+  const double t0 = ms_of(r.decode_ms, 0) / kDecode;
+  const double extra_mb = ms_of(r.kv_mb, depth) - ms_of(r.kv_mb, 0);
+  return t0 / (t0 + extra_mb / r.read_gb_s);  // MB / (GB/s) = ms
 }
 
 double tok_s(int tokens, double ms) { return tokens / (ms / 1000.0); }
@@ -114,6 +166,16 @@ void print_json(const std::string& model, const std::string& cpu, const std::vec
     j.key("decode_tok_s").begin_object();  // by prefill depth
     for (auto& [depth, ms] : r.decode_ms) j.key(std::to_string(depth)).value(tok_s(kDecode, ms));
     j.end_object();
+    j.key("decode_kv_read_mb").begin_object();  // mean K/V bytes a step reads, by depth
+    for (auto& [depth, mb] : r.kv_mb) j.key(std::to_string(depth)).value(mb);
+    j.end_object();
+    if (r.read_gb_s > 0) {
+      j.key("memory_read_gb_s").value(r.read_gb_s);
+      j.key("decode_depth_bound").begin_object();  // bound on decode at depth / at 0
+      for (auto& [depth, ms] : r.decode_ms)
+        if (depth > 0) j.key(std::to_string(depth)).value(depth_bound(r, depth));
+      j.end_object();
+    }
     j.key("nocache_step_ms").begin_object();
     for (auto& [len, ms] : r.nocache_ms) j.key(std::to_string(len)).value(ms);
     j.end_object();
@@ -135,6 +197,16 @@ void print_text(const std::string& model, const std::string& cpu, const std::vec
                   tok_s(kDecode, ms));
     for (auto& [len, ms] : r.nocache_ms)
       std::printf("  nocache  step at seq_len %4d: %.1f ms\n", len, ms);
+    if (r.read_gb_s <= 0) continue;
+    std::printf("  memory   read at %.1f GB/s by %d thread%s\n", r.read_gb_s, r.threads,
+                r.threads == 1 ? "" : "s");
+    const double d0 = ms_of(r.decode_ms, 0);
+    for (auto& [depth, ms] : r.decode_ms)
+      if (depth > 0)
+        std::printf(
+            "  depth    after %4d: %.1f MB more K/V per step; %.2fx of decode after 0 "
+            "(%.2fx if those bytes come at that read speed)\n",
+            depth, ms_of(r.kv_mb, depth) - ms_of(r.kv_mb, 0), d0 / ms, depth_bound(r, depth));
   }
 }
 
@@ -189,6 +261,7 @@ int run_bench(int argc, char** argv) {
     auto run = measure(**be, m, tokens, kv_types);
     if (!run.ok()) return fail(run.error());
     run->threads = std::min(n, hw);
+    if ((*be)->name().rfind("cpu", 0) == 0) run->read_gb_s = memory_read_gb_s(run->threads);
     runs.push_back(std::move(*run));
     if ((*be)->name().rfind("cpu", 0) != 0) break;  // thread counts mean nothing off the CPU
   }

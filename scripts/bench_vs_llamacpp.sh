@@ -163,6 +163,7 @@ done
 import json, os, statistics, sys
 work, rounds, extra, json_out, baseline = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4], sys.argv[5]
 kv, base, ll = {}, {}, {}  # (threads, measure) -> [values]
+depth = {}  # threads -> [(decode@2048 / tg128, its memory-speed bound, read GB/s)] per round
 
 def read_kvscope(path, into):
     doc = json.load(open(path))
@@ -173,6 +174,10 @@ def read_kvscope(path, into):
             into.setdefault((t, "tg128" if d == "0" else f"decode@{d}"), []).append(v)
         for n, ms in run["nocache_step_ms"].items():
             into.setdefault((t, f"nocache {n}"), []).append(ms)
+        if into is kv and "memory_read_gb_s" in run:
+            d = run["decode_tok_s"]
+            depth.setdefault(t, []).append((d["2048"] / d["0"], run["decode_depth_bound"]["2048"],
+                                            run["memory_read_gb_s"]))
     return doc
 
 for r in range(1, rounds + 1):
@@ -222,6 +227,23 @@ for t in sorted({k[0] for k in kv}):
             line += f" {bm:.1f} | {(f'{bm / lm:.2f}x') if (t, m) in ll else ''} | {speedup:.2f}x |"
         print(line)
         rows.append(row)
+if depth:
+    print("\ndecode after 2,048 tokens / decode from an empty cache (median of rounds); the bound")
+    print("is the ratio if the K/V rows the deeper step adds came at the memory read speed that")
+    print("kvscope bench measures with the same threads (see app/cli_bench.cpp):\n")
+    print("| threads | kvscope | llama.cpp | bound at memory speed | memory read |")
+    print("|---|---|---|---|---|")
+    for t in sorted(depth):
+        v = depth[t]
+        lr = ""
+        if (t, "decode@2048") in ll and (t, "tg128") in ll:
+            lr = f"{statistics.median(ll[(t, 'decode@2048')]) / statistics.median(ll[(t, 'tg128')]):.2f}x"
+        print(f"| {t} | {statistics.median(x[0] for x in v):.2f}x | {lr} | "
+              f"{statistics.median(x[1] for x in v):.2f}x | {statistics.median(x[2] for x in v):.1f} GB/s |")
+        rows.append({"threads": t, "measure": "decode@2048 / tg128",
+                     "kvscope_median": statistics.median(x[0] for x in v),
+                     "bound_median": statistics.median(x[1] for x in v),
+                     "memory_read_gb_s_median": statistics.median(x[2] for x in v)})
 if json_out:
     json.dump({"rounds": rounds, "extra_buffer_types": extra, "baseline": baseline, "rows": rows},
               open(json_out, "w"), indent=1)
