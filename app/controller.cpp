@@ -120,7 +120,13 @@ std::vector<Event> Controller::poll() {
   std::vector<Event> out(std::make_move_iterator(events_.begin()),
                          std::make_move_iterator(events_.end()));
   events_.clear();
+  queued_full_.reset();
   return out;
+}
+
+bool Controller::has_events() const {
+  std::lock_guard<std::mutex> lock(ev_mu_);
+  return !events_.empty();
 }
 
 std::vector<Event> Controller::wait_events(int timeout_ms) {
@@ -129,6 +135,7 @@ std::vector<Event> Controller::wait_events(int timeout_ms) {
   std::vector<Event> out(std::make_move_iterator(events_.begin()),
                          std::make_move_iterator(events_.end()));
   events_.clear();
+  queued_full_.reset();
   return out;
 }
 
@@ -156,6 +163,19 @@ ControllerState Controller::state() const {
 void Controller::emit(Event e) {
   {
     std::lock_guard<std::mutex> lock(ev_mu_);
+    events_.push_back(std::move(e));
+  }
+  ev_cv_.notify_all();
+}
+
+void Controller::emit_step(Event e, std::shared_ptr<StepTrace> full) {
+  {
+    std::lock_guard<std::mutex> lock(ev_mu_);
+    // Still in the queue (poll() lets go of it) and held by nothing else: nobody can be
+    // reading it, so its rows can go.
+    if (queued_full_ && queued_full_.use_count() == 2)
+      queued_full_->attention = std::vector<float>();
+    queued_full_ = full->attention.empty() ? nullptr : std::move(full);
     events_.push_back(std::move(e));
   }
   ev_cv_.notify_all();
@@ -421,8 +441,9 @@ void Controller::do_step() {
   }
   const int step = tr->step;
   const int32_t token = tr->token_id;
-  e.trace = std::make_shared<const StepTrace>(std::move(tr.value()));
-  emit(std::move(e));
+  auto full = std::make_shared<StepTrace>(std::move(tr.value()));
+  e.trace = full;
+  emit_step(std::move(e), std::move(full));
   if (compare_.active && compare_.phase != 2) compare_.tokens.push_back(token);
   if (compare_.active && compare_.phase == 2 &&
       !check_compare_token(step, token, CacheMode::NoCache))

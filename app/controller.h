@@ -31,6 +31,13 @@
 // History spool: every run of the live engine is appended, step by step, to a run file in an
 // unlinked temporary file (run_file.h). The Reset event hands it to the timeline, each Step
 // event says where its step lies in it, and File > Save copies it.
+//
+// Queued steps: while Step events wait for the UI, only the newest one keeps its attention
+// rows (n_layer x n_head x n_attn floats, 4.5 MB at 4,096 positions for the default model);
+// an older one still waiting loses them when the next step is queued. The timeline keeps
+// only the newest step's rows anyway and reads older steps back from the spool, so a UI
+// that draws a frame every half second while the engine makes 20 steps holds one step's
+// rows in the queue, not 20 (the resident peak of a 4,096-step run in the app).
 #pragma once
 
 #include <atomic>
@@ -175,6 +182,7 @@ class Controller {
 
   void send(Command c);
   std::vector<Event> poll();  // never blocks on the engine
+  bool has_events() const;    // poll() would return something (takes nothing)
   // Blocks until an event is available or `timeout_ms` passes (for tests and headless).
   std::vector<Event> wait_events(int timeout_ms);
   ControllerState state() const;
@@ -204,6 +212,9 @@ class Controller {
   void replace_source(std::unique_ptr<StepSource> s);
   void save(const CmdSave& s);
   void emit(Event e);
+  // Queues a Step event whose trace is `full` (only this controller holds it yet); the
+  // previous step still in the queue loses its attention rows (see "Queued steps").
+  void emit_step(Event e, std::shared_ptr<StepTrace> full);
   void emit_error(ErrorOrigin origin, std::string message);
   void emit_source();
   void publish();
@@ -218,9 +229,12 @@ class Controller {
   std::deque<Command> commands_;
   std::atomic<bool> quit_{false};
 
-  std::mutex ev_mu_;
+  mutable std::mutex ev_mu_;
   std::condition_variable ev_cv_;
   std::deque<Event> events_;
+  // The newest Step trace queued with its attention rows (writable: this controller made
+  // it); its rows go when a newer step is queued while it still waits. Guarded by ev_mu_.
+  std::shared_ptr<StepTrace> queued_full_;
 
   // Worker-side state (mirrored into the atomics for the UI).
   bool playing_ = false, finished_ = true, has_run_ = false;

@@ -173,11 +173,14 @@ int run_gui(const GuiOptions& o) {
   const double cores = std::max(1u, std::thread::hardware_concurrency());
   while (!glfwWindowShouldClose(win)) {
     // ---- wait until a frame is due: something changed, and the cap allows it ----
+    // The events wait in the controller's queue until the frame takes them, where only the
+    // newest step keeps its attention rows (controller.h, "Queued steps").
     ControllerState cs;
+    bool events = false;
     for (;;) {
       glfwPollEvents();
       if (ctl) {
-        for (Event& e : ctl->poll()) pending.push_back(std::move(e));
+        events = ctl->has_events();
         cs = ctl->state();
       }
       if (input_events > 0) {
@@ -186,7 +189,7 @@ int run_gui(const GuiOptions& o) {
       }
       FramePace pace;
       pace.changed =
-          settle > 0 || !pending.empty() || o.quit_after > 0 || glfwWindowShouldClose(win);
+          settle > 0 || events || o.quit_after > 0 || glfwWindowShouldClose(win);
       pace.animating = view.animating();
       // A focused text field's cursor blinks and timed notices expire.
       pace.slow = io.WantTextInput || std::any_of(ui.notices.begin(), ui.notices.end(),
@@ -200,6 +203,8 @@ int run_gui(const GuiOptions& o) {
       glfwWaitEventsTimeout(wait);  // input wakes it early
     }
     if (glfwWindowShouldClose(win)) break;
+    if (ctl)
+      for (Event& e : ctl->poll()) pending.push_back(std::move(e));
     const auto work_start = std::chrono::steady_clock::now();
     settle = std::max(settle - 1, 0);
 

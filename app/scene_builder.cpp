@@ -146,6 +146,7 @@ render::Scene build_scene(const Timeline& tl, const ViewOptions& opts, const Ani
   // context shift the survivors slide left into their new positions (scene_shift.h).
   const ShiftLook shift = viewed_shift(tl);
   static const TokenInfo kNone;
+  s.tokens.reserve(size_t(std::max(n_tok, 0)));
   for (int i = 0; i < n_tok; ++i) {
     const TokenInfo* at = tl.token_at(i);
     const TokenInfo& ti = at ? *at : kNone;
@@ -182,6 +183,7 @@ render::Scene build_scene(const Timeline& tl, const ViewOptions& opts, const Ani
         }
     }
     float mx = *std::max_element(w.begin(), w.end());
+    s.beams.reserve(w.size());
     for (int j = 0; j < int(w.size()); ++j) {
       render::Beam b;
       b.from = origin;

@@ -180,5 +180,8 @@ void use_mapped_memory_for_large_blocks();
 uint64_t process_resident_bytes();
 // The most this process has held resident so far (VmHWM; 0 when unknown).
 uint64_t process_peak_resident_bytes();
+// Starts VmHWM again from the resident size now (Linux /proc/self/clear_refs), so that
+// process_peak_resident_bytes() is the exact peak of what follows. False where it cannot.
+bool reset_peak_resident();
 
 }  // namespace kvscope::app
