@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string_view>
 
 #include "app/scene_kv.h"
 #include "app/ui_state.h"
@@ -60,6 +61,32 @@ void kv_error_legend(const UiState& ui, const Timeline& tl) {
 void send(Controller* ctl, Command c) {
   if (ctl) ctl->send(std::move(c));
 }
+
+float text_width(std::string_view s) {
+  return ImGui::CalcTextSize(s.data(), s.data() + s.size()).x;
+}
+
+// Every edit in the prompt box goes back to the prompt, which is wrapped again for the box
+// (prompt_wrap.h); the cursor is kept for the next edit (Backspace or Delete at a break).
+int prompt_box_callback(ImGuiInputTextCallbackData* d) {
+  UiState& ui = *static_cast<UiState*>(d->UserData);
+  if (d->EventFlag == ImGuiInputTextFlags_CallbackEdit) {
+    const std::string_view now(d->Buf, size_t(d->BufTextLen));
+    const PlainEdit e = unwrap_edit(ui.prompt_shown, ui.prompt_cursor, now, size_t(d->CursorPos));
+    ui.custom_prompt = e.text;
+    ui.prompt_shown_for = e.text;
+    ui.prompt_shown = soft_wrap(e.text, ui.prompt_wrap_width, text_width);
+    const std::string& shown = ui.prompt_shown.text;
+    if (now != shown) {
+      d->DeleteChars(0, d->BufTextLen);
+      d->InsertChars(0, shown.data(), shown.data() + shown.size());
+    }
+    d->CursorPos = int(ui.prompt_shown.to_display(e.cursor));
+    d->SelectionStart = d->SelectionEnd = d->CursorPos;
+  }
+  ui.prompt_cursor = size_t(d->CursorPos);
+  return 0;
+}
 }  // namespace
 
 void panel_controls(UiState& ui, Controller* ctl, const ControllerState& cs, const Timeline& tl) {
@@ -90,11 +117,27 @@ void panel_controls(UiState& ui, Controller* ctl, const ControllerState& cs, con
     ui.custom_prompt = cur.text;
     ui.custom_chat = cur.chat;
   }
-  // Enter runs the text (Ctrl+Enter for a new line); editing it makes it "yours".
-  const float box_h = ImGui::GetTextLineHeight() * 4.0f + ImGui::GetStyle().FramePadding.y * 2;
+  // Enter runs the text (Ctrl+Enter for a new line); editing it makes it "yours". Long
+  // lines wrap at the box's width (room kept for its scroll bar); the box's size is fixed,
+  // so nothing under it moves as the text grows.
+  const float box_h = ImGui::GetTextLineHeight() * 5.0f + style.FramePadding.y * 2;
+  const float wrap_w = std::max(ImGui::GetContentRegionAvail().x - 2.0f * style.FramePadding.x -
+                                    style.ScrollbarSize - 2.0f,
+                                4.0f * ImGui::GetFontSize());
+  if (!ui.prompt_editing &&
+      (ui.prompt_shown_for != ui.custom_prompt || ui.prompt_wrap_width != wrap_w)) {
+    ui.prompt_shown = soft_wrap(ui.custom_prompt, wrap_w, text_width);
+    ui.prompt_box = ui.prompt_shown.text;
+    ui.prompt_shown_for = ui.custom_prompt;
+    ui.prompt_wrap_width = wrap_w;
+  }
   bool run = ImGui::InputTextMultiline(
-      "##prompt", &ui.custom_prompt, ImVec2(-1.0f, box_h),
-      ImGuiInputTextFlags_EnterReturnsTrue | ImGuiInputTextFlags_CtrlEnterForNewLine);
+      "##prompt", &ui.prompt_box, ImVec2(-1.0f, box_h),
+      ImGuiInputTextFlags_EnterReturnsTrue | ImGuiInputTextFlags_CtrlEnterForNewLine |
+          ImGuiInputTextFlags_NoHorizontalScroll | ImGuiInputTextFlags_CallbackEdit |
+          ImGuiInputTextFlags_CallbackAlways,
+      prompt_box_callback, &ui);
+  ui.prompt_editing = ImGui::IsItemActive();
   if (ImGui::IsItemHovered())
     ImGui::SetTooltip("Type your own prompt; Enter runs it (Ctrl+Enter: new line)");
   bool chat_changed = ImGui::RadioButton("raw text", !ui.custom_chat);

@@ -11,6 +11,7 @@
 #include "app/engine_setup.h"
 #include "app/memory_whatif.h"
 #include "app/model_choices.h"
+#include "app/prompt_wrap.h"
 #include "app/quality_job.h"
 #include "app/scene_builder.h"
 #include "app/ui_layout.h"
@@ -52,6 +53,15 @@ struct UiState {
   int prompt_index = 0;
   std::string custom_prompt;       // the prompt box
   bool custom_chat = false;        // the box's text as a chat turn (else raw text)
+  // The prompt box shows custom_prompt soft-wrapped to its width (prompt_wrap.h): the
+  // wrapping, the box's buffer, the prompt and width it was made for, whether the box was
+  // being edited last frame and its cursor at the last callback.
+  SoftWrapped prompt_shown;
+  std::string prompt_box;
+  std::string prompt_shown_for;
+  float prompt_wrap_width = -1;
+  bool prompt_editing = false;
+  size_t prompt_cursor = 0;
   int compare_steps = 48;          // steps of each run of "compare modes"
   bool compare_interleaved = false;  // both runs step by step in turn, not one after the other
   std::string model_choice;        // the model picker: a built-in name or a GGUF path
