@@ -174,9 +174,22 @@ Status attention(ThreadPool& pool, Tensor q, const CpuKvCache& cache, int layer,
           out,
           probs_last,
           vector_ok ? &kernels(isa_active()) : &kernels_scalar()};
-  if (probs_last.data)
-    for (int h = 0; h < n_head; ++h)
-      std::fill_n(probs_last.data + int64_t(h) * probs_last.cols, pos0 + T, 0.0f);
+  if (probs_last.data) {
+    // The last query's attention rows: combine writes the positions it sees; the others
+    // (past a window, or not held) are 0. Only those are cleared, not the whole row: at
+    // long contexts a step's rows are megabytes.
+    query_chunks(job.kpos, n, job.rule, pos0 + int(T) - 1, scratch.last);
+    for (int h = 0; h < n_head; ++h) {
+      float* row = probs_last.data + int64_t(h) * probs_last.cols;
+      int at = 0;
+      for (const Range& r : scratch.last) {
+        const int first = job.kpos[r.begin];
+        if (first > at) std::fill(row + at, row + first, 0.0f);
+        at = std::max(at, first + (r.end - r.begin));
+      }
+      if (pos0 + T > at) std::fill(row + at, row + pos0 + T, 0.0f);
+    }
+  }
 
   const size_t stride = chunk_floats(job.G, D);
   const int64_t pairs = T * Hkv;

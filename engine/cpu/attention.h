@@ -26,6 +26,7 @@ struct AttentionScratch {
   std::vector<float> parts;                    // per item: the chunk's results
   std::vector<float> q_scaled;                 // the queries times the score scale
   std::vector<int32_t> spans;                  // combine's chunk positions
+  std::vector<AttnRange> last;                 // the last query's chunks
 };
 
 // Backend::attention (see engine/backend.h) on the CPU.

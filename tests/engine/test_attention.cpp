@@ -8,6 +8,7 @@
 // queries (NO CACHE's scratch cache), with 1, 2 or 3 threads.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -72,6 +73,9 @@ Result attend(Backend& be, KvCache& cache, const Case& c, const Data& d, int pos
   std::copy_n(d.v.begin() + int64_t(pos0) * kv_cols, T * kv_cols, v->data);
   std::copy_n(d.q.begin() + int64_t(pos0) * H * c.D, T * H * c.D, q->data);
   EXPECT_TRUE(be.kv_write(cache, 0, *k, *v, pos0).ok());
+  // The rows start as garbage: attention writes every position of them, 0 where the
+  // query does not look (past its window, before its sinks' end).
+  std::fill_n(probs->data, probs->size(), std::nanf(""));
   const float scale = 1.0f / std::sqrt(float(c.D));
   Status s = be.attention(*q, cache, 0, pos0, H, scale, *out, *probs);
   EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.error().message);
