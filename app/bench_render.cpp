@@ -4,6 +4,7 @@
 //             no instance upload);
 //   new step: the content changes every frame (a step arrives each frame: repack and
 //             send the changed ranges).
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -32,6 +33,9 @@ int run_bench_render(int argc, char** argv) {
   app.add_option("--samples", samples, "Multisample count (0 = off)")->check(cli::Range(0, 64));
   app.add_option("--layers", layers, "Layers per token")->check(cli::Range(1, 256));
   app.add_option("--size", size, "Image size WxH, both in 16..8192");
+  bool passes = false;
+  app.add_flag("--passes", passes,
+               "Also time each part of the frame (the GPU finishes after each: slower frames)");
   if (int rc = cli::parse_options(app, argc, argv); rc >= 0) return rc;
   char tail = 0;
   if (std::sscanf(size.c_str(), "%dx%d%c", &width, &height, &tail) != 2 || width < 16 ||
@@ -55,9 +59,11 @@ int run_bench_render(int argc, char** argv) {
     std::fprintf(stderr, "kvscope: %s\n", res.error.c_str());
     return 1;
   }
+  r->set_profile_passes(passes);
   std::printf("renderer: %s\n", gl.value()->description().c_str());
-  std::printf("%8s %7s %10s %8s %8s %9s %10s %10s %11s %6s %12s\n", "tokens", "layers", "kv_blocks",
-              "beams", "glyphs", "case", "frame_ms", "prep_ms", "upload_B", "draws", "drawn_kv");
+  std::printf("%8s %7s %10s %8s %8s %9s %10s %10s %11s %6s %12s %12s\n", "tokens", "layers",
+              "kv_blocks", "beams", "glyphs", "case", "frame_ms", "prep_ms", "upload_B", "draws",
+              "drawn_kv", "drawn_beams");
   for (int n : {256, 1024, 4096}) {
     render::SyntheticSpec spec;
     spec.n_tokens = n;
@@ -78,6 +84,7 @@ int run_bench_render(int argc, char** argv) {
       for (int i = 0; i < 2; ++i) r->draw(s, width, height);  // warm up
       glFinish();
       double cpu = 0, kib = 0;  // packing+upload ms, bytes uploaded
+      std::array<double, render::kPassCount> pass_ms{};
       auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < frames; ++i) {
         s.anim.flash = float(i % 10) / 10.0f;  // the animation always moves
@@ -91,14 +98,22 @@ int run_bench_render(int argc, char** argv) {
         glFinish();  // count the GPU (llvmpipe) work, not just submission
         cpu += r->last_stats().prepare_ms;
         kib += double(r->last_stats().uploaded_bytes);
+        for (int p = 0; p < render::kPassCount; ++p)
+          pass_ms[size_t(p)] += r->last_stats().pass_ms[size_t(p)];
       }
       double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
           frames;
       const render::FrameStats& st = r->last_stats();
-      std::printf("%8d %7d %10zu %8zu %8zu %9s %10.2f %10.2f %11.0f %6d %12zu\n", n, layers,
+      std::printf("%8d %7d %10zu %8zu %8zu %9s %10.2f %10.2f %11.0f %6d %12zu %12zu\n", n, layers,
                   st.kv_blocks, st.beams, st.glyphs, new_step ? "new step" : "animated", ms,
-                  cpu / frames, kib / frames, st.draw_calls, st.drawn_kv_blocks);
+                  cpu / frames, kib / frames, st.draw_calls, st.drawn_kv_blocks, st.drawn_beams);
+      if (passes) {
+        std::printf("%8s ms per part:", "");
+        for (int p = 0; p < render::kPassCount; ++p)
+          std::printf(" %s %.2f", render::pass_name(render::Pass(p)), pass_ms[size_t(p)] / frames);
+        std::printf("\n");
+      }
     }
   }
   render::OffscreenTarget::bind_default();

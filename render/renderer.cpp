@@ -19,6 +19,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <limits>
 #include <utility>
 
 #include <glm/gtc/type_ptr.hpp>
@@ -31,6 +32,9 @@ namespace render {
 namespace {
 
 constexpr int kBeamSegments = 24;
+constexpr float kBeamWidth = 0.09f;  // world units, at the weakest weight (beam.vert)
+// Beams to tokens out of view drawn at most (the strongest of each stretch of the sequence).
+constexpr size_t kOffViewBeams = 96;
 
 struct BlockInstance {  // matches block.vert locations 2..6
   glm::vec3 center;
@@ -94,8 +98,9 @@ size_t upload_changes(const GlBuffer& buf, std::vector<T>& data, std::vector<T>*
 struct Renderer::Impl {
   ShaderProgram block, head, halo, beam, glyph, grid, marker;
   GlBuffer cube_vbo, sphere_vbo, sphere_ibo;
-  GlBuffer token_inst, kv_inst, beam_inst, glyph_inst, marker_inst;
-  GlVertexArray token_vao, kv_vao, sphere_vao, beam_vao, glyph_vao, empty_vao, marker_vao;
+  GlBuffer token_inst, kv_inst, beam_inst, glyph_inst, marker_inst, beam_lod_inst;
+  GlVertexArray token_vao, kv_vao, sphere_vao, beam_vao, glyph_vao, empty_vao, marker_vao,
+      beam_lod_vao;
   GlTexture atlas_tex;
   GLsizei cube_count = 0, sphere_index_count = 0;
   std::vector<BlockInstance> token_data, kv_data;
@@ -105,6 +110,12 @@ struct Renderer::Impl {
   // What the GPU buffers hold now (for the changed-range upload).
   std::vector<BlockInstance> token_gpu, kv_gpu;
   std::vector<BeamInstance> beam_gpu;
+  // Level of detail for the beams (see draw): what beam_lod_inst holds, and for which
+  // content and range of beams in view it was made.
+  std::vector<BeamInstance> beam_lod;
+  uint64_t packs = 0, beam_lod_pack = 0;  // pack() calls so far; the one beam_lod was made after
+  size_t beam_lod_first = 0, beam_lod_end = 0;
+  bool beams_sorted = false;  // beams in non-decreasing target x (the app's order)
   std::vector<GlyphInstance> glyph_gpu;
   std::vector<MarkerGpu> marker_gpu;
   std::vector<GlyphQuad> quads;
@@ -135,6 +146,9 @@ struct Renderer::Impl {
     float_attrib(5, 3, sizeof(BlockInstance), base + offsetof(BlockInstance, anim), true);
     float_attrib(6, 4, sizeof(BlockInstance), base + offsetof(BlockInstance, style), true);
   }
+  // Beams [first, end) as they are, the ones before and after them thinned to at most
+  // kOffViewBeams in all: each stretch of equal x span keeps its strongest beam.
+  void make_beam_lod(size_t first, size_t end);
   void bind_glyph_instances(size_t first) {
     const size_t base = first * sizeof(GlyphInstance);
     glBindVertexArray(glyph_vao.get());
@@ -191,6 +205,8 @@ void Renderer::Impl::pack(const Scene& scene, const GlyphAtlas& atlas) {
     if (w < 0.004f) continue;  // invisible anyway
     beam_data.push_back({b.from, b.to, w, b.color});
   }
+  beams_sorted = sorted(beam_data, [](const BeamInstance& b) { return b.to.x; });
+  ++packs;
   glyph_data.clear();
   float center_y = atlas.descent() + 0.5f;  // middle of a text line
   for (const TokenInstance& t : scene.tokens) {
@@ -219,6 +235,33 @@ void Renderer::Impl::pack(const Scene& scene, const GlyphAtlas& atlas) {
                             {t.label_flat ? 1.0f : 0.0f, t.slide}});
   }
   x_sorted = x_sorted && sorted(glyph_data, [](const GlyphInstance& g) { return g.anchor.x; });
+}
+
+const char* pass_name(Pass p) {
+  static const char* const kNames[kPassCount] = {"prepare", "clear", "tokens", "kv",   "markers",
+                                                 "head",    "grid",  "beams",  "halo", "glyphs"};
+  return kNames[static_cast<int>(p)];
+}
+
+void Renderer::Impl::make_beam_lod(size_t first, size_t end) {
+  const size_t n = beam_gpu.size(), off = first + (n - end);
+  beam_lod.clear();
+  auto thin = [&](size_t a, size_t b) {
+    if (b <= a) return;
+    const size_t buckets = std::max<size_t>(1, kOffViewBeams * (b - a) / std::max<size_t>(off, 1));
+    const float x0 = beam_gpu[a].to.x, span = beam_gpu[b - 1].to.x - x0;
+    size_t at = a;
+    for (size_t k = 0; k < buckets && at < b; ++k) {
+      const float until = x0 + span * float(k + 1) / float(buckets);
+      size_t best = at;
+      for (; at < b && (beam_gpu[at].to.x <= until || k + 1 == buckets); ++at)
+        if (beam_gpu[at].weight > beam_gpu[best].weight) best = at;
+      if (best < at) beam_lod.push_back(beam_gpu[best]);
+    }
+  };
+  thin(0, first);
+  beam_lod.insert(beam_lod.end(), beam_gpu.begin() + long(first), beam_gpu.begin() + long(end));
+  thin(end, n);
 }
 
 uint64_t next_scene_revision() {
@@ -280,12 +323,17 @@ Result Renderer::create(const RendererOptions& opts, std::unique_ptr<Renderer>* 
                sphere.indices.data(), GL_STATIC_DRAW);
   float_attrib(0, 3, 6 * sizeof(float), 0, false);
 
-  glBindVertexArray(m.beam_vao.get());
-  glBindBuffer(GL_ARRAY_BUFFER, m.beam_inst.get());
-  float_attrib(0, 3, sizeof(BeamInstance), offsetof(BeamInstance, from), true);
-  float_attrib(1, 3, sizeof(BeamInstance), offsetof(BeamInstance, to), true);
-  float_attrib(2, 1, sizeof(BeamInstance), offsetof(BeamInstance, weight), true);
-  float_attrib(3, 3, sizeof(BeamInstance), offsetof(BeamInstance, color), true);
+  m.beam_lod_inst = make_buffer();
+  m.beam_lod_vao = make_vertex_array();
+  for (auto [vao, inst] :
+       {std::pair{&m.beam_vao, &m.beam_inst}, {&m.beam_lod_vao, &m.beam_lod_inst}}) {
+    glBindVertexArray(vao->get());
+    glBindBuffer(GL_ARRAY_BUFFER, inst->get());
+    float_attrib(0, 3, sizeof(BeamInstance), offsetof(BeamInstance, from), true);
+    float_attrib(1, 3, sizeof(BeamInstance), offsetof(BeamInstance, to), true);
+    float_attrib(2, 1, sizeof(BeamInstance), offsetof(BeamInstance, weight), true);
+    float_attrib(3, 3, sizeof(BeamInstance), offsetof(BeamInstance, color), true);
+  }
 
   glBindVertexArray(m.glyph_vao.get());
   glBindBuffer(GL_ARRAY_BUFFER, m.glyph_inst.get());
@@ -323,6 +371,14 @@ void Renderer::draw(const Scene& scene, int fb_width, int fb_height, Viewport vi
   auto t0 = std::chrono::steady_clock::now();
   Impl& m = *impl_;
   stats_ = FrameStats{};
+  auto lap = t0;
+  auto mark = [&](Pass p) {  // with profiling: the part just drawn, finished
+    if (!profile_passes_) return;
+    glFinish();
+    const auto now = std::chrono::steady_clock::now();
+    stats_.pass_ms[size_t(p)] += std::chrono::duration<double, std::milli>(now - lap).count();
+    lap = now;
+  };
   // Clip the rectangle to the framebuffer.
   int x0 = std::max(view_rect.x, 0), y0 = std::max(view_rect.y, 0);
   int x1 = std::min(view_rect.x + view_rect.width, fb_width);
@@ -345,6 +401,7 @@ void Renderer::draw(const Scene& scene, int fb_width, int fb_height, Viewport vi
   } else {
     stats_.reused = true;
   }
+  mark(Pass::Prepare);
   const SceneAnim& anim = scene.anim;
 
   // ---- frame state ----
@@ -363,11 +420,14 @@ void Renderer::draw(const Scene& scene, int fb_width, int fb_height, Viewport vi
   glDepthMask(GL_TRUE);
   glDisable(GL_BLEND);
   glDisable(GL_CULL_FACE);
+  mark(Pass::Clear);
 
   // ---- the instance ranges in view (all of them when the content is not x-sorted) ----
   InstanceRange tok_range{0, m.token_gpu.size()}, kv_range{0, m.kv_gpu.size()},
       glyph_range{0, m.glyph_gpu.size()};
-  if (m.x_sorted && scene.cull_offscreen && !m.token_gpu.empty()) {
+  // Beams to the tokens in view are ribbons; the others (a level of detail) are hairlines.
+  float wide_x0 = -std::numeric_limits<float>::max(), wide_x1 = std::numeric_limits<float>::max();
+  if (m.x_sorted && (scene.cull_offscreen || scene.beam_lod) && !m.token_gpu.empty()) {
     const auto planes = frustum_planes(vp);
     const float pad = 0.5f * std::max({scene.token_size.x, scene.token_size.z, 1.0f});
     const float y_floor = std::min(scene.grid.height, -1.0f);
@@ -384,13 +444,24 @@ void Renderer::draw(const Scene& scene, int fb_width, int fb_height, Viewport vi
       }
     }
     if (lo < 0) {
-      tok_range = kv_range = glyph_range = InstanceRange{};
+      if (scene.cull_offscreen) tok_range = kv_range = glyph_range = InstanceRange{};
+      if (scene.beam_lod) {
+        wide_x0 = 1.0f;
+        wide_x1 = 0.0f;
+      }
     } else {
       const float x0 = m.token_gpu[size_t(lo)].center.x - pad,
                   x1 = m.token_gpu[size_t(hi)].center.x + pad;
-      tok_range = {size_t(lo), size_t(hi - lo + 1)};
-      kv_range = x_range(m.kv_gpu, x0, x1, [](const BlockInstance& k) { return k.center.x; });
-      glyph_range = x_range(m.glyph_gpu, x0, x1, [](const GlyphInstance& g) { return g.anchor.x; });
+      if (scene.cull_offscreen) {
+        tok_range = {size_t(lo), size_t(hi - lo + 1)};
+        kv_range = x_range(m.kv_gpu, x0, x1, [](const BlockInstance& k) { return k.center.x; });
+        glyph_range =
+            x_range(m.glyph_gpu, x0, x1, [](const GlyphInstance& g) { return g.anchor.x; });
+      }
+      if (scene.beam_lod) {
+        wide_x0 = x0;
+        wide_x1 = x1;
+      }
     }
   }
 
@@ -410,7 +481,9 @@ void Renderer::draw(const Scene& scene, int fb_width, int fb_height, Viewport vi
     ++stats_.draw_calls;
   };
   draw_blocks(m.token_vao, m.token_inst, tok_range, scene.token_size);
+  mark(Pass::Tokens);
   draw_blocks(m.kv_vao, m.kv_inst, kv_range, scene.kv_block_size);
+  mark(Pass::KvBlocks);
   if (!m.marker_gpu.empty()) {
     m.marker.use();
     glUniformMatrix4fv(m.marker.uniform("u_view_proj"), 1, GL_FALSE, glm::value_ptr(vp));
@@ -418,6 +491,7 @@ void Renderer::draw(const Scene& scene, int fb_width, int fb_height, Viewport vi
     glDrawArraysInstanced(GL_TRIANGLES, 0, m.cube_count, GLsizei(m.marker_gpu.size()));
     ++stats_.draw_calls;
   }
+  mark(Pass::Markers);
 
   if (scene.head.visible) {
     m.head.use();
@@ -430,6 +504,7 @@ void Renderer::draw(const Scene& scene, int fb_width, int fb_height, Viewport vi
     glDrawElements(GL_TRIANGLES, m.sphere_index_count, GL_UNSIGNED_INT, nullptr);
     ++stats_.draw_calls;
   }
+  mark(Pass::Head);
 
   // ---- blended layers ----
   glEnable(GL_BLEND);
@@ -449,6 +524,7 @@ void Renderer::draw(const Scene& scene, int fb_width, int fb_height, Viewport vi
     glDrawArrays(GL_TRIANGLE_STRIP, 0, 4);
     ++stats_.draw_calls;
   }
+  mark(Pass::Grid);
 
   glBlendFunc(GL_ONE, GL_ONE);  // additive: beams and glow only ever add light
   if (!m.beam_gpu.empty()) {
@@ -460,14 +536,42 @@ void Renderer::draw(const Scene& scene, int fb_width, int fb_height, Viewport vi
     glUniformMatrix4fv(m.beam.uniform("u_view_proj"), 1, GL_FALSE, glm::value_ptr(vp));
     glUniform3fv(m.beam.uniform("u_eye"), 1, glm::value_ptr(cam.eye));
     glUniform1i(m.beam.uniform("u_segments"), kBeamSegments);
-    glUniform1f(m.beam.uniform("u_width"), 0.09f);
     glUniform1f(m.beam.uniform("u_px_scale"), proj[1][1] * 0.5f * float(height));
     glUniform1f(m.beam.uniform("u_min_px"), 1.3f);
+    // A beam to a token out of view leaves the view on its way there: most of the pixels it
+    // covers are its ribbon crossing the others near the head, hundreds of beams deep over
+    // a long sequence. Those are drawn at the least width (u_min_px), a level of detail;
+    // the ones to tokens in view (u_wide_x) keep their ribbon.
+    glUniform1f(m.beam.uniform("u_width"), kBeamWidth);
+    glUniform2f(m.beam.uniform("u_wide_x"), wide_x0, wide_x1);
+    // Hundreds of those hairlines still cost (long thin triangles across the view's tiles)
+    // and overlap where they leave it: past kOffViewBeams, only the strongest beam of each
+    // stretch of the sequence out of view is drawn.
+    size_t drawn = m.beam_gpu.size();
     glBindVertexArray(m.beam_vao.get());
-    glDrawArraysInstanced(GL_TRIANGLE_STRIP, 0, 2 * (kBeamSegments + 1),
-                          GLsizei(m.beam_gpu.size()));
+    if (m.beams_sorted && wide_x0 <= wide_x1 && wide_x1 < std::numeric_limits<float>::max()) {
+      const InstanceRange wide =
+          x_range(m.beam_gpu, wide_x0, wide_x1, [](const BeamInstance& b) { return b.to.x; });
+      const size_t end = wide.first + wide.count;
+      if (wide.first + (m.beam_gpu.size() - end) > kOffViewBeams) {
+        if (m.beam_lod_pack != m.packs || m.beam_lod_first != wide.first || m.beam_lod_end != end) {
+          m.make_beam_lod(wide.first, end);
+          glBindBuffer(GL_ARRAY_BUFFER, m.beam_lod_inst.get());
+          glBufferData(GL_ARRAY_BUFFER, GLsizeiptr(m.beam_lod.size() * sizeof(BeamInstance)),
+                       m.beam_lod.data(), GL_DYNAMIC_DRAW);
+          m.beam_lod_pack = m.packs;
+          m.beam_lod_first = wide.first;
+          m.beam_lod_end = end;
+        }
+        drawn = m.beam_lod.size();
+        glBindVertexArray(m.beam_lod_vao.get());
+      }
+    }
+    glDrawArraysInstanced(GL_TRIANGLE_STRIP, 0, 2 * (kBeamSegments + 1), GLsizei(drawn));
+    stats_.drawn_beams = drawn;
     ++stats_.draw_calls;
   }
+  mark(Pass::Beams);
   if (scene.head.visible && scene.head.glow > 0.0f) {
     m.halo.use();
     glUniformMatrix4fv(m.halo.uniform("u_view"), 1, GL_FALSE, glm::value_ptr(view));
@@ -480,6 +584,7 @@ void Renderer::draw(const Scene& scene, int fb_width, int fb_height, Viewport vi
     glDrawArrays(GL_TRIANGLE_STRIP, 0, 4);
     ++stats_.draw_calls;
   }
+  mark(Pass::Halo);
 
   if (glyph_range.count > 0) {
     glBlendFunc(GL_SRC_ALPHA, GL_ONE_MINUS_SRC_ALPHA);
@@ -500,6 +605,7 @@ void Renderer::draw(const Scene& scene, int fb_width, int fb_height, Viewport vi
     glDrawArraysInstanced(GL_TRIANGLE_STRIP, 0, 4, GLsizei(glyph_range.count));
     ++stats_.draw_calls;
   }
+  mark(Pass::Glyphs);
 
   glBindVertexArray(0);
   glDepthMask(GL_TRUE);

@@ -6,6 +6,7 @@
 // (create, draw and destruction on the context's thread).
 #pragma once
 
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,14 +17,23 @@
 
 namespace render {
 
+// The parts of a frame, in drawing order (FrameStats::pass_ms).
+enum class Pass { Prepare, Clear, Tokens, KvBlocks, Markers, Head, Grid, Beams, Halo, Glyphs };
+inline constexpr int kPassCount = 10;
+const char* pass_name(Pass p);
+
 struct FrameStats {
   int draw_calls = 0;
   size_t tokens = 0, kv_blocks = 0, beams = 0, glyphs = 0;
   size_t drawn_tokens = 0, drawn_kv_blocks = 0, drawn_glyphs = 0;  // in view, so drawn
-  double cpu_ms = 0;  // time spent in draw() on the CPU (building + submitting)
+  size_t drawn_beams = 0;     // after the level of detail for beams to tokens out of view
+  double cpu_ms = 0;          // time spent in draw() on the CPU (building + submitting)
   double prepare_ms = 0;      // part of cpu_ms spent packing and uploading instances
   size_t uploaded_bytes = 0;  // instance bytes sent to the GPU this frame
   bool reused = false;        // the scene's revision matched: no packing, no upload
+  // With Renderer::set_profile_passes: milliseconds each part took, the GPU's work
+  // included (glFinish after each; slower than a normal frame, for finding what costs).
+  std::array<double, kPassCount> pass_ms{};
 };
 
 struct RendererOptions {
@@ -48,6 +58,8 @@ class Renderer {
   void draw(const Scene& scene, int fb_width, int fb_height, Viewport view);
   const FrameStats& last_stats() const { return stats_; }
   const GlyphAtlas& atlas() const { return atlas_; }
+  // Times each part of the frame (FrameStats::pass_ms) by finishing the GPU's work after it.
+  void set_profile_passes(bool on) { profile_passes_ = on; }
 
  private:
   Renderer() = default;
@@ -55,6 +67,7 @@ class Renderer {
   std::unique_ptr<Impl> impl_;
   GlyphAtlas atlas_;
   FrameStats stats_;
+  bool profile_passes_ = false;
 };
 
 }  // namespace render

@@ -175,6 +175,10 @@ struct Scene {
   bool labels_vertical = true;  // labels read bottom-to-top (no overlap between neighbours)
   // Draw only the tokens, KV blocks and labels in view (when they lie in x order).
   bool cull_offscreen = true;
+  // Level of detail for the beams to tokens out of view (when the tokens lie in x order):
+  // drawn at their least width, and past the renderer's kOffViewBeams only the strongest of
+  // each stretch of the sequence; the beams to tokens in view are all drawn as they are.
+  bool beam_lod = true;
   glm::vec3 background{0.035f, 0.04f, 0.06f};
 };
 

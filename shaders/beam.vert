@@ -18,6 +18,9 @@ uniform float u_fade;
 uniform vec3 u_arc;  // rise, rise per unit of span, lean (-z) per unit of span
 uniform float u_px_scale;  // pixels per world unit at distance 1 (proj[1][1] * viewport_h / 2)
 uniform float u_min_px;    // a beam is never thinner than this on screen
+// Beams whose target's x lies in [x, y] (the tokens in view) are ribbons u_width wide; the
+// others are drawn at u_min_px only (a level of detail: they leave the view).
+uniform vec2 u_wide_x;
 
 out float v_side;
 out float v_t;
@@ -44,7 +47,8 @@ void main() {
   float len = length(offset);
   offset = len > 1e-5 ? offset / len : vec3(0.0, 0.0, 1.0);
   float w = clamp(i_weight * u_fade, 0.0, 1.0);
-  float width = u_width * (0.35 + 1.65 * sqrt(w));
+  bool wide = i_to.x >= u_wide_x.x && i_to.x <= u_wide_x.y;
+  float width = wide ? u_width * (0.35 + 1.65 * sqrt(w)) : 0.0;
   // Seen from far (TOP over a long sequence) beams keep a visible width.
   float world_per_px = (u_view_proj * vec4(p, 1.0)).w / u_px_scale;
   width = max(width, u_min_px * world_per_px);

@@ -322,6 +322,7 @@ TEST(RenderPixels, OnlyTheInstancesInViewAreDrawnAndTheImageIsTheSame) {
   spec.n_tokens = 1500;
   spec.n_layers = 12;
   render::Scene s = render::make_synthetic_scene(spec);
+  s.beam_lod = false;  // changes the picture on purpose (BeamsOutOfViewAreThinned)
   for (CameraPreset p : {CameraPreset::ThreeQuarter, CameraPreset::Follow, CameraPreset::Top}) {
     frame_scene(&s, p, kW, kH);
     s.cull_offscreen = true;
@@ -341,5 +342,43 @@ TEST(RenderPixels, OnlyTheInstancesInViewAreDrawnAndTheImageIsTheSame) {
       EXPECT_LT(st.drawn_kv_blocks, s.kv_blocks.size() / 4) << render::camera_preset_name(p);
       EXPECT_GT(st.drawn_tokens, 8u);
     }
+  }
+}
+
+// Level of detail for beams: over a long sequence seen from 3/4, the beams to tokens out of
+// view are thinned to 96, each the strongest of its stretch, besides the beams to the
+// tokens in view; from above everything is in view and every beam is drawn. The picture
+// keeps most of its light.
+TEST(RenderPixels, BeamsOutOfViewAreThinned) {
+  GL_TEST_CONTEXT_OR_SKIP(ctx);
+  auto r = ctx->make_renderer();
+  ASSERT_TRUE(r);
+  render::SyntheticSpec spec;
+  spec.n_tokens = 4096;
+  spec.n_layers = 30;
+  render::Scene s = render::make_synthetic_scene(spec);
+  for (CameraPreset p : {CameraPreset::ThreeQuarter, CameraPreset::Top}) {
+    frame_scene(&s, p, kW, kH);
+    s.revision = render::next_scene_revision();
+    s.beam_lod = true;
+    Image lod = render_image(*r, s, kW, kH);
+    const render::FrameStats st = r->last_stats();
+    s.beam_lod = false;
+    Image all = render_image(*r, s, kW, kH);
+    EXPECT_EQ(r->last_stats().drawn_beams, st.beams);
+    if (p == CameraPreset::Top) {
+      EXPECT_EQ(st.drawn_beams, st.beams) << "everything is in view from above";
+      continue;
+    }
+    ASSERT_GT(st.drawn_tokens, 8u);
+    EXPECT_LT(st.drawn_beams, st.beams / 2);
+    EXPECT_GE(st.drawn_beams, 96u);  // the thinned ones, and those to the tokens in view
+    // The head and the newest tokens look the same: the head's neighbourhood keeps its light.
+    double lit_lod = 0, lit_all = 0;
+    for (size_t i = 0; i < lod.rgba.size(); i += 4) {
+      lit_lod += lod.rgba[i] + lod.rgba[i + 1] + lod.rgba[i + 2];
+      lit_all += all.rgba[i] + all.rgba[i + 1] + all.rgba[i + 2];
+    }
+    EXPECT_GT(lit_lod, 0.6 * lit_all);
   }
 }
