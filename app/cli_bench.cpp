@@ -261,9 +261,10 @@ int run_bench(int argc, char** argv) {
     auto run = measure(**be, m, tokens, kv_types);
     if (!run.ok()) return fail(run.error());
     run->threads = std::min(n, hw);
-    if ((*be)->name().rfind("cpu", 0) == 0) run->read_gb_s = memory_read_gb_s(run->threads);
+    const bool on_cpu = std::string_view((*be)->kind()) == "cpu";
+    if (on_cpu) run->read_gb_s = memory_read_gb_s(run->threads);
     runs.push_back(std::move(*run));
-    if ((*be)->name().rfind("cpu", 0) != 0) break;  // thread counts mean nothing off the CPU
+    if (!on_cpu) break;  // thread counts mean nothing off the CPU
   }
   const std::string cpu = cpu_model_name();
   if (json) {

@@ -4,9 +4,7 @@
 #include "app/cli_common.h"
 #include "engine/kv_memory.h"
 
-#include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -112,19 +110,19 @@ class SessionSource final : public StepSource {
   }
   int max_tokens() const override { return session_->config().max_tokens; }
   Expected<std::unique_ptr<StepSource>> twin(CacheMode mode) const override {
-    // The same kind of backend: CUDA, or the CPU with as many threads ("cpu (N threads, ...").
-    const std::string name = session_->backend().name();
-    const bool cuda = name.rfind("cuda", 0) == 0;
-    const int threads = cuda ? 0 : std::atoi(name.c_str() + std::min<size_t>(name.size(), 5));
-    auto backend = cli::make_backend(cuda ? "cuda" : "cpu", session_->model(), threads, nullptr);
+    // The same kind of backend, on the CPU with as many threads.
+    const Backend& own = session_->backend();
+    auto backend = cli::make_backend(own.kind(), session_->model(), own.threads(), nullptr);
     if (!backend.ok()) return backend.error();
     SessionConfig cfg = session_->config();
     cfg.mode = mode;
     auto s = Session::create(session_->shared_model(), std::move(backend.value()), cfg);
     if (!s.ok()) return s.error();
     s.value()->set_sampler(session_->sampler());
+    ModelFacts facts = facts_;
+    facts.backend = s.value()->backend().name();  // its own (of the same kind and threads)
     return std::unique_ptr<StepSource>(
-        std::make_unique<SessionSource>(std::move(s.value()), facts_));
+        std::make_unique<SessionSource>(std::move(s.value()), std::move(facts)));
   }
   void set_kv_errors(bool on) override { session_->set_kv_errors(on); }
 

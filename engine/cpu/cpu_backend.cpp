@@ -40,6 +40,8 @@ class CpuBackend final : public Backend {
     return "cpu (" + std::to_string(pool_.size()) + (pool_.size() == 1 ? " thread, " : " threads, ") +
            cpu::isa_name(cpu::isa_active()) + ")";
   }
+  const char* kind() const override { return "cpu"; }
+  int threads() const override { return pool_.size(); }
 
   Expected<Tensor> scratch(int slot, int64_t rows, int64_t cols) override {
     if (slot < 0 || slot > 64) return make_error("cpu: scratch slot ", slot, " out of range [0, 64]");

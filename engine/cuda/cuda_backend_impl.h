@@ -39,6 +39,8 @@ class CudaBackend final : public Backend {
   Status init(const Model& model);
 
   std::string name() const override { return "cuda (" + info_.name + ")"; }
+  const char* kind() const override { return "cuda"; }
+  int threads() const override { return 0; }  // the ops run on the GPU
   Expected<Tensor> scratch(int slot, int64_t rows, int64_t cols) override;
   Expected<std::unique_ptr<KvCache>> create_kv_cache(const KvCacheConfig& config,
                                                      int capacity) override;

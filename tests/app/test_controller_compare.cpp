@@ -5,6 +5,10 @@
 // token than its partner ends the comparison with an error.
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <mutex>
+#include <string>
+
 #include "app/compare_view.h"
 #include "tests/app/controller_test_util.h"
 
@@ -86,6 +90,33 @@ class DriftingSource final : public ForwardingSource {
   int at_;
 };
 
+// A live source that keeps the description of the backend its twin runs on (read by the
+// test after the controller's worker made the twin).
+class TwinBackendSource final : public ForwardingSource {
+ public:
+  struct Seen {
+    std::mutex mu;
+    std::string backend;
+    std::string get() {
+      std::lock_guard<std::mutex> lk(mu);
+      return backend;
+    }
+  };
+  TwinBackendSource(std::unique_ptr<StepSource> inner, std::shared_ptr<Seen> seen)
+      : ForwardingSource(std::move(inner)), seen_(std::move(seen)) {}
+  Expected<std::unique_ptr<StepSource>> twin(CacheMode mode) const override {
+    auto t = inner_->twin(mode);
+    if (t.ok()) {
+      std::lock_guard<std::mutex> lk(seen_->mu);
+      seen_->backend = t.value()->facts().backend;
+    }
+    return t;
+  }
+
+ private:
+  std::shared_ptr<Seen> seen_;
+};
+
 }  // namespace
 
 TEST(ControllerCompare, SequentialKvRowsEqualTheClosedForms) {
@@ -122,7 +153,10 @@ TEST(ControllerCompare, InterleavedKvRowsEqualTheClosedForms) {
   constexpr int kG = 8;
   auto src = tiny_source(200);
   const int L = src->facts().n_layer;
-  auto ctl = std::make_unique<Controller>(std::move(src), test_options());
+  const std::string backend = src->facts().backend;  // "cpu (1 thread, <isa>)"
+  auto seen = std::make_shared<TwinBackendSource::Seen>();
+  auto ctl = std::make_unique<Controller>(std::make_unique<TwinBackendSource>(std::move(src), seen),
+                                          test_options());
   std::vector<Event> ev;
   ctl->send(CmdMode{CacheMode::NoCache});
   ctl->send(CmdCompare{kStory, kG, true});
@@ -171,6 +205,10 @@ TEST(ControllerCompare, InterleavedKvRowsEqualTheClosedForms) {
   EXPECT_TRUE(c->finished && n->finished);
   EXPECT_EQ(tl.current_series(), c);
   EXPECT_EQ(tl.other_series(), n);  // the Plots panel overlays it on this run's
+  // The NO CACHE run's session runs on a backend like the first: the CPU, with as many
+  // threads (1 here, not the hardware's count that 0 would give).
+  EXPECT_NE(backend.find("cpu (1 thread,"), std::string::npos) << backend;
+  EXPECT_EQ(seen->get(), backend) << "the second session's backend differs from the first's";
 }
 
 // Both ways, a run that samples another token than its partner stops the comparison at that

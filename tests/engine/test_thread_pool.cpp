@@ -109,6 +109,8 @@ TEST(CpuBackendThreads, ClampedToTheHardwareWithANotice) {
   ASSERT_TRUE(b.ok()) << b.error().message;
   EXPECT_NE((*b)->name().find("(" + std::to_string(hw) + " thread"), std::string::npos)
       << (*b)->name();
+  EXPECT_EQ((*b)->threads(), hw);  // what a second backend like it is made with
+  EXPECT_STREQ((*b)->kind(), "cpu");
   EXPECT_NE(notice.find("1000 CPU threads requested"), std::string::npos) << notice;
   EXPECT_NE(notice.find("using " + std::to_string(hw)), std::string::npos) << notice;
 
@@ -117,6 +119,7 @@ TEST(CpuBackendThreads, ClampedToTheHardwareWithANotice) {
   ASSERT_TRUE(one.ok());
   EXPECT_EQ(notice, "");
   EXPECT_NE((*one)->name().find("(1 thread"), std::string::npos) << (*one)->name();
+  EXPECT_EQ((*one)->threads(), 1);
 }
 
 }  // namespace

@@ -42,6 +42,11 @@ void check_forward_parity(const Model& model, KvDtype dtype, int prompt_len) {
   auto cuda = make_cuda_backend(model);
   ASSERT_TRUE(cuda.ok()) << cuda.error().message;
   auto cpu = make_cpu_backend(1);
+  // What a second backend like each is made with (StepSource::twin): kind and CPU threads.
+  EXPECT_STREQ((*cuda)->kind(), "cuda");
+  EXPECT_EQ((*cuda)->threads(), 0);
+  EXPECT_STREQ(cpu->kind(), "cpu");
+  EXPECT_EQ(cpu->threads(), 1);
   const ModelConfig& c = model.config();
   const KvShape shape{c.n_layer, c.n_head_kv, c.head_dim};
   auto cache_cpu = cpu->create_kv_cache(kv_config_full(shape, {dtype, dtype}), 4);
