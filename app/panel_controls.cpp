@@ -251,8 +251,11 @@ void panel_controls(UiState& ui, Controller* ctl, const ControllerState& cs, con
   int L = std::max(ui.facts.n_layer, 1), H = std::max(ui.facts.n_head, 1);
   ImGui::Checkbox("all layers (mean)", &ui.view.all_layers);
   ImGui::BeginDisabled(ui.view.all_layers);
-  if (ui.view.layer == kMiddleLayer) ui.view.layer = L / 2;
-  ImGui::SliderInt("layer", &ui.view.layer, 0, L - 1);
+  // The middle layer stays "middle" until the model's layers are known (the engine's ready
+  // event resolves it): a frame drawn while the model loads must not pin layer 0.
+  int layer = ui.view.layer == kMiddleLayer ? L / 2 : ui.view.layer;
+  if (ui.facts.n_layer > 0 && ui.view.layer == kMiddleLayer) ui.view.layer = layer;
+  if (ImGui::SliderInt("layer", &layer, 0, L - 1)) ui.view.layer = layer;
   ImGui::EndDisabled();
   const char* aggs[] = {"single head", "mean over heads", "max over heads"};
   int agg = int(ui.view.aggregation);
