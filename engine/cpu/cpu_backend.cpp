@@ -168,7 +168,7 @@ class CpuBackend final : public Backend {
       if (act == FfnAct::Silu) {
         k.silu_glu(gate.data + t * C, up.data + t * C, C, out.data + t * C);
       } else {
-        cpu::glu(gate.data + t * C, up.data + t * C, C, act, out.data + t * C);
+        cpu::gelu_glu(gate.data + t * C, up.data + t * C, C, out.data + t * C);
       }
     });
     return Status::Ok();

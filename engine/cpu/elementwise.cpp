@@ -68,14 +68,7 @@ const float* RopeTable::angles(int n_rot, float base, float freq_scale, int pos0
   return e->cs.data() + int64_t(pos0) * n_rot;
 }
 
-void glu(const float* gate, const float* up, int64_t n, FfnAct act, float* out) {
-  if (act == FfnAct::Silu) {
-    for (int64_t i = 0; i < n; ++i) {
-      const float g = gate[i];
-      out[i] = g / (1.0f + std::exp(-g)) * up[i];
-    }
-    return;
-  }
+void gelu_glu(const float* gate, const float* up, int64_t n, float* out) {
   const float k = 0.7978845608028654f;  // sqrt(2/pi)
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];

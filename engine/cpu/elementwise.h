@@ -44,8 +44,9 @@ class RopeTable {
   std::vector<Entry> entries_;
 };
 
-// out[i] = act(gate[i]) * up[i] for n values; out may alias gate.
-void glu(const float* gate, const float* up, int64_t n, FfnAct act, float* out);
+// out[i] = gelu_tanh(gate[i]) * up[i] for n values; out may alias gate. (The gated SiLU
+// is per instruction set: IsaKernels::silu_glu.)
+void gelu_glu(const float* gate, const float* up, int64_t n, float* out);
 
 // x[t][i] += b[i] for T rows of n values.
 void add_bias(float* x, int64_t T, int64_t n, const float* b);
