@@ -2,10 +2,10 @@
 #include <cstdio>
 #include <cstring>
 
-#include "app/cli_common.h"
-#include "app/cli_record.h"
+#include "app/cli/commands.h"
+
 #if defined(KVSCOPE_WITH_APP)
-#include "app/app_main.h"
+#include "app/ui/app_main.h"
 #endif
 
 int main(int argc, char** argv) {

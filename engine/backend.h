@@ -46,7 +46,7 @@ class Backend {
   virtual ~Backend() = default;
   // Short description for the UI and CLI, e.g. "cpu (2 threads, avx512)" or "cuda (NVIDIA H100)".
   virtual std::string name() const = 0;
-  // The kind of backend as cli::make_backend names it: "cpu" or "cuda".
+  // The kind of backend as make_backend names it: "cpu" or "cuda".
   virtual const char* kind() const = 0;
   // CPU threads the ops run on: the CPU backend's pool size (after clamping to the
   // hardware); 0 on the CUDA backend, whose ops run on the GPU. A second backend made with

@@ -320,4 +320,11 @@ Status Session::replay(KvCache& cache, ForwardOutput& fo, int* pos0, int* T) {
   return Status::Ok();
 }
 
+std::string describe_kv_config(const SessionConfig& cfg, int model_ctx) {
+  std::string s =
+      "kv " + kv_types_name(cfg.kv_types) + ", " + kv_limits_name(cfg.limits, model_ctx);
+  if (cfg.kv_policy == KvPolicy::Full) s += ", windowed layers keep every position";
+  return s;
+}
+
 }  // namespace kvscope

@@ -211,4 +211,7 @@ class Session {
   uint64_t flops_total_ = 0, kv_rows_total_ = 0;
 };
 
+// One line describing a configuration, e.g. "kv f16, ctx 8192, sink 4 + window 256".
+std::string describe_kv_config(const SessionConfig& cfg, int model_ctx);
+
 }  // namespace kvscope

@@ -230,7 +230,7 @@ for t in sorted({k[0] for k in kv}):
 if depth:
     print("\ndecode after 2,048 tokens / decode from an empty cache (median of rounds); the bound")
     print("is the ratio if the K/V rows the deeper step adds came at the memory read speed that")
-    print("kvscope bench measures with the same threads (see app/cli_bench.cpp):\n")
+    print("kvscope bench measures with the same threads (see app/cli/bench.cpp):\n")
     print("| threads | kvscope | llama.cpp | bound at memory speed | memory read |")
     print("|---|---|---|---|---|")
     for t in sorted(depth):

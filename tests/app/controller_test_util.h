@@ -12,10 +12,10 @@
 #include <thread>
 #include <vector>
 
-#include "app/controller.h"
-#include "app/engine_setup.h"
-#include "app/step_source.h"
-#include "app/timeline.h"
+#include "app/core/controller.h"
+#include "app/core/engine_setup.h"
+#include "app/core/step_source.h"
+#include "app/core/timeline.h"
 #include "engine/cpu/cpu_backend.h"
 #include "tests/util/tiny_model.h"
 

@@ -22,8 +22,8 @@
 #include <thread>
 #include <vector>
 
-#include "app/controller.h"
-#include "app/engine_setup.h"
+#include "app/core/controller.h"
+#include "app/core/engine_setup.h"
 
 using namespace kvscope;
 using namespace kvscope::app;

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "app/timeline.h"
+#include "app/core/timeline.h"
 
 namespace kvscope_test {
 

@@ -13,14 +13,14 @@
 #include <iterator>
 #include <string>
 
-#include "app/app_capture.h"
-#include "app/engine_setup.h"
+#include "app/ui/app_capture.h"
+#include "app/core/engine_setup.h"
 #include "gl_test_context.h"
 #include "pixel_utils.h"
 #include "render/layout.h"
 #include "render/offscreen.h"
 #include "render/synthetic_scene.h"
-#include "app/scene_view.h"
+#include "app/scene/scene_view.h"
 #include "synthetic_run.h"
 
 using namespace kvscope;

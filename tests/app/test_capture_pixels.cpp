@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "app/capture.h"
-#include "app/engine_setup.h"
+#include "app/scene/capture.h"
+#include "app/core/engine_setup.h"
 #include "gl_test_context.h"
 #include "pixel_utils.h"
 #include "render/layout.h"

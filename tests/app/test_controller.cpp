@@ -7,7 +7,7 @@
 
 #include <fstream>
 
-#include "app/stats_view.h"
+#include "app/core/stats_view.h"
 #include "tests/app/controller_test_util.h"
 
 using namespace kvscope;

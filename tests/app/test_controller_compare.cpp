@@ -9,7 +9,7 @@
 #include <mutex>
 #include <string>
 
-#include "app/compare_view.h"
+#include "app/core/compare_view.h"
 #include "tests/app/controller_test_util.h"
 
 using namespace kvscope;

@@ -3,7 +3,7 @@
 // drawing within its small share of the cores (what lets the engine run at CLI speed).
 #include <gtest/gtest.h>
 
-#include "app/gui_loop.h"
+#include "app/ui/gui_loop.h"
 
 using namespace kvscope::app;
 

@@ -15,10 +15,10 @@
 #include <map>
 #include <set>
 
-#include "app/app_capture.h"
-#include "app/cli_common.h"
-#include "app/overview_marks.h"
-#include "app/scene_kv.h"
+#include "app/ui/app_capture.h"
+#include "engine/bootstrap/bootstrap.h"
+#include "app/scene/overview_marks.h"
+#include "app/scene/scene_kv.h"
 #include "gl_test_context.h"
 #include "pixel_utils.h"
 #include "render/layout.h"
@@ -377,7 +377,7 @@ TEST(ViewPolish, TheNoGpuNoticeIsOnePlainSentence) {
        {"cuda: no usable GPU: no CUDA-capable device; use the CPU backend",
         "cuda: no usable GPU: no NVIDIA driver (or one too old for this CUDA runtime) "
         "(cudaGetDeviceCount: cudaErrorInsufficientDriver); use the CPU backend"}) {
-    std::string n = cli::gpu_fallback_notice(err);
+    std::string n = gpu_fallback_notice(err);
     std::string lower = n;
     for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
     size_t first = lower.find("no usable gpu");
@@ -388,7 +388,7 @@ TEST(ViewPolish, TheNoGpuNoticeIsOnePlainSentence) {
     EXPECT_EQ(n.back(), '.');
   }
   EXPECT_EQ(
-      cli::gpu_fallback_notice("cuda: no usable GPU: no CUDA-capable device; use the CPU backend"),
+      gpu_fallback_notice("cuda: no usable GPU: no CUDA-capable device; use the CPU backend"),
       "No usable GPU (no CUDA-capable device); running on the CPU backend.");
 }
 

@@ -8,11 +8,11 @@
 
 #include <filesystem>
 
-#include "app/app_capture.h"
-#include "app/capture.h"
-#include "app/engine_setup.h"
-#include "app/memory_whatif.h"
-#include "app/ui_state.h"
+#include "app/ui/app_capture.h"
+#include "app/scene/capture.h"
+#include "app/core/engine_setup.h"
+#include "app/core/memory_whatif.h"
+#include "app/ui/ui_state.h"
 
 using namespace kvscope;
 using namespace kvscope::app;

@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "app/cli_common.h"
-#include "app/model_choices.h"
+#include "engine/bootstrap/bootstrap.h"
+#include "app/core/model_choices.h"
 
 using namespace kvscope;
 using namespace kvscope::app;
@@ -27,7 +27,7 @@ TEST(ModelChoices, BuiltinsFirstThenEveryOtherGgufOnceSorted) {
   fs::remove_all(root);
   fs::create_directories(root / "a");
   fs::create_directories(root / "b");
-  const auto& builtins = cli::builtin_models();
+  const auto& builtins = builtin_models();
   ASSERT_GE(builtins.size(), 2u);
   touch(root / "b" / builtins[1].file);  // only the second built-in is fetched
   touch(root / "a" / "zeta.gguf");
@@ -58,10 +58,10 @@ TEST(ModelChoices, BuiltinsFirstThenEveryOtherGgufOnceSorted) {
 TEST(ModelChoices, TheRepositoryModelsAreListedAsBuiltins) {
   // assets/models/ holds the built-in models' files (fetched by the test command): they
   // appear as built-in names, not as extra files.
-  auto c = model_choices(cli::asset_model_dirs());
-  ASSERT_GE(c.size(), cli::builtin_models().size());
+  auto c = model_choices(asset_model_dirs());
+  ASSERT_GE(c.size(), builtin_models().size());
   for (const ModelChoice& m : c) {
     if (m.builtin) continue;
-    for (const cli::BuiltinModel& b : cli::builtin_models()) EXPECT_NE(m.label, b.file);
+    for (const BuiltinModel& b : builtin_models()) EXPECT_NE(m.label, b.file);
   }
 }

@@ -4,9 +4,9 @@
 #include <gtest/gtest.h>
 #include <imgui.h>
 
-#include "app/scene_builder.h"
-#include "app/timeline.h"
-#include "app/ui_state.h"
+#include "app/scene/scene_builder.h"
+#include "app/core/timeline.h"
+#include "app/ui/ui_state.h"
 
 using namespace kvscope::app;
 

@@ -7,7 +7,7 @@
 
 #include <cstdio>
 
-#include "app/panel_text.h"
+#include "app/ui/panel_text.h"
 
 using namespace kvscope::app;
 

@@ -1,7 +1,7 @@
 // test_prompt_wrap.cpp — the prompt box's soft wrap: every line fits the box, the prompt
 // never gains or loses a character through the wrapping, and typing, Backspace, Delete,
 // Ctrl+Enter and pasting in the wrapped text edit the prompt as they would unwrapped.
-#include "app/prompt_wrap.h"
+#include "app/ui/prompt_wrap.h"
 
 #include <gtest/gtest.h>
 

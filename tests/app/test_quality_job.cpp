@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <thread>
 
-#include "app/quality_job.h"
+#include "app/core/quality_job.h"
 
 using namespace kvscope;
 using namespace kvscope::app;

@@ -15,11 +15,11 @@
 #include <filesystem>
 #include <sstream>
 
-#include "app/capture.h"
-#include "app/engine_setup.h"
-#include "app/replay_source.h"
-#include "app/run_driver.h"
-#include "app/stats_csv.h"
+#include "app/scene/capture.h"
+#include "app/core/engine_setup.h"
+#include "app/core/replay_source.h"
+#include "app/core/run_driver.h"
+#include "app/core/stats_csv.h"
 #include "gl_test_context.h"
 
 using namespace kvscope;

@@ -9,8 +9,8 @@
 #include <fstream>
 #include <random>
 
-#include "app/replay_source.h"
-#include "app/run_file.h"
+#include "app/core/replay_source.h"
+#include "app/core/run_file.h"
 #include "engine/cpu/cpu_backend.h"
 #include "tests/util/tiny_model.h"
 

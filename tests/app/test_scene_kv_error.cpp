@@ -11,9 +11,9 @@
 #include <map>
 #include <memory>
 
-#include "app/scene_builder.h"
-#include "app/scene_kv.h"
-#include "app/timeline.h"
+#include "app/scene/scene_builder.h"
+#include "app/scene/scene_kv.h"
+#include "app/core/timeline.h"
 #include "render/layout.h"
 
 namespace kvscope::app {

@@ -13,9 +13,9 @@
 #include <cmath>
 #include <memory>
 
-#include "app/scene_builder.h"
-#include "app/scene_shift.h"
-#include "app/timeline.h"
+#include "app/scene/scene_builder.h"
+#include "app/scene/scene_shift.h"
+#include "app/core/timeline.h"
 #include "render/layout.h"
 
 namespace kvscope::app {

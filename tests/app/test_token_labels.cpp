@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "app/scene_builder.h"
+#include "app/scene/scene_builder.h"
 #include "engine/utf8.h"
 
 namespace kvscope::app {

@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "app/ui_layout.h"
+#include "app/scene/window_layout.h"
 
 using namespace kvscope::app;
 

@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "app/run_file.h"
+#include "app/core/run_file.h"
 
 namespace {
 

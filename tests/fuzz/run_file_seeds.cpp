@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <string>
 
-#include "app/run_file.h"
+#include "app/core/run_file.h"
 #include "engine/cpu/cpu_backend.h"
 #include "tests/util/tiny_model.h"
 

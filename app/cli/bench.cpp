@@ -1,0 +1,280 @@
+// bench.cpp — `kvscope bench`: speed of the engine on a model.
+//
+// For each thread count asked for (default: all hardware threads, then 1):
+// nocache: one NO CACHE step at sequence lengths 64, 128, 256, 512 — a forward over the
+//          whole sequence into a scratch cache that is then thrown away (best of 3);
+// prefill: the 512-token NO CACHE step (llama.cpp's pp512);
+// decode:  128 single-token forwards after a prefill of 0 (llama.cpp's tg128), 512 and
+//          2,048 tokens (attention over that many more keys).
+// memory:  on the CPU, how fast the backend's thread count reads memory (a 256 MiB buffer,
+//          far past the caches, best of 3), and with it the bound on decode at depth:
+//          each step after a prefill of d tokens reads the cache's K/V rows on top of
+//          what a step from an empty cache reads; if those bytes come from memory at
+//          that speed, it runs at most t0 / (t0 + extra bytes / bandwidth) of decode
+//          from an empty cache (t0: that step's time). Rows still in a cache (a short
+//          context's few MB) can beat it; at long contexts it is the ceiling.
+// The prompt tokens are real text (a short story, repeated) so attention is realistic.
+// --kv-type / --kv-type-k / --kv-type-v choose the cache's element types (default f16),
+// so decode speed can be compared across cache types on one backend.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+#include <vector>
+
+#include "engine/bootstrap/bootstrap.h"
+#include "app/options/options.h"
+#include "app/cli/commands.h"
+#include "app/options/kv_options.h"
+#include "app/cli/json_writer.h"
+#include "engine/cpu/thread_pool.h"
+#include "engine/forward.h"
+
+namespace kvscope::cli {
+namespace {
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      auto p = line.find(':');
+      if (p != std::string::npos) return line.substr(p + 2);
+    }
+  return "unknown";
+}
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+const char* kBenchText =
+    "Once upon a time, in a small kingdom by the sea, there lived a clockmaker who could "
+    "mend anything but his own heart. Every morning he opened his shop, wound the great "
+    "clock in the square, and listened to the town wake up around him. ";
+
+constexpr int kPrefill = 512;              // pp512
+constexpr int kDecode = 128;               // tg128
+constexpr int kDepths[] = {0, 512, 2048};  // decode after a prefill of this many tokens
+constexpr int kNoCache[] = {64, 128, 256, 512};
+
+struct BenchRun {
+  std::string backend;
+  KvTypes kv_types;
+  int threads = 0;
+  std::vector<std::pair<int, double>> nocache_ms;  // (seq_len, best ms)
+  std::vector<std::pair<int, double>> decode_ms;   // (depth, ms for kDecode tokens)
+  std::vector<std::pair<int, double>> kv_mb;       // (depth, mean K/V MB a decode step reads)
+  double read_gb_s = 0;                            // CPU: memory read speed, 0 off the CPU
+  double prefill_ms() const { return nocache_ms.back().second; }
+};
+
+// Measures one backend; tokens holds at least 2048 + 128 ids.
+Expected<BenchRun> measure(Backend& backend, const Model& m, const std::vector<int32_t>& tokens,
+                           KvTypes types) {
+  const KvCacheConfig kv_cfg = kv_cache_config(m, types, KvPolicy::ModelWindow);
+  const KvCacheConfig scratch_cfg = kv_config_scratch(kv_cfg);  // NO CACHE's
+  BenchRun run;
+  run.backend = backend.name();
+  run.kv_types = types;
+  // NO CACHE steps (also warms up the weights).
+  for (int len : kNoCache) {
+    double best = 1e30;
+    for (int rep = 0; rep < 3; ++rep) {
+      auto cache = backend.create_kv_cache(scratch_cfg, len);
+      if (!cache.ok()) return cache.error();
+      ForwardOutput out;
+      const double t0 = now_ms();
+      KV_TRY(forward(backend, m, tokens.data(), len, 0, **cache, out));
+      best = std::min(best, now_ms() - t0);
+    }
+    run.nocache_ms.push_back({len, best});
+  }
+  for (int depth : kDepths) {
+    auto cache = backend.create_kv_cache(kv_cfg, depth + kDecode);
+    if (!cache.ok()) return cache.error();
+    ForwardOutput out;
+    if (depth > 0) KV_TRY(forward(backend, m, tokens.data(), depth, 0, **cache, out));
+    const double t0 = now_ms();
+    double kv_bytes = 0;  // held before each step's new row: what its attention reads
+    for (int g = 0; g < kDecode; ++g) {
+      kv_bytes += double((*cache)->bytes_used());
+      KV_TRY(forward(backend, m, tokens.data() + depth + g, 1, depth + g, **cache, out));
+    }
+    run.decode_ms.push_back({depth, now_ms() - t0});
+    run.kv_mb.push_back({depth, kv_bytes / kDecode / 1e6});
+  }
+  return run;
+}
+
+// GB/s at which n threads read a 256 MiB buffer, each summing its share in 16 lanes
+// (best of 3).
+double memory_read_gb_s(int n) {
+  const size_t floats = (size_t(256) << 20) / sizeof(float);
+  std::vector<float> buf(floats, 1.0f);
+  std::vector<float> sums(size_t(n) * 16);
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const double t0 = now_ms();
+    std::vector<std::thread> threads;
+    for (int t = 0; t < n; ++t)
+      threads.emplace_back([&, t] {
+        const size_t b = floats / size_t(n) * size_t(t) / 16 * 16;
+        const size_t e = t + 1 == n ? floats : floats / size_t(n) * size_t(t + 1) / 16 * 16;
+        float acc[16] = {};
+        for (size_t i = b; i < e; i += 16)
+          for (int j = 0; j < 16; ++j) acc[j] += buf[i + size_t(j)];
+        std::copy_n(acc, 16, sums.begin() + t * 16);
+      });
+    for (std::thread& th : threads) th.join();
+    best = std::max(best, double(floats * sizeof(float)) / ((now_ms() - t0) / 1000.0) / 1e9);
+  }
+  return sums[0] > 0 ? best : 0;  // sums read, so the loads are not optimized away
+}
+
+double ms_of(const std::vector<std::pair<int, double>>& v, int key) {
+  for (auto& [k, x] : v)
+    if (k == key) return x;
+  return 0;
+}
+
+// At most this fraction of decode after 0 for decode after `depth` (see the top).
+double depth_bound(const BenchRun& r, int depth) {
+  const double t0 = ms_of(r.decode_ms, 0) / kDecode;
+  const double extra_mb = ms_of(r.kv_mb, depth) - ms_of(r.kv_mb, 0);
+  return t0 / (t0 + extra_mb / r.read_gb_s);  // MB / (GB/s) = ms
+}
+
+double tok_s(int tokens, double ms) { return tokens / (ms / 1000.0); }
+
+void print_json(const std::string& model, const std::string& cpu, const std::vector<BenchRun>& runs) {
+  JsonWriter j;
+  j.begin_object();
+  j.key("model").value(model);
+  j.key("cpu").value(cpu);
+  j.key("runs").begin_array();
+  for (const BenchRun& r : runs) {
+    j.begin_object();
+    j.key("backend").value(r.backend);
+    j.key("threads").value(r.threads);
+    j.key("kv_types").value(kv_types_name(r.kv_types));
+    j.key("prefill_tokens").value(kPrefill);
+    j.key("prefill_tok_s").value(tok_s(kPrefill, r.prefill_ms()));
+    j.key("decode_tokens").value(kDecode);
+    j.key("decode_tok_s").begin_object();  // by prefill depth
+    for (auto& [depth, ms] : r.decode_ms) j.key(std::to_string(depth)).value(tok_s(kDecode, ms));
+    j.end_object();
+    j.key("decode_kv_read_mb").begin_object();  // mean K/V bytes a step reads, by depth
+    for (auto& [depth, mb] : r.kv_mb) j.key(std::to_string(depth)).value(mb);
+    j.end_object();
+    if (r.read_gb_s > 0) {
+      j.key("memory_read_gb_s").value(r.read_gb_s);
+      j.key("decode_depth_bound").begin_object();  // bound on decode at depth / at 0
+      for (auto& [depth, ms] : r.decode_ms)
+        if (depth > 0) j.key(std::to_string(depth)).value(depth_bound(r, depth));
+      j.end_object();
+    }
+    j.key("nocache_step_ms").begin_object();
+    for (auto& [len, ms] : r.nocache_ms) j.key(std::to_string(len)).value(ms);
+    j.end_object();
+    j.end_object();
+  }
+  j.end_array();
+  j.end_object();
+  std::printf("%s\n", j.str().c_str());
+}
+
+void print_text(const std::string& model, const std::string& cpu, const std::vector<BenchRun>& runs) {
+  std::printf("model    %s\ncpu      %s\n", model.c_str(), cpu.c_str());
+  for (const BenchRun& r : runs) {
+    std::printf("backend  %s  (kv %s)\n", r.backend.c_str(), kv_types_name(r.kv_types).c_str());
+    std::printf("  prefill  %d tokens: %.1f ms  (%.1f tokens/s)\n", kPrefill, r.prefill_ms(),
+                tok_s(kPrefill, r.prefill_ms()));
+    for (auto& [depth, ms] : r.decode_ms)
+      std::printf("  decode   %d tokens after %4d: %.1f ms  (%.1f tokens/s)\n", kDecode, depth, ms,
+                  tok_s(kDecode, ms));
+    for (auto& [len, ms] : r.nocache_ms)
+      std::printf("  nocache  step at seq_len %4d: %.1f ms\n", len, ms);
+    if (r.read_gb_s <= 0) continue;
+    std::printf("  memory   read at %.1f GB/s by %d thread%s\n", r.read_gb_s, r.threads,
+                r.threads == 1 ? "" : "s");
+    const double d0 = ms_of(r.decode_ms, 0);
+    for (auto& [depth, ms] : r.decode_ms)
+      if (depth > 0)
+        std::printf(
+            "  depth    after %4d: %.1f MB more K/V per step; %.2fx of decode after 0 "
+            "(%.2fx if those bytes come at that read speed)\n",
+            depth, ms_of(r.kv_mb, depth) - ms_of(r.kv_mb, 0), d0 / ms, depth_bound(r, depth));
+  }
+}
+
+}  // namespace
+
+int run_bench(int argc, char** argv) {
+  CLI::App app{"Measure prefill, decode and NO CACHE step speed.", "kvscope bench"};
+  std::string model_path, backend_name = "auto";
+  KvTypeOptions kv;
+  std::vector<int> threads;
+  bool json = false;
+  app.add_option("--threads", threads,
+                 "CPU thread counts, comma-separated (default: all hardware threads, then 1)")
+      ->delimiter(',')
+      ->check(Range(1, kMaxThreadsOption));
+  app.add_option("--model", model_path,
+                 "Built-in model name (smollm2-135m, the default; gemma3-270m) or GGUF file path");
+  app.add_option("--backend", backend_name, "auto, cuda or cpu")
+      ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
+  add_kv_type_options(app, kv);
+  app.add_flag("--json", json, "Print one JSON object");
+  if (int rc = parse_options(app, argc, argv); rc >= 0) return rc;
+  KvTypes kv_types;
+  if (Status st = parse_kv_type_options(kv, &kv_types); !st.ok()) return cli::fail(st.message());
+  if (model_path.empty()) model_path = default_model_path();
+  auto model = load_model(model_path);
+  if (!model.ok()) return fail(model.error().message);
+  const Model& m = **model;
+  auto fail = [](const Error& e) { return cli::fail(e.message); };
+  const int hw = hardware_threads();
+  if (threads.empty()) {
+    threads.push_back(hw);
+    if (hw > 1) threads.push_back(1);
+  }
+
+  std::vector<int32_t> tokens;
+  while (tokens.size() < size_t(kDepths[2] + kDecode)) {
+    auto ids = m.tokenizer().encode(kBenchText, false);
+    if (!ids.ok() || ids->empty()) return fail(Error{"cannot tokenize the benchmark text"});
+    tokens.insert(tokens.end(), ids->begin(), ids->end());
+  }
+  if (m.config().n_ctx < kDepths[2] + kDecode)
+    return fail(make_error("bench needs a context of ", kDepths[2] + kDecode,
+                           " tokens; the model has ", m.config().n_ctx));
+
+  std::vector<BenchRun> runs;
+  for (int n : threads) {
+    std::string note;
+    auto be = make_backend(backend_name, m, n, &note);
+    if (!be.ok()) return fail(be.error());
+    if (!note.empty()) notice(note);  // e.g. more threads than the hardware: clamped
+    auto run = measure(**be, m, tokens, kv_types);
+    if (!run.ok()) return fail(run.error());
+    run->threads = std::min(n, hw);
+    const bool on_cpu = std::string_view((*be)->kind()) == "cpu";
+    if (on_cpu) run->read_gb_s = memory_read_gb_s(run->threads);
+    runs.push_back(std::move(*run));
+    if (!on_cpu) break;  // thread counts mean nothing off the CPU
+  }
+  const std::string cpu = cpu_model_name();
+  if (json) {
+    print_json(m.config().name, cpu, runs);
+  } else {
+    print_text(m.config().name, cpu, runs);
+  }
+  return 0;
+}
+
+}  // namespace kvscope::cli

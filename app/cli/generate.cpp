@@ -1,0 +1,149 @@
+// generate.cpp — `kvscope generate`: runs the real engine step by step without a
+// window and streams the text, or one JSON object per step with --json.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "engine/bootstrap/bootstrap.h"
+#include "app/options/options.h"
+#include "app/cli/commands.h"
+#include "app/options/kv_options.h"
+#include "app/options/prompt_options.h"
+#include "app/cli/json_writer.h"
+#include "engine/printable.h"
+#include "engine/session.h"
+
+namespace kvscope::cli {
+namespace {
+
+std::string step_json(const StepTrace& tr) {
+  JsonWriter j;
+  j.begin_object();
+  j.key("step").value(tr.step);
+  j.key("pos").value(tr.pos);
+  j.key("token_id").value(tr.token_id);
+  j.key("text").value(tr.text);
+  j.key("mode").value(cache_mode_name(tr.mode));
+  j.key("flops").value(tr.flops);
+  j.key("flops_total").value(tr.flops_total);
+  j.key("kv_rows").value(tr.kv_rows);
+  j.key("kv_rows_total").value(tr.kv_rows_total);
+  j.key("kv_bytes").value(tr.kv_bytes);
+  j.key("kv_transient_bytes").value(tr.kv_transient_bytes);
+  // Per layer: attention window (0: none) and the positions its cache holds.
+  j.key("kv_layers").begin_array();
+  for (const KvLayerState& l : tr.kv_layers) {
+    j.begin_object();
+    j.key("window").value(l.window);
+    j.key("held").begin_array();
+    for (const KvRange& r : l.held) j.begin_array().value(r.begin).value(r.end).end_array();
+    j.end_array();
+    j.key("bytes").value(l.bytes);
+    j.end_object();
+  }
+  j.end_array();
+  j.key("seq_len").value(tr.seq_len);
+  j.key("tokens_processed").value(tr.tokens_processed);
+  j.key("ms").value(tr.ms);
+  if (tr.device_ms >= 0) j.key("device_ms").value(tr.device_ms);
+  j.key("top").begin_array();
+  for (size_t i = 0; i < tr.top.size() && i < 5; ++i) {
+    j.begin_object();
+    j.key("id").value(tr.top[i].id);
+    j.key("text").value(tr.top[i].text);
+    j.key("p").value(double(tr.top[i].p));
+    j.key("logit").value(double(tr.top[i].logit));
+    j.end_object();
+  }
+  j.end_array();
+  j.end_object();
+  return j.str();
+}
+
+}  // namespace
+
+int run_generate(int argc, char** argv) {
+  CLI::App app{"Run the model step by step without a window and stream what it writes.",
+               "kvscope generate"};
+  std::string mode = "cache", model_path, backend_name = "auto";
+  bool json = false;
+  int max_tokens = 64, threads = 0, top_k = 0;
+  float temp = 0.0f, top_p = 1.0f, min_p = 0.0f;
+  uint64_t seed = 0;
+  std::vector<std::string> stops;
+  PromptOptions prompt;
+  add_prompt_options(app, prompt);
+  app.add_option("--mode", mode, "KV cache mode")->check(CLI::IsMember({"cache", "nocache"}));
+  app.add_option("--max-tokens", max_tokens, "Tokens to generate")->check(Range(1, 1 << 20));
+  app.add_option("--temp", temp, "Temperature (0 = greedy)")->check(Range(0.0, 100.0));
+  app.add_option("--top-k", top_k, "Keep the k most likely tokens (0 = off)")->check(AtLeast(0));
+  app.add_option("--top-p", top_p, "Nucleus sampling mass (1 = off)")->check(Range(0.0, 1.0));
+  app.add_option("--min-p", min_p, "Drop tokens below min-p x the best (0 = off)")->check(Range(0.0, 1.0));
+  app.add_option("--seed", seed, "Sampling seed");
+  app.add_option("--stop", stops, "Stop when the output contains this text (repeatable)");
+  app.add_option("--threads", threads,
+                 "CPU threads (0 = all; more than the hardware runs are clamped to it)")
+      ->check(Range(0, kMaxThreadsOption));
+  app.add_option("--model", model_path, "Built-in model name (smollm2-135m, the default; gemma3-270m) or GGUF file path");
+  app.add_option("--backend", backend_name, "auto, cuda or cpu")->check(CLI::IsMember({"auto", "cuda", "cpu"}));
+  KvOptions kv;
+  add_kv_options(app, kv);
+  app.add_flag("--json", json, "One JSON object per step, then a summary line");
+  if (int rc = parse_options(app, argc, argv); rc >= 0) return rc;
+
+  auto spec_or = prompt_from_options(prompt);
+  if (!spec_or.ok()) return fail(spec_or.error().message);
+  const PromptSpec spec = *spec_or;
+  SessionConfig cfg;
+  if (Status st = apply_kv_options(kv, cfg); !st.ok()) return fail(st.message());
+
+  cfg.mode = mode == "cache" ? CacheMode::Cache : CacheMode::NoCache;
+  cfg.max_tokens = max_tokens;
+  cfg.stop_strings = stops;
+  std::string notice;
+  auto session = open_session(model_path, backend_name, threads, cfg, &notice);
+  if (!session.ok()) return fail(session.error().message);
+  Session& s = **session;
+  SamplerConfig sc;
+  sc.temperature = temp;
+  sc.top_k = top_k;
+  sc.top_p = top_p;
+  sc.min_p = min_p;
+  sc.seed = seed;
+  s.set_sampler(sc);
+  if (Status st = s.reset(spec); !st.ok()) return fail(st.message());
+  // The backend notice (e.g. no usable GPU) once the input is known to be good, so an
+  // error stays a single line.
+  if (!notice.empty()) cli::notice(notice);
+
+  int generated = 0;
+  while (!s.done()) {
+    auto tr = s.step();
+    if (!tr.ok()) return fail(tr.error().message);
+    ++generated;
+    if (json) {
+      std::printf("%s\n", step_json(*tr).c_str());
+    } else {
+      // Generated text keeps its lines and tabs; control bytes become visible escapes.
+      const std::string shown = printable_text(tr->emitted);
+      std::fwrite(shown.data(), 1, shown.size(), stdout);
+    }
+    std::fflush(stdout);
+  }
+  if (json) {
+    JsonWriter j;
+    j.begin_object();
+    j.key("done").value(true);
+    j.key("stop_reason").value(stop_reason_name(s.stop_reason()));
+    j.key("tokens").value(generated);
+    j.key("prompt_tokens").value(s.prompt_len());
+    j.key("backend").value(s.backend().name());
+    j.key("text").value(s.generated_text());
+    j.end_object();
+    std::printf("%s\n", j.str().c_str());
+  } else {
+    std::printf("\n");
+  }
+  return 0;
+}
+
+}  // namespace kvscope::cli

@@ -1,0 +1,464 @@
+// run_codec.cpp — record payloads to and from bytes (see run_codec.h, docs/run_file.md).
+#include "app/core/run_codec.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "engine/quant.h"
+#include "engine/utf8.h"
+
+namespace kvscope::app {
+
+const char* attn_encoding_name(AttnEncoding e) {
+  switch (e) {
+    case AttnEncoding::F32:
+      return "f32";
+    case AttnEncoding::F16:
+      return "f16";
+    case AttnEncoding::None:
+      return "none";
+  }
+  return "?";
+}
+
+bool RunMeta::operator==(const RunMeta& o) const {
+  return producer == o.producer && model == o.model && prompt.text == o.prompt.text &&
+         prompt.chat == o.prompt.chat && prompt.special == o.prompt.special && mode == o.mode &&
+         sampler.temperature == o.sampler.temperature && sampler.top_k == o.sampler.top_k &&
+         sampler.top_p == o.sampler.top_p && sampler.min_p == o.sampler.min_p &&
+         sampler.seed == o.sampler.seed && max_tokens == o.max_tokens && attention == o.attention;
+}
+
+uint32_t crc32(const uint8_t* data, size_t n, uint32_t crc) {
+  static const auto table = [] {
+    std::vector<uint32_t> t(256);
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  crc = ~crc;
+  for (size_t i = 0; i < n; ++i) crc = table[(crc ^ data[i]) & 0xFF] ^ (crc >> 8);
+  return ~crc;
+}
+
+namespace {
+
+// ---- writing ---------------------------------------------------------------------------
+
+class Writer {
+ public:
+  void u8(uint8_t v) { b_.push_back(v); }
+  void u32(uint32_t v) { put(&v, 4); }
+  void i32(int32_t v) { put(&v, 4); }
+  void u64(uint64_t v) { put(&v, 8); }
+  void f32(float v) { put(&v, 4); }
+  void f64(double v) { put(&v, 8); }
+  void str(const std::string& s) {
+    u32(uint32_t(s.size()));
+    put(s.data(), s.size());
+  }
+  void floats(const std::vector<float>& v) {
+    u32(uint32_t(v.size()));
+    put(v.data(), v.size() * 4);
+  }
+  void put(const void* p, size_t n) {
+    const auto* c = static_cast<const uint8_t*>(p);
+    b_.insert(b_.end(), c, c + n);
+  }
+  std::vector<uint8_t>& bytes() { return b_; }
+
+ private:
+  std::vector<uint8_t> b_;  // little-endian hosts only (x86-64, aarch64)
+};
+
+// ---- reading: a bounds-checked cursor whose first error sticks ---------------------------
+
+class Reader {
+ public:
+  Reader(const uint8_t* p, size_t n) : p_(p), n_(n) {}
+  bool ok() const { return err_.empty(); }
+  size_t left() const { return n_ - at_; }
+
+  bool take(void* dst, size_t k, const char* field) {
+    if (!ok()) return false;
+    if (k > left()) {
+      fail(field, "needs " + std::to_string(k) + " bytes but the record has " +
+                      std::to_string(left()) + " left");
+      return false;
+    }
+    if (k > 0) std::memcpy(dst, p_ + at_, k);
+    at_ += k;
+    return true;
+  }
+  int64_t integer(const char* field, int width, bool is_signed, int64_t lo, int64_t hi) {
+    int64_t v = 0;
+    if (width == 1) {
+      uint8_t x = 0;
+      take(&x, 1, field);
+      v = x;
+    } else if (width == 4 && is_signed) {
+      int32_t x = 0;
+      take(&x, 4, field);
+      v = x;
+    } else if (width == 4) {
+      uint32_t x = 0;
+      take(&x, 4, field);
+      v = x;
+    }
+    if (ok() && (v < lo || v > hi))
+      fail(field, "value " + std::to_string(v) + " is outside [" + std::to_string(lo) + ", " +
+                      std::to_string(hi) + "]");
+    return ok() ? v : lo;
+  }
+  int32_t i32(const char* f, int64_t lo, int64_t hi) {
+    return int32_t(integer(f, 4, true, lo, hi));
+  }
+  uint32_t u32(const char* f, int64_t lo, int64_t hi) {
+    return uint32_t(integer(f, 4, false, lo, hi));
+  }
+  uint8_t u8(const char* f, int lo, int hi) { return uint8_t(integer(f, 1, false, lo, hi)); }
+  bool flag(const char* f) { return u8(f, 0, 1) != 0; }
+  uint64_t u64(const char* f) {
+    uint64_t v = 0;
+    take(&v, 8, f);
+    return v;
+  }
+  double f64(const char* f, bool allow_negative_one = false) {
+    double v = 0;
+    take(&v, 8, f);
+    if (ok() && !(std::isfinite(v) && (v >= 0 || (allow_negative_one && v == -1.0))))
+      fail(f, "value " + std::to_string(v) + " is not a finite number >= 0");
+    return v;
+  }
+  float f32(const char* f, float lo, float hi) {
+    float v = 0;
+    take(&v, 4, f);
+    if (ok() && !(std::isfinite(v) && v >= lo && v <= hi))
+      fail(f, "value " + std::to_string(v) + " is not a finite number in [" + std::to_string(lo) +
+                  ", " + std::to_string(hi) + "]");
+    return v;
+  }
+  std::string str(const char* f, bool utf8) {
+    uint32_t len = u32(f, 0, int64_t(kRunMaxString));
+    if (ok() && len > left()) {
+      fail(f, "string of " + std::to_string(len) + " bytes but the record has " +
+                  std::to_string(left()) + " left");
+      return {};
+    }
+    std::string s(len, '\0');
+    take(s.data(), len, f);
+    size_t bad = 0;
+    if (ok() && utf8 && !utf8_valid(s, &bad))
+      fail(f, "invalid UTF-8 at byte " + std::to_string(bad) + " of the string");
+    return ok() ? s : std::string();
+  }
+  // `count` values of `bytes_each` must fit in what is left (checked before allocating).
+  bool fits(const char* f, uint64_t count, uint64_t bytes_each) {
+    if (!ok()) return false;
+    if (count > left() / bytes_each) {
+      fail(f, std::to_string(count) + " values of " + std::to_string(bytes_each) +
+                  " bytes do not fit in the " + std::to_string(left()) + " bytes left");
+      return false;
+    }
+    return true;
+  }
+  void floats(const char* f, uint64_t count, AttnEncoding enc, float lo, float hi,
+              std::vector<float>* out) {
+    const uint64_t each = enc == AttnEncoding::F16 ? 2 : 4;
+    if (!fits(f, count, each)) return;
+    out->resize(size_t(count));
+    if (enc == AttnEncoding::F16) {
+      for (uint64_t i = 0; i < count; ++i) {
+        uint16_t h;
+        std::memcpy(&h, p_ + at_ + 2 * i, 2);
+        (*out)[size_t(i)] = fp16_to_fp32(h);
+      }
+    } else {
+      if (count > 0) std::memcpy(out->data(), p_ + at_, size_t(count) * 4);  // data() may be null
+    }
+    at_ += size_t(count * each);
+    for (uint64_t i = 0; i < count; ++i) {
+      float v = (*out)[size_t(i)];
+      if (!(std::isfinite(v) && v >= lo && v <= hi)) {
+        fail(f, "value " + std::to_string(i) + " (" + std::to_string(v) +
+                    ") is not a finite number in [" + std::to_string(lo) + ", " +
+                    std::to_string(hi) + "]");
+        out->clear();
+        return;
+      }
+    }
+  }
+  void fail(const char* field, const std::string& msg) {
+    if (err_.empty())
+      err_ =
+          std::string("field '") + field + "' (payload byte " + std::to_string(at_) + "): " + msg;
+  }
+  Error error() const { return Error{err_}; }
+  // The payload must end exactly after its last field.
+  Status finish() {
+    if (ok() && left() != 0) fail("(end)", std::to_string(left()) + " unexpected trailing bytes");
+    if (!ok()) return error();
+    return Status::Ok();
+  }
+
+ private:
+  const uint8_t* p_;
+  size_t n_, at_ = 0;
+  std::string err_;
+};
+
+constexpr float kHuge = std::numeric_limits<float>::max();
+
+}  // namespace
+
+// ---- META -------------------------------------------------------------------------------
+
+std::vector<uint8_t> encode_meta(const RunMeta& m) {
+  Writer w;
+  w.str(m.producer);
+  const ModelFacts& f = m.model;
+  for (const std::string* s : {&f.name, &f.arch, &f.backend, &f.kv_dtype, &f.file_name}) w.str(*s);
+  w.u64(f.file_bytes);
+  w.u64(f.fingerprint);
+  for (int v : {f.n_layer, f.n_head, f.n_head_kv, f.head_dim, f.n_embd, f.n_vocab, f.n_ctx})
+    w.i32(v);
+  w.u64(f.block_macs_per_token);
+  w.u64(f.kv_bytes_per_token);
+  w.str(m.prompt.text);
+  w.u8(m.prompt.chat);
+  w.u8(m.prompt.special);
+  w.u8(uint8_t(m.mode));
+  w.f32(m.sampler.temperature);
+  w.i32(m.sampler.top_k);
+  w.f32(m.sampler.top_p);
+  w.f32(m.sampler.min_p);
+  w.u64(m.sampler.seed);
+  w.i32(m.max_tokens);
+  w.u8(uint8_t(m.attention));
+  return std::move(w.bytes());
+}
+
+Expected<RunMeta> decode_meta(const uint8_t* p, size_t n) {
+  Reader r(p, n);
+  RunMeta m;
+  m.producer = r.str("producer", true);
+  ModelFacts& f = m.model;
+  f.name = r.str("model.name", true);
+  f.arch = r.str("model.arch", true);
+  f.backend = r.str("model.backend", true);
+  f.kv_dtype = r.str("model.kv_dtype", true);
+  for (KvDtype d : {KvDtype::F32, KvDtype::F16, KvDtype::Q8_0, KvDtype::Q4_0})
+    for (KvDtype e : {KvDtype::F32, KvDtype::F16, KvDtype::Q8_0, KvDtype::Q4_0})
+      if (kv_types_name(KvTypes{d, e}) == f.kv_dtype) f.kv_types = KvTypes{d, e};
+  f.file_name = r.str("model.file_name", true);
+  f.file_bytes = r.u64("model.file_bytes");
+  f.fingerprint = r.u64("model.fingerprint");
+  f.n_layer = r.i32("model.n_layer", 1, kRunMaxLayers);
+  f.n_head = r.i32("model.n_head", 1, kRunMaxLayers);
+  f.n_head_kv = r.i32("model.n_head_kv", 1, kRunMaxLayers);
+  f.head_dim = r.i32("model.head_dim", 1, 1 << 16);
+  f.n_embd = r.i32("model.n_embd", 1, 1 << 20);
+  f.n_vocab = r.i32("model.n_vocab", 1, 1 << 24);
+  f.n_ctx = r.i32("model.n_ctx", 1, kRunMaxPositions);
+  f.block_macs_per_token = r.u64("model.block_macs_per_token");
+  f.kv_bytes_per_token = r.u64("model.kv_bytes_per_token");
+  m.prompt.text = r.str("prompt.text", true);
+  m.prompt.chat = r.flag("prompt.chat");
+  m.prompt.special = r.flag("prompt.special");
+  m.mode = CacheMode(r.u8("mode", 0, 1));
+  m.sampler.temperature = r.f32("sampler.temperature", 0.0f, 1e6f);
+  m.sampler.top_k = r.i32("sampler.top_k", 0, 1 << 24);
+  m.sampler.top_p = r.f32("sampler.top_p", 0.0f, 1.0f);
+  m.sampler.min_p = r.f32("sampler.min_p", 0.0f, 1.0f);
+  m.sampler.seed = r.u64("sampler.seed");
+  m.max_tokens = r.i32("max_tokens", 1, kRunMaxPositions);
+  m.attention = AttnEncoding(r.u8("attention", 0, 2));
+  if (Status st = r.finish(); !st.ok()) return st.error();
+  return m;
+}
+
+// ---- STEP -------------------------------------------------------------------------------
+
+std::vector<uint8_t> encode_step(const StepTrace& t, AttnEncoding enc) {
+  Writer w;
+  w.i32(t.step);
+  w.i32(t.token_id);
+  w.str(t.piece);
+  w.str(t.text);
+  w.str(t.emitted);
+  w.i32(t.pos);
+  w.u8(t.is_prompt);
+  w.u8(uint8_t(t.stop));
+  w.u8(uint8_t(t.mode));
+  w.u32(uint32_t(t.prompt.size()));
+  for (const PromptToken& p : t.prompt) {
+    w.i32(p.id);
+    w.str(p.text);
+  }
+  w.u32(uint32_t(t.top.size()));
+  for (const Candidate& c : t.top) {
+    w.i32(c.id);
+    w.str(c.text);
+    w.f32(c.p);
+    w.f32(c.logit);
+  }
+  w.i32(t.sampled_rank);
+  w.i32(t.n_layer);
+  w.i32(t.n_head);
+  w.i32(t.n_attn);
+  const size_t n_att = size_t(std::max(t.n_layer, 0)) * size_t(std::max(t.n_head, 0)) *
+                       size_t(std::max(t.n_attn, 0));
+  if (t.attention.size() != n_att || n_att == 0) enc = AttnEncoding::None;
+  w.u8(uint8_t(enc));
+  if (enc == AttnEncoding::F32) {
+    w.put(t.attention.data(), n_att * 4);
+  } else if (enc == AttnEncoding::F16) {
+    std::vector<uint16_t> h(n_att);
+    for (size_t i = 0; i < n_att; ++i) h[i] = fp32_to_fp16(t.attention[i]);
+    w.put(h.data(), n_att * 2);
+  }
+  w.i32(t.kv_first_pos);
+  w.i32(t.kv_written);
+  w.floats(t.k_norm);
+  w.floats(t.v_norm);
+  for (uint64_t v :
+       {t.flops, t.flops_total, t.kv_rows, t.kv_rows_total, t.kv_bytes, t.kv_transient_bytes})
+    w.u64(v);
+  w.i32(t.seq_len);
+  w.i32(t.tokens_processed);
+  w.f64(t.ms);
+  w.f64(t.device_ms);
+  w.str(t.backend);
+  w.u32(uint32_t(t.kv_layers.size()));
+  for (const KvLayerState& l : t.kv_layers) {
+    w.i32(l.window);
+    w.i32(l.sink);
+    w.u64(l.bytes);
+    w.u32(uint32_t(l.held.size()));
+    for (const KvRange& r : l.held) {
+      w.i32(r.begin);
+      w.i32(r.end);
+    }
+  }
+  return std::move(w.bytes());
+}
+
+Expected<StepTrace> decode_step(const uint8_t* p, size_t n) {
+  Reader r(p, n);
+  StepTrace t;
+  t.step = r.i32("step", 1, kRunMaxPositions);
+  t.token_id = r.i32("token_id", 0, 1 << 24);
+  t.piece = r.str("piece", false);
+  t.text = r.str("text", true);
+  t.emitted = r.str("emitted", true);
+  t.pos = r.i32("pos", 0, kRunMaxPositions);
+  t.is_prompt = r.flag("is_prompt");
+  t.stop = StopReason(r.u8("stop", 0, int(StopReason::ContextFull)));
+  t.mode = CacheMode(r.u8("mode", 0, 1));
+  const uint32_t n_prompt = r.u32("prompt.count", 0, kRunMaxPositions);
+  if (r.fits("prompt", n_prompt, 8)) {  // each entry is at least an id and a length
+    t.prompt.resize(n_prompt);
+    for (PromptToken& pt : t.prompt) {
+      pt.id = r.i32("prompt.id", 0, 1 << 24);
+      pt.text = r.str("prompt.text", true);
+      if (!r.ok()) break;
+    }
+  }
+  const uint32_t n_top = r.u32("top.count", 0, kRunMaxCandidates);
+  if (r.fits("top", n_top, 16)) {
+    t.top.resize(n_top);
+    for (Candidate& c : t.top) {
+      c.id = r.i32("top.id", 0, 1 << 24);
+      c.text = r.str("top.text", true);
+      c.p = r.f32("top.p", 0.0f, 1.0f);
+      c.logit = r.f32("top.logit", -kHuge, kHuge);
+      if (!r.ok()) break;
+    }
+  }
+  t.sampled_rank = r.i32("sampled_rank", -1, int64_t(n_top) - 1);
+  t.n_layer = r.i32("n_layer", 0, kRunMaxLayers);
+  t.n_head = r.i32("n_head", 0, kRunMaxLayers);
+  t.n_attn = r.i32("n_attn", 0, kRunMaxPositions);
+  const auto enc = AttnEncoding(r.u8("attention.encoding", 0, 2));
+  if (r.ok() && enc != AttnEncoding::None) {
+    const uint64_t count = uint64_t(t.n_layer) * uint64_t(t.n_head) * uint64_t(t.n_attn);
+    r.floats("attention", count, enc, 0.0f, 1.001f, &t.attention);
+  }
+  t.kv_first_pos = r.i32("kv_first_pos", 0, kRunMaxPositions);
+  t.kv_written = r.i32("kv_written", 0, kRunMaxPositions);
+  const uint64_t n_norm = uint64_t(t.n_layer) * uint64_t(t.kv_written);
+  for (auto [field, out] : {std::pair{"k_norm", &t.k_norm}, std::pair{"v_norm", &t.v_norm}}) {
+    const uint32_t count = r.u32(field, 0, std::numeric_limits<uint32_t>::max());
+    if (r.ok() && count != 0 && count != n_norm)
+      r.fail(field, std::to_string(count) + " values, expected n_layer x kv_written = " +
+                        std::to_string(n_norm) + " (or 0)");
+    r.floats(field, count, AttnEncoding::F32, 0.0f, kHuge, out);
+  }
+  t.flops = r.u64("flops");
+  t.flops_total = r.u64("flops_total");
+  t.kv_rows = r.u64("kv_rows");
+  t.kv_rows_total = r.u64("kv_rows_total");
+  t.kv_bytes = r.u64("kv_bytes");
+  t.kv_transient_bytes = r.u64("kv_transient_bytes");
+  t.seq_len = r.i32("seq_len", 1, kRunMaxPositions);
+  t.tokens_processed = r.i32("tokens_processed", 0, kRunMaxPositions);
+  t.ms = r.f64("ms");
+  t.device_ms = r.f64("device_ms", /*allow_negative_one=*/true);
+  t.backend = r.str("backend", true);
+  const uint32_t n_kvl = r.u32("kv_layers.count", 0, kRunMaxLayers);
+  if (r.ok() && n_kvl != 0 && int(n_kvl) != t.n_layer)
+    r.fail("kv_layers.count", "value " + std::to_string(n_kvl) + " is neither 0 nor n_layer (" +
+                                  std::to_string(t.n_layer) + ")");
+  if (r.fits("kv_layers", n_kvl, 20)) {
+    t.kv_layers.resize(n_kvl);
+    for (KvLayerState& l : t.kv_layers) {
+      l.window = r.i32("kv_layers.window", 0, kRunMaxPositions);
+      l.sink = r.i32("kv_layers.sink", 0, kRunMaxPositions);
+      l.bytes = r.u64("kv_layers.bytes");
+      const uint32_t n_held = r.u32("kv_layers.held.count", 0, kRunMaxPositions);
+      if (!r.fits("kv_layers.held", n_held, 8)) break;
+      l.held.resize(n_held);
+      int prev_end = 0;
+      for (KvRange& h : l.held) {
+        h.begin = r.i32("kv_layers.held.begin", prev_end, t.pos + 1);
+        h.end = r.i32("kv_layers.held.end", h.begin, t.pos + 1);
+        prev_end = h.end;
+      }
+      if (!r.ok()) break;
+    }
+  }
+  if (r.ok() && t.seq_len != t.pos + 1)
+    r.fail("seq_len",
+           "value " + std::to_string(t.seq_len) + " is not pos + 1 = " + std::to_string(t.pos + 1));
+  if (r.ok() && t.n_attn > t.pos + 1)
+    r.fail("n_attn", "value " + std::to_string(t.n_attn) +
+                         " exceeds the positions before the "
+                         "new token (" +
+                         std::to_string(t.pos + 1) + ")");
+  if (Status st = r.finish(); !st.ok()) return st.error();
+  return t;
+}
+
+// ---- END --------------------------------------------------------------------------------
+
+std::vector<uint8_t> encode_end(const RunEnd& e) {
+  Writer w;
+  w.i32(e.steps);
+  w.str(e.reason);
+  return std::move(w.bytes());
+}
+
+Expected<RunEnd> decode_end(const uint8_t* p, size_t n) {
+  Reader r(p, n);
+  RunEnd e;
+  e.steps = r.i32("steps", 0, kRunMaxPositions);
+  e.reason = r.str("reason", true);
+  if (Status st = r.finish(); !st.ok()) return st.error();
+  return e;
+}
+
+}  // namespace kvscope::app

@@ -1,0 +1,118 @@
+// run_file.h — the kvscope run file (.kvs): a whole run (prompt, settings, model identity
+// and every step's trace) in a versioned, checksummed record format (docs/run_file.md).
+//
+// Layout: a 16-byte header ("KVSRUN\r\n", u32 version, u32 flags = 0), then records, each
+// u32 tag, u64 payload length, payload, u32 CRC-32 of the payload:
+//   META once, first;  STEP for steps 1..n in order;  END once, last (nothing after it).
+// A file without END is truncated (a crash, a full disk, a copy cut short) and is refused.
+//
+// The app's history is the same format: while a run plays, the controller appends each step
+// to a spool — a run file in an unlinked temporary file, without END — and the timeline
+// reads old steps back by offset, so attention for thousands of steps lives on disk, not in
+// memory. File > Save copies the spool and appends END. Replay reads a saved file the same
+// way.
+//
+// Threads: one thread writes (create/append/finish/save_copy); any thread may read_step at
+// an offset that append_step has returned (pread; the bytes never change once written).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "app/core/run_codec.h"
+
+namespace kvscope::app {
+
+inline constexpr uint32_t kRunFileVersion = 1;
+inline constexpr uint64_t kNoOffset = ~uint64_t(0);
+
+// Bytes to validate: a file (pread) or a buffer (fuzzing, tests).
+class ByteSource {
+ public:
+  virtual ~ByteSource() = default;
+  virtual uint64_t size() const = 0;
+  // Exactly n bytes at `offset` (the caller has checked offset + n <= size()).
+  virtual Status read(uint64_t offset, void* dst, size_t n) const = 0;
+};
+
+class BufferSource final : public ByteSource {
+ public:
+  BufferSource(const uint8_t* p, size_t n) : p_(p), n_(n) {}
+  uint64_t size() const override { return n_; }
+  Status read(uint64_t offset, void* dst, size_t n) const override;
+
+ private:
+  const uint8_t* p_;
+  size_t n_;
+};
+
+struct RunIndex {
+  RunMeta meta;
+  RunEnd end;
+  std::vector<uint64_t> steps;  // byte offset of the STEP record of step i + 1
+};
+
+// Walks and validates a whole run file: header, framing, checksums (unless verify_crc is
+// false: the fuzz target uses that to reach the payload decoders), every payload, step
+// order, END. `name` goes into the error, which also gives the byte offset.
+Expected<RunIndex> index_run(const ByteSource& src, const std::string& name,
+                             bool verify_crc = true);
+// Decodes the STEP record at `offset` (from an index).
+Expected<StepTrace> read_step_record(const ByteSource& src, uint64_t offset,
+                                     const std::string& name, bool verify_crc = true);
+
+class RunFile {
+ public:
+  // A new run file at `path` (replacing any), META written. `attention_cap` > 0 stores
+  // steps without attention once the file would grow past that many bytes.
+  static Expected<std::shared_ptr<RunFile>> create(const std::string& path, const RunMeta& meta,
+                                                   uint64_t attention_cap = 0);
+  // An unlinked temporary run file in `dir` (created if missing): the app's history spool.
+  static Expected<std::shared_ptr<RunFile>> create_spool(const std::string& dir,
+                                                         const RunMeta& meta,
+                                                         uint64_t attention_cap);
+  // Opens and validates a finished run file (index_run over the whole file).
+  static Expected<std::shared_ptr<RunFile>> open(const std::string& path);
+  ~RunFile();
+  RunFile(const RunFile&) = delete;
+  RunFile& operator=(const RunFile&) = delete;
+
+  // Writing (one thread). Returns the STEP record's offset.
+  Expected<uint64_t> append_step(const StepTrace& t);
+  Status finish(const RunEnd& end);
+  // Copies what has been appended plus an END record into a new file at `path` (written
+  // beside it, then renamed into place).
+  Status save_copy(const std::string& path, const RunEnd& end) const;
+
+  // Reading (any thread).
+  Expected<StepTrace> read_step(uint64_t offset) const;
+  const RunMeta& meta() const { return meta_; }
+  const std::string& name() const { return name_; }
+  uint64_t bytes() const { return size_.load(); }
+  // open(): the whole index and END. While writing: offsets appended so far (writer only).
+  const std::vector<uint64_t>& step_offsets() const { return steps_; }
+  const RunEnd& end() const { return end_; }
+  // Some step was stored without its attention rows (the cap was reached).
+  bool attention_dropped() const { return dropped_.load(); }
+  uint64_t attention_cap() const { return cap_; }
+
+ private:
+  RunFile() = default;
+  static Expected<std::shared_ptr<RunFile>> begin(int fd, std::string name, const RunMeta& meta,
+                                                  uint64_t attention_cap);
+  Status write_record(uint32_t tag, const std::vector<uint8_t>& payload);
+  int fd_ = -1;
+  std::string name_;
+  RunMeta meta_;
+  RunEnd end_;
+  std::vector<uint64_t> steps_;
+  std::atomic<uint64_t> size_{0};
+  std::atomic<bool> dropped_{false};
+  uint64_t cap_ = 0;
+  bool finished_ = false;
+};
+
+}  // namespace kvscope::app

@@ -1,0 +1,64 @@
+// stats_view.cpp — see stats_view.h.
+#include "app/core/stats_view.h"
+
+#include <algorithm>
+
+namespace kvscope::app {
+
+StatsView make_stats_view(const Timeline& tl, double target_tok_s, bool playing) {
+  StatsView v;
+  v.steps = tl.step_count();
+  v.live = tl.live();
+  v.mode = tl.mode();
+  v.finish_reason = tl.finish_reason();
+  v.speed = tl.speed();
+  v.target_tok_s = target_tok_s;
+  const StepTrace* t = tl.viewed();
+  if (!t) return v;
+  v.has_step = true;
+  v.step = t->step;
+  v.mode = t->mode;
+  v.write_pos = t->pos;
+  v.query_pos = t->pos - 1;
+  v.seq_len = t->seq_len;
+  v.flops = t->flops;
+  v.flops_total = t->flops_total;
+  v.kv_rows = t->kv_rows;
+  v.kv_rows_total = t->kv_rows_total;
+  v.kv_bytes = t->kv_bytes;
+  v.kv_transient_bytes = t->kv_transient_bytes;
+  v.kv_positions = t->kv_bytes > 0 ? t->kv_first_pos + t->kv_written : 0;
+  v.kv_positions_min = v.kv_positions;
+  if (t->kv_bytes > 0 && !t->kv_layers.empty()) {
+    // What each layer's cache holds (windowed layers evict their oldest positions).
+    uint64_t rows = 0;
+    int lo = 0, hi = 0;
+    for (size_t l = 0; l < t->kv_layers.size(); ++l) {
+      int n = 0;
+      for (const KvRange& r : t->kv_layers[l].held) n += r.end - r.begin;
+      rows += uint64_t(n);
+      lo = l == 0 ? n : std::min(lo, n);
+      hi = l == 0 ? n : std::max(hi, n);
+    }
+    if (rows > 0) {
+      v.kv_positions = hi;
+      v.kv_positions_min = lo;
+      v.kv_layer_rows = rows;
+      v.kv_bytes_per_row = t->kv_bytes / rows;
+    }
+  }
+  // Every layer holds the same positions: bytes per position is exact; else it is per
+  // position held in every layer (the model's K+V bytes per token).
+  v.kv_bytes_per_position =
+      v.kv_layer_rows > 0
+          ? v.kv_bytes_per_row * t->kv_layers.size()
+          : (v.kv_positions > 0 ? t->kv_bytes / uint64_t(v.kv_positions) : 0);
+  v.device_time = t->device_ms >= 0;
+  v.step_ms = v.device_time ? t->device_ms : t->ms;
+  v.tokens_processed = t->tokens_processed;
+  v.behind = playing && target_tok_s > 0 && v.speed.window >= 3 &&
+             v.speed.delivered_tok_s < 0.9 * target_tok_s;
+  return v;
+}
+
+}  // namespace kvscope::app

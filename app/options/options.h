@@ -1,0 +1,58 @@
+// options.h — the one way every command of the kvscope executable (the subcommands and
+// the app itself) parses its options, and the one printer of its errors.
+//
+// Options: the project rule is that every bad option gives one line "kvscope: ..." on
+// stderr and exit status 1. A subcommand gets that by declaring its options on a CLI::App
+// and parsing with parse_options():
+//
+//   CLI::App app{"What the command does.", "kvscope mycommand"};
+//   app.add_option("--threads", threads, "CPU threads (0 = all)")->check(cli::Range(0, 4096));
+//   app.add_option("--temp", temp, "Temperature")->check(cli::Range(0.0, 100.0));
+//   if (int rc = cli::parse_options(app, argc, argv); rc >= 0) return rc;
+//
+// parse_options() prints the help to stdout and returns 0 for --help; turns every CLI11
+// error (unknown option, missing value, conversion, validation, exclusions, ...) into one
+// "kvscope: ..." line and returns 1; returns -1 when the command should run. Before parsing
+// it adds a check to every floating-point option (float, double, vectors of them): NaN,
+// infinity and values beyond float's range are rejected whatever else the option checks;
+// and one to every unsigned option: "-1" is rejected instead of wrapping around. Options
+// added later get both for free.
+// Use cli::Range / cli::AtLeast for bounds, not CLI::Range / CLI::NonNegativeNumber: those
+// print their bounds as doubles ("1.79769e+308" or 300 digits); ours print "0..4096" for
+// integer bounds and "[0, 1]" for real ones, and reject NaN.
+// Errors found after parsing (a bad model, a bad prompt) go through cli::fail(), which
+// prints one line too: the message is passed through printable_name(), so text from a file
+// or the command line (control bytes, a NUL, newlines) cannot break the line or reach the
+// terminal as escape sequences.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <string_view>
+
+namespace kvscope::cli {
+
+
+// Parses argv into the options declared on `app` (see the file comment). Returns -1 to
+// run the command, else the exit code to return (0 after --help, 1 after an error).
+int parse_options(CLI::App& app, int argc, char** argv);
+
+// The value lies in [lo, hi] (both inclusive). Integer bounds print as "lo..hi", real
+// bounds as "[lo, hi]"; NaN is outside every range.
+CLI::Validator Range(long long lo, long long hi);
+CLI::Validator Range(int lo, int hi);
+CLI::Validator Range(double lo, double hi);
+// The value is at least lo (an integer option's upper end is its type's limit).
+CLI::Validator AtLeast(long long lo);
+
+// Upper bound of every --threads option; values above the hardware's threads are accepted
+// and clamped with a notice (make_backend).
+inline constexpr int kMaxThreadsOption = 65536;
+
+// Prints "kvscope: <message>" as one line on stderr (message escaped with printable_name)
+// and returns 1, the exit status for bad input.
+int fail(std::string_view message);
+// The same for a note that does not stop the command (e.g. a fallback): one line on stderr.
+void notice(std::string_view message);
+
+}  // namespace kvscope::cli

@@ -1,0 +1,26 @@
+// prompt_options.h — the prompt options shared by the subcommands that generate (generate,
+// compare): --prompt TEXT, --prompt-file FILE (a first line "#chat" or "#raw" says how
+// the rest is used) and --chat.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "engine/session.h"
+#include "engine/status.h"
+
+namespace kvscope::cli {
+
+struct PromptOptions {
+  std::string text, file;
+  bool chat = false;
+  CLI::Option* text_opt = nullptr;
+};
+
+void add_prompt_options(CLI::App& app, PromptOptions& o);
+// The prompt the options name; errors: no prompt, an unreadable file, an empty prompt.
+Expected<PromptSpec> prompt_from_options(const PromptOptions& o);
+// Reads a prompt file (see above).
+Expected<PromptSpec> read_prompt_file(const std::string& path);
+
+}  // namespace kvscope::cli

@@ -1,0 +1,328 @@
+// gui_loop.cpp — window, engine start, frame pacing and the per-frame order (canonical
+// Dear ImGui order): events in, the UI around the free rectangle, the 3D view in it,
+// pointer routing to the camera only over that rectangle, PNG export of the view.
+#include "app/ui/gui_loop.h"
+
+#include <GLFW/glfw3.h>
+#include <imgui.h>
+#include <imgui_impl_glfw.h>
+#include <imgui_impl_opengl3.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "app/ui/app_capture.h"
+#include "app/ui/app_frame.h"
+#include "app/ui/ui_events.h"
+#include "app/scene/scene_view.h"
+#include "app/ui/ui_state.h"
+#include "app/ui/window.h"
+#include "render/gl.h"
+#include "render/offscreen.h"
+
+namespace kvscope::app {
+namespace {
+
+// Lowers the calling thread's priority (Linux nice values are per thread; threads it
+// starts later, such as llvmpipe's rasterizers, inherit it). Failure is harmless.
+void lower_ui_priority(int nice) {
+  if (nice <= 0) return;
+  pid_t tid = pid_t(syscall(SYS_gettid));
+  errno = 0;
+  int now = getpriority(PRIO_PROCESS, id_t(tid));
+  if (errno == 0) setpriority(PRIO_PROCESS, id_t(tid), std::min(now + nice, 19));
+}
+
+// Any window input wakes the loop and asks for a few frames (ImGui settles in two).
+void note_input(GLFWwindow* w) {
+  if (auto* n = static_cast<int*>(glfwGetWindowUserPointer(w))) ++*n;
+}
+void install_input_callbacks(GLFWwindow* w, int* counter) {
+  glfwSetWindowUserPointer(w, counter);
+  // ImGui's GLFW backend, initialized afterwards, chains to these.
+  glfwSetCursorPosCallback(w, [](GLFWwindow* win, double, double) { note_input(win); });
+  glfwSetMouseButtonCallback(w, [](GLFWwindow* win, int, int, int) { note_input(win); });
+  glfwSetScrollCallback(w, [](GLFWwindow* win, double, double) { note_input(win); });
+  glfwSetKeyCallback(w, [](GLFWwindow* win, int, int, int, int) { note_input(win); });
+  glfwSetCharCallback(w, [](GLFWwindow* win, unsigned) { note_input(win); });
+  glfwSetWindowFocusCallback(w, [](GLFWwindow* win, int) { note_input(win); });
+  glfwSetCursorEnterCallback(w, [](GLFWwindow* win, int) { note_input(win); });
+  glfwSetFramebufferSizeCallback(w, [](GLFWwindow* win, int, int) { note_input(win); });
+  glfwSetWindowRefreshCallback(w, [](GLFWwindow* win) { note_input(win); });
+}
+
+// The engine's decode step times and the frame work while they ran (--measure).
+struct Measurement {
+  int target = 0;
+  std::vector<double> engine_ms;  // decode steps (the prefill step is left out)
+  int frames = 0;
+  double frame_work_ms = 0;  // UI thread time per drawn frame, summed
+  double t0 = -1, t1 = -1;
+  uint64_t rss_first = 0;  // resident bytes when the first decode step arrived
+  bool done() const { return target > 0 && int(engine_ms.size()) >= target; }
+  void print() const {
+    std::vector<double> v = engine_ms;
+    std::sort(v.begin(), v.end());
+    double mean = v.empty() ? 0 : std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
+    double median = v.empty() ? 0 : v[v.size() / 2];
+    std::printf(
+        "{\"measure\": \"app\", \"decode_steps\": %zu, \"engine_ms_mean\": %.3f, "
+        "\"engine_ms_median\": %.3f, \"frames\": %d, \"frame_work_ms_mean\": %.2f, "
+        "\"frames_per_s\": %.1f, \"wall_s\": %.2f, \"rss_first_mb\": %.1f, "
+        "\"rss_last_mb\": %.1f, \"rss_peak_mb\": %.1f}\n",
+        v.size(), mean, median, frames, frames ? frame_work_ms / frames : 0.0,
+        t1 > t0 ? frames / (t1 - t0) : 0.0, t1 - t0, double(rss_first) / 1e6,
+        double(process_resident_bytes()) / 1e6, double(process_peak_resident_bytes()) / 1e6);
+    std::fflush(stdout);
+  }
+};
+
+}  // namespace
+
+double frame_wait(const FramePace& p) {
+  const bool wanted = p.changed || p.animating || p.slow;
+  if (!wanted) return kIdleWait;
+  const double busy_fps = std::clamp(kBusyShare * p.cores * 1000.0 / std::max(p.frame_ms, 0.1),
+                                     kBusyFpsMin, kBusyFpsMax);
+  double min_dt = 1.0 / (p.engine_busy ? busy_fps : kActiveFps);
+  if (p.slow && !p.changed && !p.animating) min_dt = std::max(min_dt, kSlowFrame);
+  const double left = min_dt - p.since_draw;
+  return left < 0.0005 ? 0.0 : left;  // within half a millisecond: now
+}
+
+int run_gui(const GuiOptions& o) {
+  use_mapped_memory_for_large_blocks();  // bounded memory over thousands of steps
+  UiState ui;
+  ui.prompts = load_prompts();
+  ui.view = o.cap.view;
+  ui.preset = o.cap.camera;
+  ui.mode = o.cap.mode;
+  if (o.measure_steps > 0) ui.max_tokens = std::max(ui.max_tokens, o.measure_steps + 2);
+
+  if (o.cap.max_tokens > 0) ui.max_tokens = o.cap.max_tokens;
+  if (o.cap.speed < 0 || o.measure_steps > 0) ui.speed_max = true;
+  if (o.cap.speed > 0) ui.speed = o.cap.speed;
+  if (!o.cap.prompt_file.empty()) {
+    auto p = read_prompt_file(o.cap.prompt_file);
+    if (p.ok())
+      ui.prompts.insert(ui.prompts.begin(), {"file", p.value()});
+    else
+      ui.error = p.error().message;
+  }
+
+  // The engine first: its worker starts at normal priority and opens the model (or the
+  // recording) there, so the backend's threads inherit that priority and a model that fails
+  // to load leaves a usable UI. Then the UI thread (and every thread the window and GL start
+  // from it) steps back.
+  std::unique_ptr<Controller> ctl = start_controller(ui, o.cap, o.play || o.measure_steps > 0);
+  lower_ui_priority(o.ui_nice);
+
+  WindowOptions wo;
+  if (o.size_given) {
+    wo.width = o.cap.width;
+    wo.height = o.cap.height;
+  }
+  auto window = GlWindow::create(wo);
+  if (!window.ok()) {
+    std::fprintf(stderr, "kvscope: %s\n", window.error().message.c_str());
+    return 1;
+  }
+  GLFWwindow* win = window.value()->handle();
+  int input_events = 0;
+  install_input_callbacks(win, &input_events);
+
+  IMGUI_CHECKVERSION();
+  ImGui::CreateContext();
+  ImGuiIO& io = ImGui::GetIO();
+  setup_imgui_style(window.value()->content_scale());
+  ImGui_ImplGlfw_InitForOpenGL(win, true);
+  ImGui_ImplOpenGL3_Init("#version 330 core");
+
+  std::unique_ptr<render::Renderer> renderer;
+  render::RendererOptions ro;
+  ro.shader_dir = render::find_shader_dir(executable_dir());
+  if (render::Result r = render::Renderer::create(ro, &renderer); !r.ok()) ui.error = r.error;
+
+  // Scripted runs (--frames, --measure) park the pointer on the toolbar's empty end, so
+  // a window shot shows no hover tooltip wherever the display put the pointer.
+  if (o.quit_after > 0 || o.measure_steps > 0) {
+    int ww = 0, wh = 0;
+    glfwGetWindowSize(win, &ww, &wh);
+    glfwSetCursorPos(win, std::max(ww - 4, 0), 4);
+  }
+
+  Timeline tl;
+  SceneView view;
+  Measurement measure;
+  measure.target = o.measure_steps;
+  std::vector<Event> pending;
+  double last_time = glfwGetTime(), last_draw = -1.0;
+  double last_mx = 0, last_my = 0;
+  bool dragging_view = false;  // a drag that started in the 3D view (keeps going over panels)
+  int settle = 3;              // frames still to draw after the last change
+  int frame = 0;
+  double frame_ms = 20.0;  // recent cost of one frame's work (moving average)
+  const double cores = std::max(1u, std::thread::hardware_concurrency());
+  while (!glfwWindowShouldClose(win)) {
+    // ---- wait until a frame is due: something changed, and the cap allows it ----
+    // The events wait in the controller's queue until the frame takes them, where only the
+    // newest step keeps its attention rows (controller.h, "Queued steps").
+    ControllerState cs;
+    bool events = false;
+    for (;;) {
+      glfwPollEvents();
+      if (ctl) {
+        events = ctl->has_events();
+        cs = ctl->state();
+      }
+      if (input_events > 0) {
+        input_events = 0;
+        settle = 3;
+      }
+      FramePace pace;
+      pace.changed =
+          settle > 0 || events || o.quit_after > 0 || glfwWindowShouldClose(win);
+      pace.animating = view.animating();
+      // A focused text field's cursor blinks and timed notices expire.
+      pace.slow = io.WantTextInput || std::any_of(ui.notices.begin(), ui.notices.end(),
+                                                  [](const Notice& n) { return n.seconds > 0; });
+      pace.engine_busy = cs.busy || (cs.playing && cs.speed <= kSpeedMax);
+      pace.since_draw = glfwGetTime() - last_draw;
+      pace.frame_ms = frame_ms;
+      pace.cores = cores;
+      const double wait = frame_wait(pace);
+      if (wait <= 0) break;
+      glfwWaitEventsTimeout(wait);  // input wakes it early
+    }
+    if (glfwWindowShouldClose(win)) break;
+    if (ctl)
+      for (Event& e : ctl->poll()) pending.push_back(std::move(e));
+    const auto work_start = std::chrono::steady_clock::now();
+    settle = std::max(settle - 1, 0);
+
+    ImGui_ImplOpenGL3_NewFrame();
+    ImGui_ImplGlfw_NewFrame();
+    ImGui::NewFrame();
+    double now = glfwGetTime();
+    float dt = float(now - last_time);
+    last_time = now;
+    last_draw = now;
+    for (Event& e : pending) {
+      if (ctl) apply_event(ui, *ctl, tl, e, now);
+      if (e.kind == Event::Kind::Step) {
+        if (measure.target > 0 && e.trace && e.trace->step >= 2 && !measure.done()) {
+          if (measure.t0 < 0) {
+            measure.t0 = now;
+            measure.rss_first = process_resident_bytes();
+          }
+          measure.engine_ms.push_back(e.trace->ms);
+          measure.t1 = now;
+        }
+      }
+    }
+    pending.clear();
+    sync_frame(ui, tl, now);
+
+    draw_frame_ui(ui, ctl.get(), cs, tl, ShownRange{view.shown_first(), view.shown_last()});
+
+    // Pointer to the camera only over the view and when ImGui does not want it.
+    double mx, my;
+    glfwGetCursorPos(win, &mx, &my);
+    ViewInput in;
+    in.mouse_x = float(mx);
+    in.mouse_y = float(my);
+    in.dx = float(mx - last_mx);
+    in.dy = float(my - last_my);
+    in.hover = !io.WantCaptureMouse && ui.splitter_drag == 0 &&
+               ui.layout.view.contains(in.mouse_x, in.mouse_y);
+    bool left = glfwGetMouseButton(win, GLFW_MOUSE_BUTTON_LEFT) == GLFW_PRESS;
+    bool other = glfwGetMouseButton(win, GLFW_MOUSE_BUTTON_RIGHT) == GLFW_PRESS ||
+                 glfwGetMouseButton(win, GLFW_MOUSE_BUTTON_MIDDLE) == GLFW_PRESS;
+    if (!left && !other)
+      dragging_view = false;
+    else if (in.hover &&
+             (ImGui::IsMouseClicked(0) || ImGui::IsMouseClicked(1) || ImGui::IsMouseClicked(2)))
+      dragging_view = true;
+    in.orbit = dragging_view && left;
+    in.pan = dragging_view && other && !left;
+    in.wheel = in.hover ? io.MouseWheel : 0.0f;
+    last_mx = mx;
+    last_my = my;
+
+    ViewFrame vf;
+    vf.timeline = &tl;
+    vf.view = scene_options(ui);
+    vf.view.hovered_pos = ui.panel_hovered_pos >= 0 ? ui.panel_hovered_pos : ui.hovered_pos;
+    vf.clock = AnimClock{now - ui.last_step_time, cs.busy, now};
+    vf.preset = ui.preset;
+    vf.preset_changed = ui.preset_changed;
+    vf.rect = ui.layout.view;
+    vf.dt = dt;
+    vf.look_at_pos = ui.look_at_pos;
+    ui.preset_changed = false;
+    ui.look_at_pos = -1;
+    view.update(vf, in);
+    ui.hovered_pos = view.hovered_token();
+    if (ui.hovered_pos >= 0) panel_inspector(ui, tl);
+
+    ImGui::Render();
+    int fbw = 0, fbh = 0;
+    window.value()->framebuffer_size(&fbw, &fbh);
+    float fb_scale = io.DisplaySize.x > 0 ? float(fbw) / io.DisplaySize.x : 1.0f;
+    render::clear_framebuffer(fbw, fbh, 0.06f, 0.065f, 0.08f);
+    if (renderer && fbw > 0 && fbh > 0) view.draw(*renderer, fbw, fbh, fb_scale);
+    ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+    if (ui.export_png && renderer) {
+      ui.export_png = false;
+      render::Viewport vp = to_viewport(ui.layout.view, fb_scale);
+      auto path = export_view_png(*renderer, view.scene(), vp.width, vp.height, ".");
+      if (path.ok())
+        add_notice(ui, "Saved the view as " + path.value(), 8.0);
+      else
+        ui.error = "Could not export the view: " + path.error().message;
+    }
+    ++frame;
+    bool last_frame = (o.quit_after > 0 && frame >= o.quit_after) || measure.done() ||
+                      (measure.target > 0 && tl.finished() && tl.last());
+    if (last_frame && !o.window_shot.empty()) {
+      std::vector<uint8_t> rgba;
+      render::Result r = render::read_window_rgba(fbw, fbh, &rgba);
+      for (size_t i = 3; i < rgba.size(); i += 4) rgba[i] = 255;  // opaque, as on screen
+      if (r.ok()) r = render::write_png(o.window_shot, fbw, fbh, rgba);
+      if (!r.ok()) std::fprintf(stderr, "kvscope: %s\n", r.error.c_str());
+    }
+    glfwSwapBuffers(win);
+    const double work_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - work_start)
+            .count();
+    frame_ms += 0.2 * (work_ms - frame_ms);
+    ui.frame_work_ms = frame_ms;
+    if (measure.t0 >= 0 && !measure.done()) {
+      ++measure.frames;
+      measure.frame_work_ms += work_ms;
+    }
+    if (last_frame) glfwSetWindowShouldClose(win, GLFW_TRUE);
+  }
+  if (measure.target > 0) measure.print();
+
+  // Closing is immediate for the person: the window goes at once; then the worker finishes
+  // the step in flight (nothing queued runs) and is joined.
+  glfwHideWindow(win);
+  glfwPollEvents();
+  ctl.reset();
+  renderer.reset();
+  ImGui_ImplOpenGL3_Shutdown();
+  ImGui_ImplGlfw_Shutdown();
+  ImGui::DestroyContext();
+  return 0;
+}
+
+}  // namespace kvscope::app

@@ -1,0 +1,176 @@
+// panel_toolbar.cpp — the toolbar along the top of the window: transport, cache mode,
+// camera presets, PNG export, and the engine's status.
+//
+// Every button has a fixed width and a fixed place: nothing moves when a label, a prompt
+// or a status changes length (Play and Pause share one slot). The status text sits to
+// the right of the last button and is clipped to the toolbar. Keys (when no text field
+// has the keyboard): Space play/pause, S or Right step, R reset, 1-5 camera presets.
+// (ImGui 1.86 indexes letter and digit keys by their GLFW key codes, which are ASCII.)
+#include <imgui.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <string>
+
+#include "app/ui/ui_state.h"
+
+namespace kvscope::app {
+namespace {
+
+void send(Controller* ctl, Command c) {
+  if (ctl) ctl->send(std::move(c));
+}
+
+const PromptSpec* selected_prompt(const UiState& ui) {
+  if (ui.prompts.empty()) return nullptr;
+  return &ui.prompts[size_t(std::clamp(ui.prompt_index, 0, int(ui.prompts.size()) - 1))].spec;
+}
+
+// A button that looks pressed while `active`.
+bool toggle_button(const char* label, bool active, ImVec2 size) {
+  if (active) {
+    ImGui::PushStyleColor(ImGuiCol_Button, ImGui::GetStyle().Colors[ImGuiCol_ButtonActive]);
+    ImGui::PushStyleColor(ImGuiCol_Text, ImVec4(1.0f, 1.0f, 1.0f, 1.0f));
+  }
+  bool pressed = ImGui::Button(label, size);
+  if (active) ImGui::PopStyleColor(2);
+  return pressed;
+}
+
+void gap() {
+  ImGui::SameLine(0.0f, ImGui::GetStyle().ItemSpacing.x * 3.0f);
+}
+
+std::string status_text(const UiState& ui, const ControllerState& cs, const Timeline& tl) {
+  char buf[160];
+  if (!ui.engine_ready) return "no engine";
+  if (cs.busy) {
+    std::snprintf(buf, sizeof buf, "computing step %d... %.1f s%s", cs.computing_step,
+                  cs.busy_seconds, tl.mode() == CacheMode::NoCache ? " (whole sequence)" : "");
+    return buf;
+  }
+  if (cs.finished) {
+    const StepTrace* last = tl.last();
+    if (!last) return "ready: press Play or Step";
+    std::snprintf(
+        buf, sizeof buf, "finished (%s), %d tokens",
+        tl.finish_reason().empty() ? stop_reason_name(last->stop) : tl.finish_reason().c_str(),
+        last->seq_len);
+    return buf;
+  }
+  if (cs.playing) {
+    if (cs.speed <= kSpeedMax) return "playing, as fast as possible";
+    std::snprintf(buf, sizeof buf, "playing at %.2g tok/s", double(cs.speed));
+    return buf;
+  }
+  return "paused";
+}
+
+}  // namespace
+
+void panel_toolbar(UiState& ui, Controller* ctl, const ControllerState& cs, const Timeline& tl) {
+  const ImGuiStyle& st = ImGui::GetStyle();
+  const float h = ImGui::GetFrameHeight();
+  const float slot = ImGui::CalcTextSize("Pause").x + st.FramePadding.x * 4.0f;
+  const PromptSpec* prompt = selected_prompt(ui);
+  ImGuiIO& io = ImGui::GetIO();
+  const bool keys = !io.WantTextInput && !ImGui::IsAnyItemActive();
+
+  // Transport.
+  ImGui::BeginDisabled(!ui.engine_ready);
+  bool do_reset = ImGui::Button("Reset", ImVec2(slot, h)) || (keys && ImGui::IsKeyPressed('R'));
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("Start again from the prompt (R)");
+  if (do_reset && prompt) send(ctl, CmdReset{*prompt, false});
+  ImGui::SameLine();
+  bool toggle = keys && ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_Space), false);
+  if (cs.playing) {
+    if (ImGui::Button("Pause", ImVec2(slot, h)) || toggle) send(ctl, CmdPause{});
+    if (ImGui::IsItemHovered()) ImGui::SetTooltip("Pause after the step in flight (Space)");
+  } else {
+    if (ImGui::Button("Play", ImVec2(slot, h)) || toggle) {
+      if (cs.finished && prompt)
+        send(ctl, CmdReset{*prompt, true});
+      else
+        send(ctl, CmdPlay{});
+    }
+    if (ImGui::IsItemHovered()) ImGui::SetTooltip("Generate at the chosen pace (Space)");
+  }
+  ImGui::SameLine();
+  bool do_step = ImGui::Button("Step", ImVec2(slot, h)) ||
+                 (keys && (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_RightArrow)) ||
+                           ImGui::IsKeyPressed('S')));
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("Generate one token (S or Right)");
+  if (do_step) send(ctl, CmdStep{});
+  ImGui::SameLine();
+  if (ImGui::Button("Stop", ImVec2(slot, h))) send(ctl, CmdStop{});
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("End this run (Reset or Play starts a new one)");
+
+  // Cache mode: the switch the whole product is about.
+  gap();
+  const float mode_w = ImGui::CalcTextSize("NO CACHE").x + st.FramePadding.x * 4.0f;
+  CacheMode want = ui.mode;
+  if (toggle_button("KV CACHE", ui.mode == CacheMode::Cache, ImVec2(mode_w, h)))
+    want = CacheMode::Cache;
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("Keep every token's K and V: each step computes one new row per layer");
+  ImGui::SameLine(0.0f, 0.0f);
+  if (toggle_button("NO CACHE", ui.mode == CacheMode::NoCache, ImVec2(mode_w, h)))
+    want = CacheMode::NoCache;
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("Keep nothing: each step recomputes K and V for the whole sequence");
+  if (want != ui.mode) {
+    ui.mode = want;
+    send(ctl, CmdMode{ui.mode});
+  }
+  ImGui::EndDisabled();
+
+  // Camera presets.
+  gap();
+  const float cam_w = ImGui::CalcTextSize("FOLLOW").x + st.FramePadding.x * 2.0f;
+  int key = 0;
+  for (render::CameraPreset p : render::kAllCameraPresets) {
+    if (key) ImGui::SameLine(0.0f, 2.0f);
+    ++key;
+    std::string label = render::camera_preset_name(p);
+    for (char& c : label) c = char(std::toupper(static_cast<unsigned char>(c)));
+    bool pressed = toggle_button(label.c_str(), ui.preset == p, ImVec2(cam_w, h));
+    if (ImGui::IsItemHovered()) ImGui::SetTooltip("Camera preset %s (key %d)", label.c_str(), key);
+    if (pressed || (keys && ImGui::IsKeyPressed('0' + key, false))) {
+      ui.preset = p;
+      ui.preset_changed = true;
+    }
+  }
+
+  gap();
+  if (ImGui::Button("Export PNG", ImVec2(0, h))) ui.export_png = true;
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("Save the 3D view as it is now to a PNG file");
+
+  // Status: to the right of the buttons, so it never pushes them.
+  gap();
+  std::string status = status_text(ui, cs, tl);
+  if (cs.busy && cs.busy_seconds >= 0.15) {
+    const char* spin = "|/-\\";
+    status = std::string(1, spin[int(ImGui::GetTime() * 8.0) & 3]) + " " + status;
+  }
+  // A narrow window shortens the status with an ellipsis (whole characters only); the
+  // whole text is the tooltip.
+  const std::string full = status;
+  const float avail = ImGui::GetContentRegionAvail().x;
+  if (ImGui::CalcTextSize(status.c_str()).x > avail) {
+    while (!status.empty() && ImGui::CalcTextSize((status + "...").c_str()).x > avail) {
+      size_t n = status.size();  // drop the last character: its continuation bytes, its lead
+      do --n;
+      while (n > 0 && (static_cast<unsigned char>(status[n]) & 0xC0) == 0x80);
+      status.resize(n);
+    }
+    status += "...";
+  }
+  if (cs.busy && cs.busy_seconds >= 0.15)
+    ImGui::TextColored(ImVec4(1.0f, 0.8f, 0.3f, 1.0f), "%s", status.c_str());
+  else
+    ImGui::TextDisabled("%s", status.c_str());
+  if (status != full && ImGui::IsItemHovered()) ImGui::SetTooltip("%s", full.c_str());
+}
+
+}  // namespace kvscope::app
