@@ -2,7 +2,7 @@
 // dequantization is dequantize_row in engine/quant.h).
 //
 // A cache row is one kv head's D values at one position, stored as blocks of 32 values
-// along D in the GGUF layouts (ENGINE_FACTS.md):
+// along D in the GGUF layouts (docs/engine.md, "Quant blocks, bit by bit"):
 //   q8_0 (34 B): fp16 d, 32 × int8 q;  d = max|x| / 127, q = round(x / d), x ≈ q·d.
 //   q4_0 (18 B): fp16 d, 16 bytes of nibbles (byte j: value j low, value j+16 high);
 //                d = m / −8 where m is the value of largest magnitude (sign kept),

@@ -1,6 +1,6 @@
 // model_families.h — the architecture readers: each fills the model description
 // (ModelConfig, engine/model.h) from a GGUF file's metadata. Facts per family:
-// MODEL_FAMILIES.md / ENGINE_FACTS.md; every value the file has is read from the file.
+// docs/engine.md ("Model families"); every value the file has is read from the file.
 #pragma once
 
 #include "engine/gguf.h"

@@ -1,10 +1,10 @@
 // quant.cpp — ggml block formats: type table, fp16/bf16 conversion, row dequantization
 // and dot products against fp32 vectors.
 //
-// Block byte layouts follow the ggml definitions (see ENGINE_FACTS.md "Quant blocks"); all
-// fields are read with memcpy so rows need no particular alignment. vec_dot has SIMD paths
-// (AVX-512, else AVX2+FMA, else scalar) for the hot types; every other supported type is
-// dequantized one block at a time into a stack buffer and dotted.
+// Block byte layouts follow the ggml definitions (see docs/engine.md, "Quant blocks, bit
+// by bit"); all fields are read with memcpy so rows need no particular alignment. vec_dot
+// has SIMD paths (AVX-512, else AVX2+FMA, else scalar) for the hot types; every other
+// supported type is dequantized one block at a time into a stack buffer and dotted.
 #include "engine/quant.h"
 
 #include <cmath>

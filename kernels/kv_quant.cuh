@@ -5,7 +5,7 @@
 //
 // Row layouts (D values of one kv head at one slot): f32 D floats; f16 D halves; q8_0
 // D/32 blocks of 34 B (fp16 d, int8 q[32]); q4_0 D/32 blocks of 18 B (fp16 d, byte j =
-// value j | value j+16 << 4) — the GGUF blocks (ENGINE_FACTS.md).
+// value j | value j+16 << 4) — the GGUF blocks (docs/engine.md, "Quant blocks, bit by bit").
 //
 // The stores round exactly as the CPU does (engine/kv_quant.cpp): the fp32 scale (amax /
 // 127, or the signed largest value / -8), its reciprocal 1/d taken before d is rounded to

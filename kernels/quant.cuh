@@ -1,8 +1,8 @@
 // quant.cuh — device-side decoding of ggml quant blocks (one value at a time).
 //
 // dequant_value(type, row, i) returns value i of a row stored in `type`. Block layouts
-// follow the GGUF/ggml formats (see ENGINE_FACTS.md); scales are IEEE binary16 read
-// byte-wise, so rows need no alignment beyond 1 byte.
+// follow the GGUF/ggml formats (see docs/engine.md, "Quant blocks, bit by bit"); scales
+// are IEEE binary16 read byte-wise, so rows need no alignment beyond 1 byte.
 #pragma once
 
 #include "kernels/cuda_compat.cuh"

@@ -9,7 +9,7 @@ default model's byte-level BPE tokenizer, plus the forward pass.)
 Output (a small JSON file, committed):
   tests/golden/tokenizer_gemma3.json -- varied strings (whitespace runs, tabs, newlines,
       HTML-like tags, CJK, emoji, digits, special-token text with and without special
-      parsing, the checked id lists of shared/MODEL_FAMILIES.md) and, for each:
+      parsing, the checked id lists of docs/engine.md) and, for each:
         ids:  llama.cpp tokenize(add_bos=True, special=<case>) -- BOS first, as the
               file's tokenizer.ggml.add_bos_token asks;
         text: llama.cpp detokenize(ids without the BOS, special=True) -- the text the
@@ -37,7 +37,7 @@ import llama_cpp
 # User-defined tokens (Gemma's newline / space / tab runs, HTML tags, <start_of_image>)
 # are split out either way.
 CASES = [
-    # The checked id lists of shared/MODEL_FAMILIES.md and its greedy-check prompt.
+    # The checked id lists of docs/engine.md and its greedy-check prompt.
     ("Hello  world\n\nfoo\tbar", False),
     ("<start_of_turn>user\nHi there<end_of_turn>\n<start_of_turn>model\n", True),
     ("\U0001D518", False),

@@ -15,7 +15,7 @@ Two modes:
     same logits move when the reference ignores the window, so a test can show its
     tolerance tells the two apart. See main_window().
 
-Families (FAMILIES below, from MODEL_FAMILIES.md): gemma3 scales the embedding by
+Families (FAMILIES below, from docs/engine.md, "Model families"): gemma3 scales the embedding by
 sqrt(n_embd), normalizes each q and k head (RMSNorm with attn_q_norm / attn_k_norm) before
 RoPE, rotates NeoX halves (i, i + n_rot/2), uses base 10000 and a causal window of
 attention.sliding_window keys on its local layers (layer l is local unless (l+1) % 6 == 0),
@@ -26,7 +26,7 @@ halves.
 This is a second source of golden logits next to tests/golden/forward.json (which comes
 from llama.cpp, whose CPU matmuls quantize activations to 8 bits). It is written from the
 GGUF format description and the llama architecture as GGUF files expect it (see
-ENGINE_FACTS.md, "Forward pass"), not from kvscope's code:
+docs/engine.md, "The forward pass"), not from kvscope's code:
 
   * every weight is dequantized to float32 with the `gguf` Python package
     (`gguf.GGUFReader` + `gguf.quants.dequantize`);
@@ -88,7 +88,7 @@ def field_value(reader, key):
     return part[0].item()
 
 
-# What each architecture does beyond the llama block (MODEL_FAMILIES.md, ENGINE_FACTS.md).
+# What each architecture does beyond the llama block (docs/engine.md, "Model families").
 FAMILIES = {
     "llama": dict(neox=False, gelu=False, embd_sqrt=False, qk_norm=False, post_norms=False,
                   bias=False, swa_period=0),
@@ -274,8 +274,9 @@ def to_json(obj, indent=0):
     return pad + json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
-# Prompts of the family golden file: (name, text). The first is MODEL_FAMILIES.md's greedy
-# check ("The capital of France is" -> " the capital of the country of France.").
+# Prompts of the family golden file: (name, text). The first is the greedy check of
+# docs/engine.md, "Checked ids" ("The capital of France is" -> " the capital of the
+# country of France.").
 FAMILY_PROMPTS = [
     ("capital", "The capital of France is"),
     ("story", "Once upon a time, in a village at the edge of a great forest, there lived"),

@@ -1,4 +1,5 @@
-// panel_stats.cpp — COMPUTE, KV_CACHE, SEQ_LEN and timing, as defined in DESIGN.md, for the
+// panel_stats.cpp — COMPUTE, KV_CACHE, SEQ_LEN and timing, as defined in docs/design.md
+// ("The numbers, exactly"), for the
 // viewed step (the newest one unless the history slider chose another). Every number comes
 // from stats_view.h, so they agree with each other: positions one way, the per-position KV
 // size exact, time to first token and prefill apart from decode, delivered <= engine, and

@@ -3,7 +3,7 @@
 //  - top-5 logits after the prompt and after each of 16 greedy steps, on 3 prompts,
 //    against an independent numpy fp32 reference (tests/golden/gemma3_fp32.json, made by
 //    scripts/reference_forward.py --family-golden), and the free-running greedy text;
-//  - MODEL_FAMILIES.md's greedy fact: "The capital of France is" continues with
+//  - the greedy check of docs/engine.md: "The capital of France is" continues with
 //    " the capital of the country of France.";
 //  - a run past the 512-position window to 700 tokens: CACHE and NO CACHE give the same
 //    tokens and bit-identical logits;
@@ -127,7 +127,7 @@ TEST_F(Gemma3, TopFiveMatchTheFp32ReferenceAlongItsGreedyPath) {
 
 // Free running through the Session (default f16 cache, the tokenizer on the prompt text):
 // the prompt ids are llama.cpp's, and the 16 greedy tokens are the reference's unless the
-// paths part at a near-tie. The first prompt is MODEL_FAMILIES.md's greedy fact.
+// paths part at a near-tie. The first prompt is docs/engine.md's greedy check.
 TEST_F(Gemma3, GreedyTextMatchesTheReferenceAndTheCapitalOfFranceFact) {
   for (const Golden& g : load_golden()) {
     auto s = make(CacheMode::Cache, int(g.greedy.size()));

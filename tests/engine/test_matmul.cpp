@@ -103,7 +103,7 @@ Matrix random_matrix(GgmlType t, int64_t n_in, int64_t n_out, uint32_t seed) {
 }
 
 // Value k of a row by the formula the kernels use (see kernels_impl.h), from the ggml
-// block layout (ENGINE_FACTS.md "Quant blocks").
+// block layout (docs/engine.md, "Quant blocks, bit by bit").
 float kernel_value(GgmlType t, const uint8_t* row, int64_t k) {
   auto nib = [](const uint8_t* qs, int j) { return j < 16 ? qs[j] & 0xF : qs[j - 16] >> 4; };
   switch (t) {

@@ -1,6 +1,6 @@
 // test_tokenizer_gemma.cpp — the SentencePiece-style tokenizer on the Gemma 3 270M file
 // against llama.cpp's ids (tests/golden/tokenizer_gemma3.json, made by
-// scripts/make_golden_tokenizer.py), the checked id lists of MODEL_FAMILIES.md, decoding,
+// scripts/make_golden_tokenizer.py), the checked id lists of docs/engine.md, decoding,
 // byte tokens through the UTF-8 stream, end-of-generation ids and the missing chat
 // template. Skipped when the Gemma file is not fetched (scripts/fetch_model.sh gemma3-270m).
 #include <gtest/gtest.h>
