@@ -1,6 +1,6 @@
 // kv_memory.h — the KV cache memory formula.
 //
-// The formula (seeds 001 and 003): bytes = 2 (K and V) × L layers × Hkv kv heads ×
+// The formula (docs/design.md, the stats): bytes = 2 (K and V) × L layers × Hkv kv heads ×
 // D head dim × bytes per value × positions held. Quantized types store blocks of 32
 // values along D, each with an fp16 scale, so "bytes per value" includes the block
 // overhead (q8_0: 34 B per 32 values, q4_0: 18 B per 32) and D must be a multiple of 32.
@@ -9,7 +9,7 @@
 // measured against one KV head per query head (Hkv = H).
 //
 // These are pure functions of shapes: the app's what-if panel evaluates them for this
-// model and for the seeds' reference shapes, next to the bytes a run really holds
+// model and for the reference shapes, next to the bytes a run really holds
 // (KvCache::bytes_used, which counts the same rows). Row sizes: kv_row_bytes (kv_cache.h).
 #pragma once
 
@@ -35,7 +35,7 @@ struct KvMemoryShape {
 
 // The shape of a loaded model, its windowed layers (KvPolicy::ModelWindow) included.
 KvMemoryShape kv_memory_shape(const Model& m);
-// The seeds' examples: a 32-layer, 4096-wide model (32 heads of 128, no GQA; 512 KiB per
+// Reference shapes: a 32-layer, 4096-wide model (32 heads of 128, no GQA; 512 KiB per
 // token in fp16), a 70B model (80 layers, 64 query heads, 8 KV heads of 128; 320 KiB per
 // token) and GPT-2 small (12 layers, 12 heads of 64; 36 KiB per token).
 std::vector<KvMemoryShape> kv_reference_shapes();

@@ -1,9 +1,9 @@
 // compare_view.h — the compute story in numbers: one prompt run with and without the KV
-// cache, as cumulative curves against SEQ_LEN, with the seeds' closed forms as guides.
+// cache, as cumulative curves against SEQ_LEN, with the closed forms of docs/design.md as guides.
 //
 // After g steps on a p-token prompt, per layer:
 //   KV CACHE  computes K/V for the prompt once and for each token fed back since:
-//             p + g − 1 rows (the seeds write p + g, counting the newest token, whose K/V
+//             p + g − 1 rows (the usual form is p + g, counting the newest token, whose K/V
 //             the next step computes);
 //   NO CACHE  step t recomputes all p + t − 1 rows: g·p + g(g−1)/2 in all.
 // The waste factor is their ratio, shown as the formula and as measured (K/V rows, FLOPs and
@@ -32,7 +32,7 @@ struct CompareView {
   CompareCurve cache, nocache;
   std::vector<double> guide_cache_rows, guide_nocache_rows;  // [g] L·(p+g−1), L·(g·p+g(g−1)/2)
   double waste_formula = 0;                                  // (g·p + g(g−1)/2) / (p + g − 1)
-  double waste_seeds = 0;  // (g·p + g(g−1)/2) / (p + g), the seeds' form
+  double waste_seeds = 0;  // (g·p + g(g−1)/2) / (p + g), the closed form
   double waste_rows = 0;   // measured: NO CACHE rows / CACHE rows over the g steps
   double waste_flops = 0;  // measured FLOPs ratio
   double waste_time = 0;   // measured time ratio

@@ -3,7 +3,7 @@
 // positions held), never derived again here.
 //
 // A choice (cache types, the model's own windows on or off, sink + window, GQA or one KV
-// head per query head) is evaluated for this model and for the seeds' reference shapes at
+// head per query head) is evaluated for this model and for the reference shapes at
 // a context length the user picks; the same model across the four cache types; and the
 // run's own settings at its sequence length, next to the bytes the run really holds, so the
 // live number and the formula can be compared. No ImGui: the panel draws these rows.

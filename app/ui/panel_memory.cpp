@@ -1,6 +1,6 @@
 // panel_memory.cpp — the KV memory section: what this run's cache holds next to the
 // formula for its settings (with and without the window, GQA against one KV head per query
-// head), and the what-if table: the formula for this model and the seeds' reference shapes
+// head), and the what-if table: the formula for this model and the reference shapes
 // under the cache type, window and head-sharing chosen here, at a context length chosen
 // here. Numbers from memory_whatif.h (the engine's formula). Draws content only, into the
 // region the layout gives it (see app_frame.cpp).

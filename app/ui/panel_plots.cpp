@@ -2,7 +2,7 @@
 //
 // First the compute story, once both modes have run on this prompt (Compare modes does it in
 // one click): cumulative K/V rows, FLOPs and time against SEQ_LEN for KV CACHE (blue) and
-// NO CACHE (orange), the seeds' closed forms drawn dashed as guides on the rows plot, and
+// NO CACHE (orange), the closed forms drawn dashed as guides on the rows plot, and
 // the waste factor as the formula and as measured. Then this run's measured per-step time
 // and FLOPs (the other mode's earlier run on the same prompt overlaid thin), and the KV
 // bytes per step. Every solid curve is measured; only the dashed guides come from a formula.
@@ -53,7 +53,7 @@ void compare_section(UiState& ui, const Timeline& tl) {
   hover_tooltip(
       "K/V rows per layer: NO CACHE recomputes p + t - 1 rows at step t,\n"
       "g·p + g(g-1)/2 in all; KV CACHE computes each row once, p + g - 1 in\n"
-      "all (the seeds write p + g, which counts the newest token too: %.1fx).",
+      "all (the usual form is p + g, which counts the newest token too: %.1fx).",
       v.waste_seeds);
   ImGui::TextWrapped("measured: K/V rows %.1fx, FLOPs %.1fx, time %.1fx", v.waste_rows,
                      v.waste_flops, v.waste_time);

@@ -1,7 +1,7 @@
 // test_controller_compare.cpp — compare modes through the controller, one run after the other
 // and interleaved step by step, on the tiny random-weight model (fast, also under the
 // sanitizers): the two runs sample the same tokens, their cumulative K/V rows equal the
-// seeds' closed forms exactly, the person's mode comes back, and a run that samples another
+// closed forms (docs/design.md) exactly, the person's mode comes back, and a run that samples another
 // token than its partner ends the comparison with an error.
 #include <gtest/gtest.h>
 
@@ -18,7 +18,7 @@ using namespace kvscope::app::testing;
 
 namespace {
 
-// The seeds' closed forms, after g steps, per layer: the cache computes K/V for the p prompt
+// The closed forms (docs/design.md), after g steps, per layer: the cache computes K/V for the p prompt
 // tokens and the g - 1 tokens fed back since (p + g counts the newest token too, whose K/V
 // the next step computes); without it step t recomputes p + t - 1 rows, in all
 // g·p + g(g-1)/2. Then what the compare plot draws: the measured cumulative rows on the

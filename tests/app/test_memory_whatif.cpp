@@ -1,5 +1,5 @@
 // test_memory_whatif.cpp — the memory what-if panel's numbers against hand-worked values:
-// the seeds' reference shapes (512 KiB per token for a 32-layer 4096-wide model in fp16,
+// the reference shapes (512 KiB per token for a 32-layer 4096-wide model in fp16,
 // 320 KiB for a 70B model with 8 KV heads of 128) at a chosen context, per cache type,
 // with sink + window, without GQA, a Gemma-style model with and without its own windows;
 // and a real run's held bytes equal to the formula for its settings (f16, q8_0, sink +

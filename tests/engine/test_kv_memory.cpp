@@ -1,4 +1,4 @@
-// test_kv_memory.cpp — the KV memory formula against hand-worked numbers: the seeds'
+// test_kv_memory.cpp — the KV memory formula against hand-worked numbers: the textbook's
 // reference shapes (512 KiB per token for a 32-layer 4096-wide model in fp16, 320 KiB for
 // a 70B model with 8 KV heads of 128), the default model per cache type with block
 // overhead, K and V types apart, windows, Gemma-style local layers, GQA against one KV

@@ -1,6 +1,6 @@
 // test_session.cpp — the generation loop on the default model: KV CACHE and NO CACHE give
 // the same tokens and logits, the work counters equal closed-form formulas (including
-// the seeds' waste formula g·p + g(g−1)/2 versus p + g − 1), mode switches mid-run,
+// the waste formula g·p + g(g−1)/2 versus p + g − 1), mode switches mid-run,
 // seeded sampling, stop conditions and bad prompts.
 #include <gtest/gtest.h>
 
@@ -94,7 +94,7 @@ TEST_F(SessionTest, CountersFollowTheClosedForms) {
     EXPECT_EQ(ta->flops_total, total_a);
     EXPECT_EQ(tb->flops_total, total_b);
   }
-  // The seeds' waste formula over the whole run, exactly.
+  // The waste formula over the whole run, exactly.
   const uint64_t G = g;
   auto last_a = a->step();  // done: an error, the totals stay
   EXPECT_FALSE(last_a.ok());
