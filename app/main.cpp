@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "app/cli/commands.h"
+#include "app/options/options.h"
 
 #if defined(KVSCOPE_WITH_APP)
 #include "app/ui/app_main.h"
@@ -26,9 +27,9 @@ int main(int argc, char** argv) {
     return kvscope::app::run_bench_render(argc - 1, argv + 1);
   return kvscope::app::run_app(argc, argv);
 #else
-  std::fprintf(stderr,
-               "kvscope: built without the desktop app (KVSCOPE_APP=OFF); use `kvscope generate`, "
-               "`bench`, `compare` or `perplexity`\n");
+  kvscope::cli::fail(
+      "built without the desktop app (KVSCOPE_APP=OFF); use `kvscope generate`, `bench`, "
+      "`compare` or `perplexity`");
   return 2;
 #endif
 }

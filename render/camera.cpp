@@ -8,7 +8,7 @@
 
 #include <glm/gtc/matrix_transform.hpp>
 
-namespace render {
+namespace kvscope::render {
 namespace {
 
 struct Basis {
@@ -378,4 +378,4 @@ std::optional<glm::vec2> project_to_viewport(const CameraView& v, glm::vec3 worl
   return glm::vec2(p->x + float(vp.x), p->y + float(vp.y));
 }
 
-}  // namespace render
+}  // namespace kvscope::render

@@ -20,7 +20,7 @@
 
 #include "render/scene.h"
 
-namespace render {
+namespace kvscope::render {
 
 enum class CameraPreset { Top, Side, Front, ThreeQuarter, Follow };
 inline constexpr CameraPreset kAllCameraPresets[] = {
@@ -128,4 +128,4 @@ std::optional<glm::vec2> project_to_screen(const CameraView& v, glm::vec3 world,
 std::optional<glm::vec2> project_to_viewport(const CameraView& v, glm::vec3 world,
                                              const Viewport& vp);
 
-}  // namespace render
+}  // namespace kvscope::render

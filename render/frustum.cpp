@@ -3,7 +3,7 @@
 
 #include <glm/geometric.hpp>
 
-namespace render {
+namespace kvscope::render {
 
 std::array<glm::vec4, 6> frustum_planes(const glm::mat4& m) {
   // Rows of the matrix (glm is column-major: m[column][row]).
@@ -21,4 +21,4 @@ bool box_visible(const std::array<glm::vec4, 6>& planes, glm::vec3 lo, glm::vec3
   return true;
 }
 
-}  // namespace render
+}  // namespace kvscope::render

@@ -12,7 +12,7 @@
 #include <glm/vec3.hpp>
 #include <glm/vec4.hpp>
 
-namespace render {
+namespace kvscope::render {
 
 // A run of instances: [first, first + count).
 struct InstanceRange {
@@ -36,4 +36,4 @@ InstanceRange x_range(const std::vector<T>& v, float x0, float x1, F x_of) {
   return {size_t(lo - v.begin()), size_t(hi - lo)};
 }
 
-}  // namespace render
+}  // namespace kvscope::render

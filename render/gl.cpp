@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-namespace render {
+namespace kvscope::render {
 namespace {
 
 bool read_file(const std::string& path, std::string* out) {
@@ -35,12 +35,12 @@ std::string program_log(GLuint p) {
   return log.c_str();
 }
 
-Result compile(GLenum stage, const std::string& path, GLuint* out) {
+Expected<GLuint> compile(GLenum stage, const std::string& path) {
   const char* stage_name = stage == GL_VERTEX_SHADER ? "vertex" : "fragment";
   std::string src;
   if (!read_file(path, &src))
-    return Result::fail(std::string("shader: cannot read ") + stage_name + " shader '" + path +
-                        "' (is the shaders/ folder next to the executable?)");
+    return make_error("shader: cannot read ", stage_name, " shader '", path,
+                      "' (is the shaders/ folder next to the executable?)");
   GLuint s = glCreateShader(stage);
   const char* p = src.c_str();
   glShaderSource(s, 1, &p, nullptr);
@@ -50,26 +50,23 @@ Result compile(GLenum stage, const std::string& path, GLuint* out) {
   if (!ok) {
     std::string log = shader_log(s);
     glDeleteShader(s);
-    return Result::fail(std::string("shader: ") + stage_name + " stage of '" + path +
-                        "' failed to compile:\n" + log);
+    return make_error("shader: ", stage_name, " stage of '", path, "' failed to compile:\n", log);
   }
-  *out = s;
-  return {};
+  return s;
 }
 
 }  // namespace
 
-Result load_gl(GlLoader loader) {
-  if (!loader) return Result::fail("OpenGL: no loader function");
+Status load_gl(GlLoader loader) {
+  if (!loader) return make_error("OpenGL: no loader function");
   int version = gladLoadGL(reinterpret_cast<GLADloadfunc>(loader));
   if (version == 0)
-    return Result::fail("OpenGL: could not load any entry points (no current context?)");
+    return make_error("OpenGL: could not load any entry points (no current context?)");
   int major = GLAD_VERSION_MAJOR(version), minor = GLAD_VERSION_MINOR(version);
   if (major < 3 || (major == 3 && minor < 3))
-    return Result::fail("OpenGL 3.3 core is required, but the driver offers " +
-                        std::to_string(major) + "." + std::to_string(minor) +
-                        " (update the graphics driver, or run with LIBGL_ALWAYS_SOFTWARE=1)");
-  return {};
+    return make_error("OpenGL 3.3 core is required, but the driver offers ", major, ".", minor,
+                      " (update the graphics driver, or run with LIBGL_ALWAYS_SOFTWARE=1)");
+  return Status::Ok();
 }
 
 std::string gl_version_string() {
@@ -113,14 +110,16 @@ GlTexture make_texture() {
   return GlTexture(id);
 }
 
-Result ShaderProgram::load(const std::string& dir, const std::string& name, ShaderProgram* out) {
+Expected<ShaderProgram> ShaderProgram::load(const std::string& dir, const std::string& name) {
   std::string vs_path = dir + "/" + name + ".vert", fs_path = dir + "/" + name + ".frag";
-  GLuint vs = 0, fs = 0;
-  if (Result r = compile(GL_VERTEX_SHADER, vs_path, &vs); !r.ok()) return r;
-  if (Result r = compile(GL_FRAGMENT_SHADER, fs_path, &fs); !r.ok()) {
-    glDeleteShader(vs);
-    return r;
+  Expected<GLuint> vs_or = compile(GL_VERTEX_SHADER, vs_path);
+  if (!vs_or.ok()) return vs_or.error();
+  Expected<GLuint> fs_or = compile(GL_FRAGMENT_SHADER, fs_path);
+  if (!fs_or.ok()) {
+    glDeleteShader(*vs_or);
+    return fs_or.error();
   }
+  GLuint vs = *vs_or, fs = *fs_or;
   GlProgramName prog(glCreateProgram());
   glAttachShader(prog.get(), vs);
   glAttachShader(prog.get(), fs);
@@ -130,10 +129,11 @@ Result ShaderProgram::load(const std::string& dir, const std::string& name, Shad
   GLint ok = 0;
   glGetProgramiv(prog.get(), GL_LINK_STATUS, &ok);
   if (!ok)
-    return Result::fail("shader: program '" + name + "' (" + vs_path + " + " + fs_path +
-                        ") failed to link:\n" + program_log(prog.get()));
-  out->prog_ = std::move(prog);
-  return {};
+    return make_error("shader: program '", name, "' (", vs_path, " + ", fs_path,
+                      ") failed to link:\n", program_log(prog.get()));
+  ShaderProgram out;
+  out.prog_ = std::move(prog);
+  return out;
 }
 
 int ShaderProgram::uniform(const char* name) const {
@@ -164,4 +164,4 @@ std::string find_shader_dir(const std::string& exe_dir, const std::string& probe
   return "";
 }
 
-}  // namespace render
+}  // namespace kvscope::render

@@ -9,21 +9,16 @@
 #include <string>
 #include <utility>
 
-namespace render {
+#include "common/status.h"
 
-// Error text; empty means success.
-struct [[nodiscard]] Result {
-  std::string error;
-  bool ok() const { return error.empty(); }
-  static Result fail(std::string e) { return Result{std::move(e)}; }
-};
+namespace kvscope::render {
 
 // Same signature as glfwGetProcAddress, so the app can pass it without a cast.
 using GlProc = void (*)();
 using GlLoader = GlProc (*)(const char* name);
 
 // Loads GL entry points through `loader` and checks the context is >= 3.3 core.
-Result load_gl(GlLoader loader);
+Status load_gl(GlLoader loader);
 std::string gl_version_string();  // "4.5 (Core Profile) Mesa ..." + renderer
 
 // Generic single-owner GL name. Deleter is a function taking the name.
@@ -75,7 +70,7 @@ GlTexture make_texture();
 class ShaderProgram {
  public:
   // Reads <dir>/<name>.vert and <dir>/<name>.frag, compiles and links them.
-  static Result load(const std::string& dir, const std::string& name, ShaderProgram* out);
+  static Expected<ShaderProgram> load(const std::string& dir, const std::string& name);
   unsigned id() const { return prog_.get(); }
   int uniform(const char* name) const;  // -1 when the uniform is absent/unused
   void use() const;
@@ -91,4 +86,4 @@ void clear_framebuffer(int width, int height, float r, float g, float b);
 // tree's shaders/ (compiled in), else "". `probe` is a file name that must exist there.
 std::string find_shader_dir(const std::string& exe_dir, const std::string& probe = "block.vert");
 
-}  // namespace render
+}  // namespace kvscope::render

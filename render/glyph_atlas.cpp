@@ -8,7 +8,7 @@
 #include <fstream>
 #include <iterator>
 
-namespace render {
+namespace kvscope::render {
 namespace {
 
 struct Range {
@@ -57,22 +57,22 @@ std::string GlyphAtlas::find_default_font() {
   return "";
 }
 
-Result GlyphAtlas::bake(const std::string& ttf_path, float pixel_height, int size,
-                        GlyphAtlas* out) {
+Expected<GlyphAtlas> GlyphAtlas::bake(const std::string& ttf_path, float pixel_height,
+                                      int size) {
   if (ttf_path.empty())
-    return Result::fail("font: DejaVu Sans not found (install fonts-dejavu-core)");
+    return make_error("font: DejaVu Sans not found (install fonts-dejavu-core)");
   std::ifstream f(ttf_path, std::ios::binary);
-  if (!f) return Result::fail("font: cannot read '" + ttf_path + "'");
+  if (!f) return make_error("font: cannot read '" + ttf_path + "'");
   std::vector<unsigned char> ttf((std::istreambuf_iterator<char>(f)), {});
-  if (ttf.size() < 12) return Result::fail("font: '" + ttf_path + "' is not a TrueType file");
+  if (ttf.size() < 12) return make_error("font: '" + ttf_path + "' is not a TrueType file");
   if (size < 64 || size > 8192 || pixel_height < 4 || pixel_height > 256)
-    return Result::fail("font: atlas size " + std::to_string(size) + " or pixel height " +
+    return make_error("font: atlas size " + std::to_string(size) + " or pixel height " +
                         std::to_string(pixel_height) + " out of range [64, 8192] / [4, 256]");
 
   stbtt_fontinfo info;
   int offset = stbtt_GetFontOffsetForIndex(ttf.data(), 0);
   if (offset < 0 || !stbtt_InitFont(&info, ttf.data(), offset))
-    return Result::fail("font: '" + ttf_path + "' could not be parsed as TrueType");
+    return make_error("font: '" + ttf_path + "' could not be parsed as TrueType");
   int ascent = 0, descent = 0, gap = 0;
   stbtt_GetFontVMetrics(&info, &ascent, &descent, &gap);
   float scale = stbtt_ScaleForPixelHeight(&info, pixel_height);
@@ -85,7 +85,7 @@ Result GlyphAtlas::bake(const std::string& ttf_path, float pixel_height, int siz
 
   stbtt_pack_context pc;
   if (!stbtt_PackBegin(&pc, a.pixels_.data(), size, size, 0, 2, nullptr))
-    return Result::fail("font: stb_truetype could not start packing");
+    return make_error("font: stb_truetype could not start packing");
   stbtt_PackSetOversampling(&pc, 1, 1);
   std::vector<std::vector<stbtt_packedchar>> packed;
   std::vector<stbtt_pack_range> ranges;
@@ -101,7 +101,7 @@ Result GlyphAtlas::bake(const std::string& ttf_path, float pixel_height, int siz
   int ok = stbtt_PackFontRanges(&pc, ttf.data(), 0, ranges.data(), int(ranges.size()));
   stbtt_PackEnd(&pc);
   if (!ok)
-    return Result::fail("font: glyphs of '" + ttf_path + "' at " + std::to_string(pixel_height) +
+    return make_error("font: glyphs of '" + ttf_path + "' at " + std::to_string(pixel_height) +
                         " px do not fit a " + std::to_string(size) + " px atlas");
 
   for (size_t ri = 0; ri < std::size(kRanges); ++ri) {
@@ -121,8 +121,7 @@ Result GlyphAtlas::bake(const std::string& ttf_path, float pixel_height, int siz
       a.glyphs_[cp] = g;
     }
   }
-  *out = std::move(a);
-  return {};
+  return a;
 }
 
 const Glyph* GlyphAtlas::find(uint32_t cp) const {
@@ -145,4 +144,4 @@ float GlyphAtlas::layout(std::string_view utf8, std::vector<GlyphQuad>* out) con
   return pen;
 }
 
-}  // namespace render
+}  // namespace kvscope::render

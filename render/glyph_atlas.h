@@ -14,7 +14,7 @@
 
 #include "render/gl.h"
 
-namespace render {
+namespace kvscope::render {
 
 struct Glyph {
   float u0 = 0, v0 = 0, u1 = 0, v1 = 0;  // atlas texture coordinates
@@ -31,7 +31,7 @@ struct GlyphQuad {
 class GlyphAtlas {
  public:
   // Bakes `ttf_path` at `pixel_height` px per line into a size x size atlas.
-  static Result bake(const std::string& ttf_path, float pixel_height, int size, GlyphAtlas* out);
+  static Expected<GlyphAtlas> bake(const std::string& ttf_path, float pixel_height, int size);
   // The default UI/label font: DejaVu Sans from the usual system locations.
   static std::string find_default_font();
 
@@ -54,4 +54,4 @@ class GlyphAtlas {
 // Decodes one code point from `s` at `*i` and advances; invalid bytes give U+FFFD.
 uint32_t next_codepoint(std::string_view s, size_t* i);
 
-}  // namespace render
+}  // namespace kvscope::render

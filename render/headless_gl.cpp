@@ -8,7 +8,7 @@
 #include <cstring>
 #include <string>
 
-namespace render {
+namespace kvscope::render {
 namespace {
 
 bool has_extension(const char* list, const char* name) {
@@ -63,16 +63,16 @@ EGLDisplay open_display(std::string* platform, std::string* why) {
 
 }  // namespace
 
-Result HeadlessGl::create(std::unique_ptr<HeadlessGl>* out) {
+Expected<std::unique_ptr<HeadlessGl>> HeadlessGl::create() {
   std::string platform, why;
   EGLDisplay dpy = open_display(&platform, &why);
   if (dpy == EGL_NO_DISPLAY)
-    return Result::fail("headless OpenGL: no EGL display could be opened (" + why +
+    return make_error("headless OpenGL: no EGL display could be opened (" + why +
                         "install libegl1 and libegl-mesa0)");
   std::unique_ptr<HeadlessGl> h(new HeadlessGl());
   h->display_ = dpy;  // the destructor terminates it from here on
   if (!eglBindAPI(EGL_OPENGL_API))
-    return Result::fail("headless OpenGL: " + platform + " offers no desktop OpenGL (" +
+    return make_error("headless OpenGL: " + platform + " offers no desktop OpenGL (" +
                         egl_error_name(eglGetError()) + ")");
   const EGLint config_attrs[] = {EGL_SURFACE_TYPE, EGL_PBUFFER_BIT, EGL_RENDERABLE_TYPE,
                                  EGL_OPENGL_BIT, EGL_NONE};
@@ -81,7 +81,7 @@ Result HeadlessGl::create(std::unique_ptr<HeadlessGl>* out) {
   if (!eglChooseConfig(dpy, config_attrs, &config, 1, &n_config) || n_config < 1) {
     config = nullptr;  // EGL_KHR_no_config_context: a context needs no config
     if (!has_extension(eglQueryString(dpy, EGL_EXTENSIONS), "EGL_KHR_no_config_context"))
-      return Result::fail("headless OpenGL: " + platform + " has no OpenGL config");
+      return make_error("headless OpenGL: " + platform + " has no OpenGL config");
   }
   const EGLint ctx_attrs[] = {EGL_CONTEXT_MAJOR_VERSION,
                               3,
@@ -92,19 +92,19 @@ Result HeadlessGl::create(std::unique_ptr<HeadlessGl>* out) {
                               EGL_NONE};
   EGLContext ctx = eglCreateContext(dpy, config, EGL_NO_CONTEXT, ctx_attrs);
   if (ctx == EGL_NO_CONTEXT)
-    return Result::fail("headless OpenGL: " + platform +
+    return make_error("headless OpenGL: " + platform +
                         " cannot create an OpenGL 3.3 core context (" +
                         egl_error_name(eglGetError()) + ")");
   h->context_ = ctx;
   // No surface at all (EGL_KHR_surfaceless_context): drawing goes to framebuffer objects.
   if (!eglMakeCurrent(dpy, EGL_NO_SURFACE, EGL_NO_SURFACE, ctx))
-    return Result::fail("headless OpenGL: " + platform +
+    return make_error("headless OpenGL: " + platform +
                         " cannot make a context current without a surface (" +
                         egl_error_name(eglGetError()) + ")");
-  if (Result r = load_gl(reinterpret_cast<GlLoader>(eglGetProcAddress)); !r.ok()) return r;
+  if (Status st = load_gl(reinterpret_cast<GlLoader>(eglGetProcAddress)); !st.ok())
+    return st.error();
   h->desc_ = platform + ": " + gl_version_string();
-  *out = std::move(h);
-  return {};
+  return h;
 }
 
 HeadlessGl::~HeadlessGl() {
@@ -115,4 +115,4 @@ HeadlessGl::~HeadlessGl() {
   eglTerminate(dpy);
 }
 
-}  // namespace render
+}  // namespace kvscope::render

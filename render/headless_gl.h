@@ -11,12 +11,12 @@
 
 #include "render/gl.h"
 
-namespace render {
+namespace kvscope::render {
 
 class HeadlessGl {
  public:
   // Errors name what EGL lacked (no EGL, no OpenGL 3.3 core, ...), one line each.
-  static Result create(std::unique_ptr<HeadlessGl>* out);
+  static Expected<std::unique_ptr<HeadlessGl>> create();
   ~HeadlessGl();
   HeadlessGl(const HeadlessGl&) = delete;
   HeadlessGl& operator=(const HeadlessGl&) = delete;
@@ -30,4 +30,4 @@ class HeadlessGl {
   std::string desc_;
 };
 
-}  // namespace render
+}  // namespace kvscope::render

@@ -7,7 +7,7 @@
 
 #include <glm/vec3.hpp>
 
-namespace render::layout {
+namespace kvscope::render::layout {
 
 inline constexpr float kTokenSpacing = 1.0f;  // x distance between token centers
 inline constexpr float kKvTop = -0.75f;       // y of layer 0's block center
@@ -50,4 +50,4 @@ inline float floor_height(int n_layer) {
   return kKvTop - n_layer * kKvPitch - 0.4f;
 }
 
-}  // namespace render::layout
+}  // namespace kvscope::render::layout

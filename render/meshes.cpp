@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-namespace render {
+namespace kvscope::render {
 
 MeshData make_cube() {
   MeshData m;
@@ -49,4 +49,4 @@ MeshData make_sphere(int slices, int stacks) {
   return m;
 }
 
-}  // namespace render
+}  // namespace kvscope::render

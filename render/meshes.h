@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace render {
+namespace kvscope::render {
 
 struct MeshData {
   std::vector<float> vertices;    // [n][6]: x, y, z, nx, ny, nz
@@ -15,4 +15,4 @@ struct MeshData {
 MeshData make_cube();                          // 36 vertices, corners at +-0.5
 MeshData make_sphere(int slices, int stacks);  // radius 1, indexed
 
-}  // namespace render
+}  // namespace kvscope::render

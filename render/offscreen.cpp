@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
-namespace render {
+namespace kvscope::render {
 namespace {
 
 GlFramebuffer make_fbo() {
@@ -29,9 +29,9 @@ GlRenderbuffer make_rb(GLenum format, int w, int h, int samples) {
 
 }  // namespace
 
-Result OffscreenTarget::create(int width, int height, int samples, OffscreenTarget* out) {
+Expected<OffscreenTarget> OffscreenTarget::create(int width, int height, int samples) {
   if (width < 1 || height < 1 || width > 16384 || height > 16384)
-    return Result::fail("offscreen: size " + std::to_string(width) + "x" + std::to_string(height) +
+    return make_error("offscreen: size " + std::to_string(width) + "x" + std::to_string(height) +
                         " out of range [1, 16384]");
   GLint max_samples = 1;
   glGetIntegerv(GL_MAX_SAMPLES, &max_samples);
@@ -51,7 +51,7 @@ Result OffscreenTarget::create(int width, int height, int samples, OffscreenTarg
   GLenum status = glCheckFramebufferStatus(GL_FRAMEBUFFER);
   if (status != GL_FRAMEBUFFER_COMPLETE) {
     glBindFramebuffer(GL_FRAMEBUFFER, 0);
-    return Result::fail("offscreen: framebuffer incomplete (status 0x" + std::to_string(status) +
+    return make_error("offscreen: framebuffer incomplete (status 0x" + std::to_string(status) +
                         ") at " + std::to_string(width) + "x" + std::to_string(height) + " with " +
                         std::to_string(t.samples_) + " samples");
   }
@@ -63,10 +63,9 @@ Result OffscreenTarget::create(int width, int height, int samples, OffscreenTarg
   status = glCheckFramebufferStatus(GL_FRAMEBUFFER);
   glBindFramebuffer(GL_FRAMEBUFFER, 0);
   if (status != GL_FRAMEBUFFER_COMPLETE)
-    return Result::fail("offscreen: resolve framebuffer incomplete (status 0x" +
+    return make_error("offscreen: resolve framebuffer incomplete (status 0x" +
                         std::to_string(status) + ")");
-  *out = std::move(t);
-  return {};
+  return t;
 }
 
 void OffscreenTarget::bind() const {
@@ -78,7 +77,7 @@ void OffscreenTarget::bind_default() {
   glBindFramebuffer(GL_FRAMEBUFFER, 0);
 }
 
-Result OffscreenTarget::read_rgba(std::vector<uint8_t>* rgba) const {
+Expected<std::vector<uint8_t>> OffscreenTarget::read_rgba() const {
   glBindFramebuffer(GL_READ_FRAMEBUFFER, msaa_fbo_.get());
   glBindFramebuffer(GL_DRAW_FRAMEBUFFER, resolve_fbo_.get());
   glBlitFramebuffer(0, 0, width_, height_, 0, 0, width_, height_, GL_COLOR_BUFFER_BIT, GL_NEAREST);
@@ -88,41 +87,41 @@ Result OffscreenTarget::read_rgba(std::vector<uint8_t>* rgba) const {
   glReadPixels(0, 0, width_, height_, GL_RGBA, GL_UNSIGNED_BYTE, px.data());
   glBindFramebuffer(GL_FRAMEBUFFER, 0);
   if (GLenum e = glGetError(); e != GL_NO_ERROR)
-    return Result::fail("offscreen: OpenGL error 0x" + std::to_string(e) + " while reading pixels");
+    return make_error("offscreen: OpenGL error 0x" + std::to_string(e) + " while reading pixels");
   // GL's row 0 is the bottom; flip to top-first.
-  rgba->resize(px.size());
+  std::vector<uint8_t> rgba(px.size());
   size_t row = size_t(width_) * 4;
   for (int y = 0; y < height_; ++y)
-    std::memcpy(rgba->data() + size_t(y) * row, px.data() + size_t(height_ - 1 - y) * row, row);
-  return {};
+    std::memcpy(rgba.data() + size_t(y) * row, px.data() + size_t(height_ - 1 - y) * row, row);
+  return rgba;
 }
 
-Result read_window_rgba(int width, int height, std::vector<uint8_t>* rgba) {
-  if (width < 1 || height < 1) return Result::fail("window capture: empty framebuffer");
+Expected<std::vector<uint8_t>> read_window_rgba(int width, int height) {
+  if (width < 1 || height < 1) return make_error("window capture: empty framebuffer");
   std::vector<uint8_t> px(size_t(width) * height * 4);
   glBindFramebuffer(GL_READ_FRAMEBUFFER, 0);
   glReadBuffer(GL_BACK);
   glPixelStorei(GL_PACK_ALIGNMENT, 1);
   glReadPixels(0, 0, width, height, GL_RGBA, GL_UNSIGNED_BYTE, px.data());
   if (GLenum e = glGetError(); e != GL_NO_ERROR)
-    return Result::fail("window capture: OpenGL error 0x" + std::to_string(e));
-  rgba->resize(px.size());
+    return make_error("window capture: OpenGL error 0x" + std::to_string(e));
+  std::vector<uint8_t> rgba(px.size());
   size_t row = size_t(width) * 4;
   for (int y = 0; y < height; ++y)
-    std::memcpy(rgba->data() + size_t(y) * row, px.data() + size_t(height - 1 - y) * row, row);
-  for (size_t i = 3; i < rgba->size(); i += 4) (*rgba)[i] = 255;  // opaque PNG
-  return {};
+    std::memcpy(rgba.data() + size_t(y) * row, px.data() + size_t(height - 1 - y) * row, row);
+  for (size_t i = 3; i < rgba.size(); i += 4) rgba[i] = 255;  // opaque PNG
+  return rgba;
 }
 
-Result write_png(const std::string& path, int width, int height, const std::vector<uint8_t>& rgba) {
+Status write_png(const std::string& path, int width, int height, const std::vector<uint8_t>& rgba) {
   if (width < 1 || height < 1 || rgba.size() != size_t(width) * height * 4)
-    return Result::fail("png: pixel buffer of " + std::to_string(rgba.size()) +
+    return make_error("png: pixel buffer of " + std::to_string(rgba.size()) +
                         " bytes does not match " + std::to_string(width) + "x" +
                         std::to_string(height) + " RGBA");
   if (!stbi_write_png(path.c_str(), width, height, 4, rgba.data(), width * 4))
-    return Result::fail("png: cannot write '" + path +
+    return make_error("png: cannot write '" + path +
                         "' (does the folder exist and is it writable?)");
   return {};
 }
 
-}  // namespace render
+}  // namespace kvscope::render

@@ -10,15 +10,15 @@
 
 #include "render/gl.h"
 
-namespace render {
+namespace kvscope::render {
 
 class OffscreenTarget {
  public:
   // samples: 1 = no MSAA; clamped to what the driver supports.
-  static Result create(int width, int height, int samples, OffscreenTarget* out);
+  static Expected<OffscreenTarget> create(int width, int height, int samples);
   void bind() const;           // binds the draw FBO (call Renderer::draw afterwards)
   static void bind_default();  // back to the window's framebuffer
-  Result read_rgba(std::vector<uint8_t>* rgba) const;
+  Expected<std::vector<uint8_t>> read_rgba() const;
   int width() const { return width_; }
   int height() const { return height_; }
 
@@ -29,9 +29,9 @@ class OffscreenTarget {
 };
 
 // Reads the window's back buffer (bound default framebuffer) as RGBA8, top row first.
-Result read_window_rgba(int width, int height, std::vector<uint8_t>* rgba);
+Expected<std::vector<uint8_t>> read_window_rgba(int width, int height);
 
 // Writes RGBA8 pixels (top row first) as a PNG. Errors name the path.
-Result write_png(const std::string& path, int width, int height, const std::vector<uint8_t>& rgba);
+Status write_png(const std::string& path, int width, int height, const std::vector<uint8_t>& rgba);
 
-}  // namespace render
+}  // namespace kvscope::render

@@ -28,7 +28,7 @@
 #include "render/frustum.h"
 #include "render/meshes.h"
 
-namespace render {
+namespace kvscope::render {
 namespace {
 
 constexpr int kBeamSegments = 24;
@@ -95,6 +95,21 @@ size_t upload_changes(const GlBuffer& buf, std::vector<T>& data, std::vector<T>*
 
 }  // namespace
 
+// One frame's camera: the matrices every pass uses, and the view's height in pixels.
+struct FrameView {
+  const Scene& scene;
+  glm::mat4 view, proj, vp;
+  int height = 0;
+};
+
+// The instance ranges in view (all of them when the content is not x-sorted), and the
+// x span whose beams are drawn as ribbons (the others are hairlines, a level of detail).
+struct VisibleRanges {
+  InstanceRange tok, kv, glyph;
+  float wide_x0 = -std::numeric_limits<float>::max();
+  float wide_x1 = std::numeric_limits<float>::max();
+};
+
 struct Renderer::Impl {
   ShaderProgram block, head, halo, beam, glyph, grid, marker;
   GlBuffer cube_vbo, sphere_vbo, sphere_ibo;
@@ -149,6 +164,17 @@ struct Renderer::Impl {
   // Beams [first, end) as they are, the ones before and after them thinned to at most
   // kOffViewBeams in all: each stretch of equal x span keeps its strongest beam.
   void make_beam_lod(size_t first, size_t end);
+  // The parts of a frame, in drawing order; each counts its draw calls in `st`.
+  VisibleRanges visible_ranges(const Scene& scene, const glm::mat4& vp) const;
+  void draw_blocks(const FrameView& f, const GlVertexArray& vao, const GlBuffer& inst,
+                   InstanceRange range, glm::vec3 size, FrameStats& st);
+  void draw_markers(const FrameView& f, FrameStats& st);
+  void draw_head(const FrameView& f, FrameStats& st);
+  void draw_grid(const FrameView& f, FrameStats& st);
+  void draw_beams(const FrameView& f, float wide_x0, float wide_x1, FrameStats& st);
+  void draw_halo(const FrameView& f, FrameStats& st);
+  void draw_glyphs(const FrameView& f, InstanceRange range, const GlyphAtlas& atlas,
+                   FrameStats& st);
   void bind_glyph_instances(size_t first) {
     const size_t base = first * sizeof(GlyphInstance);
     glBindVertexArray(glyph_vao.get());
@@ -271,9 +297,9 @@ uint64_t next_scene_revision() {
 
 Renderer::~Renderer() = default;
 
-Result Renderer::create(const RendererOptions& opts, std::unique_ptr<Renderer>* out) {
+Expected<std::unique_ptr<Renderer>> Renderer::create(const RendererOptions& opts) {
   if (opts.shader_dir.empty())
-    return Result::fail(
+    return make_error(
         "renderer: shader folder not found (expected shaders/ next to the executable)");
   std::unique_ptr<Renderer> r(new Renderer());
   r->impl_ = std::make_unique<Impl>();
@@ -281,12 +307,16 @@ Result Renderer::create(const RendererOptions& opts, std::unique_ptr<Renderer>* 
   const std::pair<const char*, ShaderProgram*> programs[] = {
       {"block", &m.block}, {"head", &m.head}, {"halo", &m.halo},    {"beam", &m.beam},
       {"glyph", &m.glyph}, {"grid", &m.grid}, {"marker", &m.marker}};
-  for (auto& [name, prog] : programs)
-    if (Result res = ShaderProgram::load(opts.shader_dir, name, prog); !res.ok()) return res;
+  for (auto& [name, prog] : programs) {
+    Expected<ShaderProgram> loaded = ShaderProgram::load(opts.shader_dir, name);
+    if (!loaded.ok()) return loaded.error();
+    *prog = std::move(loaded).value();
+  }
 
   std::string font = opts.font_path.empty() ? GlyphAtlas::find_default_font() : opts.font_path;
-  if (Result res = GlyphAtlas::bake(font, opts.font_pixels, 1024, &r->atlas_); !res.ok())
-    return res;
+  Expected<GlyphAtlas> atlas = GlyphAtlas::bake(font, opts.font_pixels, 1024);
+  if (!atlas.ok()) return atlas.error();
+  r->atlas_ = std::move(atlas).value();
 
   // Static meshes.
   MeshData cube = make_cube(), sphere = make_sphere(32, 20);
@@ -361,10 +391,195 @@ Result Renderer::create(const RendererOptions& opts, std::unique_ptr<Renderer>* 
   glBindTexture(GL_TEXTURE_2D, 0);
 
   if (GLenum e = glGetError(); e != GL_NO_ERROR)
-    return Result::fail("renderer: OpenGL error 0x" + std::to_string(e) +
+    return make_error("renderer: OpenGL error 0x" + std::to_string(e) +
                         " while creating resources");
-  *out = std::move(r);
-  return {};
+  return r;
+}
+
+VisibleRanges Renderer::Impl::visible_ranges(const Scene& scene, const glm::mat4& vp) const {
+  VisibleRanges r;
+  r.tok = {0, token_gpu.size()};
+  r.kv = {0, kv_gpu.size()};
+  r.glyph = {0, glyph_gpu.size()};
+  if (!x_sorted || !(scene.cull_offscreen || scene.beam_lod) || token_gpu.empty()) return r;
+  const auto planes = frustum_planes(vp);
+  const float pad = 0.5f * std::max({scene.token_size.x, scene.token_size.z, 1.0f});
+  const float y_floor = std::min(scene.grid.height, -1.0f);
+  long lo = -1, hi = -1;
+  for (size_t i = 0; i < token_gpu.size(); ++i) {
+    // A token's column: its KV stack down to the floor, its label and drop above.
+    const BlockInstance& t = token_gpu[i];
+    glm::vec3 a{t.center.x - pad, y_floor, t.center.z - pad};
+    glm::vec3 b{t.center.x + pad, t.center.y + scene.token_size.y + 8.0f + t.anim.z,
+                t.center.z + pad};
+    if (box_visible(planes, a, b)) {
+      if (lo < 0) lo = long(i);
+      hi = long(i);
+    }
+  }
+  if (lo < 0) {
+    if (scene.cull_offscreen) r.tok = r.kv = r.glyph = InstanceRange{};
+    if (scene.beam_lod) {
+      r.wide_x0 = 1.0f;
+      r.wide_x1 = 0.0f;
+    }
+    return r;
+  }
+  const float x0 = token_gpu[size_t(lo)].center.x - pad, x1 = token_gpu[size_t(hi)].center.x + pad;
+  if (scene.cull_offscreen) {
+    r.tok = {size_t(lo), size_t(hi - lo + 1)};
+    r.kv = x_range(kv_gpu, x0, x1, [](const BlockInstance& k) { return k.center.x; });
+    r.glyph = x_range(glyph_gpu, x0, x1, [](const GlyphInstance& g) { return g.anchor.x; });
+  }
+  if (scene.beam_lod) {
+    r.wide_x0 = x0;
+    r.wide_x1 = x1;
+  }
+  return r;
+}
+
+void Renderer::Impl::draw_blocks(const FrameView& f, const GlVertexArray& vao,
+                                 const GlBuffer& inst, InstanceRange range, glm::vec3 size,
+                                 FrameStats& st) {
+  if (range.count == 0) return;
+  const SceneAnim& anim = f.scene.anim;
+  block.use();
+  glUniform1f(block.uniform("u_flash"), std::clamp(anim.flash, 0.0f, 1.0f));
+  glUniform1f(block.uniform("u_fall"), std::clamp(anim.fall, 0.0f, 1.0f));
+  glUniform1f(block.uniform("u_leave"), std::clamp(anim.leave, 0.0f, 1.0f));
+  glUniform1f(block.uniform("u_slide"), std::clamp(anim.slide, 0.0f, 1.0f));
+  glUniformMatrix4fv(block.uniform("u_view_proj"), 1, GL_FALSE, glm::value_ptr(f.vp));
+  glUniform3fv(block.uniform("u_size"), 1, glm::value_ptr(size));
+  glUniform3fv(block.uniform("u_eye"), 1, glm::value_ptr(f.scene.camera.eye));
+  bind_block_instances(vao, inst, range.first);
+  glDrawArraysInstanced(GL_TRIANGLES, 0, cube_count, GLsizei(range.count));
+  ++st.draw_calls;
+}
+
+void Renderer::Impl::draw_markers(const FrameView& f, FrameStats& st) {
+  if (marker_gpu.empty()) return;
+  marker.use();
+  glUniformMatrix4fv(marker.uniform("u_view_proj"), 1, GL_FALSE, glm::value_ptr(f.vp));
+  glBindVertexArray(marker_vao.get());
+  glDrawArraysInstanced(GL_TRIANGLES, 0, cube_count, GLsizei(marker_gpu.size()));
+  ++st.draw_calls;
+}
+
+void Renderer::Impl::draw_head(const FrameView& f, FrameStats& st) {
+  const auto& h = f.scene.head;
+  if (!h.visible) return;
+  head.use();
+  glUniformMatrix4fv(head.uniform("u_view_proj"), 1, GL_FALSE, glm::value_ptr(f.vp));
+  glUniform3fv(head.uniform("u_center"), 1, glm::value_ptr(h.position));
+  glUniform1f(head.uniform("u_radius"), h.radius);
+  glUniform3fv(head.uniform("u_eye"), 1, glm::value_ptr(f.scene.camera.eye));
+  glUniform3fv(head.uniform("u_color"), 1, glm::value_ptr(h.color));
+  glBindVertexArray(sphere_vao.get());
+  glDrawElements(GL_TRIANGLES, sphere_index_count, GL_UNSIGNED_INT, nullptr);
+  ++st.draw_calls;
+}
+
+void Renderer::Impl::draw_grid(const FrameView& f, FrameStats& st) {
+  const Scene& scene = f.scene;
+  if (!scene.grid.visible) return;
+  glBlendFunc(GL_SRC_ALPHA, GL_ONE_MINUS_SRC_ALPHA);
+  float x0 = grid_x0, x1 = grid_x1, z0 = -10.0f, z1 = 10.0f;
+  x1 = std::max(x1, scene.head.position.x + 8.0f);
+  grid.use();
+  glUniformMatrix4fv(grid.uniform("u_view_proj"), 1, GL_FALSE, glm::value_ptr(f.vp));
+  glUniform4f(grid.uniform("u_extent"), x0, z0, x1, z1);
+  glUniform1f(grid.uniform("u_height"), scene.grid.height);
+  glUniform1f(grid.uniform("u_spacing"), scene.grid.spacing);
+  glUniform3fv(grid.uniform("u_color"), 1, glm::value_ptr(scene.grid.color));
+  glBindVertexArray(empty_vao.get());
+  glDrawArrays(GL_TRIANGLE_STRIP, 0, 4);
+  ++st.draw_calls;
+}
+
+void Renderer::Impl::draw_beams(const FrameView& f, float wide_x0, float wide_x1,
+                                FrameStats& st) {
+  if (beam_gpu.empty()) return;
+  const SceneAnim& anim = f.scene.anim;
+  beam.use();
+  glUniform3fv(beam.uniform("u_shift"), 1, glm::value_ptr(anim.beam_shift));
+  glUniform1f(beam.uniform("u_fade"), std::max(anim.beam_fade, 0.0f));
+  glUniform3f(beam.uniform("u_arc"), anim.beam_arc.rise, anim.beam_arc.rise_per_span,
+              anim.beam_arc.lean_per_span);
+  glUniformMatrix4fv(beam.uniform("u_view_proj"), 1, GL_FALSE, glm::value_ptr(f.vp));
+  glUniform3fv(beam.uniform("u_eye"), 1, glm::value_ptr(f.scene.camera.eye));
+  glUniform1i(beam.uniform("u_segments"), kBeamSegments);
+  glUniform1f(beam.uniform("u_px_scale"), f.proj[1][1] * 0.5f * float(f.height));
+  glUniform1f(beam.uniform("u_min_px"), 1.3f);
+  // A beam to a token out of view leaves the view on its way there: most of the pixels it
+  // covers are its ribbon crossing the others near the head, hundreds of beams deep over
+  // a long sequence. Those are drawn at the least width (u_min_px), a level of detail;
+  // the ones to tokens in view (u_wide_x) keep their ribbon.
+  glUniform1f(beam.uniform("u_width"), kBeamWidth);
+  glUniform2f(beam.uniform("u_wide_x"), wide_x0, wide_x1);
+  // Hundreds of those hairlines still cost (long thin triangles across the view's tiles)
+  // and overlap where they leave it: past kOffViewBeams, only the strongest beam of each
+  // stretch of the sequence out of view is drawn.
+  size_t drawn = beam_gpu.size();
+  glBindVertexArray(beam_vao.get());
+  if (beams_sorted && wide_x0 <= wide_x1 && wide_x1 < std::numeric_limits<float>::max()) {
+    const InstanceRange wide =
+        x_range(beam_gpu, wide_x0, wide_x1, [](const BeamInstance& b) { return b.to.x; });
+    const size_t end = wide.first + wide.count;
+    if (wide.first + (beam_gpu.size() - end) > kOffViewBeams) {
+      if (beam_lod_pack != packs || beam_lod_first != wide.first || beam_lod_end != end) {
+        make_beam_lod(wide.first, end);
+        glBindBuffer(GL_ARRAY_BUFFER, beam_lod_inst.get());
+        glBufferData(GL_ARRAY_BUFFER, GLsizeiptr(beam_lod.size() * sizeof(BeamInstance)),
+                     beam_lod.data(), GL_DYNAMIC_DRAW);
+        beam_lod_pack = packs;
+        beam_lod_first = wide.first;
+        beam_lod_end = end;
+      }
+      drawn = beam_lod.size();
+      glBindVertexArray(beam_lod_vao.get());
+    }
+  }
+  glDrawArraysInstanced(GL_TRIANGLE_STRIP, 0, 2 * (kBeamSegments + 1), GLsizei(drawn));
+  st.drawn_beams = drawn;
+  ++st.draw_calls;
+}
+
+void Renderer::Impl::draw_halo(const FrameView& f, FrameStats& st) {
+  const auto& h = f.scene.head;
+  if (!(h.visible && h.glow > 0.0f)) return;
+  halo.use();
+  glUniformMatrix4fv(halo.uniform("u_view"), 1, GL_FALSE, glm::value_ptr(f.view));
+  glUniformMatrix4fv(halo.uniform("u_proj"), 1, GL_FALSE, glm::value_ptr(f.proj));
+  glUniform3fv(halo.uniform("u_center"), 1, glm::value_ptr(h.position));
+  glUniform1f(halo.uniform("u_size"), h.radius * 4.0f);
+  glUniform3fv(halo.uniform("u_color"), 1, glm::value_ptr(h.color));
+  glUniform1f(halo.uniform("u_glow"), std::clamp(h.glow, 0.0f, 1.0f));
+  glBindVertexArray(empty_vao.get());
+  glDrawArrays(GL_TRIANGLE_STRIP, 0, 4);
+  ++st.draw_calls;
+}
+
+void Renderer::Impl::draw_glyphs(const FrameView& f, InstanceRange range,
+                                 const GlyphAtlas& atlas, FrameStats& st) {
+  if (range.count == 0) return;
+  const Scene& scene = f.scene;
+  glBlendFunc(GL_SRC_ALPHA, GL_ONE_MINUS_SRC_ALPHA);
+  glyph.use();
+  glUniform1f(glyph.uniform("u_fall"), std::clamp(scene.anim.fall, 0.0f, 1.0f));
+  glUniform1f(glyph.uniform("u_slide"), std::clamp(scene.anim.slide, 0.0f, 1.0f));
+  glUniformMatrix4fv(glyph.uniform("u_view"), 1, GL_FALSE, glm::value_ptr(f.view));
+  glUniformMatrix4fv(glyph.uniform("u_proj"), 1, GL_FALSE, glm::value_ptr(f.proj));
+  glUniform1f(glyph.uniform("u_height"), scene.label_height);
+  glUniform1f(glyph.uniform("u_viewport_h"), float(f.height));
+  glUniform1f(glyph.uniform("u_fit_px"), scene.label_fit_px);
+  glUniform1i(glyph.uniform("u_vertical"), scene.labels_vertical ? 1 : 0);
+  glUniform2f(glyph.uniform("u_texel"), 1.0f / atlas.size(), 1.0f / atlas.size());
+  glActiveTexture(GL_TEXTURE0);
+  glBindTexture(GL_TEXTURE_2D, atlas_tex.get());
+  glUniform1i(glyph.uniform("u_atlas"), 0);
+  bind_glyph_instances(range.first);
+  glDrawArraysInstanced(GL_TRIANGLE_STRIP, 0, 4, GLsizei(range.count));
+  ++st.draw_calls;
 }
 
 void Renderer::draw(const Scene& scene, int fb_width, int fb_height, Viewport view_rect) {
@@ -402,14 +617,12 @@ void Renderer::draw(const Scene& scene, int fb_width, int fb_height, Viewport vi
     stats_.reused = true;
   }
   mark(Pass::Prepare);
-  const SceneAnim& anim = scene.anim;
 
   // ---- frame state ----
-  const CameraView& cam = scene.camera;
-  float aspect = float(width) / float(height);
-  glm::mat4 view = view_matrix(cam), proj = projection_matrix(cam, aspect);
-  glm::mat4 vp = proj * view;
-
+  const float aspect = float(width) / float(height);
+  FrameView f{scene, view_matrix(scene.camera), projection_matrix(scene.camera, aspect), {},
+              height};
+  f.vp = f.proj * f.view;
   glViewport(x0, gl_y, width, height);
   glEnable(GL_SCISSOR_TEST);
   glScissor(x0, gl_y, width, height);
@@ -422,189 +635,27 @@ void Renderer::draw(const Scene& scene, int fb_width, int fb_height, Viewport vi
   glDisable(GL_CULL_FACE);
   mark(Pass::Clear);
 
-  // ---- the instance ranges in view (all of them when the content is not x-sorted) ----
-  InstanceRange tok_range{0, m.token_gpu.size()}, kv_range{0, m.kv_gpu.size()},
-      glyph_range{0, m.glyph_gpu.size()};
-  // Beams to the tokens in view are ribbons; the others (a level of detail) are hairlines.
-  float wide_x0 = -std::numeric_limits<float>::max(), wide_x1 = std::numeric_limits<float>::max();
-  if (m.x_sorted && (scene.cull_offscreen || scene.beam_lod) && !m.token_gpu.empty()) {
-    const auto planes = frustum_planes(vp);
-    const float pad = 0.5f * std::max({scene.token_size.x, scene.token_size.z, 1.0f});
-    const float y_floor = std::min(scene.grid.height, -1.0f);
-    long lo = -1, hi = -1;
-    for (size_t i = 0; i < m.token_gpu.size(); ++i) {
-      // A token's column: its KV stack down to the floor, its label and drop above.
-      const BlockInstance& t = m.token_gpu[i];
-      glm::vec3 a{t.center.x - pad, y_floor, t.center.z - pad};
-      glm::vec3 b{t.center.x + pad, t.center.y + scene.token_size.y + 8.0f + t.anim.z,
-                  t.center.z + pad};
-      if (box_visible(planes, a, b)) {
-        if (lo < 0) lo = long(i);
-        hi = long(i);
-      }
-    }
-    if (lo < 0) {
-      if (scene.cull_offscreen) tok_range = kv_range = glyph_range = InstanceRange{};
-      if (scene.beam_lod) {
-        wide_x0 = 1.0f;
-        wide_x1 = 0.0f;
-      }
-    } else {
-      const float x0 = m.token_gpu[size_t(lo)].center.x - pad,
-                  x1 = m.token_gpu[size_t(hi)].center.x + pad;
-      if (scene.cull_offscreen) {
-        tok_range = {size_t(lo), size_t(hi - lo + 1)};
-        kv_range = x_range(m.kv_gpu, x0, x1, [](const BlockInstance& k) { return k.center.x; });
-        glyph_range =
-            x_range(m.glyph_gpu, x0, x1, [](const GlyphInstance& g) { return g.anchor.x; });
-      }
-      if (scene.beam_lod) {
-        wide_x0 = x0;
-        wide_x1 = x1;
-      }
-    }
-  }
-
-  auto draw_blocks = [&](const GlVertexArray& vao, const GlBuffer& inst, InstanceRange range,
-                         glm::vec3 size) {
-    if (range.count == 0) return;
-    m.block.use();
-    glUniform1f(m.block.uniform("u_flash"), std::clamp(anim.flash, 0.0f, 1.0f));
-    glUniform1f(m.block.uniform("u_fall"), std::clamp(anim.fall, 0.0f, 1.0f));
-    glUniform1f(m.block.uniform("u_leave"), std::clamp(anim.leave, 0.0f, 1.0f));
-    glUniform1f(m.block.uniform("u_slide"), std::clamp(anim.slide, 0.0f, 1.0f));
-    glUniformMatrix4fv(m.block.uniform("u_view_proj"), 1, GL_FALSE, glm::value_ptr(vp));
-    glUniform3fv(m.block.uniform("u_size"), 1, glm::value_ptr(size));
-    glUniform3fv(m.block.uniform("u_eye"), 1, glm::value_ptr(cam.eye));
-    m.bind_block_instances(vao, inst, range.first);
-    glDrawArraysInstanced(GL_TRIANGLES, 0, m.cube_count, GLsizei(range.count));
-    ++stats_.draw_calls;
-  };
-  draw_blocks(m.token_vao, m.token_inst, tok_range, scene.token_size);
+  // ---- opaque parts, then the blended layers ----
+  const VisibleRanges in_view = m.visible_ranges(scene, f.vp);
+  m.draw_blocks(f, m.token_vao, m.token_inst, in_view.tok, scene.token_size, stats_);
   mark(Pass::Tokens);
-  draw_blocks(m.kv_vao, m.kv_inst, kv_range, scene.kv_block_size);
+  m.draw_blocks(f, m.kv_vao, m.kv_inst, in_view.kv, scene.kv_block_size, stats_);
   mark(Pass::KvBlocks);
-  if (!m.marker_gpu.empty()) {
-    m.marker.use();
-    glUniformMatrix4fv(m.marker.uniform("u_view_proj"), 1, GL_FALSE, glm::value_ptr(vp));
-    glBindVertexArray(m.marker_vao.get());
-    glDrawArraysInstanced(GL_TRIANGLES, 0, m.cube_count, GLsizei(m.marker_gpu.size()));
-    ++stats_.draw_calls;
-  }
+  m.draw_markers(f, stats_);
   mark(Pass::Markers);
-
-  if (scene.head.visible) {
-    m.head.use();
-    glUniformMatrix4fv(m.head.uniform("u_view_proj"), 1, GL_FALSE, glm::value_ptr(vp));
-    glUniform3fv(m.head.uniform("u_center"), 1, glm::value_ptr(scene.head.position));
-    glUniform1f(m.head.uniform("u_radius"), scene.head.radius);
-    glUniform3fv(m.head.uniform("u_eye"), 1, glm::value_ptr(cam.eye));
-    glUniform3fv(m.head.uniform("u_color"), 1, glm::value_ptr(scene.head.color));
-    glBindVertexArray(m.sphere_vao.get());
-    glDrawElements(GL_TRIANGLES, m.sphere_index_count, GL_UNSIGNED_INT, nullptr);
-    ++stats_.draw_calls;
-  }
+  m.draw_head(f, stats_);
   mark(Pass::Head);
 
-  // ---- blended layers ----
   glEnable(GL_BLEND);
   glDepthMask(GL_FALSE);
-
-  if (scene.grid.visible) {
-    glBlendFunc(GL_SRC_ALPHA, GL_ONE_MINUS_SRC_ALPHA);
-    float x0 = m.grid_x0, x1 = m.grid_x1, z0 = -10.0f, z1 = 10.0f;
-    x1 = std::max(x1, scene.head.position.x + 8.0f);
-    m.grid.use();
-    glUniformMatrix4fv(m.grid.uniform("u_view_proj"), 1, GL_FALSE, glm::value_ptr(vp));
-    glUniform4f(m.grid.uniform("u_extent"), x0, z0, x1, z1);
-    glUniform1f(m.grid.uniform("u_height"), scene.grid.height);
-    glUniform1f(m.grid.uniform("u_spacing"), scene.grid.spacing);
-    glUniform3fv(m.grid.uniform("u_color"), 1, glm::value_ptr(scene.grid.color));
-    glBindVertexArray(m.empty_vao.get());
-    glDrawArrays(GL_TRIANGLE_STRIP, 0, 4);
-    ++stats_.draw_calls;
-  }
+  m.draw_grid(f, stats_);
   mark(Pass::Grid);
-
   glBlendFunc(GL_ONE, GL_ONE);  // additive: beams and glow only ever add light
-  if (!m.beam_gpu.empty()) {
-    m.beam.use();
-    glUniform3fv(m.beam.uniform("u_shift"), 1, glm::value_ptr(anim.beam_shift));
-    glUniform1f(m.beam.uniform("u_fade"), std::max(anim.beam_fade, 0.0f));
-    glUniform3f(m.beam.uniform("u_arc"), anim.beam_arc.rise, anim.beam_arc.rise_per_span,
-                anim.beam_arc.lean_per_span);
-    glUniformMatrix4fv(m.beam.uniform("u_view_proj"), 1, GL_FALSE, glm::value_ptr(vp));
-    glUniform3fv(m.beam.uniform("u_eye"), 1, glm::value_ptr(cam.eye));
-    glUniform1i(m.beam.uniform("u_segments"), kBeamSegments);
-    glUniform1f(m.beam.uniform("u_px_scale"), proj[1][1] * 0.5f * float(height));
-    glUniform1f(m.beam.uniform("u_min_px"), 1.3f);
-    // A beam to a token out of view leaves the view on its way there: most of the pixels it
-    // covers are its ribbon crossing the others near the head, hundreds of beams deep over
-    // a long sequence. Those are drawn at the least width (u_min_px), a level of detail;
-    // the ones to tokens in view (u_wide_x) keep their ribbon.
-    glUniform1f(m.beam.uniform("u_width"), kBeamWidth);
-    glUniform2f(m.beam.uniform("u_wide_x"), wide_x0, wide_x1);
-    // Hundreds of those hairlines still cost (long thin triangles across the view's tiles)
-    // and overlap where they leave it: past kOffViewBeams, only the strongest beam of each
-    // stretch of the sequence out of view is drawn.
-    size_t drawn = m.beam_gpu.size();
-    glBindVertexArray(m.beam_vao.get());
-    if (m.beams_sorted && wide_x0 <= wide_x1 && wide_x1 < std::numeric_limits<float>::max()) {
-      const InstanceRange wide =
-          x_range(m.beam_gpu, wide_x0, wide_x1, [](const BeamInstance& b) { return b.to.x; });
-      const size_t end = wide.first + wide.count;
-      if (wide.first + (m.beam_gpu.size() - end) > kOffViewBeams) {
-        if (m.beam_lod_pack != m.packs || m.beam_lod_first != wide.first || m.beam_lod_end != end) {
-          m.make_beam_lod(wide.first, end);
-          glBindBuffer(GL_ARRAY_BUFFER, m.beam_lod_inst.get());
-          glBufferData(GL_ARRAY_BUFFER, GLsizeiptr(m.beam_lod.size() * sizeof(BeamInstance)),
-                       m.beam_lod.data(), GL_DYNAMIC_DRAW);
-          m.beam_lod_pack = m.packs;
-          m.beam_lod_first = wide.first;
-          m.beam_lod_end = end;
-        }
-        drawn = m.beam_lod.size();
-        glBindVertexArray(m.beam_lod_vao.get());
-      }
-    }
-    glDrawArraysInstanced(GL_TRIANGLE_STRIP, 0, 2 * (kBeamSegments + 1), GLsizei(drawn));
-    stats_.drawn_beams = drawn;
-    ++stats_.draw_calls;
-  }
+  m.draw_beams(f, in_view.wide_x0, in_view.wide_x1, stats_);
   mark(Pass::Beams);
-  if (scene.head.visible && scene.head.glow > 0.0f) {
-    m.halo.use();
-    glUniformMatrix4fv(m.halo.uniform("u_view"), 1, GL_FALSE, glm::value_ptr(view));
-    glUniformMatrix4fv(m.halo.uniform("u_proj"), 1, GL_FALSE, glm::value_ptr(proj));
-    glUniform3fv(m.halo.uniform("u_center"), 1, glm::value_ptr(scene.head.position));
-    glUniform1f(m.halo.uniform("u_size"), scene.head.radius * 4.0f);
-    glUniform3fv(m.halo.uniform("u_color"), 1, glm::value_ptr(scene.head.color));
-    glUniform1f(m.halo.uniform("u_glow"), std::clamp(scene.head.glow, 0.0f, 1.0f));
-    glBindVertexArray(m.empty_vao.get());
-    glDrawArrays(GL_TRIANGLE_STRIP, 0, 4);
-    ++stats_.draw_calls;
-  }
+  m.draw_halo(f, stats_);
   mark(Pass::Halo);
-
-  if (glyph_range.count > 0) {
-    glBlendFunc(GL_SRC_ALPHA, GL_ONE_MINUS_SRC_ALPHA);
-    m.glyph.use();
-    glUniform1f(m.glyph.uniform("u_fall"), std::clamp(anim.fall, 0.0f, 1.0f));
-    glUniform1f(m.glyph.uniform("u_slide"), std::clamp(anim.slide, 0.0f, 1.0f));
-    glUniformMatrix4fv(m.glyph.uniform("u_view"), 1, GL_FALSE, glm::value_ptr(view));
-    glUniformMatrix4fv(m.glyph.uniform("u_proj"), 1, GL_FALSE, glm::value_ptr(proj));
-    glUniform1f(m.glyph.uniform("u_height"), scene.label_height);
-    glUniform1f(m.glyph.uniform("u_viewport_h"), float(height));
-    glUniform1f(m.glyph.uniform("u_fit_px"), scene.label_fit_px);
-    glUniform1i(m.glyph.uniform("u_vertical"), scene.labels_vertical ? 1 : 0);
-    glUniform2f(m.glyph.uniform("u_texel"), 1.0f / atlas_.size(), 1.0f / atlas_.size());
-    glActiveTexture(GL_TEXTURE0);
-    glBindTexture(GL_TEXTURE_2D, m.atlas_tex.get());
-    glUniform1i(m.glyph.uniform("u_atlas"), 0);
-    m.bind_glyph_instances(glyph_range.first);
-    glDrawArraysInstanced(GL_TRIANGLE_STRIP, 0, 4, GLsizei(glyph_range.count));
-    ++stats_.draw_calls;
-  }
+  m.draw_glyphs(f, in_view.glyph, atlas_, stats_);
   mark(Pass::Glyphs);
 
   glBindVertexArray(0);
@@ -618,11 +669,11 @@ void Renderer::draw(const Scene& scene, int fb_width, int fb_height, Viewport vi
   stats_.kv_blocks = m.kv_gpu.size();
   stats_.beams = m.beam_gpu.size();
   stats_.glyphs = m.glyph_gpu.size();
-  stats_.drawn_tokens = tok_range.count;
-  stats_.drawn_kv_blocks = kv_range.count;
-  stats_.drawn_glyphs = glyph_range.count;
+  stats_.drawn_tokens = in_view.tok.count;
+  stats_.drawn_kv_blocks = in_view.kv.count;
+  stats_.drawn_glyphs = in_view.glyph.count;
   stats_.cpu_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-}  // namespace render
+}  // namespace kvscope::render

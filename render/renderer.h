@@ -15,7 +15,7 @@
 #include "render/glyph_atlas.h"
 #include "render/scene.h"
 
-namespace render {
+namespace kvscope::render {
 
 // The parts of a frame, in drawing order (FrameStats::pass_ms).
 enum class Pass { Prepare, Clear, Tokens, KvBlocks, Markers, Head, Grid, Beams, Halo, Glyphs };
@@ -45,7 +45,7 @@ struct RendererOptions {
 class Renderer {
  public:
   // Compiles the programs, bakes the glyph atlas and creates meshes. GL must be loaded.
-  static Result create(const RendererOptions& opts, std::unique_ptr<Renderer>* out);
+  static Expected<std::unique_ptr<Renderer>> create(const RendererOptions& opts);
   ~Renderer();
 
   // Clears and draws `scene` into the currently bound framebuffer of width x height px.
@@ -70,4 +70,4 @@ class Renderer {
   bool profile_passes_ = false;
 };
 
-}  // namespace render
+}  // namespace kvscope::render

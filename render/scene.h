@@ -16,7 +16,7 @@
 #include <glm/geometric.hpp>
 #include <glm/vec3.hpp>
 
-namespace render {
+namespace kvscope::render {
 
 // One token of the sequence: a block with its text floating above it.
 struct TokenInstance {
@@ -195,4 +195,4 @@ struct Viewport {
 // A process-wide unique nonzero revision (thread-safe).
 uint64_t next_scene_revision();
 
-}  // namespace render
+}  // namespace kvscope::render

@@ -7,7 +7,7 @@
 #include "render/camera.h"
 #include "render/layout.h"
 
-namespace render {
+namespace kvscope::render {
 
 glm::vec3 palette::kv_color(float t) {
   t = std::clamp(t, 0.0f, 1.0f);
@@ -81,4 +81,4 @@ Bounds scene_bounds(const Scene& s) {
   return b;
 }
 
-}  // namespace render
+}  // namespace kvscope::render

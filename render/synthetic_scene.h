@@ -8,7 +8,7 @@
 #include "render/camera.h"
 #include "render/scene.h"
 
-namespace render {
+namespace kvscope::render {
 
 struct SyntheticSpec {
   int n_tokens = 16;       // tokens in the sequence
@@ -36,4 +36,4 @@ inline constexpr glm::vec3 kBeam{0.45f, 0.80f, 1.00f};
 glm::vec3 kv_color(float t);
 }  // namespace palette
 
-}  // namespace render
+}  // namespace kvscope::render

@@ -42,15 +42,12 @@ render::Scene capture_scene(const Timeline& tl, const ViewOptions& view, double 
 
 Expected<std::vector<uint8_t>> render_offscreen(render::Renderer& r, const render::Scene& scene,
                                                 int width, int height) {
-  render::OffscreenTarget target;
-  if (render::Result res = render::OffscreenTarget::create(width, height, 4, &target); !res.ok())
-    return make_error(res.error);
-  target.bind();
+  Expected<render::OffscreenTarget> target = render::OffscreenTarget::create(width, height, 4);
+  if (!target.ok()) return target.error();
+  target->bind();
   r.draw(scene, width, height);
-  std::vector<uint8_t> rgba;
-  render::Result res = target.read_rgba(&rgba);
+  Expected<std::vector<uint8_t>> rgba = target->read_rgba();
   render::OffscreenTarget::bind_default();
-  if (!res.ok()) return make_error(res.error);
   return rgba;
 }
 

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "app/options/options.h"
 #include "app/ui/app_frame.h"
 #include "app/core/controller.h"
 #include "app/core/replay_source.h"
@@ -52,10 +53,10 @@ Expected<AppShotResult> capture_app(render::Renderer& r, UiState& ui, const Time
                                     const AppShot& shot) {
   if (shot.width < 16 || shot.height < 16 || shot.width > 8192 || shot.height > 8192)
     return make_error("capture: size ", shot.width, "x", shot.height, " out of range [16, 8192]");
-  render::OffscreenTarget target;
-  if (render::Result res = render::OffscreenTarget::create(shot.width, shot.height, 4, &target);
-      !res.ok())
-    return make_error(res.error);
+  Expected<render::OffscreenTarget> target_or =
+      render::OffscreenTarget::create(shot.width, shot.height, 4);
+  if (!target_or.ok()) return target_or.error();
+  render::OffscreenTarget& target = *target_or;
   ScopedImGui imgui;
   if (!imgui.ok()) return make_error("capture: the ImGui OpenGL backend could not start");
 
@@ -98,7 +99,9 @@ Expected<AppShotResult> capture_app(render::Renderer& r, UiState& ui, const Time
     view.draw(r, shot.width, shot.height, 1.0f);
     if (shot.panels) ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
   }
-  if (render::Result res = target.read_rgba(&out.rgba); !res.ok()) return make_error(res.error);
+  Expected<std::vector<uint8_t>> rgba = target.read_rgba();
+  if (!rgba.ok()) return rgba.error();
+  out.rgba = std::move(rgba).value();
   render::OffscreenTarget::bind_default();
   out.layout = ui.layout;
   out.view = to_viewport(ui.layout.view, 1.0f);
@@ -119,18 +122,15 @@ Expected<std::string> export_view_png(render::Renderer& r, const render::Scene& 
   if (path.empty()) return make_error("no free kvscope-view-NNN.png name left in '", dir, "'");
   auto px = render_offscreen(r, scene, width, height);
   if (!px.ok()) return px.error();
-  if (render::Result res = render::write_png(path, width, height, px.value()); !res.ok())
-    return make_error(res.error);
+  if (Status st = render::write_png(path, width, height, px.value()); !st.ok())
+    return st.error();
   std::error_code ec;
   fs::path abs = fs::absolute(path, ec);
   return ec ? path : abs.string();
 }
 
 int run_screenshot(const CaptureOptions& opts, bool panels) {
-  auto fail = [](const std::string& msg) {
-    std::fprintf(stderr, "kvscope: %s\n", msg.c_str());
-    return 1;
-  };
+  auto fail = [](const std::string& msg) { return cli::fail(msg); };
   if (opts.out_path.empty())
     return fail("--screenshot needs an output path, e.g. --screenshot out.png");
   if (opts.steps < 1 || opts.steps > 100000) return fail("--steps must be in [1, 100000]");
@@ -205,8 +205,9 @@ int run_screenshot(const CaptureOptions& opts, bool panels) {
 
   render::RendererOptions ro;
   ro.shader_dir = render::find_shader_dir(executable_dir());
-  std::unique_ptr<render::Renderer> renderer;
-  if (render::Result r = render::Renderer::create(ro, &renderer); !r.ok()) return fail(r.error);
+  Expected<std::unique_ptr<render::Renderer>> renderer_or = render::Renderer::create(ro);
+  if (!renderer_or.ok()) return fail(renderer_or.error().message);
+  std::unique_ptr<render::Renderer> renderer = std::move(renderer_or).value();
 
   UiState ui;
   ui.prompts = load_prompts();
@@ -272,9 +273,8 @@ int run_screenshot(const CaptureOptions& opts, bool panels) {
     // A screenshot is opaque: the panels' blending leaves the framebuffer's alpha below 1
     // under translucent widgets, and image viewers would let the page show through there.
     for (size_t i = 3; i < img.value().rgba.size(); i += 4) img.value().rgba[i] = 255;
-    if (render::Result r = render::write_png(path, opts.width, opts.height, img.value().rgba);
-        !r.ok())
-      return fail(r.error);
+    if (Status st = render::write_png(path, opts.width, opts.height, img.value().rgba); !st.ok())
+      return fail(st.message());
     std::printf("kvscope: wrote %s (camera %s)\n", path.c_str(),
                 render::camera_preset_name(preset));
   }

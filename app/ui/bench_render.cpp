@@ -42,23 +42,15 @@ int run_bench_render(int argc, char** argv) {
       height < 16 || width > 8192 || height > 8192)
     return cli::fail("--size: '" + size + "' is not WxH with both in 16..8192 (e.g. 1280x720)");
   auto gl = OffscreenContext::create();  // EGL without a display, else a hidden window
-  if (!gl.ok()) {
-    std::fprintf(stderr, "kvscope: %s\n", gl.error().message.c_str());
-    return 1;
-  }
+  if (!gl.ok()) return cli::fail(gl.error().message);
   render::RendererOptions ro;
   ro.shader_dir = render::find_shader_dir(executable_dir());
-  std::unique_ptr<render::Renderer> r;
-  if (render::Result res = render::Renderer::create(ro, &r); !res.ok()) {
-    std::fprintf(stderr, "kvscope: %s\n", res.error.c_str());
-    return 1;
-  }
-  render::OffscreenTarget target;
-  if (render::Result res = render::OffscreenTarget::create(width, height, samples, &target);
-      !res.ok()) {
-    std::fprintf(stderr, "kvscope: %s\n", res.error.c_str());
-    return 1;
-  }
+  auto renderer = render::Renderer::create(ro);
+  if (!renderer.ok()) return cli::fail(renderer.error().message);
+  std::unique_ptr<render::Renderer> r = std::move(renderer).value();
+  auto target_or = render::OffscreenTarget::create(width, height, samples);
+  if (!target_or.ok()) return cli::fail(target_or.error().message);
+  render::OffscreenTarget& target = *target_or;
   r->set_profile_passes(passes);
   std::printf("renderer: %s\n", gl.value()->description().c_str());
   std::printf("%8s %7s %10s %8s %8s %9s %10s %10s %11s %6s %12s %12s\n", "tokens", "layers",

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "app/options/options.h"
 #include "app/ui/app_capture.h"
 #include "app/ui/app_frame.h"
 #include "app/ui/ui_events.h"
@@ -98,15 +99,16 @@ double frame_wait(const FramePace& p) {
   return left < 0.0005 ? 0.0 : left;  // within half a millisecond: now
 }
 
-int run_gui(const GuiOptions& o) {
-  use_mapped_memory_for_large_blocks();  // bounded memory over thousands of steps
+namespace {
+
+// The UI state the command line asks for, before the engine starts.
+UiState initial_ui(const GuiOptions& o) {
   UiState ui;
   ui.prompts = load_prompts();
   ui.view = o.cap.view;
   ui.preset = o.cap.camera;
   ui.mode = o.cap.mode;
   if (o.measure_steps > 0) ui.max_tokens = std::max(ui.max_tokens, o.measure_steps + 2);
-
   if (o.cap.max_tokens > 0) ui.max_tokens = o.cap.max_tokens;
   if (o.cap.speed < 0 || o.measure_steps > 0) ui.speed_max = true;
   if (o.cap.speed > 0) ui.speed = o.cap.speed;
@@ -117,6 +119,154 @@ int run_gui(const GuiOptions& o) {
     else
       ui.error = p.error().message;
   }
+  return ui;
+}
+
+// What the frame loop carries from one frame to the next.
+struct LoopState {
+  int input_events = 0;  // window input since the last look (install_input_callbacks)
+  int settle = 3;        // frames still to draw after the last change
+  int frame = 0;
+  double last_time = 0, last_draw = -1.0;
+  double frame_ms = 20.0;  // recent cost of one frame's work (moving average)
+  double cores = 1;
+  double last_mx = 0, last_my = 0;
+  bool dragging_view = false;  // a drag that started in the 3D view (keeps going over panels)
+};
+
+// Waits until a frame is due: something changed, and the cap allows it. The events wait in
+// the controller's queue until the frame takes them, where only the newest step keeps its
+// attention rows (controller.h, "Queued steps"). Returns the controller's state then.
+ControllerState wait_for_frame(GLFWwindow* win, const GuiOptions& o, Controller* ctl,
+                               const UiState& ui, const SceneView& view, LoopState& ls) {
+  const ImGuiIO& io = ImGui::GetIO();
+  ControllerState cs;
+  for (;;) {
+    glfwPollEvents();
+    bool events = false;
+    if (ctl) {
+      events = ctl->has_events();
+      cs = ctl->state();
+    }
+    if (ls.input_events > 0) {
+      ls.input_events = 0;
+      ls.settle = 3;
+    }
+    FramePace pace;
+    pace.changed = ls.settle > 0 || events || o.quit_after > 0 || glfwWindowShouldClose(win);
+    pace.animating = view.animating();
+    // A focused text field's cursor blinks and timed notices expire.
+    pace.slow = io.WantTextInput || std::any_of(ui.notices.begin(), ui.notices.end(),
+                                                [](const Notice& n) { return n.seconds > 0; });
+    pace.engine_busy = cs.busy || (cs.playing && cs.speed <= kSpeedMax);
+    pace.since_draw = glfwGetTime() - ls.last_draw;
+    pace.frame_ms = ls.frame_ms;
+    pace.cores = ls.cores;
+    const double wait = frame_wait(pace);
+    if (wait <= 0) return cs;
+    glfwWaitEventsTimeout(wait);  // input wakes it early
+  }
+}
+
+// Applies the controller's events to the UI and the timeline; --measure notes the decode
+// steps' times and the resident memory when the first one arrived.
+void take_events(UiState& ui, Controller* ctl, Timeline& tl, std::vector<Event>& pending,
+                 double now, Measurement& measure) {
+  for (Event& e : pending) {
+    if (ctl) apply_event(ui, *ctl, tl, e, now);
+    if (e.kind != Event::Kind::Step || measure.target <= 0 || !e.trace || e.trace->step < 2 ||
+        measure.done())
+      continue;
+    if (measure.t0 < 0) {
+      measure.t0 = now;
+      measure.rss_first = process_resident_bytes();
+    }
+    measure.engine_ms.push_back(e.trace->ms);
+    measure.t1 = now;
+  }
+  pending.clear();
+}
+
+// The pointer, for the camera: only over the view and when ImGui does not want it.
+ViewInput read_pointer(GLFWwindow* win, const UiState& ui, LoopState& ls) {
+  const ImGuiIO& io = ImGui::GetIO();
+  double mx, my;
+  glfwGetCursorPos(win, &mx, &my);
+  ViewInput in;
+  in.mouse_x = float(mx);
+  in.mouse_y = float(my);
+  in.dx = float(mx - ls.last_mx);
+  in.dy = float(my - ls.last_my);
+  in.hover = !io.WantCaptureMouse && ui.splitter_drag == 0 &&
+             ui.layout.view.contains(in.mouse_x, in.mouse_y);
+  bool left = glfwGetMouseButton(win, GLFW_MOUSE_BUTTON_LEFT) == GLFW_PRESS;
+  bool other = glfwGetMouseButton(win, GLFW_MOUSE_BUTTON_RIGHT) == GLFW_PRESS ||
+               glfwGetMouseButton(win, GLFW_MOUSE_BUTTON_MIDDLE) == GLFW_PRESS;
+  if (!left && !other)
+    ls.dragging_view = false;
+  else if (in.hover &&
+           (ImGui::IsMouseClicked(0) || ImGui::IsMouseClicked(1) || ImGui::IsMouseClicked(2)))
+    ls.dragging_view = true;
+  in.orbit = ls.dragging_view && left;
+  in.pan = ls.dragging_view && other && !left;
+  in.wheel = in.hover ? io.MouseWheel : 0.0f;
+  ls.last_mx = mx;
+  ls.last_my = my;
+  return in;
+}
+
+// What the 3D view needs this frame from the UI; takes the one-shot requests (a preset
+// change, a token to look at).
+ViewFrame view_frame(UiState& ui, const Timeline& tl, const ControllerState& cs, double now,
+                     float dt) {
+  ViewFrame vf;
+  vf.timeline = &tl;
+  vf.view = scene_options(ui);
+  vf.view.hovered_pos = ui.panel_hovered_pos >= 0 ? ui.panel_hovered_pos : ui.hovered_pos;
+  vf.clock = AnimClock{now - ui.last_step_time, cs.busy, now};
+  vf.preset = ui.preset;
+  vf.preset_changed = ui.preset_changed;
+  vf.rect = ui.layout.view;
+  vf.dt = dt;
+  vf.look_at_pos = ui.look_at_pos;
+  ui.preset_changed = false;
+  ui.look_at_pos = -1;
+  return vf;
+}
+
+// Export PNG (the toolbar's button): the 3D view alone, at its size on screen.
+void export_view(UiState& ui, render::Renderer& renderer, const SceneView& view,
+                 float fb_scale) {
+  ui.export_png = false;
+  render::Viewport vp = to_viewport(ui.layout.view, fb_scale);
+  auto path = export_view_png(renderer, view.scene(), vp.width, vp.height, ".");
+  if (path.ok())
+    add_notice(ui, "Saved the view as " + path.value(), 8.0);
+  else
+    ui.error = "Could not export the view: " + path.error().message;
+}
+
+// --window-shot: the last frame as drawn, panels included.
+void save_window_shot(const std::string& path, int fbw, int fbh) {
+  Expected<std::vector<uint8_t>> rgba = render::read_window_rgba(fbw, fbh);
+  Status st = rgba.ok() ? render::write_png(path, fbw, fbh, *rgba) : rgba.error();
+  if (!st.ok()) cli::notice(st.message());
+}
+
+std::unique_ptr<render::Renderer> make_renderer(UiState& ui) {
+  render::RendererOptions ro;
+  ro.shader_dir = render::find_shader_dir(executable_dir());
+  auto r = render::Renderer::create(ro);
+  if (r.ok()) return std::move(r).value();
+  ui.error = r.error().message;  // the panels still work; the view stays empty
+  return nullptr;
+}
+
+}  // namespace
+
+int run_gui(const GuiOptions& o) {
+  use_mapped_memory_for_large_blocks();  // bounded memory over thousands of steps
+  UiState ui = initial_ui(o);
 
   // The engine first: its worker starts at normal priority and opens the model (or the
   // recording) there, so the backend's threads inherit that priority and a model that fails
@@ -131,13 +281,10 @@ int run_gui(const GuiOptions& o) {
     wo.height = o.cap.height;
   }
   auto window = GlWindow::create(wo);
-  if (!window.ok()) {
-    std::fprintf(stderr, "kvscope: %s\n", window.error().message.c_str());
-    return 1;
-  }
+  if (!window.ok()) return cli::fail(window.error().message);
   GLFWwindow* win = window.value()->handle();
-  int input_events = 0;
-  install_input_callbacks(win, &input_events);
+  LoopState ls;
+  install_input_callbacks(win, &ls.input_events);
 
   IMGUI_CHECKVERSION();
   ImGui::CreateContext();
@@ -145,11 +292,7 @@ int run_gui(const GuiOptions& o) {
   setup_imgui_style(window.value()->content_scale());
   ImGui_ImplGlfw_InitForOpenGL(win, true);
   ImGui_ImplOpenGL3_Init("#version 330 core");
-
-  std::unique_ptr<render::Renderer> renderer;
-  render::RendererOptions ro;
-  ro.shader_dir = render::find_shader_dir(executable_dir());
-  if (render::Result r = render::Renderer::create(ro, &renderer); !r.ok()) ui.error = r.error;
+  std::unique_ptr<render::Renderer> renderer = make_renderer(ui);
 
   // Scripted runs (--frames, --measure) park the pointer on the toolbar's empty end, so
   // a window shot shows no hover tooltip wherever the display put the pointer.
@@ -164,112 +307,29 @@ int run_gui(const GuiOptions& o) {
   Measurement measure;
   measure.target = o.measure_steps;
   std::vector<Event> pending;
-  double last_time = glfwGetTime(), last_draw = -1.0;
-  double last_mx = 0, last_my = 0;
-  bool dragging_view = false;  // a drag that started in the 3D view (keeps going over panels)
-  int settle = 3;              // frames still to draw after the last change
-  int frame = 0;
-  double frame_ms = 20.0;  // recent cost of one frame's work (moving average)
-  const double cores = std::max(1u, std::thread::hardware_concurrency());
+  ls.last_time = glfwGetTime();
+  ls.cores = std::max(1u, std::thread::hardware_concurrency());
   while (!glfwWindowShouldClose(win)) {
-    // ---- wait until a frame is due: something changed, and the cap allows it ----
-    // The events wait in the controller's queue until the frame takes them, where only the
-    // newest step keeps its attention rows (controller.h, "Queued steps").
-    ControllerState cs;
-    bool events = false;
-    for (;;) {
-      glfwPollEvents();
-      if (ctl) {
-        events = ctl->has_events();
-        cs = ctl->state();
-      }
-      if (input_events > 0) {
-        input_events = 0;
-        settle = 3;
-      }
-      FramePace pace;
-      pace.changed =
-          settle > 0 || events || o.quit_after > 0 || glfwWindowShouldClose(win);
-      pace.animating = view.animating();
-      // A focused text field's cursor blinks and timed notices expire.
-      pace.slow = io.WantTextInput || std::any_of(ui.notices.begin(), ui.notices.end(),
-                                                  [](const Notice& n) { return n.seconds > 0; });
-      pace.engine_busy = cs.busy || (cs.playing && cs.speed <= kSpeedMax);
-      pace.since_draw = glfwGetTime() - last_draw;
-      pace.frame_ms = frame_ms;
-      pace.cores = cores;
-      const double wait = frame_wait(pace);
-      if (wait <= 0) break;
-      glfwWaitEventsTimeout(wait);  // input wakes it early
-    }
+    const ControllerState cs = wait_for_frame(win, o, ctl.get(), ui, view, ls);
     if (glfwWindowShouldClose(win)) break;
     if (ctl)
       for (Event& e : ctl->poll()) pending.push_back(std::move(e));
     const auto work_start = std::chrono::steady_clock::now();
-    settle = std::max(settle - 1, 0);
+    ls.settle = std::max(ls.settle - 1, 0);
 
     ImGui_ImplOpenGL3_NewFrame();
     ImGui_ImplGlfw_NewFrame();
     ImGui::NewFrame();
-    double now = glfwGetTime();
-    float dt = float(now - last_time);
-    last_time = now;
-    last_draw = now;
-    for (Event& e : pending) {
-      if (ctl) apply_event(ui, *ctl, tl, e, now);
-      if (e.kind == Event::Kind::Step) {
-        if (measure.target > 0 && e.trace && e.trace->step >= 2 && !measure.done()) {
-          if (measure.t0 < 0) {
-            measure.t0 = now;
-            measure.rss_first = process_resident_bytes();
-          }
-          measure.engine_ms.push_back(e.trace->ms);
-          measure.t1 = now;
-        }
-      }
-    }
-    pending.clear();
+    const double now = glfwGetTime();
+    const float dt = float(now - ls.last_time);
+    ls.last_time = now;
+    ls.last_draw = now;
+    take_events(ui, ctl.get(), tl, pending, now, measure);
     sync_frame(ui, tl, now);
 
     draw_frame_ui(ui, ctl.get(), cs, tl, ShownRange{view.shown_first(), view.shown_last()});
-
-    // Pointer to the camera only over the view and when ImGui does not want it.
-    double mx, my;
-    glfwGetCursorPos(win, &mx, &my);
-    ViewInput in;
-    in.mouse_x = float(mx);
-    in.mouse_y = float(my);
-    in.dx = float(mx - last_mx);
-    in.dy = float(my - last_my);
-    in.hover = !io.WantCaptureMouse && ui.splitter_drag == 0 &&
-               ui.layout.view.contains(in.mouse_x, in.mouse_y);
-    bool left = glfwGetMouseButton(win, GLFW_MOUSE_BUTTON_LEFT) == GLFW_PRESS;
-    bool other = glfwGetMouseButton(win, GLFW_MOUSE_BUTTON_RIGHT) == GLFW_PRESS ||
-                 glfwGetMouseButton(win, GLFW_MOUSE_BUTTON_MIDDLE) == GLFW_PRESS;
-    if (!left && !other)
-      dragging_view = false;
-    else if (in.hover &&
-             (ImGui::IsMouseClicked(0) || ImGui::IsMouseClicked(1) || ImGui::IsMouseClicked(2)))
-      dragging_view = true;
-    in.orbit = dragging_view && left;
-    in.pan = dragging_view && other && !left;
-    in.wheel = in.hover ? io.MouseWheel : 0.0f;
-    last_mx = mx;
-    last_my = my;
-
-    ViewFrame vf;
-    vf.timeline = &tl;
-    vf.view = scene_options(ui);
-    vf.view.hovered_pos = ui.panel_hovered_pos >= 0 ? ui.panel_hovered_pos : ui.hovered_pos;
-    vf.clock = AnimClock{now - ui.last_step_time, cs.busy, now};
-    vf.preset = ui.preset;
-    vf.preset_changed = ui.preset_changed;
-    vf.rect = ui.layout.view;
-    vf.dt = dt;
-    vf.look_at_pos = ui.look_at_pos;
-    ui.preset_changed = false;
-    ui.look_at_pos = -1;
-    view.update(vf, in);
+    const ViewInput in = read_pointer(win, ui, ls);
+    view.update(view_frame(ui, tl, cs, now, dt), in);
     ui.hovered_pos = view.hovered_token();
     if (ui.hovered_pos >= 0) panel_inspector(ui, tl);
 
@@ -280,31 +340,17 @@ int run_gui(const GuiOptions& o) {
     render::clear_framebuffer(fbw, fbh, 0.06f, 0.065f, 0.08f);
     if (renderer && fbw > 0 && fbh > 0) view.draw(*renderer, fbw, fbh, fb_scale);
     ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
-    if (ui.export_png && renderer) {
-      ui.export_png = false;
-      render::Viewport vp = to_viewport(ui.layout.view, fb_scale);
-      auto path = export_view_png(*renderer, view.scene(), vp.width, vp.height, ".");
-      if (path.ok())
-        add_notice(ui, "Saved the view as " + path.value(), 8.0);
-      else
-        ui.error = "Could not export the view: " + path.error().message;
-    }
-    ++frame;
-    bool last_frame = (o.quit_after > 0 && frame >= o.quit_after) || measure.done() ||
+    if (ui.export_png && renderer) export_view(ui, *renderer, view, fb_scale);
+    ++ls.frame;
+    bool last_frame = (o.quit_after > 0 && ls.frame >= o.quit_after) || measure.done() ||
                       (measure.target > 0 && tl.finished() && tl.last());
-    if (last_frame && !o.window_shot.empty()) {
-      std::vector<uint8_t> rgba;
-      render::Result r = render::read_window_rgba(fbw, fbh, &rgba);
-      for (size_t i = 3; i < rgba.size(); i += 4) rgba[i] = 255;  // opaque, as on screen
-      if (r.ok()) r = render::write_png(o.window_shot, fbw, fbh, rgba);
-      if (!r.ok()) std::fprintf(stderr, "kvscope: %s\n", r.error.c_str());
-    }
+    if (last_frame && !o.window_shot.empty()) save_window_shot(o.window_shot, fbw, fbh);
     glfwSwapBuffers(win);
     const double work_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - work_start)
             .count();
-    frame_ms += 0.2 * (work_ms - frame_ms);
-    ui.frame_work_ms = frame_ms;
+    ls.frame_ms += 0.2 * (work_ms - ls.frame_ms);
+    ui.frame_work_ms = ls.frame_ms;
     if (measure.t0 >= 0 && !measure.done()) {
       ++measure.frames;
       measure.frame_work_ms += work_ms;

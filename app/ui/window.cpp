@@ -41,9 +41,9 @@ Expected<std::unique_ptr<GlWindow>> GlWindow::create(const WindowOptions& opts) 
                         "); update the graphics driver or try LIBGL_ALWAYS_SOFTWARE=1");
     glfwMakeContextCurrent(w);
     glfwSwapInterval(opts.vsync ? 1 : 0);
-    if (render::Result r = render::load_gl(glfwGetProcAddress); !r.ok()) {
+    if (Status st = render::load_gl(glfwGetProcAddress); !st.ok()) {
       glfwDestroyWindow(w);
-      return make_error(r.error);
+      return st.error();
     }
     return w;
   };
@@ -84,8 +84,9 @@ float GlWindow::content_scale() const {
 
 Expected<std::unique_ptr<OffscreenContext>> OffscreenContext::create() {
   std::unique_ptr<OffscreenContext> c(new OffscreenContext());
-  render::Result egl = render::HeadlessGl::create(&c->headless_);
+  auto egl = render::HeadlessGl::create();
   if (egl.ok()) {
+    c->headless_ = std::move(egl).value();
     c->desc_ = c->headless_->description();
     return c;
   }
@@ -96,7 +97,8 @@ Expected<std::unique_ptr<OffscreenContext>> OffscreenContext::create() {
   wo.height = 64;
   auto w = GlWindow::create(wo);
   if (!w.ok())
-    return make_error("no OpenGL for offscreen drawing: ", egl.error, "; and ", w.error().message);
+    return make_error("no OpenGL for offscreen drawing: ", egl.error().message, "; and ",
+                      w.error().message);
   c->window_ = std::move(w.value());
   c->desc_ = "hidden window: " + c->window_->gl_description();
   return c;

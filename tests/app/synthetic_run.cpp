@@ -5,7 +5,7 @@
 #include <cmath>
 #include <memory>
 
-namespace kvscope_test {
+namespace kvscope::test {
 
 using namespace kvscope;
 using namespace kvscope::app;
@@ -81,4 +81,4 @@ Timeline synthetic_run(const SyntheticRun& spec) {
   return tl;
 }
 
-}  // namespace kvscope_test
+}  // namespace kvscope::test

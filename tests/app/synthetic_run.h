@@ -12,7 +12,7 @@
 
 #include "app/core/timeline.h"
 
-namespace kvscope_test {
+namespace kvscope::test {
 
 struct SyntheticRun {
   int n_tokens = 40;  // tokens in the sequence after the last step
@@ -27,4 +27,4 @@ struct SyntheticRun {
 
 kvscope::app::Timeline synthetic_run(const SyntheticRun& spec);
 
-}  // namespace kvscope_test
+}  // namespace kvscope::test

@@ -25,7 +25,7 @@
 
 using namespace kvscope;
 using namespace kvscope::app;
-using kvscope_test::Image;
+using kvscope::test::Image;
 
 namespace {
 
@@ -304,7 +304,7 @@ TEST(AppViewExport, ExportPngSavesTheViewAsShownUnderAFreshName) {
 // tokens, the head after its newest position), the scene a fresh view of that step builds;
 // back to live, the newest step's again.
 TEST(AppViewHistory, ScrubbingRebuildsTheSceneForTheViewedStep) {
-  Timeline tl = kvscope_test::synthetic_run(kvscope_test::SyntheticRun{});
+  Timeline tl = kvscope::test::synthetic_run(kvscope::test::SyntheticRun{});
   ViewFrame f;
   f.timeline = &tl;
   f.rect = UiRect{0, 0, 800, 500};

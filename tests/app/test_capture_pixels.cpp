@@ -14,7 +14,7 @@
 
 using namespace kvscope;
 using namespace kvscope::app;
-using kvscope_test::Image;
+using kvscope::test::Image;
 
 namespace {
 
@@ -83,7 +83,7 @@ TEST_F(CapturePixels, TokenColumnsEqualSeqLen) {
   ASSERT_EQ(int(s.tokens.size()), seq_len);
   // Top faces: prompt tokens have one shade, generated tokens another.
   auto top = [&](int pos) {
-    return kvscope_test::to_screen(s, render::layout::token_position(pos) + glm::vec3(0, 0.4f, 0),
+    return kvscope::test::to_screen(s, render::layout::token_position(pos) + glm::vec3(0, 0.4f, 0),
                                    kW, kH);
   };
   glm::vec2 p0 = top(0), pn = top(seq_len - 1);
@@ -91,7 +91,7 @@ TEST_F(CapturePixels, TokenColumnsEqualSeqLen) {
   auto near = [](glm::vec3 a, glm::vec3 b) {
     return std::max({std::abs(a.r - b.r), std::abs(a.g - b.g), std::abs(a.b - b.b)}) < 0.05f;
   };
-  int runs = kvscope_test::count_runs(img, false, int(p0.y), [&](glm::vec3 c) {
+  int runs = kvscope::test::count_runs(img, false, int(p0.y), [&](glm::vec3 c) {
     return near(c, prompt_face) || near(c, gen_face);
   });
   EXPECT_EQ(runs, seq_len);
@@ -120,7 +120,7 @@ TEST_F(CapturePixels, BeamBrightnessFollowsEngineAttention) {
     float mx = *std::max_element(w.begin(), w.end());
     std::vector<float> seen;
     for (const render::Beam& b : s.beams) {
-      glm::vec2 px = kvscope_test::to_screen(s, b.to + glm::vec3(0, 0.08f, 0), kW, kH);
+      glm::vec2 px = kvscope::test::to_screen(s, b.to + glm::vec3(0, 0.08f, 0), kW, kH);
       float best = 0;
       for (int dy = -4; dy <= 4; ++dy)
         for (int dx = -4; dx <= 4; ++dx)

@@ -27,9 +27,9 @@
 
 using namespace kvscope;
 using namespace kvscope::app;
-using kvscope_test::Image;
-using kvscope_test::synthetic_run;
-using kvscope_test::SyntheticRun;
+using kvscope::test::Image;
+using kvscope::test::synthetic_run;
+using kvscope::test::SyntheticRun;
 
 namespace {
 
@@ -86,7 +86,7 @@ float luma(glm::vec3 c) {
 
 // Mean colour of the 3x3 pixels around where `world` projects.
 glm::vec3 sample(const Image& img, const render::Scene& s, glm::vec3 world) {
-  glm::vec2 p = kvscope_test::to_screen(s, world, img.width, img.height);
+  glm::vec2 p = kvscope::test::to_screen(s, world, img.width, img.height);
   glm::vec3 sum(0.0f);
   int n = 0;
   for (int dy = -1; dy <= 1; ++dy)
@@ -203,7 +203,7 @@ TEST(KvScenePixels, EvictedBlocksAreGoneFromTheImageGlobalOnesAreThere) {
     s.grid.visible = false;
     const float mid_y = layout::kv_block_position(0, 3).y;
     s.camera = front_camera(26.0f, mid_y, 9.0f);
-    Image img = kvscope_test::render_image(*r, s, W, H);
+    Image img = kvscope::test::render_image(*r, s, W, H);
     for (int l = 0; l < 6; ++l) {
       glm::vec3 old_c = sample(img, s, layout::kv_block_position(old_pos, l));
       glm::vec3 held_c = sample(img, s, layout::kv_block_position(start + 1, l));
@@ -287,7 +287,7 @@ TEST(KvScenePixels, TheLitKvHeadIsBrighterThanTheOthers) {
     s.grid.visible = false;
     const int pos = 10;
     s.camera = front_camera(float(pos), layout::kv_block_position(0, 1).y, 2.5f);
-    Image img = kvscope_test::render_image(*r, s, 480, 360);
+    Image img = kvscope::test::render_image(*r, s, 480, 360);
     float b[3];
     for (int g = 0; g < 3; ++g)
       b[g] = luma(sample(img, s, layout::kv_head_position(pos, 1, g, 3) + glm::vec3(0, 0, 0.3f)));
@@ -330,10 +330,10 @@ TEST(KvScenePixels, AHatchedBlockShowsStripesAPlainOneDoesNot) {
     s.grid.visible = false;
     const glm::vec3 c = layout::kv_block_position(10, 5);  // the global layer
     s.camera = front_camera(c.x, c.y, 1.2f);
-    Image img = kvscope_test::render_image(*r, s, 480, 360);
+    Image img = kvscope::test::render_image(*r, s, 480, 360);
     // Along the middle row of the block's front face, inside its edges.
-    glm::vec2 a = kvscope_test::to_screen(s, c + glm::vec3(-0.24f, 0, 0.3f), 480, 360);
-    glm::vec2 b = kvscope_test::to_screen(s, c + glm::vec3(0.24f, 0, 0.3f), 480, 360);
+    glm::vec2 a = kvscope::test::to_screen(s, c + glm::vec3(-0.24f, 0, 0.3f), 480, 360);
+    glm::vec2 b = kvscope::test::to_screen(s, c + glm::vec3(0.24f, 0, 0.3f), 480, 360);
     const int y = int(a.y);
     float lo = 1e9f, hi = -1e9f;
     for (int x = int(a.x); x <= int(b.x); ++x) {

@@ -5,7 +5,7 @@
 
 #include <cstdlib>
 
-namespace kvscope_test {
+namespace kvscope::test {
 namespace {
 std::string g_glfw_error;
 void on_glfw_error(int code, const char* msg) {
@@ -15,11 +15,14 @@ void on_glfw_error(int code, const char* msg) {
 
 std::unique_ptr<GlTestContext> GlTestContext::create(std::string* why) {
   std::unique_ptr<GlTestContext> headless(new GlTestContext());
-  render::Result egl = render::HeadlessGl::create(&headless->headless_);
-  if (egl.ok()) return headless;
+  auto egl = render::HeadlessGl::create();
+  if (egl.ok()) {
+    headless->headless_ = std::move(egl).value();
+    return headless;
+  }
   glfwSetErrorCallback(on_glfw_error);
   if (!glfwInit()) {
-    *why = egl.error + "; glfwInit failed (" + g_glfw_error +
+    *why = egl.error().message + "; glfwInit failed (" + g_glfw_error +
            "); DISPLAY=" + (std::getenv("DISPLAY") ? std::getenv("DISPLAY") : "(unset)");
     return nullptr;
   }
@@ -35,8 +38,8 @@ std::unique_ptr<GlTestContext> GlTestContext::create(std::string* why) {
     return nullptr;
   }
   glfwMakeContextCurrent(w);
-  if (render::Result r = render::load_gl(glfwGetProcAddress); !r.ok()) {
-    *why = r.error;
+  if (Status st = render::load_gl(glfwGetProcAddress); !st.ok()) {
+    *why = st.message();
     glfwDestroyWindow(w);
     glfwTerminate();
     return nullptr;
@@ -55,10 +58,9 @@ GlTestContext::~GlTestContext() {
 std::unique_ptr<render::Renderer> GlTestContext::make_renderer() {
   render::RendererOptions opts;
   opts.shader_dir = render::find_shader_dir("");
-  std::unique_ptr<render::Renderer> r;
-  render::Result res = render::Renderer::create(opts, &r);
-  EXPECT_TRUE(res.ok()) << res.error;
-  return r;
+  auto r = render::Renderer::create(opts);
+  EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().message);
+  return r.ok() ? std::move(r).value() : nullptr;
 }
 
-}  // namespace kvscope_test
+}  // namespace kvscope::test

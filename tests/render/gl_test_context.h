@@ -13,7 +13,7 @@
 #include "render/headless_gl.h"
 #include "render/renderer.h"
 
-namespace kvscope_test {
+namespace kvscope::test {
 
 class GlTestContext {
  public:
@@ -29,9 +29,9 @@ class GlTestContext {
   void* window_ = nullptr;
 };
 
-}  // namespace kvscope_test
+}  // namespace kvscope::test
 
 #define GL_TEST_CONTEXT_OR_SKIP(ctx)                                  \
   std::string gl_skip_reason_;                                        \
-  auto ctx = ::kvscope_test::GlTestContext::create(&gl_skip_reason_); \
+  auto ctx = ::kvscope::test::GlTestContext::create(&gl_skip_reason_); \
   if (!ctx) GTEST_SKIP() << "no OpenGL display: " << gl_skip_reason_

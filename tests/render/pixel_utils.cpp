@@ -9,7 +9,7 @@
 #include "render/offscreen.h"
 #include "render/synthetic_scene.h"
 
-namespace kvscope_test {
+namespace kvscope::test {
 
 void frame_scene(render::Scene* scene, render::CameraPreset preset, int width, int height) {
   render::Camera cam;
@@ -21,15 +21,15 @@ void frame_scene(render::Scene* scene, render::CameraPreset preset, int width, i
 }
 
 Image render_image(render::Renderer& r, const render::Scene& scene, int width, int height) {
-  render::OffscreenTarget target;
-  render::Result res = render::OffscreenTarget::create(width, height, 4, &target);
-  EXPECT_TRUE(res.ok()) << res.error;
+  auto target = render::OffscreenTarget::create(width, height, 4);
+  EXPECT_TRUE(target.ok()) << (target.ok() ? "" : target.error().message);
   Image img;
-  if (!res.ok()) return img;
-  target.bind();
+  if (!target.ok()) return img;
+  target->bind();
   r.draw(scene, width, height);
-  res = target.read_rgba(&img.rgba);
-  EXPECT_TRUE(res.ok()) << res.error;
+  auto rgba = target->read_rgba();
+  EXPECT_TRUE(rgba.ok()) << (rgba.ok() ? "" : rgba.error().message);
+  if (rgba.ok()) img.rgba = std::move(rgba).value();
   render::OffscreenTarget::bind_default();
   img.width = width;
   img.height = height;
@@ -48,4 +48,4 @@ glm::vec2 to_screen(const render::Scene& s, glm::vec3 world, int width, int heig
   return p.value_or(glm::vec2(-1.0f));
 }
 
-}  // namespace kvscope_test
+}  // namespace kvscope::test

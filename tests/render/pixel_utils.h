@@ -11,7 +11,7 @@
 #include "render/renderer.h"
 #include "render/scene.h"
 
-namespace kvscope_test {
+namespace kvscope::test {
 
 struct Image {
   int width = 0, height = 0;
@@ -43,4 +43,4 @@ int count_runs(const Image& img, bool vertical, int fixed, Pred pred) {
 }
 glm::vec2 to_screen(const render::Scene& s, glm::vec3 world, int width, int height);
 
-}  // namespace kvscope_test
+}  // namespace kvscope::test

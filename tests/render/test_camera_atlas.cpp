@@ -11,6 +11,7 @@
 #include "render/layout.h"
 #include "render/synthetic_scene.h"
 
+namespace render = kvscope::render;
 using render::Camera;
 using render::CameraPreset;
 
@@ -212,9 +213,9 @@ TEST(Camera, PresetTransitionsMoveInSmallStepsEveryFrame) {
 TEST(GlyphAtlas, BakesDejaVuAndLaysOutText) {
   std::string font = render::GlyphAtlas::find_default_font();
   if (font.empty()) GTEST_SKIP() << "DejaVu Sans not installed";
-  render::GlyphAtlas atlas;
-  render::Result r = render::GlyphAtlas::bake(font, 40, 1024, &atlas);
-  ASSERT_TRUE(r.ok()) << r.error;
+  auto baked = render::GlyphAtlas::bake(font, 40, 1024);
+  ASSERT_TRUE(baked.ok()) << baked.error().message;
+  const render::GlyphAtlas& atlas = *baked;
   EXPECT_GT(atlas.glyph_count(), 500u);
   std::vector<render::GlyphQuad> q;
   float w_short = atlas.layout("ab", &q);
@@ -227,5 +228,5 @@ TEST(GlyphAtlas, BakesDejaVuAndLaysOutText) {
   q.clear();
   atlas.layout("\xC3", &q);  // truncated UTF-8 does not crash and draws a replacement
   EXPECT_EQ(q.size(), 1u);
-  EXPECT_FALSE(render::GlyphAtlas::bake("/nonexistent.ttf", 40, 1024, &atlas).ok());
+  EXPECT_FALSE(render::GlyphAtlas::bake("/nonexistent.ttf", 40, 1024).ok());
 }

@@ -17,7 +17,9 @@
 #include "render/offscreen.h"
 #include "render/synthetic_scene.h"
 
-using namespace kvscope_test;
+namespace render = kvscope::render;
+using namespace kvscope;
+using namespace kvscope::test;
 using render::CameraPreset;
 
 namespace {
@@ -233,8 +235,8 @@ TEST(RenderPixels, WritesPng) {
   frame_scene(&s, CameraPreset::ThreeQuarter, 320, 180);
   Image img = render_image(*r, s, 320, 180);
   auto path = std::filesystem::temp_directory_path() / "kvscope_render_test.png";
-  render::Result res = render::write_png(path.string(), img.width, img.height, img.rgba);
-  ASSERT_TRUE(res.ok()) << res.error;
+  Status res = render::write_png(path.string(), img.width, img.height, img.rgba);
+  ASSERT_TRUE(res.ok()) << res.message();
   std::ifstream f(path, std::ios::binary);
   char sig[8] = {};
   f.read(sig, 8);
@@ -256,12 +258,11 @@ TEST(RenderPixels, BrokenShaderFolderIsAClearError) {
   }
   render::RendererOptions opts;
   opts.shader_dir = dir.string();
-  std::unique_ptr<render::Renderer> r;
-  render::Result res = render::Renderer::create(opts, &r);
-  EXPECT_FALSE(res.ok());
-  EXPECT_FALSE(r);
-  EXPECT_NE(res.error.find("fragment"), std::string::npos) << res.error;
-  EXPECT_NE(res.error.find("block.frag"), std::string::npos) << res.error;
+  auto r = render::Renderer::create(opts);
+  ASSERT_FALSE(r.ok());
+  const std::string& why = r.error().message;
+  EXPECT_NE(why.find("fragment"), std::string::npos) << why;
+  EXPECT_NE(why.find("block.frag"), std::string::npos) << why;
   std::filesystem::remove_all(dir);
 }
 
