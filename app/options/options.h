@@ -17,6 +17,8 @@
 // infinity and values beyond float's range are rejected whatever else the option checks;
 // and one to every unsigned option: "-1" is rejected instead of wrapping around. Options
 // added later get both for free.
+// `kvscope [COMMAND] --list-options` (alone, not shown in the help) prints the command's
+// options, one name a line, and returns 0: the CLI test checks it covers each of them.
 // Use cli::Range / cli::AtLeast for bounds, not CLI::Range / CLI::NonNegativeNumber: those
 // print their bounds as doubles ("1.79769e+308" or 300 digits); ours print "0..4096" for
 // integer bounds and "[0, 1]" for real ones, and reject NaN.
@@ -29,6 +31,7 @@
 #include <CLI/CLI.hpp>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace kvscope::cli {
 
@@ -45,9 +48,18 @@ CLI::Validator Range(double lo, double hi);
 // The value is at least lo (an integer option's upper end is its type's limit).
 CLI::Validator AtLeast(long long lo);
 
-// Upper bound of every --threads option; values above the hardware's threads are accepted
-// and clamped with a notice (make_backend).
-inline constexpr int kMaxThreadsOption = 65536;
+// The value is one of `words` (e.g. "max") or a number in [lo, hi]: a whole number for
+// the integer form, any finite number for the real one. Unlike Range, a value that is
+// neither is refused here ("xyz is not mean, max or a number in 0..4095"), as such an
+// option is a string.
+CLI::Validator WordsOrRange(const std::vector<std::string>& words, long long lo, long long hi);
+CLI::Validator WordsOrRange(const std::vector<std::string>& words, double lo, double hi);
+
+// An image size WxH (e.g. 1280x720), both sides in kImageSideMin..kImageSideMax, nothing
+// after it: the app's --size and bench-render's --size.
+inline constexpr int kImageSideMin = 16, kImageSideMax = 8192;
+bool parse_size(const std::string& text, int* width, int* height);
+CLI::Validator SizeWxH();
 
 // Prints "kvscope: <message>" as one line on stderr (message escaped with printable_name)
 // and returns 1, the exit status for bad input.
