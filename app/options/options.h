@@ -6,9 +6,15 @@
 // and parsing with parse_options():
 //
 //   CLI::App app{"What the command does.", "kvscope mycommand"};
-//   app.add_option("--threads", threads, "CPU threads (0 = all)")->check(cli::Range(0, 4096));
-//   app.add_option("--temp", temp, "Temperature")->check(cli::Range(0.0, 100.0));
+//   cli::EngineOptions engine;
+//   cli::add_engine_options(app, engine);  // --model, --backend, --threads
+//   app.add_option("--rounds", rounds, "Repeats")->check(cli::Range(1, 100));
 //   if (int rc = cli::parse_options(app, argc, argv); rc >= 0) return rc;
+//
+// An option that another command has already comes from its group (engine_options.h,
+// kv_options.h, prompt_options.h, sampler_options.h, capture_options.h), never a second
+// add_option: each option's bound and help are written once, and tests/cli/all_options.sh
+// checks that a shared option gives the same message in every command.
 //
 // parse_options() prints the help to stdout and returns 0 for --help; turns every CLI11
 // error (unknown option, missing value, conversion, validation, exclusions, ...) into one
