@@ -27,6 +27,7 @@
 #include "engine/bootstrap/bootstrap.h"
 #include "app/options/options.h"
 #include "app/cli/commands.h"
+#include "app/options/engine_options.h"
 #include "app/options/kv_options.h"
 #include "app/cli/json_writer.h"
 #include "engine/cpu/thread_pool.h"
@@ -216,25 +217,18 @@ void print_text(const std::string& model, const std::string& cpu, const std::vec
 
 int run_bench(int argc, char** argv) {
   CLI::App app{"Measure prefill, decode and NO CACHE step speed.", "kvscope bench"};
-  std::string model_path, backend_name = "auto";
+  EngineOptions engine;  // --threads is a list here
+  add_engine_options(app, engine, /*threads=*/false);
   KvTypeOptions kv;
   std::vector<int> threads;
   bool json = false;
-  app.add_option("--threads", threads,
-                 "CPU thread counts, comma-separated (default: all hardware threads, then 1)")
-      ->delimiter(',')
-      ->check(Range(1, kMaxThreadsOption));
-  app.add_option("--model", model_path,
-                 "Built-in model name (smollm2-135m, the default; gemma3-270m) or GGUF file path");
-  app.add_option("--backend", backend_name, "auto, cuda or cpu")
-      ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
+  add_thread_list_option(app, threads);
   add_kv_type_options(app, kv);
   app.add_flag("--json", json, "Print one JSON object");
   if (int rc = parse_options(app, argc, argv); rc >= 0) return rc;
   KvTypes kv_types;
   if (Status st = parse_kv_type_options(kv, &kv_types); !st.ok()) return cli::fail(st.message());
-  if (model_path.empty()) model_path = default_model_path();
-  auto model = load_model(model_path);
+  auto model = load_model(engine.model.empty() ? default_model_path() : engine.model);
   if (!model.ok()) return fail(model.error().message);
   const Model& m = **model;
   auto fail = [](const Error& e) { return cli::fail(e.message); };
@@ -243,6 +237,8 @@ int run_bench(int argc, char** argv) {
     threads.push_back(hw);
     if (hw > 1) threads.push_back(1);
   }
+  for (int& n : threads)
+    if (n == 0) n = hw;  // 0 = all, as every --threads says
 
   std::vector<int32_t> tokens;
   while (tokens.size() < size_t(kDepths[2] + kDecode)) {
@@ -257,7 +253,7 @@ int run_bench(int argc, char** argv) {
   std::vector<BenchRun> runs;
   for (int n : threads) {
     std::string note;
-    auto be = make_backend(backend_name, m, n, &note);
+    auto be = make_backend(engine.backend, m, n, &note);
     if (!be.ok()) return fail(be.error());
     if (!note.empty()) notice(note);  // e.g. more threads than the hardware: clamped
     auto run = measure(**be, m, tokens, kv_types);

@@ -11,7 +11,9 @@
 #include "engine/bootstrap/bootstrap.h"
 #include "app/options/options.h"
 #include "app/cli/commands.h"
+#include "app/options/engine_options.h"
 #include "app/options/kv_options.h"
+#include "app/options/sampler_options.h"
 #include "app/options/prompt_options.h"
 #include "app/cli/json_writer.h"
 #include "engine/compare.h"
@@ -51,23 +53,13 @@ int run_compare(int argc, char** argv) {
   KvOptions cand_kv, ref_kv;
   add_kv_options(app, cand_kv);
   add_kv_options(app, ref_kv, "ref-");
-  std::string model_path, backend_name = "auto";
-  int max_tokens = 64, threads = 0, top_k = 0;
-  float temp = 0.0f, top_p = 1.0f;
-  uint64_t seed = 0;
+  int max_tokens = 64;
   bool json = false;
-  app.add_option("--max-tokens", max_tokens, "Steps to compare")->check(Range(1, 1 << 20));
-  app.add_option("--temp", temp, "Candidate's temperature (0 = greedy)")
-      ->check(Range(0.0, 100.0));
-  app.add_option("--top-k", top_k, "Candidate's top-k (0 = off)")->check(AtLeast(0));
-  app.add_option("--top-p", top_p, "Candidate's nucleus mass (1 = off)")
-      ->check(Range(0.0, 1.0));
-  app.add_option("--seed", seed, "Sampling seed");
-  app.add_option("--threads", threads, "CPU threads per session (0 = all)")
-      ->check(Range(0, kMaxThreadsOption));
-  app.add_option("--model", model_path, "A GGUF model file (default: SmolLM2-135M-Instruct)");
-  app.add_option("--backend", backend_name, "auto, cuda or cpu")
-      ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
+  add_max_tokens_option(app, max_tokens, "Steps to compare");
+  SamplerOptions sampler;  // the candidate's; the reference is teacher-forced
+  add_sampler_options(app, sampler);
+  EngineOptions engine;  // both sessions: the same backend and threads
+  add_engine_options(app, engine);
   app.add_flag("--json", json, "One JSON object per step, then a summary object");
   if (int rc = parse_options(app, argc, argv); rc >= 0) return rc;
 
@@ -81,24 +73,18 @@ int run_compare(int argc, char** argv) {
   ref_cfg.max_tokens = max_tokens;
   ref_cfg.stop_at_eos = false;
 
-  if (model_path.empty()) model_path = default_model_path();
-  auto model = load_model(model_path);
+  auto model = load_model(engine.model.empty() ? default_model_path() : engine.model);
   if (!model.ok()) return fail(model.error().message);
   std::string notice;
-  auto cand_be = make_backend(backend_name, **model, threads, &notice);
+  auto cand_be = make_backend(engine.backend, **model, engine.threads, &notice);
   if (!cand_be.ok()) return fail(cand_be.error().message);
-  auto ref_be = make_backend(backend_name, **model, threads, nullptr);
+  auto ref_be = make_backend(engine.backend, **model, engine.threads, nullptr);
   if (!ref_be.ok()) return fail(ref_be.error().message);
   auto cand = Session::create(*model, std::move(cand_be.value()), cand_cfg);
   if (!cand.ok()) return fail(cand.error().message);
   auto ref = Session::create(*model, std::move(ref_be.value()), ref_cfg);
   if (!ref.ok()) return fail("reference: " + ref.error().message);
-  SamplerConfig sc;
-  sc.temperature = temp;
-  sc.top_k = top_k;
-  sc.top_p = top_p;
-  sc.seed = seed;
-  (*cand)->set_sampler(sc);
+  (*cand)->set_sampler(to_sampler_config(sampler));
   auto cmp = Comparison::create(std::move(cand.value()), std::move(ref.value()));
   if (!cmp.ok()) return fail(cmp.error().message);
   Comparison& c = **cmp;

@@ -6,8 +6,10 @@
 #include "engine/bootstrap/bootstrap.h"
 #include "app/options/options.h"
 #include "app/cli/commands.h"
+#include "app/options/engine_options.h"
 #include "app/options/kv_options.h"
 #include "app/options/prompt_options.h"
+#include "app/options/sampler_options.h"
 #include "app/cli/json_writer.h"
 #include "engine/printable.h"
 #include "engine/session.h"
@@ -64,27 +66,19 @@ std::string step_json(const StepTrace& tr) {
 int run_generate(int argc, char** argv) {
   CLI::App app{"Run the model step by step without a window and stream what it writes.",
                "kvscope generate"};
-  std::string mode = "cache", model_path, backend_name = "auto";
+  std::string mode = "cache";
   bool json = false;
-  int max_tokens = 64, threads = 0, top_k = 0;
-  float temp = 0.0f, top_p = 1.0f, min_p = 0.0f;
-  uint64_t seed = 0;
+  int max_tokens = 64;
   std::vector<std::string> stops;
   PromptOptions prompt;
   add_prompt_options(app, prompt);
-  app.add_option("--mode", mode, "KV cache mode")->check(CLI::IsMember({"cache", "nocache"}));
-  app.add_option("--max-tokens", max_tokens, "Tokens to generate")->check(Range(1, 1 << 20));
-  app.add_option("--temp", temp, "Temperature (0 = greedy)")->check(Range(0.0, 100.0));
-  app.add_option("--top-k", top_k, "Keep the k most likely tokens (0 = off)")->check(AtLeast(0));
-  app.add_option("--top-p", top_p, "Nucleus sampling mass (1 = off)")->check(Range(0.0, 1.0));
-  app.add_option("--min-p", min_p, "Drop tokens below min-p x the best (0 = off)")->check(Range(0.0, 1.0));
-  app.add_option("--seed", seed, "Sampling seed");
+  add_mode_option(app, mode);
+  add_max_tokens_option(app, max_tokens, "Tokens to generate");
+  SamplerOptions sampler;
+  add_sampler_options(app, sampler);
   app.add_option("--stop", stops, "Stop when the output contains this text (repeatable)");
-  app.add_option("--threads", threads,
-                 "CPU threads (0 = all; more than the hardware runs are clamped to it)")
-      ->check(Range(0, kMaxThreadsOption));
-  app.add_option("--model", model_path, "Built-in model name (smollm2-135m, the default; gemma3-270m) or GGUF file path");
-  app.add_option("--backend", backend_name, "auto, cuda or cpu")->check(CLI::IsMember({"auto", "cuda", "cpu"}));
+  EngineOptions engine;
+  add_engine_options(app, engine);
   KvOptions kv;
   add_kv_options(app, kv);
   app.add_flag("--json", json, "One JSON object per step, then a summary line");
@@ -96,20 +90,14 @@ int run_generate(int argc, char** argv) {
   SessionConfig cfg;
   if (Status st = apply_kv_options(kv, cfg); !st.ok()) return fail(st.message());
 
-  cfg.mode = mode == "cache" ? CacheMode::Cache : CacheMode::NoCache;
+  cfg.mode = mode_from_option(mode);
   cfg.max_tokens = max_tokens;
   cfg.stop_strings = stops;
   std::string notice;
-  auto session = open_session(model_path, backend_name, threads, cfg, &notice);
+  auto session = open_session(engine.model, engine.backend, engine.threads, cfg, &notice);
   if (!session.ok()) return fail(session.error().message);
   Session& s = **session;
-  SamplerConfig sc;
-  sc.temperature = temp;
-  sc.top_k = top_k;
-  sc.top_p = top_p;
-  sc.min_p = min_p;
-  sc.seed = seed;
-  s.set_sampler(sc);
+  s.set_sampler(to_sampler_config(sampler));
   if (Status st = s.reset(spec); !st.ok()) return fail(st.message());
   // The backend notice (e.g. no usable GPU) once the input is known to be good, so an
   // error stays a single line.

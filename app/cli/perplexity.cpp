@@ -13,6 +13,7 @@
 #include "engine/bootstrap/bootstrap.h"
 #include "app/options/options.h"
 #include "app/cli/commands.h"
+#include "app/options/engine_options.h"
 #include "app/options/kv_options.h"
 #include "app/cli/json_writer.h"
 #include "engine/perplexity.h"
@@ -25,18 +26,17 @@ namespace {
 
 int run_perplexity(int argc, char** argv) {
   CLI::App app{"Perplexity of a text under a KV cache configuration.", "kvscope perplexity"};
-  std::string file, model_path, backend_name = "auto";
+  std::string file;
   KvOptions kv;
   add_kv_options(app, kv);
-  int max_tokens = 0, threads = 0;
+  EngineOptions engine;
+  add_engine_options(app, engine);
+  int max_tokens = 0;
   bool json = false, progress = false;
   app.add_option("--file", file, "The text (e.g. /usr/share/common-licenses/GPL-3)")->required();
+  // Not add_max_tokens_option: here 0 means the whole text, and there is no upper bound.
   app.add_option("--max-tokens", max_tokens, "Use only the first N tokens of the text (0 = all)")
       ->check(AtLeast(0));
-  app.add_option("--threads", threads, "CPU threads (0 = all)")->check(Range(0, kMaxThreadsOption));
-  app.add_option("--model", model_path, "A GGUF model file (default: SmolLM2-135M-Instruct)");
-  app.add_option("--backend", backend_name, "auto, cuda or cpu")
-      ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
   app.add_flag("--json", json, "Print one JSON object");
   app.add_flag("--progress", progress, "Report progress on stderr");
   if (int rc = parse_options(app, argc, argv); rc >= 0) return rc;
@@ -56,8 +56,7 @@ int run_perplexity(int argc, char** argv) {
     return fail("--file: invalid UTF-8 at byte offset " + std::to_string(bad) + " of " + file +
                 " (the text must be UTF-8)");
 
-  if (model_path.empty()) model_path = default_model_path();
-  auto model = load_model(model_path);
+  auto model = load_model(engine.model.empty() ? default_model_path() : engine.model);
   if (!model.ok()) return fail(model.error().message);
   const Tokenizer& tok = (*model)->tokenizer();
   auto ids = tok.encode(text, /*parse_special=*/false);
@@ -67,7 +66,7 @@ int run_perplexity(int argc, char** argv) {
   tokens.insert(tokens.end(), ids->begin(), ids->end());
 
   std::string notice;
-  auto backend = make_backend(backend_name, **model, threads, &notice);
+  auto backend = make_backend(engine.backend, **model, engine.threads, &notice);
   if (!backend.ok()) return fail(backend.error().message);
   auto session = Session::create(*model, std::move(backend.value()), cfg);
   if (!session.ok()) return fail(session.error().message);

@@ -13,7 +13,10 @@
 #include "engine/bootstrap/bootstrap.h"
 #include "app/options/options.h"
 #include "app/cli/commands.h"
+#include "app/options/engine_options.h"
 #include "app/options/kv_options.h"
+#include "app/options/prompt_options.h"
+#include "app/options/sampler_options.h"
 #include "app/core/engine_setup.h"
 #include "app/core/run_driver.h"
 #include "app/core/stats_csv.h"
@@ -42,33 +45,18 @@ int run_record(int argc, char** argv) {
       "Run the model without a window and write the whole run to a run file "
       "(replay it with kvscope --replay FILE).",
       "kvscope record"};
-  std::string out, prompt, prompt_file, mode = "cache", model_path, backend_name = "auto",
-                                        attention = "f16", csv;
-  KvOptions kv;
-  bool chat = false;
-  int max_tokens = 64, threads = 0, top_k = 0;
-  float temp = 0.0f, top_p = 1.0f, min_p = 0.0f;
-  uint64_t seed = 0;
+  std::string out, mode = "cache", attention = "f16", csv;
+  int max_tokens = 64;
   app.add_option("--out", out, "The run file to write")->required();
-  auto* p_opt = app.add_option("--prompt", prompt, "Prompt text");
-  auto* pf_opt = app.add_option("--prompt-file", prompt_file,
-                                "Prompt file (first line #chat or #raw picks the form)");
-  p_opt->excludes(pf_opt);
-  app.add_flag("--chat", chat, "Wrap the prompt as one user turn in the chat template");
-  app.add_option("--mode", mode, "KV cache mode")->check(CLI::IsMember({"cache", "nocache"}));
-  app.add_option("--max-tokens", max_tokens, "Tokens to generate")->check(Range(1, 1 << 20));
-  app.add_option("--temp", temp, "Temperature (0 = greedy)")->check(Range(0.0, 100.0));
-  app.add_option("--top-k", top_k, "Keep the k most likely tokens (0 = off)")
-      ->check(Range(0, 1 << 24));
-  app.add_option("--top-p", top_p, "Nucleus sampling mass (1 = off)")->check(Range(0.0, 1.0));
-  app.add_option("--min-p", min_p, "Drop tokens below min-p x the best (0 = off)")
-      ->check(Range(0.0, 1.0));
-  app.add_option("--seed", seed, "Sampling seed");
-  app.add_option("--threads", threads, "CPU threads (0 = all)")->check(Range(0, kMaxThreadsOption));
-  app.add_option("--model", model_path,
-                 "A built-in model name (smollm2-135m, gemma3-270m) or a GGUF file");
-  app.add_option("--backend", backend_name, "auto, cuda or cpu")
-      ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
+  PromptOptions prompt;
+  add_prompt_options(app, prompt);
+  add_mode_option(app, mode);
+  add_max_tokens_option(app, max_tokens, "Tokens to generate");
+  SamplerOptions sampler;
+  add_sampler_options(app, sampler);
+  EngineOptions engine;
+  add_engine_options(app, engine);
+  KvOptions kv;
   add_kv_options(app, kv);
   app.add_option("--attention", attention,
                  "How the attention rows are stored: f16 (half the size) or f32 (bit-exact)")
@@ -76,32 +64,18 @@ int run_record(int argc, char** argv) {
   app.add_option("--csv", csv, "Also write the per-step numbers as CSV");
   if (int rc = parse_options(app, argc, argv); rc >= 0) return rc;
 
-  PromptSpec spec;
-  if (!prompt_file.empty()) {
-    auto p = app::read_prompt_file(prompt_file);
-    if (!p.ok()) return fail(p.error().message);
-    spec = *p;
-    if (chat) spec.chat = true;
-  } else if (p_opt->count() > 0) {
-    spec.text = prompt;
-    spec.chat = chat;
-  } else {
-    return fail("no prompt: pass --prompt TEXT or --prompt-file FILE");
-  }
+  auto spec_or = prompt_from_options(prompt);
+  if (!spec_or.ok()) return fail(spec_or.error().message);
+  const PromptSpec spec = *spec_or;
   // The KV cache options before the model, as generate checks them.
   SessionConfig cfg;
   if (Status st = apply_kv_options(kv, cfg); !st.ok()) return fail(st.message());
-  cfg.mode = mode == "cache" ? CacheMode::Cache : CacheMode::NoCache;
+  cfg.mode = mode_from_option(mode);
   cfg.max_tokens = max_tokens;
   std::string notice;
-  auto session = open_session(model_path, backend_name, threads, cfg, &notice);
+  auto session = open_session(engine.model, engine.backend, engine.threads, cfg, &notice);
   if (!session.ok()) return fail(session.error().message);
-  SamplerConfig sc;
-  sc.temperature = temp;
-  sc.top_k = top_k;
-  sc.top_p = top_p;
-  sc.min_p = min_p;
-  sc.seed = seed;
+  const SamplerConfig sc = to_sampler_config(sampler);
   session.value()->set_sampler(sc);
   // Check the prompt before creating any file.
   if (Status st = session.value()->reset(spec); !st.ok()) return fail(st.message());

@@ -1,6 +1,8 @@
 // kv_options.cpp — KV cache options of the headless subcommands (see kv_options.h).
 #include "app/options/kv_options.h"
 
+#include "app/options/options.h"
+
 namespace kvscope::cli {
 namespace {
 
@@ -35,16 +37,20 @@ Status parse_kv_type_options(const KvTypeOptions& o, KvTypes* out, const std::st
 void add_kv_options(CLI::App& app, KvOptions& o, const std::string& prefix) {
   add_kv_type_options(app, o, prefix);
   app.add_option("--" + prefix + "ctx", o.ctx,
-                 "Context size in tokens (0 = the model's trained context)");
+                 "Context size in tokens (0 = the model's trained context)")
+      ->check(Range(0, kMaxPositionsOption));
   app.add_option("--" + prefix + "ctx-full", o.ctx_full,
                  "When the context is full: stop, or shift (drop the oldest half after "
                  "--n-keep and re-rotate the rest)");
   app.add_option("--" + prefix + "n-keep", o.n_keep,
-                 "With --ctx-full shift: positions kept at the start");
+                 "With --ctx-full shift: positions kept at the start")
+      ->check(Range(0, kMaxPositionsOption));
   app.add_option("--" + prefix + "kv-window", o.window,
-                 "Keep only the last W positions in every layer (0 = off)");
+                 "Keep only the last W positions in every layer (0 = off)")
+      ->check(Range(0, kMaxPositionsOption));
   app.add_option("--" + prefix + "kv-sink", o.sink,
-                 "With --kv-window: keep the first S positions too (attention sinks)");
+                 "With --kv-window: keep the first S positions too (attention sinks)")
+      ->check(Range(0, kMaxPositionsOption));
   app.add_option("--" + prefix + "kv-keep", o.kv_keep,
                  "What the model's sliding-window layers keep: window (only the positions their "
                  "window sees, the default) or full (every position; the window still masks)");

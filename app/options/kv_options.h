@@ -15,6 +15,11 @@
 
 namespace kvscope::cli {
 
+// Upper bound of every option that counts positions: --ctx, --n-keep, --kv-sink,
+// --kv-window (and their --ref- forms), the app's --highlight and --look-at. The engine
+// checks them against the model's context (Session::create).
+inline constexpr int kMaxPositionsOption = 1 << 24;
+
 // --kv-type, --kv-type-k, --kv-type-v: the element types of cached K and V.
 struct KvTypeOptions {
   std::string kv_type = "f16";  // K and V, unless --kv-type-k / --kv-type-v say otherwise

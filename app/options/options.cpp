@@ -98,6 +98,26 @@ std::string one_line(std::string s) {
   return out;
 }
 
+CLI::Validator words_or_range(const std::vector<std::string>& words, long double lo,
+                              long double hi, const std::string& range, bool integer) {
+  // "mean, max or a whole number in 0..4095"
+  std::string shown;
+  for (const std::string& w : words) shown += (shown.empty() ? "" : ", ") + w;
+  shown += std::string(shown.empty() ? "a " : " or a ") + (integer ? "whole " : "") +
+           "number in " + range;
+  return CLI::Validator(
+      [words, lo, hi, shown, integer](std::string& in) -> std::string {
+        for (const std::string& w : words)
+          if (in == w) return {};
+        long double v;
+        const bool whole = parse_number(in, &v) && (!integer || in.find_first_of(".eExXpP") ==
+                                                                     std::string::npos);
+        if (!whole || !std::isfinite(v) || v < lo || v > hi) return in + " is not " + shown;
+        return {};
+      },
+      shown, "WORD|NUMBER");
+}
+
 }  // namespace
 
 CLI::Validator Range(long long lo, long long hi) {
@@ -121,7 +141,50 @@ CLI::Validator AtLeast(long long lo) {
       ">= " + shown, "ATLEAST");
 }
 
+CLI::Validator WordsOrRange(const std::vector<std::string>& words, long long lo, long long hi) {
+  return words_or_range(words, lo, hi, std::to_string(lo) + ".." + std::to_string(hi), true);
+}
+CLI::Validator WordsOrRange(const std::vector<std::string>& words, double lo, double hi) {
+  return words_or_range(words, lo, hi, "[" + real_text(lo) + ", " + real_text(hi) + "]", false);
+}
+
+bool parse_size(const std::string& text, int* width, int* height) {
+  // Digits, 'x', digits: no sign, space or trailing text.
+  const size_t x = text.find('x');
+  auto side = [](const std::string& d, int* out) {
+    if (d.empty() || d.size() > 5 || d.find_first_not_of("0123456789") != std::string::npos)
+      return false;
+    *out = std::stoi(d);
+    return *out >= kImageSideMin && *out <= kImageSideMax;
+  };
+  int w = 0, h = 0;
+  if (x == std::string::npos || !side(text.substr(0, x), &w) || !side(text.substr(x + 1), &h))
+    return false;
+  *width = w;
+  *height = h;
+  return true;
+}
+
+CLI::Validator SizeWxH() {
+  const std::string shown = "WxH with both in " + std::to_string(kImageSideMin) + ".." +
+                            std::to_string(kImageSideMax);
+  return CLI::Validator(
+      [shown](std::string& in) -> std::string {
+        int w, h;
+        if (parse_size(in, &w, &h)) return {};
+        return "'" + in + "' is not " + shown + " (e.g. 1280x720)";
+      },
+      shown, "SIZE");
+}
+
 int parse_options(CLI::App& app, int argc, char** argv) {
+  if (argc == 2 && std::string_view(argv[1]) == "--list-options") {
+    for (const CLI::Option* opt : app.get_options()) {
+      if (opt == app.get_help_ptr() || opt == app.get_help_all_ptr()) continue;
+      std::printf("%s\n", opt->get_name().c_str());
+    }
+    return 0;
+  }
   add_implicit_checks(app);
   try {
     app.parse(argc, argv);

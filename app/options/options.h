@@ -6,9 +6,15 @@
 // and parsing with parse_options():
 //
 //   CLI::App app{"What the command does.", "kvscope mycommand"};
-//   app.add_option("--threads", threads, "CPU threads (0 = all)")->check(cli::Range(0, 4096));
-//   app.add_option("--temp", temp, "Temperature")->check(cli::Range(0.0, 100.0));
+//   cli::EngineOptions engine;
+//   cli::add_engine_options(app, engine);  // --model, --backend, --threads
+//   app.add_option("--rounds", rounds, "Repeats")->check(cli::Range(1, 100));
 //   if (int rc = cli::parse_options(app, argc, argv); rc >= 0) return rc;
+//
+// An option that another command has already comes from its group (engine_options.h,
+// kv_options.h, prompt_options.h, sampler_options.h, capture_options.h), never a second
+// add_option: each option's bound and help are written once, and tests/cli/all_options.sh
+// checks that a shared option gives the same message in every command.
 //
 // parse_options() prints the help to stdout and returns 0 for --help; turns every CLI11
 // error (unknown option, missing value, conversion, validation, exclusions, ...) into one
@@ -17,6 +23,8 @@
 // infinity and values beyond float's range are rejected whatever else the option checks;
 // and one to every unsigned option: "-1" is rejected instead of wrapping around. Options
 // added later get both for free.
+// `kvscope [COMMAND] --list-options` (alone, not shown in the help) prints the command's
+// options, one name a line, and returns 0: the CLI test checks it covers each of them.
 // Use cli::Range / cli::AtLeast for bounds, not CLI::Range / CLI::NonNegativeNumber: those
 // print their bounds as doubles ("1.79769e+308" or 300 digits); ours print "0..4096" for
 // integer bounds and "[0, 1]" for real ones, and reject NaN.
@@ -29,6 +37,7 @@
 #include <CLI/CLI.hpp>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace kvscope::cli {
 
@@ -45,9 +54,18 @@ CLI::Validator Range(double lo, double hi);
 // The value is at least lo (an integer option's upper end is its type's limit).
 CLI::Validator AtLeast(long long lo);
 
-// Upper bound of every --threads option; values above the hardware's threads are accepted
-// and clamped with a notice (make_backend).
-inline constexpr int kMaxThreadsOption = 65536;
+// The value is one of `words` (e.g. "max") or a number in [lo, hi]: a whole number for
+// the integer form, any finite number for the real one. Unlike Range, a value that is
+// neither is refused here ("xyz is not mean, max or a number in 0..4095"), as such an
+// option is a string.
+CLI::Validator WordsOrRange(const std::vector<std::string>& words, long long lo, long long hi);
+CLI::Validator WordsOrRange(const std::vector<std::string>& words, double lo, double hi);
+
+// An image size WxH (e.g. 1280x720), both sides in kImageSideMin..kImageSideMax, nothing
+// after it: the app's --size and bench-render's --size.
+inline constexpr int kImageSideMin = 16, kImageSideMax = 8192;
+bool parse_size(const std::string& text, int* width, int* height);
+CLI::Validator SizeWxH();
 
 // Prints "kvscope: <message>" as one line on stderr (message escaped with printable_name)
 // and returns 1, the exit status for bad input.

@@ -7,10 +7,11 @@
 
 namespace kvscope::cli {
 
-void add_prompt_options(CLI::App& app, PromptOptions& o) {
-  o.text_opt = app.add_option("--prompt", o.text, "Prompt text");
+void add_prompt_options(CLI::App& app, PromptOptions& o, bool file_only) {
   auto* pf = app.add_option("--prompt-file", o.file,
                             "Prompt file (first line #chat or #raw picks the form)");
+  if (file_only) return;
+  o.text_opt = app.add_option("--prompt", o.text, "Prompt text");
   o.text_opt->excludes(pf);
   app.add_flag("--chat", o.chat, "Wrap the prompt as one user turn in the chat template");
 }

@@ -1,5 +1,5 @@
 // prompt_options.h — the prompt options shared by the subcommands that generate (generate,
-// compare): --prompt TEXT, --prompt-file FILE (a first line "#chat" or "#raw" says how
+// compare, record; the app takes --prompt-file): --prompt TEXT, --prompt-file FILE (a first line "#chat" or "#raw" says how
 // the rest is used) and --chat.
 #pragma once
 
@@ -17,7 +17,9 @@ struct PromptOptions {
   CLI::Option* text_opt = nullptr;
 };
 
-void add_prompt_options(CLI::App& app, PromptOptions& o);
+// Adds --prompt, --prompt-file and --chat; only --prompt-file when `file_only` (the app,
+// whose prompt box takes the rest).
+void add_prompt_options(CLI::App& app, PromptOptions& o, bool file_only = false);
 // The prompt the options name; errors: no prompt, an unreadable file, an empty prompt.
 Expected<PromptSpec> prompt_from_options(const PromptOptions& o);
 // Reads a prompt file (see above).

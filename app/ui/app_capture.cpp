@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <string>
 
+#include "app/options/capture_options.h"
 #include "app/options/options.h"
 #include "app/ui/app_frame.h"
 #include "app/core/controller.h"
@@ -133,7 +135,9 @@ int run_screenshot(const CaptureOptions& opts, bool panels) {
   auto fail = [](const std::string& msg) { return cli::fail(msg); };
   if (opts.out_path.empty())
     return fail("--screenshot needs an output path, e.g. --screenshot out.png");
-  if (opts.steps < 1 || opts.steps > 100000) return fail("--steps must be in [1, 100000]");
+  if (opts.steps < 1 || opts.steps > cli::kMaxCaptureSteps)  // checked by the parser too
+    return fail("--steps: " + std::to_string(opts.steps) + " is outside 1.." +
+                std::to_string(cli::kMaxCaptureSteps));
   PromptSpec prompt;
   if (!opts.prompt_file.empty()) {
     auto p = read_prompt_file(opts.prompt_file);

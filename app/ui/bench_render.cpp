@@ -12,6 +12,7 @@
 #include <string>
 
 #include "app/ui/app_main.h"
+#include "app/options/capture_options.h"
 #include "app/options/options.h"
 #include "app/ui/window.h"
 #include "render/camera.h"
@@ -26,21 +27,18 @@ namespace kvscope::app {
 
 int run_bench_render(int argc, char** argv) {
   int frames = 20, width = 1280, height = 720, layers = 30, samples = 4;
-  std::string size = "1280x720";
+  std::string size = "1280x720";  // the default WxH
   CLI::App app{"Frame time and draw calls of synthetic scenes rendered offscreen.",
                "kvscope bench-render"};
-  app.add_option("--frames", frames, "Frames per case")->check(cli::Range(1, 1000000));
+  cli::add_frames_option(app, frames, "Frames per case");
   app.add_option("--samples", samples, "Multisample count (0 = off)")->check(cli::Range(0, 64));
   app.add_option("--layers", layers, "Layers per token")->check(cli::Range(1, 256));
-  app.add_option("--size", size, "Image size WxH, both in 16..8192");
+  app.add_option("--size", size, "Image size WxH, e.g. 1280x720")->check(cli::SizeWxH());
   bool passes = false;
   app.add_flag("--passes", passes,
                "Also time each part of the frame (the GPU finishes after each: slower frames)");
   if (int rc = cli::parse_options(app, argc, argv); rc >= 0) return rc;
-  char tail = 0;
-  if (std::sscanf(size.c_str(), "%dx%d%c", &width, &height, &tail) != 2 || width < 16 ||
-      height < 16 || width > 8192 || height > 8192)
-    return cli::fail("--size: '" + size + "' is not WxH with both in 16..8192 (e.g. 1280x720)");
+  cli::parse_size(size, &width, &height);  // checked by SizeWxH
   auto gl = OffscreenContext::create();  // EGL without a display, else a hidden window
   if (!gl.ok()) return cli::fail(gl.error().message);
   render::RendererOptions ro;

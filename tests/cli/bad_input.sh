@@ -81,7 +81,7 @@ check "window wider than the context" "sliding_window 300 is larger than the con
 
 # Bad options: one line, exit 1, readable ranges, NaN and infinity rejected.
 check "negative --threads" "0..65536" generate --prompt hi --model "$tiny" --threads -1
-check "bench: --threads 4,-1" "1..65536" bench --model "$tiny" --threads 4,-1
+check "bench: --threads 4,-1" "0..65536" bench --model "$tiny" --threads 4,-1
 check "bench: --kv-type q5" "unknown cache type 'q5'" bench --model "$tiny" --kv-type q5
 check "bench: --kv-type-v x" "--kv-type-v" bench --model "$tiny" --kv-type-v x
 check "--temp nan" "--temp: nan" generate --prompt hi --model "$tiny" --temp nan
@@ -89,7 +89,7 @@ check "--temp inf" "--temp: inf" generate --prompt hi --model "$tiny" --temp inf
 check "--top-p -nan" "--top-p" generate --prompt hi --model "$tiny" --top-p -nan
 check "--min-p 1e39" "--min-p" generate --prompt hi --model "$tiny" --min-p 1e39
 check "--max-tokens 0" "1..1048576" generate --prompt hi --model "$tiny" --max-tokens 0
-check "--top-k -5" "minimum 0" generate --prompt hi --model "$tiny" --top-k -5
+check "--top-k -5" "0..16777216" generate --prompt hi --model "$tiny" --top-k -5
 check "--seed -1" "negative" generate --prompt hi --model "$tiny" --seed -1
 check "--seed past 64 bits" "64 bits" generate --prompt hi --model "$tiny" --seed 18446744073709551616
 check "unknown option" "--bogus" generate --prompt hi --model "$tiny" --bogus
@@ -105,14 +105,18 @@ if "$kvscope" bench-render --help >/dev/null 2>&1; then  # built with the app
   check "bench-render: --frames 0" "1..1000000" bench-render --frames 0
   check "bench-render: bad --size" "--size" bench-render --size 10x10
   check "app: --steps 0" "--steps" --screenshot "$dir/x.png" --steps 0
-  check "app: --steps with trailing text" "--steps 3x" --screenshot "$dir/x.png" --steps 3x
-  check "app: --layer past 32 bits" "[0, 4095]" --screenshot "$dir/x.png" --layer 99999999999
-  check "app: --layer not a number" "--layer abc" --screenshot "$dir/x.png" --layer abc
-  check "app: --head not a number" "--head xyz" --screenshot "$dir/x.png" --head xyz
+  check "app: --steps with trailing text" "--steps = 3x" --screenshot "$dir/x.png" --steps 3x
+  check "app: --layer past 32 bits" "0..4095" --screenshot "$dir/x.png" --layer 99999999999
+  check "app: --layer not a number" "--layer = abc" --screenshot "$dir/x.png" --layer abc
+  check "app: --head not a number" "--head: xyz is not mean, max or a whole number in 0..4095" --screenshot "$dir/x.png" --head xyz
   check "app: --look-at negative" "--look-at" --screenshot "$dir/x.png" --look-at -4
   check "app: --ctx-full not a policy" "choose stop or shift" --screenshot "$dir/x.png" --ctx-full roll
   check "app: --kv-keep not a policy" "choose window or full" --screenshot "$dir/x.png" --kv-keep some
   check "app: --n-keep negative" "--n-keep" --screenshot "$dir/x.png" --n-keep -2
+  # One WxH parser and one --steps bound for the app and bench-render / the screenshot.
+  check "app: --size with trailing text" "'1280x720junk' is not WxH with both in 16..8192" --screenshot "$dir/x.png" --size 1280x720junk
+  check "bench-render: --size with trailing text" "'1280x720junk' is not WxH with both in 16..8192" bench-render --size 1280x720junk
+  check "app: --steps past the screenshot's bound" "--steps: 100001 is outside 1..100000" --screenshot "$dir/x.png" --steps 100001
 fi
 
 # Good runs on the same tiny model work.
