@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <string>
 
-namespace kvscope_cuda {
+namespace kvscope::cuda {
 
 // ggml type ids as stored in GGUF (kernels do not depend on the engine).
 enum class QType : int {
@@ -155,4 +155,4 @@ cudaError_t rope_kv_write(float* q, float* k, const float* v, int T, int n_head,
 cudaError_t add_rmsnorm(float* x, const float* y, const float* w, int T, int C, float eps,
                         float* out, cudaStream_t s);
 
-}  // namespace kvscope_cuda
+}  // namespace kvscope::cuda

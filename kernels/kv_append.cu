@@ -8,7 +8,7 @@
 #include "kernels/kv_layout.cuh"
 #include "kernels/launch.cuh"
 
-namespace kvscope_cuda {
+namespace kvscope::cuda {
 namespace {
 
 constexpr int kThreads = 256;
@@ -53,4 +53,4 @@ cudaError_t kv_append(KvLayer kv, const float* k, const float* v, int T, int pos
   });
 }
 
-}  // namespace kvscope_cuda
+}  // namespace kvscope::cuda

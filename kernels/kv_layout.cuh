@@ -8,7 +8,7 @@
 #include "kernels/kernels.h"
 #include "kernels/kv_quant.cuh"
 
-namespace kvscope_cuda {
+namespace kvscope::cuda {
 
 // Slot of position p: p itself below the sinks, then a ring over the other slots.
 __device__ __forceinline__ int kv_slot(const KvLayer& kv, int p) {
@@ -65,4 +65,4 @@ cudaError_t kv_dispatch_k(const KvLayer& kv, F&& f) {
   return kv_dispatch_one(kv.k_type, f);
 }
 
-}  // namespace kvscope_cuda
+}  // namespace kvscope::cuda

@@ -7,7 +7,7 @@
 #include "kernels/launch.cuh"
 #include "kernels/reduce.cuh"
 
-namespace kvscope_cuda {
+namespace kvscope::cuda {
 namespace {
 
 template <class KE, class VE>
@@ -48,4 +48,4 @@ cudaError_t kv_norms(KvLayer kv, int pos0, const int* pos0_dev, int T, float* k_
   });
 }
 
-}  // namespace kvscope_cuda
+}  // namespace kvscope::cuda

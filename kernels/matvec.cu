@@ -8,7 +8,7 @@
 #include "kernels/matvec_row.cuh"
 #include "kernels/reduce.cuh"
 
-namespace kvscope_cuda {
+namespace kvscope::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = kMatvecWarpsPerBlock;
@@ -84,4 +84,4 @@ cudaError_t matvec_f32(const float* w32, int64_t n_in, int64_t n_out, const floa
                 n_out, x, T, out);
 }
 
-}  // namespace kvscope_cuda
+}  // namespace kvscope::cuda

@@ -10,7 +10,7 @@
 #include "kernels/matvec_row.cuh"
 #include "kernels/reduce.cuh"
 
-namespace kvscope_cuda {
+namespace kvscope::cuda {
 namespace {
 
 __global__ void __launch_bounds__(256)
@@ -53,4 +53,4 @@ cudaError_t matvec_gate_up_glu(QMatrix w_gate, QMatrix w_up, const float* x, int
                 F, x, T, act, out);
 }
 
-}  // namespace kvscope_cuda
+}  // namespace kvscope::cuda

@@ -9,7 +9,7 @@
 #include "kernels/matvec_row.cuh"
 #include "kernels/reduce.cuh"
 
-namespace kvscope_cuda {
+namespace kvscope::cuda {
 namespace {
 
 // Shapes of the three matrices (index 0 q, 1 k, 2 v). The pointers travel as separate
@@ -79,4 +79,4 @@ cudaError_t matvec_qkv(QMatrix wq, QMatrix wk, QMatrix wv, const float* x, int T
                 static_cast<const uint8_t*>(wv.data), a, x, T, q, k, v);
 }
 
-}  // namespace kvscope_cuda
+}  // namespace kvscope::cuda

@@ -11,7 +11,7 @@
 #include "kernels/kernels.h"
 #include "kernels/quant.cuh"
 
-namespace kvscope_cuda {
+namespace kvscope::cuda {
 
 inline constexpr int kMatvecWarpsPerBlock = 8;
 inline constexpr int kRowsAtOnce = 4;
@@ -75,4 +75,4 @@ __device__ __forceinline__ void lane_row_dots_any(QType type, const uint8_t* row
     lane_row_dots<QType::Q8_0>(row, n_in, x, nt, acc);
 }
 
-}  // namespace kvscope_cuda
+}  // namespace kvscope::cuda

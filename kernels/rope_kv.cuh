@@ -12,7 +12,7 @@
 #include "kernels/cuda_compat.cuh"
 #include "kernels/kernels.h"
 
-namespace kvscope_cuda {
+namespace kvscope::cuda {
 
 __device__ __forceinline__ void rope_cos_sin(int pos, int i, const RopeArgs& r, float* c,
                                              float* s) {
@@ -43,4 +43,4 @@ __device__ __forceinline__ void rope_rotate(float* a, float* b, float c, float s
   *b = fmaf(x0, s, x1 * c);
 }
 
-}  // namespace kvscope_cuda
+}  // namespace kvscope::cuda

@@ -13,7 +13,7 @@
 #include "kernels/launch.cuh"
 #include "kernels/rope_kv.cuh"
 
-namespace kvscope_cuda {
+namespace kvscope::cuda {
 namespace {
 
 template <class KE, class VE>
@@ -78,4 +78,4 @@ cudaError_t rope_kv_write(float* q, float* k, const float* v, int T, int n_head,
   });
 }
 
-}  // namespace kvscope_cuda
+}  // namespace kvscope::cuda

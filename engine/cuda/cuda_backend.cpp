@@ -30,7 +30,7 @@ Status CudaBackend::init(const Model& model) {
   KV_TRY(cuda_check(cudaEventCreate(&ev_stop_), "creating an event"));
   KV_TRY(cublas_check(cublasCreate(&blas_), "cublasCreate"));
   KV_TRY(cublas_check(cublasSetStream(blas_, stream_), "cublasSetStream"));
-  KV_TRY(cuda_check(kvscope_cuda::kernels_init(), "configuring the kernels"));
+  KV_TRY(cuda_check(kvscope::cuda::kernels_init(), "configuring the kernels"));
   KV_TRY(graph_.init(stream_));
   n_head_ = model.config().n_head;
   weights_.emplace(stream_);
@@ -72,11 +72,11 @@ Expected<std::unique_ptr<KvCache>> CudaBackend::create_kv_cache(const KvCacheCon
   if (!made.ok()) return made;
   // The split decode attention's work memory for this many slots, now rather than during
   // the first decode step (growing it then would keep that step out of a CUDA graph).
-  kvscope_cuda::KvLayer kl;
+  kvscope::cuda::KvLayer kl;
   kl.n_head_kv = config.shape.n_head_kv;
   kl.head_dim = config.shape.head_dim;
   kl.n_slots = std::max(capacity, 1);
-  const size_t need = size_t(kvscope_cuda::attention_decode_work_floats(n_head_, kl)) * 4;
+  const size_t need = size_t(kvscope::cuda::attention_decode_work_floats(n_head_, kl)) * 4;
   if (need > attn_work_.bytes) KV_TRY(attn_work_.ensure(need, "attention work memory"));
   return made;
 }

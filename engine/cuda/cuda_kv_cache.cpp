@@ -22,13 +22,13 @@ Expected<std::unique_ptr<KvCache>> CudaKvCache::create(const KvCacheConfig& conf
   return std::unique_ptr<KvCache>(std::move(cache));
 }
 
-kvscope_cuda::KvLayer CudaKvCache::layer(int l) const {
+kvscope::cuda::KvLayer CudaKvCache::layer(int l) const {
   const KvShape& s = shape();
-  kvscope_cuda::KvLayer kl;
+  kvscope::cuda::KvLayer kl;
   kl.k = k_[size_t(l)].p;
   kl.v = v_[size_t(l)].p;
-  kl.k_type = kvscope_cuda::KvElem(int(types().k));
-  kl.v_type = kvscope_cuda::KvElem(int(types().v));
+  kl.k_type = kvscope::cuda::KvElem(int(types().k));
+  kl.v_type = kvscope::cuda::KvElem(int(types().v));
   kl.n_head_kv = s.n_head_kv;
   kl.head_dim = s.head_dim;
   kl.n_slots = slots_[size_t(l)];

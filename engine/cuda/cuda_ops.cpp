@@ -12,14 +12,14 @@
 namespace kvscope {
 namespace {
 
-using kvscope_cuda::QMatrix;
+using kvscope::cuda::QMatrix;
 
-kvscope_cuda::RopeArgs rope_args(const RopeSpec& r) {
+kvscope::cuda::RopeArgs rope_args(const RopeSpec& r) {
   return {r.n_rot, r.style == RopeStyle::NeoX ? 1 : 0, r.base, r.freq_scale};
 }
 
-kvscope_cuda::GateAct gate_act(FfnAct a) {
-  return a == FfnAct::GeluTanh ? kvscope_cuda::GateAct::GeluTanh : kvscope_cuda::GateAct::Silu;
+kvscope::cuda::GateAct gate_act(FfnAct a) {
+  return a == FfnAct::GeluTanh ? kvscope::cuda::GateAct::GeluTanh : kvscope::cuda::GateAct::Silu;
 }
 
 Status check_matmul(const Weight& w, Tensor x, Tensor out) {
@@ -53,7 +53,7 @@ Status CudaBackend::embed(const Weight& tok_embd, const int32_t* ids, float scal
     // A decode step starts: record its launches; the token goes in with the step's
     // parameters (DecodeGraph::flush).
     graph_.begin(ids[0]);
-    return ops_->run("embed kernel", kvscope_cuda::embed, (*w)->q, graph_.token_dev(), 1, scale,
+    return ops_->run("embed kernel", kvscope::cuda::embed, (*w)->q, graph_.token_dev(), 1, scale,
                      out.data);
   }
   KV_TRY(ids_.ensure(size_t(T) * sizeof(int32_t), "token ids"));
@@ -62,7 +62,7 @@ Status CudaBackend::embed(const Weight& tok_embd, const int32_t* ids, float scal
       "copying token ids"));
   // The host ids may change after we return: wait until the copy has read them.
   KV_TRY(cuda_check(cudaStreamSynchronize(stream_), "copying token ids"));
-  return ops_->run("embed kernel", kvscope_cuda::embed, (*w)->q,
+  return ops_->run("embed kernel", kvscope::cuda::embed, (*w)->q,
                    static_cast<const int32_t*>(ids_.p), T, scale, out.data);
 }
 
@@ -73,7 +73,7 @@ Status CudaBackend::rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) {
                       out.cols);
   auto d = weights_->get(w);
   if (!d.ok()) return d.error();
-  return ops_->run("rmsnorm kernel", kvscope_cuda::rmsnorm, x.data, (*d)->vec(), int(x.rows),
+  return ops_->run("rmsnorm kernel", kvscope::cuda::rmsnorm, x.data, (*d)->vec(), int(x.rows),
                    int(x.cols), eps, out.data);
 }
 
@@ -83,12 +83,12 @@ Status CudaBackend::matmul(const Weight& w, Tensor x, Tensor out) {
   if (!dw.ok()) return dw.error();
   DeviceWeight& d = **dw;
   const int T = int(x.rows);
-  if (T <= opt_.matvec_max_tokens && kvscope_cuda::matvec_native(d.q.type))
-    return ops_->run("matvec kernel", kvscope_cuda::matvec_q, d.q, x.data, T, out.data);
+  if (T <= opt_.matvec_max_tokens && kvscope::cuda::matvec_native(d.q.type))
+    return ops_->run("matvec kernel", kvscope::cuda::matvec_q, d.q, x.data, T, out.data);
   // A one-time conversion, issued now: no recorded launch reads the copy before it exists.
   KV_TRY(weights_->ensure_f32(d));
   if (T <= opt_.matvec_max_tokens)
-    return ops_->run("fp32 matvec kernel", kvscope_cuda::matvec_f32, d.mat_f32(), w.n_in, w.n_out,
+    return ops_->run("fp32 matvec kernel", kvscope::cuda::matvec_f32, d.mat_f32(), w.n_in, w.n_out,
                      x.data, T, out.data);
   KV_TRY(graph_.flush());
   return gemm_f32(d, x, out);
@@ -110,7 +110,7 @@ Status CudaBackend::add_bias(Tensor x, const Weight& b) {
   KV_TRY(check_vector(b, x.cols, "add_bias"));
   auto d = weights_->get(b);
   if (!d.ok()) return d.error();
-  return ops_->run("bias kernel", kvscope_cuda::add_bias, x.data, (*d)->vec(), int(x.rows), x.cols);
+  return ops_->run("bias kernel", kvscope::cuda::add_bias, x.data, (*d)->vec(), int(x.rows), x.cols);
 }
 
 Status CudaBackend::rope(Tensor x, int n_heads, int head_dim, const RopeSpec& r, int pos0) {
@@ -119,7 +119,7 @@ Status CudaBackend::rope(Tensor x, int n_heads, int head_dim, const RopeSpec& r,
     return make_error("cuda: rope shapes: ", n_heads, " heads x ", head_dim, " dims vs ", x.cols,
                       " columns, n_rot ", r.n_rot);
   if (graph_.recording()) graph_.not_graphable();  // pos0 is a plain argument of this kernel
-  return ops_->run("rope kernel", kvscope_cuda::rope, x.data, int(x.rows), n_heads, head_dim,
+  return ops_->run("rope kernel", kvscope::cuda::rope, x.data, int(x.rows), n_heads, head_dim,
                    rope_args(r), pos0);
 }
 
@@ -127,7 +127,7 @@ Status CudaBackend::kv_write(KvCache& cache, int layer, Tensor k, Tensor v, int 
   auto& c = static_cast<CudaKvCache&>(cache);
   KV_TRY(c.check_room(layer, pos0, int(k.rows), "kv_write"));
   if (graph_.recording()) graph_.not_graphable();  // pos0 is a plain argument of this kernel
-  return ops_->run("kv append kernel", kvscope_cuda::kv_append, c.layer(layer), k.data, v.data,
+  return ops_->run("kv append kernel", kvscope::cuda::kv_append, c.layer(layer), k.data, v.data,
                    int(k.rows), pos0);
 }
 
@@ -142,10 +142,10 @@ Status CudaBackend::attention(Tensor q, const KvCache& cache, int layer, int pos
                       " kv heads");
   if (probs_last.data && probs_last.cols < n_keys)
     return make_error("cuda: attention probability row holds ", probs_last.cols, " < ", n_keys);
-  const kvscope_cuda::KvLayer kl = c.layer(layer);
+  const kvscope::cuda::KvLayer kl = c.layer(layer);
   if (q.rows == 1 && kl.head_dim <= 512) {
     // A decode step: the split kernel, whose chunks spread a long cache over the GPU.
-    const size_t need = size_t(kvscope_cuda::attention_decode_work_floats(n_head, kl)) * 4;
+    const size_t need = size_t(kvscope::cuda::attention_decode_work_floats(n_head, kl)) * 4;
     if (need > attn_work_.bytes) {
       KV_TRY(graph_.flush());  // recorded launches may point into the old buffer
       KV_TRY(attn_work_.ensure(std::max(need + need / 2, attn_work_.bytes + attn_work_.bytes / 2),
@@ -157,19 +157,19 @@ Status CudaBackend::attention(Tensor q, const KvCache& cache, int layer, int pos
       float* base = probs_last.data ? slot_base(probs_last, &row0) : nullptr;
       if (probs_last.cols == n_keys && (probs_last.data == nullptr || base != nullptr) &&
           graph_.use_pos0(pos0))
-        return ops_->run("attention kernel", kvscope_cuda::attention_decode, q.data, kl, 0,
+        return ops_->run("attention kernel", kvscope::cuda::attention_decode, q.data, kl, 0,
                          graph_.pos0_dev(), n_head, scale, out.data, base, int64_t(-1), row0,
                          work);
       graph_.not_graphable();
     }
-    return ops_->run("attention kernel", kvscope_cuda::attention_decode, q.data, kl, pos0,
+    return ops_->run("attention kernel", kvscope::cuda::attention_decode, q.data, kl, pos0,
                      static_cast<const int*>(nullptr), n_head, scale, out.data, probs_last.data,
                      probs_last.cols, int64_t(0), work);
   }
-  if (c.n_slots(layer) > kvscope_cuda::attention_max_keys())
+  if (c.n_slots(layer) > kvscope::cuda::attention_max_keys())
     return make_error("cuda: attention over ", c.n_slots(layer),
                       " cache slots exceeds this GPU's limit of ",
-                      kvscope_cuda::attention_max_keys(), " (shared memory per block)");
+                      kvscope::cuda::attention_max_keys(), " (shared memory per block)");
   if (graph_.recording()) {
     // Graph form: position from device memory, probability rows located by their row
     // index in a scratch slot (the row stride n_keys changes every step).
@@ -178,21 +178,21 @@ Status CudaBackend::attention(Tensor q, const KvCache& cache, int layer, int pos
     const bool ok = q.rows == 1 && probs_last.cols == n_keys &&
                     (probs_last.data == nullptr || base != nullptr) && graph_.use_pos0(pos0);
     if (ok)
-      return ops_->run("attention kernel", kvscope_cuda::attention_dev, q.data, kl, 1,
+      return ops_->run("attention kernel", kvscope::cuda::attention_dev, q.data, kl, 1,
                        graph_.pos0_dev(), n_head, scale, out.data, base, row0);
     graph_.not_graphable();
   }
-  return ops_->run("attention kernel", kvscope_cuda::attention, q.data, kl, int(q.rows), pos0,
+  return ops_->run("attention kernel", kvscope::cuda::attention, q.data, kl, int(q.rows), pos0,
                    n_head, scale, out.data, probs_last.data, probs_last.cols);
 }
 
 Status CudaBackend::glu(Tensor gate, Tensor up, FfnAct act, Tensor out) {
-  return ops_->run("gate activation kernel", kvscope_cuda::glu, gate.data, up.data, gate.size(),
+  return ops_->run("gate activation kernel", kvscope::cuda::glu, gate.data, up.data, gate.size(),
                    gate_act(act), out.data);
 }
 
 Status CudaBackend::add(Tensor x, Tensor y) {
-  return ops_->run("add kernel", kvscope_cuda::add, x.data, y.data, x.size());
+  return ops_->run("add kernel", kvscope::cuda::add, x.data, y.data, x.size());
 }
 
 Status CudaBackend::kv_rerotate(KvCache& cache, int layer, const RopeSpec& r, int first,
@@ -201,7 +201,7 @@ Status CudaBackend::kv_rerotate(KvCache& cache, int layer, const RopeSpec& r, in
   if (layer < 0 || layer >= c.shape().n_layer || r.n_rot > c.shape().head_dim || r.n_rot % 2 != 0)
     return make_error("cuda: kv_rerotate of layer ", layer, " with n_rot ", r.n_rot, " (",
                       c.shape().n_layer, " layers of head dim ", c.shape().head_dim, ")");
-  return ops_->run("kv re-rotation kernel", kvscope_cuda::kv_rerotate, c.layer(layer), rope_args(r),
+  return ops_->run("kv re-rotation kernel", kvscope::cuda::kv_rerotate, c.layer(layer), rope_args(r),
                    first, delta);
 }
 
@@ -210,7 +210,7 @@ Status CudaBackend::kv_row_norms(const KvCache& cache, int layer, int pos0, int 
   const auto& c = static_cast<const CudaKvCache&>(cache);
   KV_TRY(c.check_room(layer, pos0, T, "kv_row_norms"));
   const int* pos_dev = step_pos(pos0);
-  return ops_->run("kv norms kernel", kvscope_cuda::kv_norms, c.layer(layer), pos_dev ? 0 : pos0,
+  return ops_->run("kv norms kernel", kvscope::cuda::kv_norms, c.layer(layer), pos_dev ? 0 : pos0,
                    pos_dev, T, k_norm.data, v_norm.data);
 }
 
@@ -225,7 +225,7 @@ Status CudaBackend::kv_row_errors(const KvCache& cache, int layer, int pos0, Ten
   const int T = int(k.rows);
   KV_TRY(c.check_room(layer, pos0, T, "kv_row_errors"));
   const int* pos_dev = step_pos(pos0);
-  return ops_->run("kv row errors kernel", kvscope_cuda::kv_row_errors, c.layer(layer), k.data,
+  return ops_->run("kv row errors kernel", kvscope::cuda::kv_row_errors, c.layer(layer), k.data,
                    v.data, T, pos_dev ? 0 : pos0, pos_dev, k_err.data, v_err.data);
 }
 
@@ -244,10 +244,10 @@ Status CudaBackend::matmul_qkv(const Weight& wq, const Weight& wk, const Weight&
     auto d = weights_->get(*ws[i]);
     if (!d.ok()) return d.error();
     m[i] = (*d)->q;
-    native = native && kvscope_cuda::matvec_native(m[i].type);
+    native = native && kvscope::cuda::matvec_native(m[i].type);
   }
   if (!native) return Backend::matmul_qkv(wq, wk, wv, x, q, k, v);
-  return ops_->run("fused q/k/v matvec kernel", kvscope_cuda::matvec_qkv, m[0], m[1], m[2], x.data,
+  return ops_->run("fused q/k/v matvec kernel", kvscope::cuda::matvec_qkv, m[0], m[1], m[2], x.data,
                    int(x.rows), q.data, k.data, v.data);
 }
 
@@ -259,10 +259,10 @@ Status CudaBackend::matmul_glu(const Weight& w_gate, const Weight& w_up, Tensor 
   if (!g.ok()) return g.error();
   auto u = weights_->get(w_up);
   if (!u.ok()) return u.error();
-  if (x.rows > opt_.matvec_max_tokens || !kvscope_cuda::matvec_native((*g)->q.type) ||
-      !kvscope_cuda::matvec_native((*u)->q.type))
+  if (x.rows > opt_.matvec_max_tokens || !kvscope::cuda::matvec_native((*g)->q.type) ||
+      !kvscope::cuda::matvec_native((*u)->q.type))
     return Backend::matmul_glu(w_gate, w_up, x, act, out, up);
-  return ops_->run("fused gate/up matvec kernel", kvscope_cuda::matvec_gate_up_glu, (*g)->q,
+  return ops_->run("fused gate/up matvec kernel", kvscope::cuda::matvec_gate_up_glu, (*g)->q,
                    (*u)->q, x.data, int(x.rows), gate_act(act), out.data);
 }
 
@@ -278,7 +278,7 @@ Status CudaBackend::rope_kv_write(Tensor q, Tensor k, Tensor v, KvCache& cache, 
                       " heads of ", D, " dims, n_rot ", r.n_rot);
   KV_TRY(c.check_room(layer, pos0, int(q.rows), "rope_kv_write"));
   const int* pos_dev = step_pos(pos0);
-  return ops_->run("fused rope/kv write kernel", kvscope_cuda::rope_kv_write, q.data, k.data,
+  return ops_->run("fused rope/kv write kernel", kvscope::cuda::rope_kv_write, q.data, k.data,
                    v.data, int(q.rows), n_head, rope_args(r), c.layer(layer), pos_dev ? 0 : pos0,
                    pos_dev);
 }
@@ -291,7 +291,7 @@ Status CudaBackend::add_rmsnorm(Tensor x, Tensor y, const Weight& w, float eps, 
   if (out.data == x.data || out.data == y.data) return Backend::add_rmsnorm(x, y, w, eps, out);
   auto d = weights_->get(w);
   if (!d.ok()) return d.error();
-  return ops_->run("fused add/rmsnorm kernel", kvscope_cuda::add_rmsnorm, x.data, y.data,
+  return ops_->run("fused add/rmsnorm kernel", kvscope::cuda::add_rmsnorm, x.data, y.data,
                    (*d)->vec(), int(x.rows), int(x.cols), eps, out.data);
 }
 
