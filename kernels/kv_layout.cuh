@@ -1,6 +1,6 @@
 // kv_layout.cuh — where a position lives in a layer's KV cache, which keys a query sees,
 // and the K/V element-type dispatch, shared by every kernel that touches the cache
-// (kv_append, rope_kv_write, kv_norms, kv_rerotate, attention). The rules are the engine's KvCache
+// (kv_write, rope_kv_write, kv_row_norms, kv_rerotate, attention). The rules are the engine's KvCache
 // rules (engine/kv_cache.h); kernels/kernels.h describes KvLayer.
 #pragma once
 

@@ -1,5 +1,5 @@
-// matvec_row.cuh — device helpers shared by the quantized matvec kernels (matvec.cu and
-// the fused decode matvecs): decoding 16-value units of Q4_1 / Q8_0 rows and one warp's
+// matvec_row.cuh — device helpers shared by the quantized matvec kernels (matmul.cu,
+// matmul_qkv.cu and matmul_glu.cu): decoding 16-value units of Q4_1 / Q8_0 rows and one warp's
 // partial dot products of a row with up to kRowsAtOnce activation rows.
 //
 // Invariants: rows hold n_in values, n_in a multiple of 32 (whole blocks); each lane

@@ -83,12 +83,12 @@ Status CudaBackend::matmul(const Weight& w, Tensor x, Tensor out) {
   if (!dw.ok()) return dw.error();
   DeviceWeight& d = **dw;
   const int T = int(x.rows);
-  if (T <= opt_.matvec_max_tokens && kvscope::cuda::matvec_native(d.q.type))
-    return ops_->run("matvec kernel", kvscope::cuda::matvec_q, d.q, x.data, T, out.data);
+  if (T <= opt_.matvec_max_tokens && kvscope::cuda::matmul_native(d.q.type))
+    return ops_->run("matmul kernel", kvscope::cuda::matmul, d.q, x.data, T, out.data);
   // A one-time conversion, issued now: no recorded launch reads the copy before it exists.
   KV_TRY(weights_->ensure_f32(d));
   if (T <= opt_.matvec_max_tokens)
-    return ops_->run("fp32 matvec kernel", kvscope::cuda::matvec_f32, d.mat_f32(), w.n_in, w.n_out,
+    return ops_->run("matmul_f32 kernel", kvscope::cuda::matmul_f32, d.mat_f32(), w.n_in, w.n_out,
                      x.data, T, out.data);
   KV_TRY(graph_.flush());
   return gemm_f32(d, x, out);
@@ -110,7 +110,7 @@ Status CudaBackend::add_bias(Tensor x, const Weight& b) {
   KV_TRY(check_vector(b, x.cols, "add_bias"));
   auto d = weights_->get(b);
   if (!d.ok()) return d.error();
-  return ops_->run("bias kernel", kvscope::cuda::add_bias, x.data, (*d)->vec(), int(x.rows), x.cols);
+  return ops_->run("add_bias kernel", kvscope::cuda::add_bias, x.data, (*d)->vec(), int(x.rows), x.cols);
 }
 
 Status CudaBackend::rope(Tensor x, int n_heads, int head_dim, const RopeSpec& r, int pos0) {
@@ -127,7 +127,7 @@ Status CudaBackend::kv_write(KvCache& cache, int layer, Tensor k, Tensor v, int 
   auto& c = static_cast<CudaKvCache&>(cache);
   KV_TRY(c.check_room(layer, pos0, int(k.rows), "kv_write"));
   if (graph_.recording()) graph_.not_graphable();  // pos0 is a plain argument of this kernel
-  return ops_->run("kv append kernel", kvscope::cuda::kv_append, c.layer(layer), k.data, v.data,
+  return ops_->run("kv_write kernel", kvscope::cuda::kv_write, c.layer(layer), k.data, v.data,
                    int(k.rows), pos0);
 }
 
@@ -187,7 +187,7 @@ Status CudaBackend::attention(Tensor q, const KvCache& cache, int layer, int pos
 }
 
 Status CudaBackend::glu(Tensor gate, Tensor up, FfnAct act, Tensor out) {
-  return ops_->run("gate activation kernel", kvscope::cuda::glu, gate.data, up.data, gate.size(),
+  return ops_->run("glu kernel", kvscope::cuda::glu, gate.data, up.data, gate.size(),
                    gate_act(act), out.data);
 }
 
@@ -201,7 +201,7 @@ Status CudaBackend::kv_rerotate(KvCache& cache, int layer, const RopeSpec& r, in
   if (layer < 0 || layer >= c.shape().n_layer || r.n_rot > c.shape().head_dim || r.n_rot % 2 != 0)
     return make_error("cuda: kv_rerotate of layer ", layer, " with n_rot ", r.n_rot, " (",
                       c.shape().n_layer, " layers of head dim ", c.shape().head_dim, ")");
-  return ops_->run("kv re-rotation kernel", kvscope::cuda::kv_rerotate, c.layer(layer), rope_args(r),
+  return ops_->run("kv_rerotate kernel", kvscope::cuda::kv_rerotate, c.layer(layer), rope_args(r),
                    first, delta);
 }
 
@@ -210,7 +210,7 @@ Status CudaBackend::kv_row_norms(const KvCache& cache, int layer, int pos0, int 
   const auto& c = static_cast<const CudaKvCache&>(cache);
   KV_TRY(c.check_room(layer, pos0, T, "kv_row_norms"));
   const int* pos_dev = step_pos(pos0);
-  return ops_->run("kv norms kernel", kvscope::cuda::kv_norms, c.layer(layer), pos_dev ? 0 : pos0,
+  return ops_->run("kv_row_norms kernel", kvscope::cuda::kv_row_norms, c.layer(layer), pos_dev ? 0 : pos0,
                    pos_dev, T, k_norm.data, v_norm.data);
 }
 
@@ -225,7 +225,7 @@ Status CudaBackend::kv_row_errors(const KvCache& cache, int layer, int pos0, Ten
   const int T = int(k.rows);
   KV_TRY(c.check_room(layer, pos0, T, "kv_row_errors"));
   const int* pos_dev = step_pos(pos0);
-  return ops_->run("kv row errors kernel", kvscope::cuda::kv_row_errors, c.layer(layer), k.data,
+  return ops_->run("kv_row_errors kernel", kvscope::cuda::kv_row_errors, c.layer(layer), k.data,
                    v.data, T, pos_dev ? 0 : pos0, pos_dev, k_err.data, v_err.data);
 }
 
@@ -244,10 +244,10 @@ Status CudaBackend::matmul_qkv(const Weight& wq, const Weight& wk, const Weight&
     auto d = weights_->get(*ws[i]);
     if (!d.ok()) return d.error();
     m[i] = (*d)->q;
-    native = native && kvscope::cuda::matvec_native(m[i].type);
+    native = native && kvscope::cuda::matmul_native(m[i].type);
   }
   if (!native) return Backend::matmul_qkv(wq, wk, wv, x, q, k, v);
-  return ops_->run("fused q/k/v matvec kernel", kvscope::cuda::matvec_qkv, m[0], m[1], m[2], x.data,
+  return ops_->run("matmul_qkv kernel", kvscope::cuda::matmul_qkv, m[0], m[1], m[2], x.data,
                    int(x.rows), q.data, k.data, v.data);
 }
 
@@ -259,10 +259,10 @@ Status CudaBackend::matmul_glu(const Weight& w_gate, const Weight& w_up, Tensor 
   if (!g.ok()) return g.error();
   auto u = weights_->get(w_up);
   if (!u.ok()) return u.error();
-  if (x.rows > opt_.matvec_max_tokens || !kvscope::cuda::matvec_native((*g)->q.type) ||
-      !kvscope::cuda::matvec_native((*u)->q.type))
+  if (x.rows > opt_.matvec_max_tokens || !kvscope::cuda::matmul_native((*g)->q.type) ||
+      !kvscope::cuda::matmul_native((*u)->q.type))
     return Backend::matmul_glu(w_gate, w_up, x, act, out, up);
-  return ops_->run("fused gate/up matvec kernel", kvscope::cuda::matvec_gate_up_glu, (*g)->q,
+  return ops_->run("matmul_glu kernel", kvscope::cuda::matmul_glu, (*g)->q,
                    (*u)->q, x.data, int(x.rows), gate_act(act), out.data);
 }
 
@@ -278,7 +278,7 @@ Status CudaBackend::rope_kv_write(Tensor q, Tensor k, Tensor v, KvCache& cache, 
                       " heads of ", D, " dims, n_rot ", r.n_rot);
   KV_TRY(c.check_room(layer, pos0, int(q.rows), "rope_kv_write"));
   const int* pos_dev = step_pos(pos0);
-  return ops_->run("fused rope/kv write kernel", kvscope::cuda::rope_kv_write, q.data, k.data,
+  return ops_->run("rope_kv_write kernel", kvscope::cuda::rope_kv_write, q.data, k.data,
                    v.data, int(q.rows), n_head, rope_args(r), c.layer(layer), pos_dev ? 0 : pos0,
                    pos_dev);
 }
@@ -291,7 +291,7 @@ Status CudaBackend::add_rmsnorm(Tensor x, Tensor y, const Weight& w, float eps, 
   if (out.data == x.data || out.data == y.data) return Backend::add_rmsnorm(x, y, w, eps, out);
   auto d = weights_->get(w);
   if (!d.ok()) return d.error();
-  return ops_->run("fused add/rmsnorm kernel", kvscope::cuda::add_rmsnorm, x.data, y.data,
+  return ops_->run("add_rmsnorm kernel", kvscope::cuda::add_rmsnorm, x.data, y.data,
                    (*d)->vec(), int(x.rows), int(x.cols), eps, out.data);
 }
 

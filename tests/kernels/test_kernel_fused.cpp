@@ -1,4 +1,4 @@
-// test_kernel_fused.cpp — the fused decode kernels (matvec_qkv, matvec_gate_up_glu,
+// test_kernel_fused.cpp — the fused decode kernels (matmul_qkv, matmul_glu,
 // rope_kv_write with adjacent and NeoX pairs, add_rmsnorm) under the CUDA emulator, each against two references:
 //  1. the unfused kernels they replace, run on the same inputs: every fused kernel uses
 //     the same per-element arithmetic in the same order (shared device helpers, same
@@ -76,13 +76,13 @@ TEST_F(KernelFused, MatvecQkvEqualsThreeMatvecs) {
         DevVec<uint8_t> dq(wq.bytes), dk(wk.bytes), dv(wv.bytes);
         DevVec<float> dx(x), q(size_t(T * 37)), k(size_t(T * 13)), v(size_t(T * 11));
         DevVec<float> q1(q.n), k1(k.n), v1(v.n);
-        ASSERT_EQ(kvscope::cuda::matvec_qkv(qmatrix(wq, dq.p), qmatrix(wk, dk.p), qmatrix(wv, dv.p),
+        ASSERT_EQ(kvscope::cuda::matmul_qkv(qmatrix(wq, dq.p), qmatrix(wk, dk.p), qmatrix(wv, dv.p),
                                            dx.p, T, q.p, k.p, v.p, nullptr),
                   cudaSuccess)
             << kvscope::cuda::error_detail();
-        ASSERT_EQ(kvscope::cuda::matvec_q(qmatrix(wq, dq.p), dx.p, T, q1.p, nullptr), cudaSuccess);
-        ASSERT_EQ(kvscope::cuda::matvec_q(qmatrix(wk, dk.p), dx.p, T, k1.p, nullptr), cudaSuccess);
-        ASSERT_EQ(kvscope::cuda::matvec_q(qmatrix(wv, dv.p), dx.p, T, v1.p, nullptr), cudaSuccess);
+        ASSERT_EQ(kvscope::cuda::matmul(qmatrix(wq, dq.p), dx.p, T, q1.p, nullptr), cudaSuccess);
+        ASSERT_EQ(kvscope::cuda::matmul(qmatrix(wk, dk.p), dx.p, T, k1.p, nullptr), cudaSuccess);
+        ASSERT_EQ(kvscope::cuda::matmul(qmatrix(wv, dv.p), dx.p, T, v1.p, nullptr), cudaSuccess);
         EXPECT_TRUE(all_close(q.get(), q1.get(), 0.f, kUlp));
         EXPECT_TRUE(all_close(k.get(), k1.get(), 0.f, kUlp));
         EXPECT_TRUE(all_close(v.get(), v1.get(), 0.f, kUlp));
@@ -119,12 +119,12 @@ TEST_F(KernelFused, GateUpGluEqualsMatvecsThenGlu) {
         const auto x = random_floats(size_t(T * n_in), 33, -3.f, 3.f);
         DevVec<uint8_t> dg(wg.bytes), du(wu.bytes);
         DevVec<float> dx(x), out(size_t(T * F)), g(out.n), u(out.n);
-        ASSERT_EQ(kvscope::cuda::matvec_gate_up_glu(qmatrix(wg, dg.p), qmatrix(wu, du.p), dx.p, T,
+        ASSERT_EQ(kvscope::cuda::matmul_glu(qmatrix(wg, dg.p), qmatrix(wu, du.p), dx.p, T,
                                                    act, out.p, nullptr),
                   cudaSuccess)
             << kvscope::cuda::error_detail();
-        ASSERT_EQ(kvscope::cuda::matvec_q(qmatrix(wg, dg.p), dx.p, T, g.p, nullptr), cudaSuccess);
-        ASSERT_EQ(kvscope::cuda::matvec_q(qmatrix(wu, du.p), dx.p, T, u.p, nullptr), cudaSuccess);
+        ASSERT_EQ(kvscope::cuda::matmul(qmatrix(wg, dg.p), dx.p, T, g.p, nullptr), cudaSuccess);
+        ASSERT_EQ(kvscope::cuda::matmul(qmatrix(wu, du.p), dx.p, T, u.p, nullptr), cudaSuccess);
         ASSERT_EQ(kvscope::cuda::glu(g.p, u.p, int64_t(g.n), act, g.p, nullptr), cudaSuccess);
         const auto got = out.get();
         EXPECT_TRUE(all_close(got, g.get(), 0.f, kUlp));
@@ -182,7 +182,7 @@ TEST_F(KernelFused, RopeKvWriteEqualsRopeRopeAppend) {
           const auto ul = kvscope_test::kv_layer(ukc.p, uvc.p, f16, Hkv, D, cap, upos.p);
           ASSERT_EQ(kvscope::cuda::rope(uq.p, T, H, D, ra, pos0, nullptr), cudaSuccess);
           ASSERT_EQ(kvscope::cuda::rope(uk.p, T, Hkv, D, ra, pos0, nullptr), cudaSuccess);
-          ASSERT_EQ(kvscope::cuda::kv_append(ul, uk.p, uv.p, T, pos0, nullptr), cudaSuccess);
+          ASSERT_EQ(kvscope::cuda::kv_write(ul, uk.p, uv.p, T, pos0, nullptr), cudaSuccess);
           const auto gq = fq.get(), gk = fk.get();
           EXPECT_TRUE(all_close(gq, uq.get(), 0.f, 0.f));
           EXPECT_TRUE(all_close(gk, uk.get(), 0.f, 0.f));
@@ -268,14 +268,14 @@ TEST_F(KernelFused, FusedMatvecsRejectWhatTheyCannotRun) {
   const QMatrix ok{w.p, kvscope::cuda::QType::Q8_0, 64, 2, 68};
   const QMatrix k_quant{w.p, kvscope::cuda::QType::Q4_K, 256, 2, 144};
   const QMatrix other_width{w.p, kvscope::cuda::QType::Q8_0, 96, 2, 102};
-  EXPECT_EQ(kvscope::cuda::matvec_qkv(ok, k_quant, ok, x.p, 1, out.p, out.p, out.p, nullptr),
+  EXPECT_EQ(kvscope::cuda::matmul_qkv(ok, k_quant, ok, x.p, 1, out.p, out.p, out.p, nullptr),
             cudaErrorInvalidValue);
-  EXPECT_EQ(kvscope::cuda::matvec_qkv(ok, ok, other_width, x.p, 1, out.p, out.p, out.p, nullptr),
+  EXPECT_EQ(kvscope::cuda::matmul_qkv(ok, ok, other_width, x.p, 1, out.p, out.p, out.p, nullptr),
             cudaErrorInvalidValue);
   const auto silu = kvscope::cuda::GateAct::Silu;
-  EXPECT_EQ(kvscope::cuda::matvec_gate_up_glu(ok, other_width, x.p, 1, silu, out.p, nullptr),
+  EXPECT_EQ(kvscope::cuda::matmul_glu(ok, other_width, x.p, 1, silu, out.p, nullptr),
             cudaErrorInvalidValue);
-  EXPECT_EQ(kvscope::cuda::matvec_gate_up_glu(k_quant, k_quant, x.p, 1, silu, out.p, nullptr),
+  EXPECT_EQ(kvscope::cuda::matmul_glu(k_quant, k_quant, x.p, 1, silu, out.p, nullptr),
             cudaErrorInvalidValue);
 }
 

@@ -2,14 +2,14 @@
 // kv_quant.cuh) under the CUDA emulator, and as test_kernel_kv_quant_gpu against the real
 // kernels where a GPU is usable, against the CPU backend's row store and load
 // (engine/cpu/cpu_kv_cache.h):
-//  - kv_append and rope_kv_write store the very bytes the CPU stores for the same fp32
+//  - kv_write and rope_kv_write store the very bytes the CPU stores for the same fp32
 //    rows (bit for bit: same fp32 scale, IEEE division, one fma for q4_0), including a
 //    hand-built q4_0 block, an all-zero block, magnitude ties and a negative extreme;
 //  - attention (prefill and split decode) over a quantized cache equals attention over an
 //    f32 cache holding the dequantized rows: the dequantized values are exact in fp32 and
 //    the summation order is the same, so only FMA contraction of the two template
 //    instances may differ (1e-6 absolute on outputs and probabilities of magnitude ~1);
-//  - kv_norms of quantized rows equal the norms of the dequantized rows (fp32 sums: 1e-5
+//  - kv_row_norms of quantized rows equal the norms of the dequantized rows (fp32 sums: 1e-5
 //    relative);
 //  - kv_rerotate of quantized K rows equals the CPU's dequantize, rotate, quantize: the
 //    rotations differ by fp32 rounding (explicit fmas here, compiler-chosen on the CPU),
@@ -110,7 +110,7 @@ TEST_F(KernelKvQuant, HandBuiltQ4_0BlockFromTheKernel) {
   DevVec<uint8_t> kc(18), vc(34);
   DevVec<int32_t> pos(std::vector<int32_t>{-1});
   ASSERT_EQ(
-      kvscope::cuda::kv_append(layer(kc.p, vc.p, KvDtype::Q4_0, KvDtype::Q8_0, 1, 32, 1, pos.p),
+      kvscope::cuda::kv_write(layer(kc.p, vc.p, KvDtype::Q4_0, KvDtype::Q8_0, 1, 32, 1, pos.p),
                               dk.p, dv.p, 1, 0, nullptr),
       cudaSuccess);
   EXPECT_EQ(kc.get(), want);
@@ -141,15 +141,15 @@ TEST_F(KernelKvQuant, AppendAndRopeWriteStoreTheCpuBytes) {
     DevVec<int32_t> pos(std::vector<int32_t>(n, -1));
     const auto l = layer(kc.p, vc.p, kt, vt, Hkv, D, n, pos.p);
     // Two appends: positions 0..2, then 3..4.
-    ASSERT_EQ(kvscope::cuda::kv_append(l, dk.p, dv.p, 3, 0, nullptr), cudaSuccess);
-    ASSERT_EQ(kvscope::cuda::kv_append(l, dk.p + 3 * Hkv * D, dv.p + 3 * Hkv * D, 2, 3, nullptr),
+    ASSERT_EQ(kvscope::cuda::kv_write(l, dk.p, dv.p, 3, 0, nullptr), cudaSuccess);
+    ASSERT_EQ(kvscope::cuda::kv_write(l, dk.p + 3 * Hkv * D, dv.p + 3 * Hkv * D, 2, 3, nullptr),
               cudaSuccess);
     EXPECT_EQ(kc.get(), want_k);
     EXPECT_EQ(vc.get(), want_v);
     EXPECT_EQ(pos.get(), (std::vector<int32_t>{0, 1, 2, 3, 4}));
 
     // rope_kv_write with n_rot = 0 stores the same rows; with rotation it stores what
-    // rope() + kv_append() store (checked byte for byte below).
+    // rope() + kv_write() store (checked byte for byte below).
     DevVec<uint8_t> kc2(want_k.size()), vc2(want_v.size());
     DevVec<int32_t> pos2(std::vector<int32_t>(n, -1));
     DevVec<float> dq(q), dk2(k);
@@ -165,7 +165,7 @@ TEST_F(KernelKvQuant, AppendAndRopeWriteStoreTheCpuBytes) {
               cudaSuccess);
     DevVec<float> dk4(k);
     ASSERT_EQ(kvscope::cuda::rope(dk4.p, n, Hkv, D, r, 0, nullptr), cudaSuccess);
-    ASSERT_EQ(kvscope::cuda::kv_append(l, dk4.p, dv.p, n, 0, nullptr), cudaSuccess);
+    ASSERT_EQ(kvscope::cuda::kv_write(l, dk4.p, dv.p, n, 0, nullptr), cudaSuccess);
     EXPECT_EQ(kc2.get(), kc.get());
     EXPECT_EQ(vc2.get(), vc.get());
   }
@@ -217,8 +217,8 @@ TEST_F(KernelKvQuant, AttentionOverQuantizedRowsEqualsAttentionOverTheirValues) 
       EXPECT_TRUE(all_close(pr_q.get(), pr_f.get(), 1e-6f, 0.0f)) << "split decode";
     }
     DevVec<float> kn_q(n), vn_q(n), kn_f(n), vn_f(n);
-    ASSERT_EQ(kvscope::cuda::kv_norms(lq, 0, nullptr, n, kn_q.p, vn_q.p, nullptr), cudaSuccess);
-    ASSERT_EQ(kvscope::cuda::kv_norms(lf, 0, nullptr, n, kn_f.p, vn_f.p, nullptr), cudaSuccess);
+    ASSERT_EQ(kvscope::cuda::kv_row_norms(lq, 0, nullptr, n, kn_q.p, vn_q.p, nullptr), cudaSuccess);
+    ASSERT_EQ(kvscope::cuda::kv_row_norms(lf, 0, nullptr, n, kn_f.p, vn_f.p, nullptr), cudaSuccess);
     EXPECT_TRUE(all_close(kn_q.get(), kn_f.get(), 0.0f, 1e-5f));
     EXPECT_TRUE(all_close(vn_q.get(), vn_f.get(), 0.0f, 1e-5f));
   }
@@ -285,11 +285,11 @@ TEST_F(KernelKvQuant, BlockTypesNeedHeadDimsOfWholeBlocks) {
   DevVec<float> x(80);
   DevVec<int32_t> p(std::vector<int32_t>{-1, -1});
   const auto l = layer(k.p, v.p, KvDtype::Q8_0, KvDtype::F16, 1, 40, 2, p.p);
-  EXPECT_EQ(kvscope::cuda::kv_append(l, x.p, x.p, 1, 0, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(kvscope::cuda::kv_write(l, x.p, x.p, 1, 0, nullptr), cudaErrorInvalidValue);
   auto bad = l;
   bad.v_type = KvElem(7);  // not a cache type
   bad.k_type = KvElem::F16;
-  EXPECT_EQ(kvscope::cuda::kv_append(bad, x.p, x.p, 1, 0, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(kvscope::cuda::kv_write(bad, x.p, x.p, 1, 0, nullptr), cudaErrorInvalidValue);
 }
 
 }  // namespace

@@ -8,7 +8,7 @@
 //  - glu (SiLU, tanh-GELU) 1e-6 relative + 1e-6 absolute: expf/tanhf on the emulator are
 //    libm's, the rest fp32 arithmetic.
 //  - add, add_bias: exact.
-//  - kv_append / kv_norms: fp16 storage is exactly round-to-nearest (compared bit-exact);
+//  - kv_write / kv_row_norms: fp16 storage is exactly round-to-nearest (compared bit-exact);
 //    norms 2e-6 (fp32 sums).
 //  - attention 2e-6 absolute on probabilities and 1e-5 on outputs of magnitude ~1: fp32
 //    dot products of D terms and a softmax over N keys vs double.
@@ -108,7 +108,7 @@ TEST_F(KernelOps, GatedActivationsAddAndBias) {
   EXPECT_TRUE(all_close(dz.get(), exact, 0.f, 0.f));
 }
 
-// A small cache with Hkv = 2, D = 40 (not a multiple of 32) and rows filled by kv_append
+// A small cache with Hkv = 2, D = 40 (not a multiple of 32) and rows filled by kv_write
 // in two appends (positions [0, n-3) then [n-3, n)). With window > 0 the layer is a ring
 // of `cap` slots whose queries see the last `window` positions.
 struct CacheFixture {
@@ -131,9 +131,9 @@ struct CacheFixture {
     const auto kin = random_floats(size_t(n_keys * Hkv * D), 6, -2.f, 2.f);
     const auto vin = random_floats(size_t(n_keys * Hkv * D), 7);
     DevVec<float> dk(kin), dv(vin);
-    EXPECT_EQ(kvscope::cuda::kv_append(layer(), dk.p, dv.p, n_keys - 3, 0, nullptr), cudaSuccess);
+    EXPECT_EQ(kvscope::cuda::kv_write(layer(), dk.p, dv.p, n_keys - 3, 0, nullptr), cudaSuccess);
     const size_t off = size_t((n_keys - 3) * Hkv * D);
-    EXPECT_EQ(kvscope::cuda::kv_append(layer(), dk.p + off, dv.p + off, 3, n_keys - 3, nullptr),
+    EXPECT_EQ(kvscope::cuda::kv_write(layer(), dk.p + off, dv.p + off, 3, n_keys - 3, nullptr),
               cudaSuccess);
     for (int p = 0; p < n_keys; ++p) {
       const int slot = p % cap;
@@ -172,7 +172,7 @@ TEST_F(KernelOps, KvAppendStoresRowsAndNormsMatch) {
     // The slot map records exactly the written positions.
     EXPECT_EQ(c.pos.get(), c.P);
     DevVec<float> kn(4), vn(4);
-    ASSERT_EQ(kvscope::cuda::kv_norms(c.layer(), 5, nullptr, 4, kn.p, vn.p, nullptr), cudaSuccess);
+    ASSERT_EQ(kvscope::cuda::kv_row_norms(c.layer(), 5, nullptr, 4, kn.p, vn.p, nullptr), cudaSuccess);
     std::vector<float> wk(4), wv(4);
     for (int t = 0; t < 4; ++t) {
       double sk = 0, sv = 0;

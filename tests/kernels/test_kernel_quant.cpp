@@ -100,10 +100,10 @@ TEST_F(KernelQuant, MatvecNativeAndF32MatchReference) {
         DevVec<uint8_t> dw(w.bytes);
         DevVec<float> dx(x), out(size_t(T * n_out)), out32(size_t(T * n_out));
         DevVec<float> w32(size_t(n_in * n_out));
-        ASSERT_EQ(kvscope::cuda::matvec_q(qmatrix(w, dw.p), dx.p, T, out.p, nullptr), cudaSuccess)
+        ASSERT_EQ(kvscope::cuda::matmul(qmatrix(w, dw.p), dx.p, T, out.p, nullptr), cudaSuccess)
             << kvscope::cuda::error_detail();
         ASSERT_EQ(kvscope::cuda::dequantize_f32(qmatrix(w, dw.p), w32.p, nullptr), cudaSuccess);
-        ASSERT_EQ(kvscope::cuda::matvec_f32(w32.p, n_in, n_out, dx.p, T, out32.p, nullptr),
+        ASSERT_EQ(kvscope::cuda::matmul_f32(w32.p, n_in, n_out, dx.p, T, out32.p, nullptr),
                   cudaSuccess);
         std::vector<float> bound;
         const std::vector<float> want = ref_matmul(w.dequant(), x, n_in, n_out, T, &bound);
@@ -122,9 +122,9 @@ TEST_F(KernelQuant, MatvecNativeAndF32MatchReference) {
 TEST_F(KernelQuant, MatvecRejectsUnsupportedTypeAndRowLength) {
   DevVec<uint8_t> w(1024);
   DevVec<float> x(64), out(8);
-  EXPECT_EQ(kvscope::cuda::matvec_q(QMatrix{w.p, QType::Q4_K, 256, 2, 144}, x.p, 1, out.p, nullptr),
+  EXPECT_EQ(kvscope::cuda::matmul(QMatrix{w.p, QType::Q4_K, 256, 2, 144}, x.p, 1, out.p, nullptr),
             cudaErrorInvalidValue);
-  EXPECT_EQ(kvscope::cuda::matvec_q(QMatrix{w.p, QType::Q8_0, 48, 2, 51}, x.p, 1, out.p, nullptr),
+  EXPECT_EQ(kvscope::cuda::matmul(QMatrix{w.p, QType::Q8_0, 48, 2, 51}, x.p, 1, out.p, nullptr),
             cudaErrorInvalidValue);
 }
 
