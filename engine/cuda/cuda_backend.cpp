@@ -48,11 +48,7 @@ Status CudaBackend::init(const Model& model) {
   return cuda_check(cudaStreamSynchronize(stream_), "uploading the weights");
 }
 
-Expected<Tensor> CudaBackend::scratch(int slot, int64_t rows, int64_t cols) {
-  if (slot < 0 || slot > 64)
-    return make_error("cuda: scratch slot ", slot, " out of range [0, 64]");
-  if (rows < 0 || cols < 0)
-    return make_error("cuda: scratch shape ", rows, " x ", cols, " is negative");
+Expected<Tensor> CudaBackend::do_scratch(int slot, int64_t rows, int64_t cols) {
   if (size_t(slot) >= slots_.size()) slots_.resize(size_t(slot) + 1);
   DeviceBuffer& b = slots_[size_t(slot)];
   const size_t need = size_t(rows * cols) * sizeof(float);
@@ -65,8 +61,8 @@ Expected<Tensor> CudaBackend::scratch(int slot, int64_t rows, int64_t cols) {
   return Tensor{static_cast<float*>(slots_[size_t(slot)].p), rows, cols};
 }
 
-Expected<std::unique_ptr<KvCache>> CudaBackend::create_kv_cache(const KvCacheConfig& config,
-                                                                int capacity) {
+Expected<std::unique_ptr<KvCache>> CudaBackend::do_create_kv_cache(const KvCacheConfig& config,
+                                                                   int capacity) {
   KV_TRY(graph_.flush());
   auto made = CudaKvCache::create(config, capacity, stream_);
   if (!made.ok()) return made;
@@ -81,8 +77,9 @@ Expected<std::unique_ptr<KvCache>> CudaBackend::create_kv_cache(const KvCacheCon
   return made;
 }
 
-Status CudaBackend::download(Tensor src, float* host) {
+Status CudaBackend::do_download(Tensor src, float* host) {
   KV_TRY(graph_.flush());
+  if (src.size() == 0) return Status::Ok();
   KV_TRY(cuda_check(cudaMemcpyAsync(host, src.data, size_t(src.size()) * sizeof(float),
                                     cudaMemcpyDeviceToHost, stream_),
                     "copying results to the host"));

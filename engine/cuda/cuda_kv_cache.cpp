@@ -38,18 +38,6 @@ kvscope::cuda::KvLayer CudaKvCache::layer(int l) const {
   return kl;
 }
 
-Status CudaKvCache::check_room(int layer, int pos0, int T, const char* op) const {
-  if (layer < 0 || layer >= shape().n_layer)
-    return make_error("cuda: ", op, " of layer ", layer, " outside [0, ", shape().n_layer, ")");
-  for (int p = pos0; p < pos0 + T; ++p) {
-    const int s = slot_of(layer, p);
-    if (s < 0 || s >= n_slots(layer) || slot_pos(layer)[size_t(s)] != p)
-      return make_error("cuda: ", op, " of position ", p, " in layer ", layer,
-                        " which the cache did not make room for");
-  }
-  return Status::Ok();
-}
-
 Status CudaKvCache::relayout(int layer, int n_slots, const std::vector<int32_t>& from) {
   const KvShape& s = shape();
   const auto moves = kv_moves(from);

@@ -26,8 +26,6 @@ class CudaKvCache final : public KvCache {
                                                    cudaStream_t stream);
   // What the kernels need to address `layer`.
   kvscope::cuda::KvLayer layer(int l) const;
-  // Positions pos0 .. pos0+T-1 have been given slots by begin() (else an Error naming op).
-  Status check_room(int layer, int pos0, int T, const char* op) const;
 
  protected:
   Status relayout(int layer, int n_slots, const std::vector<int32_t>& from) override;

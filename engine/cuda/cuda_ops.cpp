@@ -1,5 +1,6 @@
-// cuda_ops.cpp — the CUDA backend's ops (see backend.h for each op's contract). Each op
-// checks shapes, finds its weights on the device and issues kernels through OpLauncher,
+// cuda_ops.cpp — the CUDA backend's ops (see backend.h for each op's contract; Backend's
+// wrappers have checked the shapes). Each op finds its weights on the device and issues
+// kernels through OpLauncher,
 // which runs them now or records them into the decode step (op_launcher.h). Products of
 // more than opt_.matvec_max_tokens rows go to cuBLAS on fp32 weight copies; shorter ones
 // to the quantized matvec kernels (Q4_1, Q8_0) or the fp32 matvec on a dequantized copy.
@@ -22,30 +23,11 @@ kvscope::cuda::GateAct gate_act(FfnAct a) {
   return a == FfnAct::GeluTanh ? kvscope::cuda::GateAct::GeluTanh : kvscope::cuda::GateAct::Silu;
 }
 
-Status check_matmul(const Weight& w, Tensor x, Tensor out) {
-  if (x.cols != w.n_in || out.cols != w.n_out || out.rows != x.rows)
-    return make_error("cuda: matmul shapes: ", w.name, " is ", w.n_out, "x", w.n_in, ", x ", x.rows,
-                      "x", x.cols, ", out ", out.rows, "x", out.cols);
-  return Status::Ok();
-}
-
-Status check_vector(const Weight& w, int64_t n, const char* op) {
-  if (w.n_in != n || w.n_out != 1)
-    return make_error("cuda: ", op, ": weight ", w.name, " is ", w.n_in, "x", w.n_out,
-                      ", expected a vector of ", n);
-  return Status::Ok();
-}
-
 }  // namespace
 
-Status CudaBackend::embed(const Weight& tok_embd, const int32_t* ids, float scale, Tensor out) {
+Status CudaBackend::do_embed(const Weight& tok_embd, const int32_t* ids, float scale,
+                             Tensor out) {
   const int T = int(out.rows);
-  if (out.cols != tok_embd.n_in)
-    return make_error("cuda: embed output has ", out.cols, " columns, the table ", tok_embd.n_in);
-  for (int t = 0; t < T; ++t)
-    if (ids[t] < 0 || ids[t] >= tok_embd.n_out)
-      return make_error("cuda: token id ", ids[t], " is outside the vocabulary [0, ",
-                        tok_embd.n_out, ")");
   auto w = weights_->get(tok_embd);
   if (!w.ok()) return w.error();
   KV_TRY(graph_.flush());
@@ -66,19 +48,14 @@ Status CudaBackend::embed(const Weight& tok_embd, const int32_t* ids, float scal
                    static_cast<const int32_t*>(ids_.p), T, scale, out.data);
 }
 
-Status CudaBackend::rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) {
-  KV_TRY(check_vector(w, x.cols, "rmsnorm"));
-  if (out.cols != x.cols || out.rows != x.rows)
-    return make_error("cuda: rmsnorm shapes: x ", x.rows, "x", x.cols, ", out ", out.rows, "x",
-                      out.cols);
+Status CudaBackend::do_rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) {
   auto d = weights_->get(w);
   if (!d.ok()) return d.error();
   return ops_->run("rmsnorm kernel", kvscope::cuda::rmsnorm, x.data, (*d)->vec(), int(x.rows),
                    int(x.cols), eps, out.data);
 }
 
-Status CudaBackend::matmul(const Weight& w, Tensor x, Tensor out) {
-  KV_TRY(check_matmul(w, x, out));
+Status CudaBackend::do_matmul(const Weight& w, Tensor x, Tensor out) {
   auto dw = weights_->get(w);
   if (!dw.ok()) return dw.error();
   DeviceWeight& d = **dw;
@@ -106,42 +83,29 @@ Status CudaBackend::gemm_f32(DeviceWeight& d, Tensor x, Tensor out) {
       "GemmEx");
 }
 
-Status CudaBackend::add_bias(Tensor x, const Weight& b) {
-  KV_TRY(check_vector(b, x.cols, "add_bias"));
+Status CudaBackend::do_add_bias(Tensor x, const Weight& b) {
   auto d = weights_->get(b);
   if (!d.ok()) return d.error();
   return ops_->run("add_bias kernel", kvscope::cuda::add_bias, x.data, (*d)->vec(), int(x.rows), x.cols);
 }
 
-Status CudaBackend::rope(Tensor x, int n_heads, int head_dim, const RopeSpec& r, int pos0) {
-  if (int64_t(n_heads) * head_dim != x.cols || r.n_rot > head_dim || r.n_rot < 0 ||
-      r.n_rot % 2 != 0)
-    return make_error("cuda: rope shapes: ", n_heads, " heads x ", head_dim, " dims vs ", x.cols,
-                      " columns, n_rot ", r.n_rot);
+Status CudaBackend::do_rope(Tensor x, int n_heads, int head_dim, const RopeSpec& r, int pos0) {
   if (graph_.recording()) graph_.not_graphable();  // pos0 is a plain argument of this kernel
   return ops_->run("rope kernel", kvscope::cuda::rope, x.data, int(x.rows), n_heads, head_dim,
                    rope_args(r), pos0);
 }
 
-Status CudaBackend::kv_write(KvCache& cache, int layer, Tensor k, Tensor v, int pos0) {
+Status CudaBackend::do_kv_write(KvCache& cache, int layer, Tensor k, Tensor v, int pos0) {
   auto& c = static_cast<CudaKvCache&>(cache);
-  KV_TRY(c.check_room(layer, pos0, int(k.rows), "kv_write"));
   if (graph_.recording()) graph_.not_graphable();  // pos0 is a plain argument of this kernel
   return ops_->run("kv_write kernel", kvscope::cuda::kv_write, c.layer(layer), k.data, v.data,
                    int(k.rows), pos0);
 }
 
-Status CudaBackend::attention(Tensor q, const KvCache& cache, int layer, int pos0, int n_head,
-                              float scale, Tensor out, Tensor probs_last) {
+Status CudaBackend::do_attention(Tensor q, const KvCache& cache, int layer, int pos0,
+                                 int n_head, float scale, Tensor out, Tensor probs_last) {
   const auto& c = static_cast<const CudaKvCache&>(cache);
   const int n_keys = int(pos0 + q.rows);
-  if (layer < 0 || layer >= c.shape().n_layer)
-    return make_error("cuda: attention layer ", layer, " outside [0, ", c.shape().n_layer, ")");
-  if (c.shape().n_head_kv <= 0 || n_head % c.shape().n_head_kv != 0)
-    return make_error("cuda: ", n_head, " query heads do not group over ", c.shape().n_head_kv,
-                      " kv heads");
-  if (probs_last.data && probs_last.cols < n_keys)
-    return make_error("cuda: attention probability row holds ", probs_last.cols, " < ", n_keys);
   const kvscope::cuda::KvLayer kl = c.layer(layer);
   if (q.rows == 1 && kl.head_dim <= 512) {
     // A decode step: the split kernel, whose chunks spread a long cache over the GPU.
@@ -186,109 +150,83 @@ Status CudaBackend::attention(Tensor q, const KvCache& cache, int layer, int pos
                    n_head, scale, out.data, probs_last.data, probs_last.cols);
 }
 
-Status CudaBackend::glu(Tensor gate, Tensor up, FfnAct act, Tensor out) {
+Status CudaBackend::do_glu(Tensor gate, Tensor up, FfnAct act, Tensor out) {
   return ops_->run("glu kernel", kvscope::cuda::glu, gate.data, up.data, gate.size(),
                    gate_act(act), out.data);
 }
 
-Status CudaBackend::add(Tensor x, Tensor y) {
+Status CudaBackend::do_add(Tensor x, Tensor y) {
   return ops_->run("add kernel", kvscope::cuda::add, x.data, y.data, x.size());
 }
 
-Status CudaBackend::kv_rerotate(KvCache& cache, int layer, const RopeSpec& r, int first,
-                                int delta) {
+Status CudaBackend::do_kv_rerotate(KvCache& cache, int layer, const RopeSpec& r, int first,
+                                   int delta) {
   const auto& c = static_cast<const CudaKvCache&>(cache);
-  if (layer < 0 || layer >= c.shape().n_layer || r.n_rot > c.shape().head_dim || r.n_rot % 2 != 0)
-    return make_error("cuda: kv_rerotate of layer ", layer, " with n_rot ", r.n_rot, " (",
-                      c.shape().n_layer, " layers of head dim ", c.shape().head_dim, ")");
   return ops_->run("kv_rerotate kernel", kvscope::cuda::kv_rerotate, c.layer(layer), rope_args(r),
                    first, delta);
 }
 
-Status CudaBackend::kv_row_norms(const KvCache& cache, int layer, int pos0, int T, Tensor k_norm,
-                                 Tensor v_norm) {
+Status CudaBackend::do_kv_row_norms(const KvCache& cache, int layer, int pos0, int T,
+                                    Tensor k_norm, Tensor v_norm) {
   const auto& c = static_cast<const CudaKvCache&>(cache);
-  KV_TRY(c.check_room(layer, pos0, T, "kv_row_norms"));
   const int* pos_dev = step_pos(pos0);
   return ops_->run("kv_row_norms kernel", kvscope::cuda::kv_row_norms, c.layer(layer), pos_dev ? 0 : pos0,
                    pos_dev, T, k_norm.data, v_norm.data);
 }
 
-Status CudaBackend::kv_row_errors(const KvCache& cache, int layer, int pos0, Tensor k, Tensor v,
-                                  Tensor k_err, Tensor v_err) {
+Status CudaBackend::do_kv_row_errors(const KvCache& cache, int layer, int pos0, Tensor k,
+                                     Tensor v, Tensor k_err, Tensor v_err) {
   const auto& c = static_cast<const CudaKvCache&>(cache);
-  const int64_t width = int64_t(c.shape().n_head_kv) * c.shape().head_dim;
-  if (k.cols != width || v.cols != width || v.rows != k.rows || k_err.cols < k.rows ||
-      v_err.cols < k.rows)
-    return make_error("cuda: kv_row_errors shapes: k ", k.rows, "x", k.cols, ", v ", v.rows, "x",
-                      v.cols, " for rows of ", width);
   const int T = int(k.rows);
-  KV_TRY(c.check_room(layer, pos0, T, "kv_row_errors"));
   const int* pos_dev = step_pos(pos0);
   return ops_->run("kv_row_errors kernel", kvscope::cuda::kv_row_errors, c.layer(layer), k.data,
                    v.data, T, pos_dev ? 0 : pos0, pos_dev, k_err.data, v_err.data);
 }
 
-// --- Fused ops. Each checks shapes like the ops it replaces and falls back to the
-// default composition where no fused kernel applies (long products on cuBLAS, weights
-// without a native matvec).
+// --- Fused ops. Each falls back to the unfused composition where no fused kernel
+// applies (long products on cuBLAS, weights without a native matvec).
 
-Status CudaBackend::matmul_qkv(const Weight& wq, const Weight& wk, const Weight& wv, Tensor x,
-                               Tensor q, Tensor k, Tensor v) {
+Status CudaBackend::do_matmul_qkv(const Weight& wq, const Weight& wk, const Weight& wv,
+                                  Tensor x, Tensor q, Tensor k, Tensor v) {
   const Weight* ws[3] = {&wq, &wk, &wv};
-  const Tensor outs[3] = {q, k, v};
   QMatrix m[3];
   bool native = x.rows <= opt_.matvec_max_tokens;
   for (int i = 0; i < 3; ++i) {
-    KV_TRY(check_matmul(*ws[i], x, outs[i]));
     auto d = weights_->get(*ws[i]);
     if (!d.ok()) return d.error();
     m[i] = (*d)->q;
     native = native && kvscope::cuda::matmul_native(m[i].type);
   }
-  if (!native) return Backend::matmul_qkv(wq, wk, wv, x, q, k, v);
+  if (!native) return unfused_matmul_qkv(wq, wk, wv, x, q, k, v);
   return ops_->run("matmul_qkv kernel", kvscope::cuda::matmul_qkv, m[0], m[1], m[2], x.data,
                    int(x.rows), q.data, k.data, v.data);
 }
 
-Status CudaBackend::matmul_glu(const Weight& w_gate, const Weight& w_up, Tensor x, FfnAct act,
-                               Tensor out, Tensor up) {
-  KV_TRY(check_matmul(w_gate, x, out));
-  KV_TRY(check_matmul(w_up, x, out));
+Status CudaBackend::do_matmul_glu(const Weight& w_gate, const Weight& w_up, Tensor x,
+                                  FfnAct act, Tensor out, Tensor up) {
   auto g = weights_->get(w_gate);
   if (!g.ok()) return g.error();
   auto u = weights_->get(w_up);
   if (!u.ok()) return u.error();
   if (x.rows > opt_.matvec_max_tokens || !kvscope::cuda::matmul_native((*g)->q.type) ||
       !kvscope::cuda::matmul_native((*u)->q.type))
-    return Backend::matmul_glu(w_gate, w_up, x, act, out, up);
+    return unfused_matmul_glu(w_gate, w_up, x, act, out, up);
   return ops_->run("matmul_glu kernel", kvscope::cuda::matmul_glu, (*g)->q,
                    (*u)->q, x.data, int(x.rows), gate_act(act), out.data);
 }
 
-Status CudaBackend::rope_kv_write(Tensor q, Tensor k, Tensor v, KvCache& cache, int layer,
-                                  int n_head, const RopeSpec& r, int pos0) {
+Status CudaBackend::do_rope_kv_write(Tensor q, Tensor k, Tensor v, KvCache& cache, int layer,
+                                     int n_head, const RopeSpec& r, int pos0) {
   auto& c = static_cast<CudaKvCache&>(cache);
-  const KvShape& sh = c.shape();
-  const int D = sh.head_dim;
-  if (int64_t(n_head) * D != q.cols || int64_t(sh.n_head_kv) * D != k.cols || v.cols != k.cols ||
-      k.rows != q.rows || v.rows != q.rows || r.n_rot > D || r.n_rot < 0 || r.n_rot % 2 != 0)
-    return make_error("cuda: rope_kv_write shapes: q ", q.rows, "x", q.cols, ", k ", k.rows, "x",
-                      k.cols, ", v ", v.rows, "x", v.cols, " for ", n_head, "/", sh.n_head_kv,
-                      " heads of ", D, " dims, n_rot ", r.n_rot);
-  KV_TRY(c.check_room(layer, pos0, int(q.rows), "rope_kv_write"));
   const int* pos_dev = step_pos(pos0);
   return ops_->run("rope_kv_write kernel", kvscope::cuda::rope_kv_write, q.data, k.data,
                    v.data, int(q.rows), n_head, rope_args(r), c.layer(layer), pos_dev ? 0 : pos0,
                    pos_dev);
 }
 
-Status CudaBackend::add_rmsnorm(Tensor x, Tensor y, const Weight& w, float eps, Tensor out) {
-  KV_TRY(check_vector(w, x.cols, "add_rmsnorm"));
-  if (y.rows != x.rows || y.cols != x.cols || out.cols != x.cols || out.rows != x.rows)
-    return make_error("cuda: add_rmsnorm shapes: x ", x.rows, "x", x.cols, ", y ", y.rows, "x",
-                      y.cols, ", out ", out.rows, "x", out.cols);
-  if (out.data == x.data || out.data == y.data) return Backend::add_rmsnorm(x, y, w, eps, out);
+Status CudaBackend::do_add_rmsnorm(Tensor x, Tensor y, const Weight& w, float eps,
+                                   Tensor out) {
+  if (out.data == x.data || out.data == y.data) return unfused_add_rmsnorm(x, y, w, eps, out);
   auto d = weights_->get(w);
   if (!d.ok()) return d.error();
   return ops_->run("add_rmsnorm kernel", kvscope::cuda::add_rmsnorm, x.data, y.data,
