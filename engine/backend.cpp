@@ -21,75 +21,85 @@ namespace {
 //   "<op>: <arg> is <type>, expected f32"
 //   "<op>: position <p> of layer <l> is not in the cache, expected begin() to have made
 //    room for it"
+// An argument's name as a tensor or weight name and a field ("x", ".cols"): joined only
+// when a message is built, so that a call that passes its checks allocates nothing.
+struct Arg {
+  std::string_view base, field;
+  Arg(const char* b) : base(b) {}  // NOLINT: names are written as literals
+  Arg(std::string_view b, std::string_view f = {}) : base(b), field(f) {}
+  std::string str() const { return std::string(base) + std::string(field); }
+  bool empty() const { return base.empty() && field.empty(); }
+};
+
 class Check {
  public:
   explicit Check(const char* op) : op_(op) {}
 
-  Check& eq(std::string_view arg, int64_t v, std::string_view what, int64_t expected) {
+  Check& eq(Arg arg, int64_t v, Arg what, int64_t expected) {
     if (ok() && v != expected) {
       if (what.empty())
-        fail(arg, " is ", v, ", expected ", expected);
+        fail(arg.str(), " is ", v, ", expected ", expected);
       else
-        fail(arg, " is ", v, ", expected ", what, " = ", expected);
+        fail(arg.str(), " is ", v, ", expected ", what.str(), " = ", expected);
     }
     return *this;
   }
-  Check& at_least(std::string_view arg, int64_t v, std::string_view what, int64_t min) {
+  Check& at_least(Arg arg, int64_t v, Arg what, int64_t min) {
     if (ok() && v < min) {
       if (what.empty())
-        fail(arg, " is ", v, ", expected >= ", min);
+        fail(arg.str(), " is ", v, ", expected >= ", min);
       else
-        fail(arg, " is ", v, ", expected >= ", what, " = ", min);
+        fail(arg.str(), " is ", v, ", expected >= ", what.str(), " = ", min);
     }
     return *this;
   }
-  Check& in_range(std::string_view arg, int64_t v, int64_t lo, int64_t hi) {
-    if (ok() && (v < lo || v >= hi)) fail(arg, " is ", v, ", expected [", lo, ", ", hi, ")");
+  Check& in_range(Arg arg, int64_t v, int64_t lo, int64_t hi) {
+    if (ok() && (v < lo || v >= hi))
+      fail(arg.str(), " is ", v, ", expected [", lo, ", ", hi, ")");
     return *this;
   }
-  Check& multiple_of(std::string_view arg, int64_t v, std::string_view what, int64_t m) {
+  Check& multiple_of(Arg arg, int64_t v, Arg what, int64_t m) {
     if (ok() && (m <= 0 || v % m != 0))
-      fail(arg, " is ", v, ", expected a multiple of ", what, " = ", m);
+      fail(arg.str(), " is ", v, ", expected a multiple of ", what.str(), " = ", m);
     return *this;
   }
-  Check& even(std::string_view arg, int64_t v) {
-    if (ok() && v % 2 != 0) fail(arg, " is ", v, ", expected an even number");
+  Check& even(Arg arg, int64_t v) {
+    if (ok() && v % 2 != 0) fail(arg.str(), " is ", v, ", expected an even number");
     return *this;
   }
-  Check& not_null(std::string_view arg, const void* p) {
-    if (ok() && p == nullptr) fail(arg, " is null, expected a pointer");
+  Check& not_null(Arg arg, const void* p) {
+    if (ok() && p == nullptr) fail(arg.str(), " is null, expected a pointer");
     return *this;
   }
   // A tensor with data: at least one row, a positive width, a pointer.
   Check& tensor(std::string_view name, const Tensor& t) {
-    at_least(std::string(name) + ".rows", t.rows, "", 1);
-    at_least(std::string(name) + ".cols", t.cols, "", 1);
-    return not_null(std::string(name) + ".data", t.data);
+    at_least({name, ".rows"}, t.rows, "", 1);
+    at_least({name, ".cols"}, t.cols, "", 1);
+    return not_null({name, ".data"}, t.data);
   }
   Check& same_shape(std::string_view name, const Tensor& t, std::string_view ref_name,
                     const Tensor& ref) {
-    eq(std::string(name) + ".rows", t.rows, std::string(ref_name) + ".rows", ref.rows);
-    eq(std::string(name) + ".cols", t.cols, std::string(ref_name) + ".cols", ref.cols);
-    return not_null(std::string(name) + ".data", t.data);
+    eq({name, ".rows"}, t.rows, {ref_name, ".rows"}, ref.rows);
+    eq({name, ".cols"}, t.cols, {ref_name, ".cols"}, ref.cols);
+    return not_null({name, ".data"}, t.data);
   }
   // A norm or bias weight: an f32 vector of n values.
-  Check& vector(std::string_view name, const Weight& w, std::string_view n_name, int64_t n) {
-    eq(std::string(name) + ".n_in", w.n_in, n_name, n);
-    eq(std::string(name) + ".n_out", w.n_out, "", 1);
+  Check& vector(std::string_view name, const Weight& w, Arg n_name, int64_t n) {
+    eq({name, ".n_in"}, w.n_in, n_name, n);
+    eq({name, ".n_out"}, w.n_out, "", 1);
     if (ok() && w.type != GgmlType::F32)
       fail(name, ".type is ", ggml_type_name(w.type), ", expected f32");
-    return not_null(std::string(name) + ".data", w.data);
+    return not_null({name, ".data"}, w.data);
   }
   // w [n_out][n_in] times x [T][n_in] into out [T][n_out].
   Check& product(std::string_view w_name, const Weight& w, std::string_view x_name,
                  const Tensor& x, std::string_view out_name, const Tensor& out) {
-    const std::string wn(w_name), xn(x_name), on(out_name);
-    tensor(xn, x);
-    eq(xn + ".cols", x.cols, wn + ".n_in", w.n_in);
-    eq(on + ".rows", out.rows, xn + ".rows", x.rows);
-    eq(on + ".cols", out.cols, wn + ".n_out", w.n_out);
-    not_null(on + ".data", out.data);
-    return not_null(wn + ".data", w.data);
+    tensor(x_name, x);
+    eq({x_name, ".cols"}, x.cols, {w_name, ".n_in"}, w.n_in);
+    eq({out_name, ".rows"}, out.rows, {x_name, ".rows"}, x.rows);
+    eq({out_name, ".cols"}, out.cols, {w_name, ".n_out"}, w.n_out);
+    not_null({out_name, ".data"}, out.data);
+    return not_null({w_name, ".data"}, w.data);
   }
   Check& layer(const KvCache& c, int layer) {
     return in_range("layer", layer, 0, c.shape().n_layer);
@@ -163,8 +173,10 @@ Status Backend::embed(const Weight& tok_embd, const int32_t* ids, float scale, T
       .not_null("tok_embd.data", tok_embd.data)
       .not_null("ids", ids);
   for (int64_t t = 0; c.ok() && t < out.rows; ++t)
-    if (ids[t] < 0 || ids[t] >= tok_embd.n_out)
-      c.in_range("ids[" + std::to_string(t) + "]", ids[t], 0, tok_embd.n_out);
+    if (ids[t] < 0 || ids[t] >= tok_embd.n_out) {
+      const std::string arg = "ids[" + std::to_string(t) + "]";
+      c.in_range(std::string_view(arg), ids[t], 0, tok_embd.n_out);
+    }
   KV_TRY(c.status());
   return do_embed(tok_embd, ids, scale, out);
 }
