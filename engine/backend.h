@@ -8,14 +8,17 @@
 // (engine/model.h); a backend may keep its own copy (the CUDA backend uploads them once).
 //
 // Ops are issued in order; a backend may run them asynchronously, but download() returns
-// only when the data is on the host. Every op returns a Status: a backend error (CUDA
-// failure, out of memory) is an Error, never an abort.
+// only when the data is on the host. Every op returns a Status: a bad shape or argument
+// (checked here, the same for every backend) or a backend error (CUDA failure, out of
+// memory) is an Error, never an abort.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "engine/kv_cache.h"
 #include "engine/model.h"
@@ -41,6 +44,21 @@ struct RopeSpec {
   float freq_scale = 1.0f;
 };
 
+// Every op of the interface, in declaration order: the public entry points below, each
+// a non-virtual wrapper that checks its arguments and then calls the protected do_<op>.
+// An op added to Backend adds its name here; the backend-ops test
+// (tests/kernels/test_backend_ops.cpp) then fails until it has an entry for the op, and
+// does not build while its probe backend misses a new do_<op> (every do_<op> is pure).
+inline constexpr std::array<std::string_view, 19> kBackendOps = {
+    "scratch",      "create_kv_cache", "embed",       "rmsnorm",       "matmul",
+    "add_bias",     "rope",            "kv_write",    "attention",     "glu",
+    "add",          "kv_row_norms",    "kv_row_errors", "download",    "kv_rerotate",
+    "matmul_qkv",   "matmul_glu",      "rope_kv_write", "add_rmsnorm",
+};
+
+// The ops check shapes and arguments before a backend sees them: a bad call is an Error
+// with the same message on every backend, "<op>: <argument> is <value>, expected
+// <expected>" (backend.cpp), and the backends' do_<op> may assume consistent shapes.
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -53,109 +71,130 @@ class Backend {
   // make_backend(kind(), model, threads()) runs like this one.
   virtual int threads() const = 0;
 
-  // Scratch memory for activations: slot `slot` holds at least rows*cols floats
-  // (contents not preserved when it grows). The forward uses a fixed set of slots.
-  virtual Expected<Tensor> scratch(int slot, int64_t rows, int64_t cols) = 0;
+  // Scratch memory for activations: slot `slot` (0 .. kMaxScratchSlot) holds at least
+  // rows*cols floats (contents not preserved when it grows). The forward uses a fixed set
+  // of slots.
+  static constexpr int kMaxScratchSlot = 64;
+  Expected<Tensor> scratch(int slot, int64_t rows, int64_t cols);
   // A cache laid out for `capacity` positions to start with (it grows as needed).
-  virtual Expected<std::unique_ptr<KvCache>> create_kv_cache(const KvCacheConfig& config,
-                                                             int capacity) = 0;
+  Expected<std::unique_ptr<KvCache>> create_kv_cache(const KvCacheConfig& config, int capacity);
 
   // out[t][:] = row ids[t] of tok_embd (dequantized) * scale. ids are host memory,
   // T = out.rows; they stay valid and unchanged until the forward's next download().
-  virtual Status embed(const Weight& tok_embd, const int32_t* ids, float scale, Tensor out) = 0;
+  Status embed(const Weight& tok_embd, const int32_t* ids, float scale, Tensor out);
   // out[t][i] = x[t][i] / sqrt(mean_i(x[t]^2) + eps) * w[i]. out may alias x. (Per-head
   // norms pass x viewed as [T*heads][D].)
-  virtual Status rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) = 0;
+  Status rmsnorm(Tensor x, const Weight& w, float eps, Tensor out);
   // out[t][o] = sum_i W[o][i] * x[t][i];  x [T][n_in], out [T][n_out].
-  virtual Status matmul(const Weight& w, Tensor x, Tensor out) = 0;
+  Status matmul(const Weight& w, Tensor x, Tensor out);
   // x[t][i] += b[i]; b is a vector weight [x.cols].
-  virtual Status add_bias(Tensor x, const Weight& b) = 0;
+  Status add_bias(Tensor x, const Weight& b);
   // In place on x [T][n_heads*head_dim]: rotates, in every head, the pairs of the first
   // n_rot dims (adjacent (2i, 2i+1) or NeoX (i, i + n_rot/2)) by
   // theta_i = pos * freq_scale * base^(-2i/n_rot), row t at position pos = pos0 + t.
-  virtual Status rope(Tensor x, int n_heads, int head_dim, const RopeSpec& rope, int pos0) = 0;
+  Status rope(Tensor x, int n_heads, int head_dim, const RopeSpec& rope, int pos0);
   // Stores k, v [T][Hkv*D] (row t is position pos0 + t) into the cache of `layer`, each
   // at slot cache.slot_of(layer, pos0 + t), converted to the cache's K and V types. The
   // cache's begin(pos0, T) has made room and recorded the positions.
-  virtual Status kv_write(KvCache& cache, int layer, Tensor k, Tensor v, int pos0) = 0;
+  Status kv_write(KvCache& cache, int layer, Tensor k, Tensor v, int pos0);
   // Grouped-query attention of q [T][H*D] (row t at position pos0 + t) over the keys the
   // cache of `layer` holds (its slot -> position map) that cache.rule(layer) makes visible
   // to that query (causal, window, sinks); every visible key must be held. Query head h
   // reads KV head h / (H / Hkv); scores times `scale`; softmax with max subtracted; keys
   // in ascending position order. out [T][H*D]. probs_last [H][pos0+T] receives the last
-  // query's softmax row indexed by position (0 for positions it does not see).
-  virtual Status attention(Tensor q, const KvCache& cache, int layer, int pos0, int n_head,
-                           float scale, Tensor out, Tensor probs_last) = 0;
+  // query's softmax row indexed by position (0 for positions it does not see); it may be
+  // a null tensor.
+  Status attention(Tensor q, const KvCache& cache, int layer, int pos0, int n_head, float scale,
+                   Tensor out, Tensor probs_last);
   // Gated activation: out[i] = act(gate[i]) * up[i] with silu(x) = x / (1 + exp(-x)) or
   // gelu_tanh(x) = 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))). out may alias gate.
-  virtual Status glu(Tensor gate, Tensor up, FfnAct act, Tensor out) = 0;
+  Status glu(Tensor gate, Tensor up, FfnAct act, Tensor out);
   // x[i] += y[i].
-  virtual Status add(Tensor x, Tensor y) = 0;
+  Status add(Tensor x, Tensor y);
   // For positions pos0 .. pos0+T-1 of `layer` (just written): k_norm[0][t] = L2 norm of
   // the stored K row (all kv heads), v_norm likewise. k_norm, v_norm are [1][T].
-  virtual Status kv_row_norms(const KvCache& cache, int layer, int pos0, int T, Tensor k_norm,
-                              Tensor v_norm) = 0;
+  Status kv_row_norms(const KvCache& cache, int layer, int pos0, int T, Tensor k_norm,
+                      Tensor v_norm);
   // Quantization error of the rows just written at positions pos0 .. pos0+k.rows-1 of
   // `layer`: k_err[0][t] = ||k[t] - K'[t]|| / ||k[t]|| with K' the stored K row read back
   // as f32 (all kv heads together; 0 for a zero row), v_err likewise. k, v are the f32 rows
   // [T][Hkv*D] as kv_write received them. Only where can_measure_kv_errors().
   virtual bool can_measure_kv_errors() const { return false; }
-  virtual Status kv_row_errors(const KvCache& cache, int layer, int pos0, Tensor k, Tensor v,
-                               Tensor k_err, Tensor v_err) {
-    (void)cache, (void)layer, (void)pos0, (void)k, (void)v, (void)k_err, (void)v_err;
-    return make_error(name(), ": measuring the cache's quantization error is not available");
-  }
+  Status kv_row_errors(const KvCache& cache, int layer, int pos0, Tensor k, Tensor v,
+                       Tensor k_err, Tensor v_err);
   // Copies src (rows*cols floats) to host memory; returns when the data is there.
-  virtual Status download(Tensor src, float* host) = 0;
+  Status download(Tensor src, float* host);
   // Context shift: rotates the stored K rows of every position >= first that `layer`
   // holds by `delta` positions (RoPE with pos = delta, as rope() would at pos0 = delta),
   // re-storing them in the cache's K type. After KvCache::shift(first', n) renumbered the
   // positions after first' by -n, kv_rerotate(first', -n) makes those rows carry their
   // new positions (exact up to rounding: R(p - n)·k = R(-n)·R(p)·k).
-  virtual Status kv_rerotate(KvCache& cache, int layer, const RopeSpec& rope, int first,
-                             int delta) {
-    (void)cache, (void)layer, (void)rope, (void)first, (void)delta;
-    return make_error(name(),
-                      ": the context shift (re-rotating cached K rows) is not "
-                      "available on this backend; use --ctx-full stop or the CPU backend");
-  }
+  Status kv_rerotate(KvCache& cache, int layer, const RopeSpec& rope, int first, int delta);
 
-  // --- Fused ops. The defaults compose the basic ops above; a backend overrides them
-  // where fusing saves launches or memory traffic (the CUDA decode step). Results must
-  // equal the composition within the backend's tolerance.
+  // --- Fused ops. A backend fuses them where that saves launches or memory traffic (the
+  // CUDA decode step) and otherwise runs the unfused_<op> composition of the basic ops
+  // below. Results must equal the composition within the backend's tolerance.
 
   // q, k, v = Wq·x, Wk·x, Wv·x (one pass over x).
-  virtual Status matmul_qkv(const Weight& wq, const Weight& wk, const Weight& wv, Tensor x,
-                            Tensor q, Tensor k, Tensor v) {
-    KV_TRY(matmul(wq, x, q));
-    KV_TRY(matmul(wk, x, k));
-    return matmul(wv, x, v);
-  }
+  Status matmul_qkv(const Weight& wq, const Weight& wk, const Weight& wv, Tensor x, Tensor q,
+                    Tensor k, Tensor v);
   // out = act(Wgate·x) ⊙ (Wup·x); `up` is scratch of the same shape as out.
-  virtual Status matmul_glu(const Weight& w_gate, const Weight& w_up, Tensor x, FfnAct act,
-                            Tensor out, Tensor up) {
-    KV_TRY(matmul(w_gate, x, out));
-    KV_TRY(matmul(w_up, x, up));
-    return glu(out, up, act, out);
-  }
+  Status matmul_glu(const Weight& w_gate, const Weight& w_up, Tensor x, FfnAct act, Tensor out,
+                    Tensor up);
   // RoPE on q and k, then k and v stored into the cache at positions pos0 .. (kv_write).
-  virtual Status rope_kv_write(Tensor q, Tensor k, Tensor v, KvCache& cache, int layer,
-                               int n_head, const RopeSpec& rope_spec, int pos0) {
-    const int D = cache.shape().head_dim;
-    KV_TRY(rope(q, n_head, D, rope_spec, pos0));
-    KV_TRY(rope(k, cache.shape().n_head_kv, D, rope_spec, pos0));
-    return kv_write(cache, layer, k, v, pos0);
-  }
+  Status rope_kv_write(Tensor q, Tensor k, Tensor v, KvCache& cache, int layer, int n_head,
+                       const RopeSpec& rope_spec, int pos0);
   // x += y, then out = RMSNorm(x)·w.
-  virtual Status add_rmsnorm(Tensor x, Tensor y, const Weight& w, float eps, Tensor out) {
-    KV_TRY(add(x, y));
-    return rmsnorm(x, w, eps, out);
-  }
+  Status add_rmsnorm(Tensor x, Tensor y, const Weight& w, float eps, Tensor out);
 
   // Step timing: the device time between begin_step and end_step, where the backend
   // can measure it (CUDA events); nullopt on the CPU (the session uses wall time).
   virtual void begin_step() {}
   virtual std::optional<double> end_step() { return std::nullopt; }
+
+ protected:
+  // The ops proper, called with arguments the public wrappers have checked.
+  virtual Expected<Tensor> do_scratch(int slot, int64_t rows, int64_t cols) = 0;
+  virtual Expected<std::unique_ptr<KvCache>> do_create_kv_cache(const KvCacheConfig& config,
+                                                                int capacity) = 0;
+  virtual Status do_embed(const Weight& tok_embd, const int32_t* ids, float scale,
+                          Tensor out) = 0;
+  virtual Status do_rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) = 0;
+  virtual Status do_matmul(const Weight& w, Tensor x, Tensor out) = 0;
+  virtual Status do_add_bias(Tensor x, const Weight& b) = 0;
+  virtual Status do_rope(Tensor x, int n_heads, int head_dim, const RopeSpec& rope,
+                         int pos0) = 0;
+  virtual Status do_kv_write(KvCache& cache, int layer, Tensor k, Tensor v, int pos0) = 0;
+  virtual Status do_attention(Tensor q, const KvCache& cache, int layer, int pos0, int n_head,
+                              float scale, Tensor out, Tensor probs_last) = 0;
+  virtual Status do_glu(Tensor gate, Tensor up, FfnAct act, Tensor out) = 0;
+  virtual Status do_add(Tensor x, Tensor y) = 0;
+  virtual Status do_kv_row_norms(const KvCache& cache, int layer, int pos0, int T,
+                                 Tensor k_norm, Tensor v_norm) = 0;
+  // Called only where can_measure_kv_errors().
+  virtual Status do_kv_row_errors(const KvCache& cache, int layer, int pos0, Tensor k, Tensor v,
+                                  Tensor k_err, Tensor v_err) = 0;
+  virtual Status do_download(Tensor src, float* host) = 0;
+  virtual Status do_kv_rerotate(KvCache& cache, int layer, const RopeSpec& rope, int first,
+                                int delta) = 0;
+  virtual Status do_matmul_qkv(const Weight& wq, const Weight& wk, const Weight& wv, Tensor x,
+                               Tensor q, Tensor k, Tensor v) = 0;
+  virtual Status do_matmul_glu(const Weight& w_gate, const Weight& w_up, Tensor x, FfnAct act,
+                               Tensor out, Tensor up) = 0;
+  virtual Status do_rope_kv_write(Tensor q, Tensor k, Tensor v, KvCache& cache, int layer,
+                                  int n_head, const RopeSpec& rope_spec, int pos0) = 0;
+  virtual Status do_add_rmsnorm(Tensor x, Tensor y, const Weight& w, float eps,
+                                Tensor out) = 0;
+
+  // The fused ops as sequences of the basic ops, for backends (or shapes) without a
+  // fused version.
+  Status unfused_matmul_qkv(const Weight& wq, const Weight& wk, const Weight& wv, Tensor x,
+                            Tensor q, Tensor k, Tensor v);
+  Status unfused_matmul_glu(const Weight& w_gate, const Weight& w_up, Tensor x, FfnAct act,
+                            Tensor out, Tensor up);
+  Status unfused_rope_kv_write(Tensor q, Tensor k, Tensor v, KvCache& cache, int layer,
+                               int n_head, const RopeSpec& rope_spec, int pos0);
+  Status unfused_add_rmsnorm(Tensor x, Tensor y, const Weight& w, float eps, Tensor out);
 };
 
 }  // namespace kvscope

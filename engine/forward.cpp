@@ -8,7 +8,7 @@
 //   o = Wo·a (RMSNorm·post_attention_norm); x += o; h = RMSNorm(x)·ffn_norm;
 //   f = Wdown(act(Wgate·h) ⊙ Wup·h) (RMSNorm·post_ffw_norm); x += f.
 // Then RMSNorm·output_norm and the LM head on the last token only. Ops go through the
-// backend's fused entry points (backend.h), whose defaults are the plain sequence above.
+// backend's fused entry points (backend.h), equal to the plain sequence above (unfused_<op>).
 //
 // More than kMaxBatch tokens go through in batches of kMaxBatch: a windowed layer's ring
 // then never holds more than keep - 1 + kMaxBatch positions (a 2,000-token prompt does

@@ -6,7 +6,7 @@
 #include "kernels/cuda_compat.cuh"
 #include "kernels/kernels.h"
 
-namespace kvscope_cuda {
+namespace kvscope::cuda {
 
 __device__ __forceinline__ float gate_act(GateAct act, float g) {
   if (act == GateAct::GeluTanh)
@@ -14,4 +14,4 @@ __device__ __forceinline__ float gate_act(GateAct act, float g) {
   return g / (1.0f + __expf(-g));
 }
 
-}  // namespace kvscope_cuda
+}  // namespace kvscope::cuda

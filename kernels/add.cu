@@ -3,7 +3,7 @@
 // Shapes: x, y [T][C] fp32 flattened to n.
 #include "kernels/launch.cuh"
 
-namespace kvscope_cuda {
+namespace kvscope::cuda {
 namespace {
 
 __global__ void add_kernel(float* x, const float* y, int64_t n) {
@@ -20,4 +20,4 @@ cudaError_t add(float* x, const float* y, int64_t n, cudaStream_t s) {
                 n);
 }
 
-}  // namespace kvscope_cuda
+}  // namespace kvscope::cuda

@@ -3,7 +3,7 @@
 // Shapes: x [T][n] fp32, b [n] fp32.
 #include "kernels/launch.cuh"
 
-namespace kvscope_cuda {
+namespace kvscope::cuda {
 namespace {
 
 __global__ void add_bias_kernel(float* x, const float* b, int64_t total, int64_t n) {
@@ -22,4 +22,4 @@ cudaError_t add_bias(float* x, const float* b, int T, int64_t n, cudaStream_t s)
                 b, total, n);
 }
 
-}  // namespace kvscope_cuda
+}  // namespace kvscope::cuda

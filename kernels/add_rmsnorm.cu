@@ -9,7 +9,7 @@
 #include "kernels/launch.cuh"
 #include "kernels/reduce.cuh"
 
-namespace kvscope_cuda {
+namespace kvscope::cuda {
 namespace {
 
 __global__ void add_rmsnorm_kernel(float* x, const float* y, const float* w, int C, float eps,
@@ -39,4 +39,4 @@ cudaError_t add_rmsnorm(float* x, const float* y, const float* w, int T, int C, 
   return launch(add_rmsnorm_kernel, dim3(T), dim3(threads), 0, s, x, y, w, C, eps, out);
 }
 
-}  // namespace kvscope_cuda
+}  // namespace kvscope::cuda

@@ -14,7 +14,7 @@
 #include "kernels/launch.cuh"
 #include "kernels/reduce.cuh"
 
-namespace kvscope_cuda {
+namespace kvscope::cuda {
 namespace {
 
 int g_max_smem_bytes = 48 * 1024;
@@ -162,4 +162,4 @@ cudaError_t attention_dev(const float* q, KvLayer kv, int T, const int* pos0_dev
   return launch_attention(q, kv, sh, out, probs_base, pos0_dev, s);
 }
 
-}  // namespace kvscope_cuda
+}  // namespace kvscope::cuda

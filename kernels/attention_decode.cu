@@ -13,7 +13,7 @@
 #include "kernels/launch.cuh"
 #include "kernels/reduce.cuh"
 
-namespace kvscope_cuda {
+namespace kvscope::cuda {
 namespace {
 
 constexpr int kDecodeChunk = 32;
@@ -204,4 +204,4 @@ cudaError_t attention_decode(const float* q, KvLayer kv, int pos0, const int* po
                 pos0_dev);
 }
 
-}  // namespace kvscope_cuda
+}  // namespace kvscope::cuda

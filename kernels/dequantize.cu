@@ -5,7 +5,7 @@
 #include "kernels/launch.cuh"
 #include "kernels/quant.cuh"
 
-namespace kvscope_cuda {
+namespace kvscope::cuda {
 namespace {
 
 __global__ void dequantize_f32_kernel(const uint8_t* w, QType type, int64_t row_bytes,
@@ -31,4 +31,4 @@ cudaError_t dequantize_f32(QMatrix w, float* out, cudaStream_t s) {
                 static_cast<const uint8_t*>(w.data), w.type, w.row_bytes, w.n_in, total, out);
 }
 
-}  // namespace kvscope_cuda
+}  // namespace kvscope::cuda

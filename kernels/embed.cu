@@ -5,7 +5,7 @@
 #include "kernels/launch.cuh"
 #include "kernels/quant.cuh"
 
-namespace kvscope_cuda {
+namespace kvscope::cuda {
 namespace {
 
 __global__ void embed_kernel(const uint8_t* table, QType type, int64_t row_bytes, int64_t C,
@@ -26,4 +26,4 @@ cudaError_t embed(QMatrix table, const int32_t* ids, int T, float scale, float* 
                 ids, scale, out);
 }
 
-}  // namespace kvscope_cuda
+}  // namespace kvscope::cuda

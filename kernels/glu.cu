@@ -4,7 +4,7 @@
 #include "kernels/act.cuh"
 #include "kernels/launch.cuh"
 
-namespace kvscope_cuda {
+namespace kvscope::cuda {
 namespace {
 
 __global__ void glu_kernel(const float* gate, const float* up, int64_t n, GateAct act, float* out) {
@@ -23,4 +23,4 @@ cudaError_t glu(const float* gate, const float* up, int64_t n, GateAct act, floa
                 up, n, act, out);
 }
 
-}  // namespace kvscope_cuda
+}  // namespace kvscope::cuda

@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <string>
 
-namespace kvscope_cuda {
+namespace kvscope::cuda {
 
 // ggml type ids as stored in GGUF (kernels do not depend on the engine).
 enum class QType : int {
@@ -28,8 +28,8 @@ bool qtype_supported(int type_id);
 // Values per block and bytes per block (0 for unsupported types).
 int qtype_block_size(int type_id);
 int qtype_block_bytes(int type_id);
-// True when matvec_q has a native kernel for the type (no fp32 copy needed).
-inline bool matvec_native(QType t) { return t == QType::Q4_1 || t == QType::Q8_0; }
+// True when matmul has a native kernel for the type (no fp32 copy needed).
+inline bool matmul_native(QType t) { return t == QType::Q4_1 || t == QType::Q8_0; }
 
 // RoPE of one layer: the first n_rot dims of each head rotate in pairs, adjacent (2i, 2i+1)
 // or NeoX (i, i + n_rot/2), by pos * freq_scale * base^(-2i/n_rot).
@@ -62,9 +62,9 @@ cudaError_t rmsnorm(const float* x, const float* w, int T, int C, float eps, flo
 // In place on x [T][n_heads*D]: pair rotation (RopeArgs), row t at position pos0 + t.
 cudaError_t rope(float* x, int T, int n_heads, int D, RopeArgs r, int pos0, cudaStream_t s);
 // out[t][o] = sum_i W[o][i] x[t][i] for native types (Q4_1, Q8_0); x [T][n_in], out [T][n_out].
-cudaError_t matvec_q(QMatrix w, const float* x, int T, float* out, cudaStream_t s);
+cudaError_t matmul(QMatrix w, const float* x, int T, float* out, cudaStream_t s);
 // Same over an fp32 matrix w32 [n_out][n_in] (a dequantized copy).
-cudaError_t matvec_f32(const float* w32, int64_t n_in, int64_t n_out, const float* x, int T,
+cudaError_t matmul_f32(const float* w32, int64_t n_in, int64_t n_out, const float* x, int T,
                        float* out, cudaStream_t s);
 // One layer of the KV cache: K and V each [Hkv][n_slots] rows of D values in their element
 // type (the values are ggml type ids, as the engine's KvDtype; f32 and f16 rows are D
@@ -84,18 +84,18 @@ struct KvLayer {
 };
 // Stores k, v [T][Hkv*D] at positions pos0 .. pos0+T-1 (their slots) and records those
 // positions in kv.pos.
-cudaError_t kv_append(KvLayer kv, const float* k, const float* v, int T, int pos0,
+cudaError_t kv_write(KvLayer kv, const float* k, const float* v, int T, int pos0,
                       cudaStream_t s);
 // Context shift: every K row of the layer whose slot holds a position >= first rotates
 // in place by delta positions (rope() at pos = delta), re-stored in the K type.
 cudaError_t kv_rerotate(KvLayer kv, RopeArgs r, int first, int delta, cudaStream_t s);
 // k_norm[t], v_norm[t] = L2 norm over all kv heads of the rows of position pos0 + t. With
 // pos0_dev non-null the position is read from device memory instead (CUDA graph replay).
-cudaError_t kv_norms(KvLayer kv, int pos0, const int* pos0_dev, int T, float* k_norm,
+cudaError_t kv_row_norms(KvLayer kv, int pos0, const int* pos0_dev, int T, float* k_norm,
                      float* v_norm, cudaStream_t s);
 // k_err[t], v_err[t] = ||x - x'|| / ||x|| over all kv heads, x the f32 row k[t] / v[t] just
 // stored at position pos0 + t and x' that stored row read back (0 for a zero row).
-// pos0_dev as in kv_norms.
+// pos0_dev as in kv_row_norms.
 cudaError_t kv_row_errors(KvLayer kv, const float* k, const float* v, int T, int pos0,
                           const int* pos0_dev, float* k_err, float* v_err, cudaStream_t s);
 // GQA attention of q [T][H*D] (row t at position pos0 + t) over the keys the layer holds
@@ -136,16 +136,16 @@ cudaError_t add_bias(float* x, const float* b, int T, int64_t n, cudaStream_t s)
 // --- Fused decode ops (one launch each where the unfused path takes two to four). ---
 // q, k, v [T][n_out of wq / wk / wv] = Wq·x, Wk·x, Wv·x in one grid: the rows of the
 // three matrices are numbered one after another, one warp per row. Every matrix must be
-// matvec_native and have n_in equal to x's width (checked: cudaErrorInvalidValue).
-cudaError_t matvec_qkv(QMatrix wq, QMatrix wk, QMatrix wv, const float* x, int T, float* q,
+// matmul_native and have n_in equal to x's width (checked: cudaErrorInvalidValue).
+cudaError_t matmul_qkv(QMatrix wq, QMatrix wk, QMatrix wv, const float* x, int T, float* q,
                        float* k, float* v, cudaStream_t s);
 // out [T][F] = act(Wgate·x) * (Wup·x): one warp computes gate row o and up row o and
-// writes the product; no gate/up intermediates in memory. Both matrices matvec_native,
+// writes the product; no gate/up intermediates in memory. Both matrices matmul_native,
 // same shape.
-cudaError_t matvec_gate_up_glu(QMatrix w_gate, QMatrix w_up, const float* x, int T,
+cudaError_t matmul_glu(QMatrix w_gate, QMatrix w_up, const float* x, int T,
                                GateAct act, float* out, cudaStream_t s);
 // RoPE on q [T][n_head*D] and k [T][Hkv*D] (both in place, exactly as rope()), then the
-// rotated k and v [T][Hkv*D] stored into the cache for positions pos0 + t (as kv_append()). When
+// rotated k and v [T][Hkv*D] stored into the cache for positions pos0 + t (as kv_write()). When
 // pos0_dev is non-null the position of row 0 is read from device memory instead of pos0
 // (CUDA graph replay, where the position changes between replays).
 cudaError_t rope_kv_write(float* q, float* k, const float* v, int T, int n_head, RopeArgs r,
@@ -155,4 +155,4 @@ cudaError_t rope_kv_write(float* q, float* k, const float* v, int T, int n_head,
 cudaError_t add_rmsnorm(float* x, const float* y, const float* w, int T, int C, float eps,
                         float* out, cudaStream_t s);
 
-}  // namespace kvscope_cuda
+}  // namespace kvscope::cuda

@@ -1,6 +1,6 @@
 // kv_layout.cuh — where a position lives in a layer's KV cache, which keys a query sees,
 // and the K/V element-type dispatch, shared by every kernel that touches the cache
-// (kv_append, rope_kv_write, kv_norms, kv_rerotate, attention). The rules are the engine's KvCache
+// (kv_write, rope_kv_write, kv_row_norms, kv_rerotate, attention). The rules are the engine's KvCache
 // rules (engine/kv_cache.h); kernels/kernels.h describes KvLayer.
 #pragma once
 
@@ -8,7 +8,7 @@
 #include "kernels/kernels.h"
 #include "kernels/kv_quant.cuh"
 
-namespace kvscope_cuda {
+namespace kvscope::cuda {
 
 // Slot of position p: p itself below the sinks, then a ring over the other slots.
 __device__ __forceinline__ int kv_slot(const KvLayer& kv, int p) {
@@ -65,4 +65,4 @@ cudaError_t kv_dispatch_k(const KvLayer& kv, F&& f) {
   return kv_dispatch_one(kv.k_type, f);
 }
 
-}  // namespace kvscope_cuda
+}  // namespace kvscope::cuda

@@ -20,7 +20,7 @@
 #include "kernels/quant.cuh"
 #include "kernels/reduce.cuh"
 
-namespace kvscope_cuda {
+namespace kvscope::cuda {
 
 // A block's fp16 scale, as one 16-bit store: blocks are 34 or 18 bytes and rows start at
 // even offsets of a cudaMalloc'd cache, so the address is always 2-byte aligned. (Splitting
@@ -115,4 +115,4 @@ struct KvQ4_0 {
   }
 };
 
-}  // namespace kvscope_cuda
+}  // namespace kvscope::cuda

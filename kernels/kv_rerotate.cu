@@ -13,7 +13,7 @@
 #include "kernels/launch.cuh"
 #include "kernels/rope_kv.cuh"
 
-namespace kvscope_cuda {
+namespace kvscope::cuda {
 namespace {
 
 constexpr int kThreads = 128;
@@ -59,4 +59,4 @@ cudaError_t kv_rerotate(KvLayer kv, RopeArgs r, int first, int delta, cudaStream
   });
 }
 
-}  // namespace kvscope_cuda
+}  // namespace kvscope::cuda

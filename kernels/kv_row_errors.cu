@@ -10,7 +10,7 @@
 #include "kernels/launch.cuh"
 #include "kernels/reduce.cuh"
 
-namespace kvscope_cuda {
+namespace kvscope::cuda {
 namespace {
 
 template <class KE, class VE>
@@ -57,4 +57,4 @@ cudaError_t kv_row_errors(KvLayer kv, const float* k, const float* v, int T, int
   });
 }
 
-}  // namespace kvscope_cuda
+}  // namespace kvscope::cuda

@@ -17,14 +17,14 @@
 #include <type_traits>
 #endif
 
-namespace kvscope_cuda {
+namespace kvscope::cuda {
 
 #if defined(KVSCOPE_CUDA_EMU)
 namespace detail {
 template <class T>
 void check_pointer_arg(const T& v, int index, std::string& problem) {
   if constexpr (std::is_pointer_v<T>) {
-    if (v != nullptr && problem.empty() && !::kvscope_emu::is_device_range(v, 0)) {
+    if (v != nullptr && problem.empty() && !::kvscope::emu::is_device_range(v, 0)) {
       char buf[160];
       std::snprintf(buf, sizeof buf,
                     "argument %d (%p) is not a device pointer from cudaMalloc", index,
@@ -47,13 +47,13 @@ cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem
   int index = 0;
   std::apply([&](const auto&... p) { (detail::check_pointer_arg(p, index++, problem), ...); },
              params);
-  ::kvscope_emu::LaunchSpec spec;
+  ::kvscope::emu::LaunchSpec spec;
   spec.func = reinterpret_cast<const void*>(kernel);
   spec.grid = grid;
   spec.block = block;
   spec.smem = smem_bytes;
   spec.stream = stream;
-  return ::kvscope_emu::launch(
+  return ::kvscope::emu::launch(
       spec, [kernel, params] { std::apply(kernel, params); }, problem);
 #else
   kernel<<<grid, block, smem_bytes, stream>>>(std::forward<Args>(args)...);
@@ -61,4 +61,4 @@ cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem
 #endif
 }
 
-}  // namespace kvscope_cuda
+}  // namespace kvscope::cuda

@@ -1,5 +1,5 @@
-// matvec_row.cuh — device helpers shared by the quantized matvec kernels (matvec.cu and
-// the fused decode matvecs): decoding 16-value units of Q4_1 / Q8_0 rows and one warp's
+// matvec_row.cuh — device helpers shared by the quantized matvec kernels (matmul.cu,
+// matmul_qkv.cu and matmul_glu.cu): decoding 16-value units of Q4_1 / Q8_0 rows and one warp's
 // partial dot products of a row with up to kRowsAtOnce activation rows.
 //
 // Invariants: rows hold n_in values, n_in a multiple of 32 (whole blocks); each lane
@@ -11,7 +11,7 @@
 #include "kernels/kernels.h"
 #include "kernels/quant.cuh"
 
-namespace kvscope_cuda {
+namespace kvscope::cuda {
 
 inline constexpr int kMatvecWarpsPerBlock = 8;
 inline constexpr int kRowsAtOnce = 4;
@@ -75,4 +75,4 @@ __device__ __forceinline__ void lane_row_dots_any(QType type, const uint8_t* row
     lane_row_dots<QType::Q8_0>(row, n_in, x, nt, acc);
 }
 
-}  // namespace kvscope_cuda
+}  // namespace kvscope::cuda

@@ -3,11 +3,11 @@
 #include "kernels/cuda_compat.cuh"
 #include "kernels/kernels.h"
 
-namespace kvscope_cuda {
+namespace kvscope::cuda {
 
 std::string error_detail() {
 #if defined(KVSCOPE_CUDA_EMU)
-  return ::kvscope_emu::last_error_detail();
+  return ::kvscope::emu::last_error_detail();
 #else
   return {};
 #endif
@@ -40,4 +40,4 @@ int qtype_block_bytes(int id) {
   return 0;
 }
 
-}  // namespace kvscope_cuda
+}  // namespace kvscope::cuda

@@ -8,7 +8,7 @@
 #include "kernels/cuda_compat.cuh"
 #include "kernels/kernels.h"
 
-namespace kvscope_cuda {
+namespace kvscope::cuda {
 
 __host__ __device__ __forceinline__ float ld_f16(const uint8_t* p) {
   __half_raw r;
@@ -100,4 +100,4 @@ __host__ __device__ inline float dequant_value(QType type, const uint8_t* row, i
   return 0.0f;
 }
 
-}  // namespace kvscope_cuda
+}  // namespace kvscope::cuda

@@ -6,7 +6,7 @@
 
 #include "kernels/cuda_compat.cuh"
 
-namespace kvscope_cuda {
+namespace kvscope::cuda {
 
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
@@ -39,4 +39,4 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   return warp_max(v);
 }
 
-}  // namespace kvscope_cuda
+}  // namespace kvscope::cuda

@@ -5,7 +5,7 @@
 #include "kernels/launch.cuh"
 #include "kernels/reduce.cuh"
 
-namespace kvscope_cuda {
+namespace kvscope::cuda {
 namespace {
 
 __global__ void rmsnorm_kernel(const float* x, const float* w, int C, float eps, float* out) {
@@ -29,4 +29,4 @@ cudaError_t rmsnorm(const float* x, const float* w, int T, int C, float eps, flo
   return launch(rmsnorm_kernel, dim3(T), dim3(threads), 0, s, x, w, C, eps, out);
 }
 
-}  // namespace kvscope_cuda
+}  // namespace kvscope::cuda

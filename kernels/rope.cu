@@ -6,7 +6,7 @@
 #include "kernels/launch.cuh"
 #include "kernels/rope_kv.cuh"
 
-namespace kvscope_cuda {
+namespace kvscope::cuda {
 namespace {
 
 __global__ void rope_kernel(float* x, int n_heads, int D, RopeArgs r, int pos0) {
@@ -34,4 +34,4 @@ cudaError_t rope(float* x, int T, int n_heads, int D, RopeArgs r, int pos0, cuda
                 pos0);
 }
 
-}  // namespace kvscope_cuda
+}  // namespace kvscope::cuda

@@ -1,6 +1,6 @@
 // rope_kv.cuh — device helpers shared by rope.cu, rope_kv_write.cu and kv_rerotate.cu, so
 // the fused kernel rotates bit-identically to the separate ones (the cache stores are
-// kv_quant.cuh's, shared with kv_append.cu).
+// kv_quant.cuh's, shared with kv_write.cu).
 //
 // rope_cos_sin: the angle pos * freq_scale * base^(-2i/n_rot) is formed in double (at
 // positions in the thousands a float angle would be off by ~1e-3 rad, which the CPU
@@ -12,7 +12,7 @@
 #include "kernels/cuda_compat.cuh"
 #include "kernels/kernels.h"
 
-namespace kvscope_cuda {
+namespace kvscope::cuda {
 
 __device__ __forceinline__ void rope_cos_sin(int pos, int i, const RopeArgs& r, float* c,
                                              float* s) {
@@ -43,4 +43,4 @@ __device__ __forceinline__ void rope_rotate(float* a, float* b, float c, float s
   *b = fmaf(x0, s, x1 * c);
 }
 
-}  // namespace kvscope_cuda
+}  // namespace kvscope::cuda

@@ -6,14 +6,14 @@
 // over the 32-value chunks of every kv head's k and v rows and store them into the cache
 // in its types (kernels/kv_quant.cuh: one warp per q8_0 / q4_0 block). Rotation and
 // conversion come from rope_kv.cuh and kv_quant.cuh: results equal rope() + rope() +
-// kv_append(). Lane 0 of thread 0's warp records the position in the slot map.
+// kv_write(). Lane 0 of thread 0's warp records the position in the slot map.
 // Shapes: q [T][H*D], k, v [T][Hkv*D] fp32; cache K, V [Hkv][n_slots] rows at the slot of
 // position pos0 + t (kernels/kv_layout.cuh).
 #include "kernels/kv_layout.cuh"
 #include "kernels/launch.cuh"
 #include "kernels/rope_kv.cuh"
 
-namespace kvscope_cuda {
+namespace kvscope::cuda {
 namespace {
 
 template <class KE, class VE>
@@ -78,4 +78,4 @@ cudaError_t rope_kv_write(float* q, float* k, const float* v, int T, int n_head,
   });
 }
 
-}  // namespace kvscope_cuda
+}  // namespace kvscope::cuda

@@ -43,8 +43,8 @@ class CpuBackend final : public Backend {
   const char* kind() const override { return "cpu"; }
   int threads() const override { return pool_.size(); }
 
-  Expected<Tensor> scratch(int slot, int64_t rows, int64_t cols) override {
-    if (slot < 0 || slot > 64) return make_error("cpu: scratch slot ", slot, " out of range [0, 64]");
+  // Ops. Their arguments were checked by Backend's wrappers (engine/backend.cpp).
+  Expected<Tensor> do_scratch(int slot, int64_t rows, int64_t cols) override {
     if (size_t(slot) >= slots_.size()) {
       slots_.resize(size_t(slot) + 1);
       slot_sizes_.resize(size_t(slot) + 1, 0);
@@ -62,16 +62,13 @@ class CpuBackend final : public Backend {
     return Tensor{reinterpret_cast<float*>(slots_[size_t(slot)].get()), rows, cols};
   }
 
-  Expected<std::unique_ptr<KvCache>> create_kv_cache(const KvCacheConfig& config,
-                                                     int capacity) override {
+  Expected<std::unique_ptr<KvCache>> do_create_kv_cache(const KvCacheConfig& config,
+                                                        int capacity) override {
     return cpu::CpuKvCache::create(config, capacity);
   }
 
-  Status embed(const Weight& tok_embd, const int32_t* ids, float scale, Tensor out) override {
+  Status do_embed(const Weight& tok_embd, const int32_t* ids, float scale, Tensor out) override {
     for (int64_t t = 0; t < out.rows; ++t) {
-      if (ids[t] < 0 || ids[t] >= tok_embd.n_out)
-        return make_error("cpu: token id ", ids[t], " is outside the vocabulary [0, ",
-                          tok_embd.n_out, ")");
       float* row = out.data + t * out.cols;
       dequantize_row(tok_embd.type, tok_embd.data + uint64_t(ids[t]) * tok_embd.row_bytes, row,
                      out.cols);
@@ -81,14 +78,12 @@ class CpuBackend final : public Backend {
     return Status::Ok();
   }
 
-  Status add_bias(Tensor x, const Weight& b) override {
-    if (b.n_in != x.cols || b.n_out != 1 || b.type != GgmlType::F32)
-      return make_error("cpu: bias ", b.name, " does not fit rows of ", x.cols);
+  Status do_add_bias(Tensor x, const Weight& b) override {
     cpu::add_bias(x.data, x.rows, x.cols, reinterpret_cast<const float*>(b.data));
     return Status::Ok();
   }
 
-  Status rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) override {
+  Status do_rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) override {
     const float* g = reinterpret_cast<const float*>(w.data);
     const int64_t C = x.cols;
     for_rows(x.rows, C, [&](int64_t t) {
@@ -102,31 +97,28 @@ class CpuBackend final : public Backend {
     return Status::Ok();
   }
 
-  Status matmul(const Weight& w, Tensor x, Tensor out) override {
+  Status do_matmul(const Weight& w, Tensor x, Tensor out) override {
     const Weight* ws[1] = {&w};
     float* outs[1] = {out.data};
     return matmul_jobs(ws, outs, 1, x);
   }
 
-  Status matmul_qkv(const Weight& wq, const Weight& wk, const Weight& wv, Tensor x, Tensor q,
-                    Tensor k, Tensor v) override {
+  Status do_matmul_qkv(const Weight& wq, const Weight& wk, const Weight& wv, Tensor x, Tensor q,
+                       Tensor k, Tensor v) override {
     const Weight* ws[3] = {&wq, &wk, &wv};
     float* outs[3] = {q.data, k.data, v.data};
     return matmul_jobs(ws, outs, 3, x);
   }
 
-  Status matmul_glu(const Weight& w_gate, const Weight& w_up, Tensor x, FfnAct act, Tensor out,
-                    Tensor up) override {
+  Status do_matmul_glu(const Weight& w_gate, const Weight& w_up, Tensor x, FfnAct act,
+                       Tensor out, Tensor up) override {
     const Weight* ws[2] = {&w_gate, &w_up};
     float* outs[2] = {out.data, up.data};
     KV_TRY(matmul_jobs(ws, outs, 2, x));
-    return glu(out, up, act, out);
+    return do_glu(out, up, act, out);
   }
 
-  Status rope(Tensor x, int n_heads, int head_dim, const RopeSpec& r, int pos0) override {
-    if (int64_t(n_heads) * head_dim != x.cols || r.n_rot > head_dim || r.n_rot % 2 != 0)
-      return make_error("cpu: rope shapes: ", n_heads, " heads x ", head_dim, " dims vs ", x.cols,
-                        " columns, n_rot ", r.n_rot);
+  Status do_rope(Tensor x, int n_heads, int head_dim, const RopeSpec& r, int pos0) override {
     const float* cs = rope_table_.angles(r.n_rot, r.base, r.freq_scale, pos0, x.rows);
     if (!cs) {  // positions past the table
       cpu::rope_rows(x.data, x.rows, n_heads, head_dim, r.style, r.n_rot, r.base, r.freq_scale,
@@ -139,14 +131,11 @@ class CpuBackend final : public Backend {
     return Status::Ok();
   }
 
-  Status kv_write(KvCache& cache, int layer, Tensor k, Tensor v, int pos0) override {
+  Status do_kv_write(KvCache& cache, int layer, Tensor k, Tensor v, int pos0) override {
     auto& c = static_cast<cpu::CpuKvCache&>(cache);
     const int D = c.shape().head_dim, Hkv = c.shape().n_head_kv;
     for (int64_t t = 0; t < k.rows; ++t) {
       const int slot = c.slot_of(layer, int(pos0 + t));
-      if (slot < 0 || slot >= c.n_slots(layer) || c.slot_pos(layer)[size_t(slot)] != pos0 + t)
-        return make_error("cpu: kv_write of position ", pos0 + t, " in layer ", layer,
-                          " which the cache did not make room for");
       for (int h = 0; h < Hkv; ++h) {
         cpu::store_row(c.types().k, k.data + t * k.cols + h * D, c.k_row(layer, h, slot), D);
         cpu::store_row(c.types().v, v.data + t * v.cols + h * D, c.v_row(layer, h, slot), D);
@@ -155,13 +144,13 @@ class CpuBackend final : public Backend {
     return Status::Ok();
   }
 
-  Status attention(Tensor q, const KvCache& cache, int layer, int pos0, int n_head, float scale,
-                   Tensor out, Tensor probs_last) override {
+  Status do_attention(Tensor q, const KvCache& cache, int layer, int pos0, int n_head,
+                      float scale, Tensor out, Tensor probs_last) override {
     return cpu::attention(pool_, q, static_cast<const cpu::CpuKvCache&>(cache), layer, pos0,
                           n_head, scale, out, probs_last, attention_scratch_);
   }
 
-  Status glu(Tensor gate, Tensor up, FfnAct act, Tensor out) override {
+  Status do_glu(Tensor gate, Tensor up, FfnAct act, Tensor out) override {
     const int64_t C = gate.cols;
     const cpu::IsaKernels& k = cpu::kernels(cpu::isa_active());
     for_rows(gate.rows, C, [&](int64_t t) {
@@ -174,7 +163,7 @@ class CpuBackend final : public Backend {
     return Status::Ok();
   }
 
-  Status add(Tensor x, Tensor y) override {
+  Status do_add(Tensor x, Tensor y) override {
     const int64_t C = x.cols;
     for_rows(x.rows, C, [&](int64_t t) {
       float* a = x.data + t * C;
@@ -184,8 +173,8 @@ class CpuBackend final : public Backend {
     return Status::Ok();
   }
 
-  Status kv_row_norms(const KvCache& cache, int layer, int pos0, int T, Tensor k_norm,
-                      Tensor v_norm) override {
+  Status do_kv_row_norms(const KvCache& cache, int layer, int pos0, int T, Tensor k_norm,
+                         Tensor v_norm) override {
     const auto& c = static_cast<const cpu::CpuKvCache&>(cache);
     const int D = c.shape().head_dim, Hkv = c.shape().n_head_kv;
     for_rows(T, int64_t(2) * Hkv * D, [&](int64_t t) {
@@ -206,13 +195,10 @@ class CpuBackend final : public Backend {
   }
 
   bool can_measure_kv_errors() const override { return true; }
-  Status kv_row_errors(const KvCache& cache, int layer, int pos0, Tensor k, Tensor v, Tensor k_err,
-                       Tensor v_err) override {
+  Status do_kv_row_errors(const KvCache& cache, int layer, int pos0, Tensor k, Tensor v,
+                          Tensor k_err, Tensor v_err) override {
     const auto& c = static_cast<const cpu::CpuKvCache&>(cache);
     const int D = c.shape().head_dim, Hkv = c.shape().n_head_kv;
-    if (k.cols != int64_t(Hkv) * D || v.cols != k.cols || v.rows != k.rows)
-      return make_error("cpu: kv_row_errors shapes: k ", k.rows, "x", k.cols, ", v ", v.rows, "x",
-                        v.cols, " for ", Hkv, " kv heads of ", D);
     std::vector<float> row(static_cast<size_t>(D));
     auto rel = [](double diff, double ref) {
       return ref > 0 ? float(std::sqrt(diff / ref)) : 0.0f;
@@ -240,11 +226,10 @@ class CpuBackend final : public Backend {
     return Status::Ok();
   }
 
-  Status kv_rerotate(KvCache& cache, int layer, const RopeSpec& r, int first, int delta) override {
+  Status do_kv_rerotate(KvCache& cache, int layer, const RopeSpec& r, int first,
+                        int delta) override {
     auto& c = static_cast<cpu::CpuKvCache&>(cache);
     const int D = c.shape().head_dim, Hkv = c.shape().n_head_kv;
-    if (r.n_rot > D || r.n_rot % 2 != 0)
-      return make_error("cpu: kv_rerotate: n_rot ", r.n_rot, " does not fit heads of ", D);
     std::vector<float> row(static_cast<size_t>(D));
     const auto& pos = c.slot_pos(layer);
     for (int s = 0; s < c.n_slots(layer); ++s) {
@@ -259,9 +244,18 @@ class CpuBackend final : public Backend {
     return Status::Ok();
   }
 
-  Status download(Tensor src, float* host) override {
-    std::memcpy(host, src.data, size_t(src.size()) * sizeof(float));
+  Status do_download(Tensor src, float* host) override {
+    if (src.size() > 0) std::memcpy(host, src.data, size_t(src.size()) * sizeof(float));
     return Status::Ok();
+  }
+
+  // Not fused on the CPU: the composition of the basic ops.
+  Status do_rope_kv_write(Tensor q, Tensor k, Tensor v, KvCache& cache, int layer, int n_head,
+                          const RopeSpec& r, int pos0) override {
+    return unfused_rope_kv_write(q, k, v, cache, layer, n_head, r, pos0);
+  }
+  Status do_add_rmsnorm(Tensor x, Tensor y, const Weight& w, float eps, Tensor out) override {
+    return unfused_add_rmsnorm(x, y, w, eps, out);
   }
 
  private:

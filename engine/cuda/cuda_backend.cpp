@@ -30,7 +30,7 @@ Status CudaBackend::init(const Model& model) {
   KV_TRY(cuda_check(cudaEventCreate(&ev_stop_), "creating an event"));
   KV_TRY(cublas_check(cublasCreate(&blas_), "cublasCreate"));
   KV_TRY(cublas_check(cublasSetStream(blas_, stream_), "cublasSetStream"));
-  KV_TRY(cuda_check(kvscope_cuda::kernels_init(), "configuring the kernels"));
+  KV_TRY(cuda_check(kvscope::cuda::kernels_init(), "configuring the kernels"));
   KV_TRY(graph_.init(stream_));
   n_head_ = model.config().n_head;
   weights_.emplace(stream_);
@@ -48,11 +48,7 @@ Status CudaBackend::init(const Model& model) {
   return cuda_check(cudaStreamSynchronize(stream_), "uploading the weights");
 }
 
-Expected<Tensor> CudaBackend::scratch(int slot, int64_t rows, int64_t cols) {
-  if (slot < 0 || slot > 64)
-    return make_error("cuda: scratch slot ", slot, " out of range [0, 64]");
-  if (rows < 0 || cols < 0)
-    return make_error("cuda: scratch shape ", rows, " x ", cols, " is negative");
+Expected<Tensor> CudaBackend::do_scratch(int slot, int64_t rows, int64_t cols) {
   if (size_t(slot) >= slots_.size()) slots_.resize(size_t(slot) + 1);
   DeviceBuffer& b = slots_[size_t(slot)];
   const size_t need = size_t(rows * cols) * sizeof(float);
@@ -65,24 +61,25 @@ Expected<Tensor> CudaBackend::scratch(int slot, int64_t rows, int64_t cols) {
   return Tensor{static_cast<float*>(slots_[size_t(slot)].p), rows, cols};
 }
 
-Expected<std::unique_ptr<KvCache>> CudaBackend::create_kv_cache(const KvCacheConfig& config,
-                                                                int capacity) {
+Expected<std::unique_ptr<KvCache>> CudaBackend::do_create_kv_cache(const KvCacheConfig& config,
+                                                                   int capacity) {
   KV_TRY(graph_.flush());
   auto made = CudaKvCache::create(config, capacity, stream_);
   if (!made.ok()) return made;
   // The split decode attention's work memory for this many slots, now rather than during
   // the first decode step (growing it then would keep that step out of a CUDA graph).
-  kvscope_cuda::KvLayer kl;
+  kvscope::cuda::KvLayer kl;
   kl.n_head_kv = config.shape.n_head_kv;
   kl.head_dim = config.shape.head_dim;
   kl.n_slots = std::max(capacity, 1);
-  const size_t need = size_t(kvscope_cuda::attention_decode_work_floats(n_head_, kl)) * 4;
+  const size_t need = size_t(kvscope::cuda::attention_decode_work_floats(n_head_, kl)) * 4;
   if (need > attn_work_.bytes) KV_TRY(attn_work_.ensure(need, "attention work memory"));
   return made;
 }
 
-Status CudaBackend::download(Tensor src, float* host) {
+Status CudaBackend::do_download(Tensor src, float* host) {
   KV_TRY(graph_.flush());
+  if (src.size() == 0) return Status::Ok();
   KV_TRY(cuda_check(cudaMemcpyAsync(host, src.data, size_t(src.size()) * sizeof(float),
                                     cudaMemcpyDeviceToHost, stream_),
                     "copying results to the host"));

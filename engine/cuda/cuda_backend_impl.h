@@ -1,6 +1,6 @@
 // cuda_backend_impl.h — the CUDA Backend class, shared by its source files:
 //   cuda_backend.cpp  device setup, scratch memory, caches, downloads, step timing
-//   cuda_ops.cpp      the ops (each checks shapes, then issues kernels via OpLauncher)
+//   cuda_ops.cpp      the ops (shapes checked by Backend; kernels issued via OpLauncher)
 // Memory lives in cuda_weights.* (model weights), cuda_kv_cache.* (the KV cache) and
 // cuda_util.* (buffers, status); decode-step recording in decode_graph.*.
 //
@@ -41,37 +41,41 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda (" + info_.name + ")"; }
   const char* kind() const override { return "cuda"; }
   int threads() const override { return 0; }  // the ops run on the GPU
-  Expected<Tensor> scratch(int slot, int64_t rows, int64_t cols) override;
-  Expected<std::unique_ptr<KvCache>> create_kv_cache(const KvCacheConfig& config,
-                                                     int capacity) override;
-  Status download(Tensor src, float* host) override;
+  bool can_measure_kv_errors() const override { return true; }
   void begin_step() override;
   std::optional<double> end_step() override;
 
+ protected:
+  // Ops, called with arguments Backend's wrappers have checked (engine/backend.cpp).
+  // cuda_backend.cpp
+  Expected<Tensor> do_scratch(int slot, int64_t rows, int64_t cols) override;
+  Expected<std::unique_ptr<KvCache>> do_create_kv_cache(const KvCacheConfig& config,
+                                                        int capacity) override;
+  Status do_download(Tensor src, float* host) override;
   // cuda_ops.cpp
-  Status embed(const Weight& tok_embd, const int32_t* ids, float scale, Tensor out) override;
-  Status rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) override;
-  Status matmul(const Weight& w, Tensor x, Tensor out) override;
-  Status add_bias(Tensor x, const Weight& b) override;
-  Status rope(Tensor x, int n_heads, int head_dim, const RopeSpec& r, int pos0) override;
-  Status kv_write(KvCache& cache, int layer, Tensor k, Tensor v, int pos0) override;
-  Status attention(Tensor q, const KvCache& cache, int layer, int pos0, int n_head, float scale,
-                   Tensor out, Tensor probs_last) override;
-  Status glu(Tensor gate, Tensor up, FfnAct act, Tensor out) override;
-  Status add(Tensor x, Tensor y) override;
-  Status kv_rerotate(KvCache& cache, int layer, const RopeSpec& r, int first, int delta) override;
-  Status kv_row_norms(const KvCache& cache, int layer, int pos0, int T, Tensor k_norm,
-                      Tensor v_norm) override;
-  bool can_measure_kv_errors() const override { return true; }
-  Status kv_row_errors(const KvCache& cache, int layer, int pos0, Tensor k, Tensor v, Tensor k_err,
-                       Tensor v_err) override;
-  Status matmul_qkv(const Weight& wq, const Weight& wk, const Weight& wv, Tensor x, Tensor q,
-                    Tensor k, Tensor v) override;
-  Status matmul_glu(const Weight& w_gate, const Weight& w_up, Tensor x, FfnAct act, Tensor out,
-                    Tensor up) override;
-  Status rope_kv_write(Tensor q, Tensor k, Tensor v, KvCache& cache, int layer, int n_head,
-                       const RopeSpec& r, int pos0) override;
-  Status add_rmsnorm(Tensor x, Tensor y, const Weight& w, float eps, Tensor out) override;
+  Status do_embed(const Weight& tok_embd, const int32_t* ids, float scale, Tensor out) override;
+  Status do_rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) override;
+  Status do_matmul(const Weight& w, Tensor x, Tensor out) override;
+  Status do_add_bias(Tensor x, const Weight& b) override;
+  Status do_rope(Tensor x, int n_heads, int head_dim, const RopeSpec& r, int pos0) override;
+  Status do_kv_write(KvCache& cache, int layer, Tensor k, Tensor v, int pos0) override;
+  Status do_attention(Tensor q, const KvCache& cache, int layer, int pos0, int n_head,
+                      float scale, Tensor out, Tensor probs_last) override;
+  Status do_glu(Tensor gate, Tensor up, FfnAct act, Tensor out) override;
+  Status do_add(Tensor x, Tensor y) override;
+  Status do_kv_rerotate(KvCache& cache, int layer, const RopeSpec& r, int first,
+                        int delta) override;
+  Status do_kv_row_norms(const KvCache& cache, int layer, int pos0, int T, Tensor k_norm,
+                         Tensor v_norm) override;
+  Status do_kv_row_errors(const KvCache& cache, int layer, int pos0, Tensor k, Tensor v,
+                          Tensor k_err, Tensor v_err) override;
+  Status do_matmul_qkv(const Weight& wq, const Weight& wk, const Weight& wv, Tensor x, Tensor q,
+                       Tensor k, Tensor v) override;
+  Status do_matmul_glu(const Weight& w_gate, const Weight& w_up, Tensor x, FfnAct act,
+                       Tensor out, Tensor up) override;
+  Status do_rope_kv_write(Tensor q, Tensor k, Tensor v, KvCache& cache, int layer, int n_head,
+                          const RopeSpec& r, int pos0) override;
+  Status do_add_rmsnorm(Tensor x, Tensor y, const Weight& w, float eps, Tensor out) override;
 
  private:
   // The device position argument of a decode step being recorded (nullptr when eager, or

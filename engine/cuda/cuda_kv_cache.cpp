@@ -22,13 +22,13 @@ Expected<std::unique_ptr<KvCache>> CudaKvCache::create(const KvCacheConfig& conf
   return std::unique_ptr<KvCache>(std::move(cache));
 }
 
-kvscope_cuda::KvLayer CudaKvCache::layer(int l) const {
+kvscope::cuda::KvLayer CudaKvCache::layer(int l) const {
   const KvShape& s = shape();
-  kvscope_cuda::KvLayer kl;
+  kvscope::cuda::KvLayer kl;
   kl.k = k_[size_t(l)].p;
   kl.v = v_[size_t(l)].p;
-  kl.k_type = kvscope_cuda::KvElem(int(types().k));
-  kl.v_type = kvscope_cuda::KvElem(int(types().v));
+  kl.k_type = kvscope::cuda::KvElem(int(types().k));
+  kl.v_type = kvscope::cuda::KvElem(int(types().v));
   kl.n_head_kv = s.n_head_kv;
   kl.head_dim = s.head_dim;
   kl.n_slots = slots_[size_t(l)];
@@ -36,18 +36,6 @@ kvscope_cuda::KvLayer CudaKvCache::layer(int l) const {
   kl.window = rule(l).window;
   kl.pos = static_cast<int32_t*>(pos_[size_t(l)].p);
   return kl;
-}
-
-Status CudaKvCache::check_room(int layer, int pos0, int T, const char* op) const {
-  if (layer < 0 || layer >= shape().n_layer)
-    return make_error("cuda: ", op, " of layer ", layer, " outside [0, ", shape().n_layer, ")");
-  for (int p = pos0; p < pos0 + T; ++p) {
-    const int s = slot_of(layer, p);
-    if (s < 0 || s >= n_slots(layer) || slot_pos(layer)[size_t(s)] != p)
-      return make_error("cuda: ", op, " of position ", p, " in layer ", layer,
-                        " which the cache did not make room for");
-  }
-  return Status::Ok();
 }
 
 Status CudaKvCache::relayout(int layer, int n_slots, const std::vector<int32_t>& from) {

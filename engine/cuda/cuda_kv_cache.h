@@ -25,9 +25,7 @@ class CudaKvCache final : public KvCache {
   static Expected<std::unique_ptr<KvCache>> create(const KvCacheConfig& config, int capacity,
                                                    cudaStream_t stream);
   // What the kernels need to address `layer`.
-  kvscope_cuda::KvLayer layer(int l) const;
-  // Positions pos0 .. pos0+T-1 have been given slots by begin() (else an Error naming op).
-  Status check_room(int layer, int pos0, int T, const char* op) const;
+  kvscope::cuda::KvLayer layer(int l) const;
 
  protected:
   Status relayout(int layer, int n_slots, const std::vector<int32_t>& from) override;

@@ -1,5 +1,6 @@
-// cuda_ops.cpp — the CUDA backend's ops (see backend.h for each op's contract). Each op
-// checks shapes, finds its weights on the device and issues kernels through OpLauncher,
+// cuda_ops.cpp — the CUDA backend's ops (see backend.h for each op's contract; Backend's
+// wrappers have checked the shapes). Each op finds its weights on the device and issues
+// kernels through OpLauncher,
 // which runs them now or records them into the decode step (op_launcher.h). Products of
 // more than opt_.matvec_max_tokens rows go to cuBLAS on fp32 weight copies; shorter ones
 // to the quantized matvec kernels (Q4_1, Q8_0) or the fp32 matvec on a dequantized copy.
@@ -12,40 +13,21 @@
 namespace kvscope {
 namespace {
 
-using kvscope_cuda::QMatrix;
+using kvscope::cuda::QMatrix;
 
-kvscope_cuda::RopeArgs rope_args(const RopeSpec& r) {
+kvscope::cuda::RopeArgs rope_args(const RopeSpec& r) {
   return {r.n_rot, r.style == RopeStyle::NeoX ? 1 : 0, r.base, r.freq_scale};
 }
 
-kvscope_cuda::GateAct gate_act(FfnAct a) {
-  return a == FfnAct::GeluTanh ? kvscope_cuda::GateAct::GeluTanh : kvscope_cuda::GateAct::Silu;
-}
-
-Status check_matmul(const Weight& w, Tensor x, Tensor out) {
-  if (x.cols != w.n_in || out.cols != w.n_out || out.rows != x.rows)
-    return make_error("cuda: matmul shapes: ", w.name, " is ", w.n_out, "x", w.n_in, ", x ", x.rows,
-                      "x", x.cols, ", out ", out.rows, "x", out.cols);
-  return Status::Ok();
-}
-
-Status check_vector(const Weight& w, int64_t n, const char* op) {
-  if (w.n_in != n || w.n_out != 1)
-    return make_error("cuda: ", op, ": weight ", w.name, " is ", w.n_in, "x", w.n_out,
-                      ", expected a vector of ", n);
-  return Status::Ok();
+kvscope::cuda::GateAct gate_act(FfnAct a) {
+  return a == FfnAct::GeluTanh ? kvscope::cuda::GateAct::GeluTanh : kvscope::cuda::GateAct::Silu;
 }
 
 }  // namespace
 
-Status CudaBackend::embed(const Weight& tok_embd, const int32_t* ids, float scale, Tensor out) {
+Status CudaBackend::do_embed(const Weight& tok_embd, const int32_t* ids, float scale,
+                             Tensor out) {
   const int T = int(out.rows);
-  if (out.cols != tok_embd.n_in)
-    return make_error("cuda: embed output has ", out.cols, " columns, the table ", tok_embd.n_in);
-  for (int t = 0; t < T; ++t)
-    if (ids[t] < 0 || ids[t] >= tok_embd.n_out)
-      return make_error("cuda: token id ", ids[t], " is outside the vocabulary [0, ",
-                        tok_embd.n_out, ")");
   auto w = weights_->get(tok_embd);
   if (!w.ok()) return w.error();
   KV_TRY(graph_.flush());
@@ -53,7 +35,7 @@ Status CudaBackend::embed(const Weight& tok_embd, const int32_t* ids, float scal
     // A decode step starts: record its launches; the token goes in with the step's
     // parameters (DecodeGraph::flush).
     graph_.begin(ids[0]);
-    return ops_->run("embed kernel", kvscope_cuda::embed, (*w)->q, graph_.token_dev(), 1, scale,
+    return ops_->run("embed kernel", kvscope::cuda::embed, (*w)->q, graph_.token_dev(), 1, scale,
                      out.data);
   }
   KV_TRY(ids_.ensure(size_t(T) * sizeof(int32_t), "token ids"));
@@ -62,33 +44,28 @@ Status CudaBackend::embed(const Weight& tok_embd, const int32_t* ids, float scal
       "copying token ids"));
   // The host ids may change after we return: wait until the copy has read them.
   KV_TRY(cuda_check(cudaStreamSynchronize(stream_), "copying token ids"));
-  return ops_->run("embed kernel", kvscope_cuda::embed, (*w)->q,
+  return ops_->run("embed kernel", kvscope::cuda::embed, (*w)->q,
                    static_cast<const int32_t*>(ids_.p), T, scale, out.data);
 }
 
-Status CudaBackend::rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) {
-  KV_TRY(check_vector(w, x.cols, "rmsnorm"));
-  if (out.cols != x.cols || out.rows != x.rows)
-    return make_error("cuda: rmsnorm shapes: x ", x.rows, "x", x.cols, ", out ", out.rows, "x",
-                      out.cols);
+Status CudaBackend::do_rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) {
   auto d = weights_->get(w);
   if (!d.ok()) return d.error();
-  return ops_->run("rmsnorm kernel", kvscope_cuda::rmsnorm, x.data, (*d)->vec(), int(x.rows),
+  return ops_->run("rmsnorm kernel", kvscope::cuda::rmsnorm, x.data, (*d)->vec(), int(x.rows),
                    int(x.cols), eps, out.data);
 }
 
-Status CudaBackend::matmul(const Weight& w, Tensor x, Tensor out) {
-  KV_TRY(check_matmul(w, x, out));
+Status CudaBackend::do_matmul(const Weight& w, Tensor x, Tensor out) {
   auto dw = weights_->get(w);
   if (!dw.ok()) return dw.error();
   DeviceWeight& d = **dw;
   const int T = int(x.rows);
-  if (T <= opt_.matvec_max_tokens && kvscope_cuda::matvec_native(d.q.type))
-    return ops_->run("matvec kernel", kvscope_cuda::matvec_q, d.q, x.data, T, out.data);
+  if (T <= opt_.matvec_max_tokens && kvscope::cuda::matmul_native(d.q.type))
+    return ops_->run("matmul kernel", kvscope::cuda::matmul, d.q, x.data, T, out.data);
   // A one-time conversion, issued now: no recorded launch reads the copy before it exists.
   KV_TRY(weights_->ensure_f32(d));
   if (T <= opt_.matvec_max_tokens)
-    return ops_->run("fp32 matvec kernel", kvscope_cuda::matvec_f32, d.mat_f32(), w.n_in, w.n_out,
+    return ops_->run("matmul_f32 kernel", kvscope::cuda::matmul_f32, d.mat_f32(), w.n_in, w.n_out,
                      x.data, T, out.data);
   KV_TRY(graph_.flush());
   return gemm_f32(d, x, out);
@@ -106,46 +83,33 @@ Status CudaBackend::gemm_f32(DeviceWeight& d, Tensor x, Tensor out) {
       "GemmEx");
 }
 
-Status CudaBackend::add_bias(Tensor x, const Weight& b) {
-  KV_TRY(check_vector(b, x.cols, "add_bias"));
+Status CudaBackend::do_add_bias(Tensor x, const Weight& b) {
   auto d = weights_->get(b);
   if (!d.ok()) return d.error();
-  return ops_->run("bias kernel", kvscope_cuda::add_bias, x.data, (*d)->vec(), int(x.rows), x.cols);
+  return ops_->run("add_bias kernel", kvscope::cuda::add_bias, x.data, (*d)->vec(), int(x.rows), x.cols);
 }
 
-Status CudaBackend::rope(Tensor x, int n_heads, int head_dim, const RopeSpec& r, int pos0) {
-  if (int64_t(n_heads) * head_dim != x.cols || r.n_rot > head_dim || r.n_rot < 0 ||
-      r.n_rot % 2 != 0)
-    return make_error("cuda: rope shapes: ", n_heads, " heads x ", head_dim, " dims vs ", x.cols,
-                      " columns, n_rot ", r.n_rot);
+Status CudaBackend::do_rope(Tensor x, int n_heads, int head_dim, const RopeSpec& r, int pos0) {
   if (graph_.recording()) graph_.not_graphable();  // pos0 is a plain argument of this kernel
-  return ops_->run("rope kernel", kvscope_cuda::rope, x.data, int(x.rows), n_heads, head_dim,
+  return ops_->run("rope kernel", kvscope::cuda::rope, x.data, int(x.rows), n_heads, head_dim,
                    rope_args(r), pos0);
 }
 
-Status CudaBackend::kv_write(KvCache& cache, int layer, Tensor k, Tensor v, int pos0) {
+Status CudaBackend::do_kv_write(KvCache& cache, int layer, Tensor k, Tensor v, int pos0) {
   auto& c = static_cast<CudaKvCache&>(cache);
-  KV_TRY(c.check_room(layer, pos0, int(k.rows), "kv_write"));
   if (graph_.recording()) graph_.not_graphable();  // pos0 is a plain argument of this kernel
-  return ops_->run("kv append kernel", kvscope_cuda::kv_append, c.layer(layer), k.data, v.data,
+  return ops_->run("kv_write kernel", kvscope::cuda::kv_write, c.layer(layer), k.data, v.data,
                    int(k.rows), pos0);
 }
 
-Status CudaBackend::attention(Tensor q, const KvCache& cache, int layer, int pos0, int n_head,
-                              float scale, Tensor out, Tensor probs_last) {
+Status CudaBackend::do_attention(Tensor q, const KvCache& cache, int layer, int pos0,
+                                 int n_head, float scale, Tensor out, Tensor probs_last) {
   const auto& c = static_cast<const CudaKvCache&>(cache);
   const int n_keys = int(pos0 + q.rows);
-  if (layer < 0 || layer >= c.shape().n_layer)
-    return make_error("cuda: attention layer ", layer, " outside [0, ", c.shape().n_layer, ")");
-  if (c.shape().n_head_kv <= 0 || n_head % c.shape().n_head_kv != 0)
-    return make_error("cuda: ", n_head, " query heads do not group over ", c.shape().n_head_kv,
-                      " kv heads");
-  if (probs_last.data && probs_last.cols < n_keys)
-    return make_error("cuda: attention probability row holds ", probs_last.cols, " < ", n_keys);
-  const kvscope_cuda::KvLayer kl = c.layer(layer);
+  const kvscope::cuda::KvLayer kl = c.layer(layer);
   if (q.rows == 1 && kl.head_dim <= 512) {
     // A decode step: the split kernel, whose chunks spread a long cache over the GPU.
-    const size_t need = size_t(kvscope_cuda::attention_decode_work_floats(n_head, kl)) * 4;
+    const size_t need = size_t(kvscope::cuda::attention_decode_work_floats(n_head, kl)) * 4;
     if (need > attn_work_.bytes) {
       KV_TRY(graph_.flush());  // recorded launches may point into the old buffer
       KV_TRY(attn_work_.ensure(std::max(need + need / 2, attn_work_.bytes + attn_work_.bytes / 2),
@@ -157,19 +121,19 @@ Status CudaBackend::attention(Tensor q, const KvCache& cache, int layer, int pos
       float* base = probs_last.data ? slot_base(probs_last, &row0) : nullptr;
       if (probs_last.cols == n_keys && (probs_last.data == nullptr || base != nullptr) &&
           graph_.use_pos0(pos0))
-        return ops_->run("attention kernel", kvscope_cuda::attention_decode, q.data, kl, 0,
+        return ops_->run("attention kernel", kvscope::cuda::attention_decode, q.data, kl, 0,
                          graph_.pos0_dev(), n_head, scale, out.data, base, int64_t(-1), row0,
                          work);
       graph_.not_graphable();
     }
-    return ops_->run("attention kernel", kvscope_cuda::attention_decode, q.data, kl, pos0,
+    return ops_->run("attention kernel", kvscope::cuda::attention_decode, q.data, kl, pos0,
                      static_cast<const int*>(nullptr), n_head, scale, out.data, probs_last.data,
                      probs_last.cols, int64_t(0), work);
   }
-  if (c.n_slots(layer) > kvscope_cuda::attention_max_keys())
+  if (c.n_slots(layer) > kvscope::cuda::attention_max_keys())
     return make_error("cuda: attention over ", c.n_slots(layer),
                       " cache slots exceeds this GPU's limit of ",
-                      kvscope_cuda::attention_max_keys(), " (shared memory per block)");
+                      kvscope::cuda::attention_max_keys(), " (shared memory per block)");
   if (graph_.recording()) {
     // Graph form: position from device memory, probability rows located by their row
     // index in a scratch slot (the row stride n_keys changes every step).
@@ -178,120 +142,94 @@ Status CudaBackend::attention(Tensor q, const KvCache& cache, int layer, int pos
     const bool ok = q.rows == 1 && probs_last.cols == n_keys &&
                     (probs_last.data == nullptr || base != nullptr) && graph_.use_pos0(pos0);
     if (ok)
-      return ops_->run("attention kernel", kvscope_cuda::attention_dev, q.data, kl, 1,
+      return ops_->run("attention kernel", kvscope::cuda::attention_dev, q.data, kl, 1,
                        graph_.pos0_dev(), n_head, scale, out.data, base, row0);
     graph_.not_graphable();
   }
-  return ops_->run("attention kernel", kvscope_cuda::attention, q.data, kl, int(q.rows), pos0,
+  return ops_->run("attention kernel", kvscope::cuda::attention, q.data, kl, int(q.rows), pos0,
                    n_head, scale, out.data, probs_last.data, probs_last.cols);
 }
 
-Status CudaBackend::glu(Tensor gate, Tensor up, FfnAct act, Tensor out) {
-  return ops_->run("gate activation kernel", kvscope_cuda::glu, gate.data, up.data, gate.size(),
+Status CudaBackend::do_glu(Tensor gate, Tensor up, FfnAct act, Tensor out) {
+  return ops_->run("glu kernel", kvscope::cuda::glu, gate.data, up.data, gate.size(),
                    gate_act(act), out.data);
 }
 
-Status CudaBackend::add(Tensor x, Tensor y) {
-  return ops_->run("add kernel", kvscope_cuda::add, x.data, y.data, x.size());
+Status CudaBackend::do_add(Tensor x, Tensor y) {
+  return ops_->run("add kernel", kvscope::cuda::add, x.data, y.data, x.size());
 }
 
-Status CudaBackend::kv_rerotate(KvCache& cache, int layer, const RopeSpec& r, int first,
-                                int delta) {
+Status CudaBackend::do_kv_rerotate(KvCache& cache, int layer, const RopeSpec& r, int first,
+                                   int delta) {
   const auto& c = static_cast<const CudaKvCache&>(cache);
-  if (layer < 0 || layer >= c.shape().n_layer || r.n_rot > c.shape().head_dim || r.n_rot % 2 != 0)
-    return make_error("cuda: kv_rerotate of layer ", layer, " with n_rot ", r.n_rot, " (",
-                      c.shape().n_layer, " layers of head dim ", c.shape().head_dim, ")");
-  return ops_->run("kv re-rotation kernel", kvscope_cuda::kv_rerotate, c.layer(layer), rope_args(r),
+  return ops_->run("kv_rerotate kernel", kvscope::cuda::kv_rerotate, c.layer(layer), rope_args(r),
                    first, delta);
 }
 
-Status CudaBackend::kv_row_norms(const KvCache& cache, int layer, int pos0, int T, Tensor k_norm,
-                                 Tensor v_norm) {
+Status CudaBackend::do_kv_row_norms(const KvCache& cache, int layer, int pos0, int T,
+                                    Tensor k_norm, Tensor v_norm) {
   const auto& c = static_cast<const CudaKvCache&>(cache);
-  KV_TRY(c.check_room(layer, pos0, T, "kv_row_norms"));
   const int* pos_dev = step_pos(pos0);
-  return ops_->run("kv norms kernel", kvscope_cuda::kv_norms, c.layer(layer), pos_dev ? 0 : pos0,
+  return ops_->run("kv_row_norms kernel", kvscope::cuda::kv_row_norms, c.layer(layer), pos_dev ? 0 : pos0,
                    pos_dev, T, k_norm.data, v_norm.data);
 }
 
-Status CudaBackend::kv_row_errors(const KvCache& cache, int layer, int pos0, Tensor k, Tensor v,
-                                  Tensor k_err, Tensor v_err) {
+Status CudaBackend::do_kv_row_errors(const KvCache& cache, int layer, int pos0, Tensor k,
+                                     Tensor v, Tensor k_err, Tensor v_err) {
   const auto& c = static_cast<const CudaKvCache&>(cache);
-  const int64_t width = int64_t(c.shape().n_head_kv) * c.shape().head_dim;
-  if (k.cols != width || v.cols != width || v.rows != k.rows || k_err.cols < k.rows ||
-      v_err.cols < k.rows)
-    return make_error("cuda: kv_row_errors shapes: k ", k.rows, "x", k.cols, ", v ", v.rows, "x",
-                      v.cols, " for rows of ", width);
   const int T = int(k.rows);
-  KV_TRY(c.check_room(layer, pos0, T, "kv_row_errors"));
   const int* pos_dev = step_pos(pos0);
-  return ops_->run("kv row errors kernel", kvscope_cuda::kv_row_errors, c.layer(layer), k.data,
+  return ops_->run("kv_row_errors kernel", kvscope::cuda::kv_row_errors, c.layer(layer), k.data,
                    v.data, T, pos_dev ? 0 : pos0, pos_dev, k_err.data, v_err.data);
 }
 
-// --- Fused ops. Each checks shapes like the ops it replaces and falls back to the
-// default composition where no fused kernel applies (long products on cuBLAS, weights
-// without a native matvec).
+// --- Fused ops. Each falls back to the unfused composition where no fused kernel
+// applies (long products on cuBLAS, weights without a native matvec).
 
-Status CudaBackend::matmul_qkv(const Weight& wq, const Weight& wk, const Weight& wv, Tensor x,
-                               Tensor q, Tensor k, Tensor v) {
+Status CudaBackend::do_matmul_qkv(const Weight& wq, const Weight& wk, const Weight& wv,
+                                  Tensor x, Tensor q, Tensor k, Tensor v) {
   const Weight* ws[3] = {&wq, &wk, &wv};
-  const Tensor outs[3] = {q, k, v};
   QMatrix m[3];
   bool native = x.rows <= opt_.matvec_max_tokens;
   for (int i = 0; i < 3; ++i) {
-    KV_TRY(check_matmul(*ws[i], x, outs[i]));
     auto d = weights_->get(*ws[i]);
     if (!d.ok()) return d.error();
     m[i] = (*d)->q;
-    native = native && kvscope_cuda::matvec_native(m[i].type);
+    native = native && kvscope::cuda::matmul_native(m[i].type);
   }
-  if (!native) return Backend::matmul_qkv(wq, wk, wv, x, q, k, v);
-  return ops_->run("fused q/k/v matvec kernel", kvscope_cuda::matvec_qkv, m[0], m[1], m[2], x.data,
+  if (!native) return unfused_matmul_qkv(wq, wk, wv, x, q, k, v);
+  return ops_->run("matmul_qkv kernel", kvscope::cuda::matmul_qkv, m[0], m[1], m[2], x.data,
                    int(x.rows), q.data, k.data, v.data);
 }
 
-Status CudaBackend::matmul_glu(const Weight& w_gate, const Weight& w_up, Tensor x, FfnAct act,
-                               Tensor out, Tensor up) {
-  KV_TRY(check_matmul(w_gate, x, out));
-  KV_TRY(check_matmul(w_up, x, out));
+Status CudaBackend::do_matmul_glu(const Weight& w_gate, const Weight& w_up, Tensor x,
+                                  FfnAct act, Tensor out, Tensor up) {
   auto g = weights_->get(w_gate);
   if (!g.ok()) return g.error();
   auto u = weights_->get(w_up);
   if (!u.ok()) return u.error();
-  if (x.rows > opt_.matvec_max_tokens || !kvscope_cuda::matvec_native((*g)->q.type) ||
-      !kvscope_cuda::matvec_native((*u)->q.type))
-    return Backend::matmul_glu(w_gate, w_up, x, act, out, up);
-  return ops_->run("fused gate/up matvec kernel", kvscope_cuda::matvec_gate_up_glu, (*g)->q,
+  if (x.rows > opt_.matvec_max_tokens || !kvscope::cuda::matmul_native((*g)->q.type) ||
+      !kvscope::cuda::matmul_native((*u)->q.type))
+    return unfused_matmul_glu(w_gate, w_up, x, act, out, up);
+  return ops_->run("matmul_glu kernel", kvscope::cuda::matmul_glu, (*g)->q,
                    (*u)->q, x.data, int(x.rows), gate_act(act), out.data);
 }
 
-Status CudaBackend::rope_kv_write(Tensor q, Tensor k, Tensor v, KvCache& cache, int layer,
-                                  int n_head, const RopeSpec& r, int pos0) {
+Status CudaBackend::do_rope_kv_write(Tensor q, Tensor k, Tensor v, KvCache& cache, int layer,
+                                     int n_head, const RopeSpec& r, int pos0) {
   auto& c = static_cast<CudaKvCache&>(cache);
-  const KvShape& sh = c.shape();
-  const int D = sh.head_dim;
-  if (int64_t(n_head) * D != q.cols || int64_t(sh.n_head_kv) * D != k.cols || v.cols != k.cols ||
-      k.rows != q.rows || v.rows != q.rows || r.n_rot > D || r.n_rot < 0 || r.n_rot % 2 != 0)
-    return make_error("cuda: rope_kv_write shapes: q ", q.rows, "x", q.cols, ", k ", k.rows, "x",
-                      k.cols, ", v ", v.rows, "x", v.cols, " for ", n_head, "/", sh.n_head_kv,
-                      " heads of ", D, " dims, n_rot ", r.n_rot);
-  KV_TRY(c.check_room(layer, pos0, int(q.rows), "rope_kv_write"));
   const int* pos_dev = step_pos(pos0);
-  return ops_->run("fused rope/kv write kernel", kvscope_cuda::rope_kv_write, q.data, k.data,
+  return ops_->run("rope_kv_write kernel", kvscope::cuda::rope_kv_write, q.data, k.data,
                    v.data, int(q.rows), n_head, rope_args(r), c.layer(layer), pos_dev ? 0 : pos0,
                    pos_dev);
 }
 
-Status CudaBackend::add_rmsnorm(Tensor x, Tensor y, const Weight& w, float eps, Tensor out) {
-  KV_TRY(check_vector(w, x.cols, "add_rmsnorm"));
-  if (y.rows != x.rows || y.cols != x.cols || out.cols != x.cols || out.rows != x.rows)
-    return make_error("cuda: add_rmsnorm shapes: x ", x.rows, "x", x.cols, ", y ", y.rows, "x",
-                      y.cols, ", out ", out.rows, "x", out.cols);
-  if (out.data == x.data || out.data == y.data) return Backend::add_rmsnorm(x, y, w, eps, out);
+Status CudaBackend::do_add_rmsnorm(Tensor x, Tensor y, const Weight& w, float eps,
+                                   Tensor out) {
+  if (out.data == x.data || out.data == y.data) return unfused_add_rmsnorm(x, y, w, eps, out);
   auto d = weights_->get(w);
   if (!d.ok()) return d.error();
-  return ops_->run("fused add/rmsnorm kernel", kvscope_cuda::add_rmsnorm, x.data, y.data,
+  return ops_->run("add_rmsnorm kernel", kvscope::cuda::add_rmsnorm, x.data, y.data,
                    (*d)->vec(), int(x.rows), int(x.cols), eps, out.data);
 }
 

@@ -9,7 +9,7 @@ namespace kvscope {
 
 std::string cuda_text(cudaError_t e) {
   std::string s = std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")";
-  const std::string d = kvscope_cuda::error_detail();
+  const std::string d = kvscope::cuda::error_detail();
   if (!d.empty()) s += ": " + d;
   return s;
 }

@@ -7,13 +7,13 @@
 
 namespace kvscope {
 
-using kvscope_cuda::QMatrix;
-using kvscope_cuda::QType;
+using kvscope::cuda::QMatrix;
+using kvscope::cuda::QType;
 
 Expected<DeviceWeight*> WeightStore::get(const Weight& w) {
   auto it = weights_.find(w.data);
   if (it != weights_.end()) return &it->second;
-  if (!kvscope_cuda::qtype_supported(int(w.type)))
+  if (!kvscope::cuda::qtype_supported(int(w.type)))
     return make_error("cuda: weight ", w.name, " has type ", ggml_type_name(w.type),
                       ", which the CUDA kernels do not decode");
   DeviceWeight d;
@@ -40,7 +40,7 @@ Expected<DeviceWeight*> WeightStore::get(const Weight& w) {
 Status WeightStore::ensure_f32(DeviceWeight& d) {
   if (d.f32.p) return Status::Ok();
   KV_TRY(d.f32.ensure(size_t(d.q.n_in * d.q.n_out) * sizeof(float), "fp32 weights"));
-  return cuda_check(kvscope_cuda::dequantize_f32(d.q, static_cast<float*>(d.f32.p), stream_),
+  return cuda_check(kvscope::cuda::dequantize_f32(d.q, static_cast<float*>(d.f32.p), stream_),
                     "dequantize kernel");
 }
 

@@ -20,7 +20,7 @@ namespace kvscope {
 struct DeviceWeight {
   DeviceBuffer raw;         // stored form (fp32 for vectors)
   DeviceBuffer f32;         // [n_out][n_in] dequantized, when made
-  kvscope_cuda::QMatrix q;  // view of raw
+  kvscope::cuda::QMatrix q;  // view of raw
   const float* vec() const { return static_cast<const float*>(raw.p); }
   const float* mat_f32() const { return static_cast<const float*>(f32.p); }
 };

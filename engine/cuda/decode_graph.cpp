@@ -11,7 +11,7 @@ namespace {
 Status check(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return Status::Ok();
   std::string s = std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")";
-  const std::string d = kvscope_cuda::error_detail();
+  const std::string d = kvscope::cuda::error_detail();
   if (!d.empty()) s += ": " + d;
   return make_error("cuda: ", what, " failed: ", s);
 }

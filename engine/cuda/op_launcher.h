@@ -53,18 +53,18 @@ class OpLauncher {
       uint32_t b;
       std::memcpy(&b, &a, 4);
       k.push_back(int64_t(b));
-    } else if constexpr (std::is_same_v<A, kvscope_cuda::QMatrix>) {
+    } else if constexpr (std::is_same_v<A, kvscope::cuda::QMatrix>) {
       for (int64_t w : {int64_t(reinterpret_cast<uintptr_t>(a.data)), int64_t(a.type), a.n_in,
                         a.n_out, a.row_bytes})
         k.push_back(w);
-    } else if constexpr (std::is_same_v<A, kvscope_cuda::KvLayer>) {
+    } else if constexpr (std::is_same_v<A, kvscope::cuda::KvLayer>) {
       for (int64_t w :
            {int64_t(reinterpret_cast<uintptr_t>(a.k)), int64_t(reinterpret_cast<uintptr_t>(a.v)),
             int64_t(a.k_type), int64_t(a.v_type), int64_t(a.n_head_kv), int64_t(a.head_dim),
             int64_t(a.n_slots), int64_t(a.sink), int64_t(a.window),
             int64_t(reinterpret_cast<uintptr_t>(a.pos))})
         k.push_back(w);
-    } else if constexpr (std::is_same_v<A, kvscope_cuda::RopeArgs>) {
+    } else if constexpr (std::is_same_v<A, kvscope::cuda::RopeArgs>) {
       put(k, a.n_rot);
       put(k, a.neox);
       put(k, a.base);

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "kernels/launch.cuh"
-#include "tests/cuda_emu/emu_sanitizer.h"
+#include "kernels/emu/emu_sanitizer.h"
 
 namespace {
 
@@ -54,31 +54,31 @@ __global__ void store_byte_kernel(unsigned char* p, int at, int value) {
 TEST_F(EmuRuntime, KernelWriteOneBytePastAnAllocationIsCaught) {
   unsigned char* d = nullptr;
   ASSERT_EQ(cudaMalloc(&d, 100), cudaSuccess);
-  ASSERT_EQ(kvscope_cuda::launch(store_byte_kernel, dim3(1), dim3(32), 0, nullptr, d, 99, 7),
+  ASSERT_EQ(kvscope::cuda::launch(store_byte_kernel, dim3(1), dim3(32), 0, nullptr, d, 99, 7),
             cudaSuccess);
 #if defined(KVSCOPE_EMU_ASAN)
   EXPECT_DEATH(
-      (void)kvscope_cuda::launch(store_byte_kernel, dim3(1), dim3(32), 0, nullptr, d, 100, 7),
+      (void)kvscope::cuda::launch(store_byte_kernel, dim3(1), dim3(32), 0, nullptr, d, 100, 7),
       "use-after-poison");
   EXPECT_DEATH(
-      (void)kvscope_cuda::launch(store_byte_kernel, dim3(1), dim3(32), 0, nullptr, d, 255, 7),
+      (void)kvscope::cuda::launch(store_byte_kernel, dim3(1), dim3(32), 0, nullptr, d, 255, 7),
       "use-after-poison");
 #else
-  EXPECT_EQ(kvscope_cuda::launch(store_byte_kernel, dim3(1), dim3(32), 0, nullptr, d, 100, 7),
+  EXPECT_EQ(kvscope::cuda::launch(store_byte_kernel, dim3(1), dim3(32), 0, nullptr, d, 100, 7),
             cudaErrorIllegalAddress);
-  EXPECT_NE(kvscope_emu::last_error_detail().find("past the end of the 100-byte device allocation"),
+  EXPECT_NE(kvscope::emu::last_error_detail().find("past the end of the 100-byte device allocation"),
             std::string::npos)
-      << kvscope_emu::last_error_detail();
+      << kvscope::emu::last_error_detail();
   // The failure is sticky, like a faulting kernel on a GPU.
   EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorIllegalAddress);
   cudaDeviceReset();
   // The far end of the 256-byte rounding is guarded too, and so is cudaFree.
   ASSERT_EQ(cudaMalloc(&d, 100), cudaSuccess);
-  EXPECT_EQ(kvscope_cuda::launch(store_byte_kernel, dim3(1), dim3(32), 0, nullptr, d, 255, 0xFF),
+  EXPECT_EQ(kvscope::cuda::launch(store_byte_kernel, dim3(1), dim3(32), 0, nullptr, d, 255, 0xFF),
             cudaErrorIllegalAddress);
   cudaDeviceReset();
   ASSERT_EQ(cudaMalloc(&d, 256), cudaSuccess);  // a multiple of 256 still has a guard
-  EXPECT_EQ(kvscope_cuda::launch(store_byte_kernel, dim3(1), dim3(32), 0, nullptr, d, 256, 0),
+  EXPECT_EQ(kvscope::cuda::launch(store_byte_kernel, dim3(1), dim3(32), 0, nullptr, d, 256, 0),
             cudaErrorIllegalAddress);
   cudaDeviceReset();
 #endif
@@ -104,7 +104,7 @@ TEST_F(EmuRuntime, StreamsEventsAndGraphReplay) {
   float ms = -1;
   EXPECT_EQ(cudaEventElapsedTime(&ms, a, b), cudaErrorInvalidResourceHandle);  // not recorded
   ASSERT_EQ(cudaEventRecord(a, s), cudaSuccess);
-  ASSERT_EQ(kvscope_cuda::launch(scale_kernel, dim3(4), dim3(32), 0, s, d, 2.f, n), cudaSuccess);
+  ASSERT_EQ(kvscope::cuda::launch(scale_kernel, dim3(4), dim3(32), 0, s, d, 2.f, n), cudaSuccess);
   ASSERT_EQ(cudaEventRecord(b, s), cudaSuccess);
   ASSERT_EQ(cudaEventSynchronize(b), cudaSuccess);
   ASSERT_EQ(cudaEventElapsedTime(&ms, a, b), cudaSuccess);
@@ -112,7 +112,7 @@ TEST_F(EmuRuntime, StreamsEventsAndGraphReplay) {
 
   // Captured work does not run until the graph is launched; each launch replays it.
   ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
-  ASSERT_EQ(kvscope_cuda::launch(scale_kernel, dim3(4), dim3(32), 0, s, d, 3.f, n), cudaSuccess);
+  ASSERT_EQ(kvscope::cuda::launch(scale_kernel, dim3(4), dim3(32), 0, s, d, 3.f, n), cudaSuccess);
   cudaGraph_t g;
   ASSERT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
   cudaGraphExec_t ge;

@@ -9,7 +9,7 @@
 
 namespace {
 
-using kvscope_cuda::launch;
+using kvscope::cuda::launch;
 
 struct DeviceBuffer {
   void* p = nullptr;
@@ -94,10 +94,10 @@ TEST_F(EmuTest, ExitedThreadsCountAsArrived) {
 __global__ void shuffle_kernel(int* out, int mode, int arg, int width) {
   const int v = 100 + static_cast<int>(threadIdx.x);
   int r = 0;
-  if (mode == 0) r = __shfl_xor_sync(kvscope_cuda::kFullMask, v, arg, width);
-  if (mode == 1) r = __shfl_down_sync(kvscope_cuda::kFullMask, v, arg, width);
-  if (mode == 2) r = __shfl_up_sync(kvscope_cuda::kFullMask, v, arg, width);
-  if (mode == 3) r = __shfl_sync(kvscope_cuda::kFullMask, v, arg, width);
+  if (mode == 0) r = __shfl_xor_sync(kvscope::cuda::kFullMask, v, arg, width);
+  if (mode == 1) r = __shfl_down_sync(kvscope::cuda::kFullMask, v, arg, width);
+  if (mode == 2) r = __shfl_up_sync(kvscope::cuda::kFullMask, v, arg, width);
+  if (mode == 3) r = __shfl_sync(kvscope::cuda::kFullMask, v, arg, width);
   out[threadIdx.x] = r;
 }
 
@@ -119,7 +119,7 @@ TEST_F(EmuTest, ShufflesMatchPtxSemanticsForAllWidths) {
         ASSERT_EQ(launch(shuffle_kernel, dim3(1), dim3(64), 0, nullptr, out.as<int>(), mode, arg,
                          width),
                   cudaSuccess)
-            << kvscope_emu::last_error_detail();
+            << kvscope::emu::last_error_detail();
         int h[64];
         ASSERT_EQ(cudaMemcpy(h, out.p, sizeof h, cudaMemcpyDeviceToHost), cudaSuccess);
         for (int t = 0; t < 64; ++t)
@@ -133,10 +133,10 @@ TEST_F(EmuTest, ShufflesMatchPtxSemanticsForAllWidths) {
 // Butterfly sum over a warp in float, and ballot/any/all.
 __global__ void reduce_ballot_kernel(float* sums, unsigned* ballots) {
   float v = static_cast<float>(threadIdx.x);
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kvscope_cuda::kFullMask, v, o);
-  const unsigned b = __ballot_sync(kvscope_cuda::kFullMask, threadIdx.x % 5 == 0);
-  const int any = __any_sync(kvscope_cuda::kFullMask, threadIdx.x == 31);
-  const int all = __all_sync(kvscope_cuda::kFullMask, threadIdx.x < 32);
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kvscope::cuda::kFullMask, v, o);
+  const unsigned b = __ballot_sync(kvscope::cuda::kFullMask, threadIdx.x % 5 == 0);
+  const int any = __any_sync(kvscope::cuda::kFullMask, threadIdx.x == 31);
+  const int all = __all_sync(kvscope::cuda::kFullMask, threadIdx.x < 32);
   if (threadIdx.x == 0) {
     sums[0] = v;
     ballots[0] = b;
@@ -174,7 +174,7 @@ TEST_F(EmuTest, PartialMasksReduceIndependently) {
   DeviceBuffer out(32 * sizeof(int));
   ASSERT_EQ(launch(partial_mask_kernel, dim3(1), dim3(32), 0, nullptr, out.as<int>()),
             cudaSuccess)
-      << kvscope_emu::last_error_detail();
+      << kvscope::emu::last_error_detail();
   int h[32];
   ASSERT_EQ(cudaMemcpy(h, out.p, sizeof h, cudaMemcpyDeviceToHost), cudaSuccess);
   for (int t = 0; t < 32; ++t) EXPECT_EQ(h[t], t < 16 ? 120 : 376) << t;
@@ -194,8 +194,8 @@ TEST_F(EmuTest, ShuffleFromLaneOutsideMaskFailsLaunch) {
   // shfl_down by 1 within mask 0xff: lane 7 would read lane 8, which is not in the mask.
   EXPECT_EQ(launch(inactive_source_kernel, dim3(1), dim3(32), 0, nullptr, out.as<int>()),
             cudaErrorLaunchFailure);
-  EXPECT_NE(kvscope_emu::last_error_detail().find("not in mask"), std::string::npos)
-      << kvscope_emu::last_error_detail();
+  EXPECT_NE(kvscope::emu::last_error_detail().find("not in mask"), std::string::npos)
+      << kvscope::emu::last_error_detail();
   // The error is sticky, as after a real kernel fault.
   void* p = nullptr;
   EXPECT_EQ(cudaMalloc(&p, 16), cudaErrorLaunchFailure);
@@ -203,14 +203,14 @@ TEST_F(EmuTest, ShuffleFromLaneOutsideMaskFailsLaunch) {
   DeviceBuffer out2(32 * sizeof(int));
   EXPECT_EQ(launch(not_in_mask_kernel, dim3(1), dim3(32), 0, nullptr, out2.as<int>()),
             cudaErrorLaunchFailure);
-  EXPECT_NE(kvscope_emu::last_error_detail().find("not in its own mask"), std::string::npos)
-      << kvscope_emu::last_error_detail();
+  EXPECT_NE(kvscope::emu::last_error_detail().find("not in its own mask"), std::string::npos)
+      << kvscope::emu::last_error_detail();
 }
 
 // Thread 0 waits in a full-warp shuffle while everyone else waits at __syncthreads.
 __global__ void deadlock_kernel(int* out) {
   if (threadIdx.x == 0) {
-    out[0] = __shfl_sync(kvscope_cuda::kFullMask, 1, 0);
+    out[0] = __shfl_sync(kvscope::cuda::kFullMask, 1, 0);
   } else {
     __syncthreads();
   }
@@ -220,7 +220,7 @@ TEST_F(EmuTest, DeadlockIsReportedNotHung) {
   DeviceBuffer out(sizeof(int));
   EXPECT_EQ(launch(deadlock_kernel, dim3(2), dim3(64), 0, nullptr, out.as<int>()),
             cudaErrorLaunchFailure);
-  const std::string d = kvscope_emu::last_error_detail();
+  const std::string d = kvscope::emu::last_error_detail();
   EXPECT_NE(d.find("deadlock"), std::string::npos) << d;
   EXPECT_NE(d.find("__syncthreads"), std::string::npos) << d;
   EXPECT_NE(d.find("__shfl_sync"), std::string::npos) << d;
@@ -288,7 +288,7 @@ TEST_F(EmuTest, HostPointerArgumentIsRejected) {
   std::vector<float> host(64);
   EXPECT_EQ(launch(noop_kernel, dim3(1), dim3(32), 0, nullptr, host.data()),
             cudaErrorIllegalAddress);
-  EXPECT_NE(kvscope_emu::last_error_detail().find("argument 0"), std::string::npos);
+  EXPECT_NE(kvscope::emu::last_error_detail().find("argument 0"), std::string::npos);
   EXPECT_EQ(host[0], 0.0f);  // the kernel never ran
 }
 

@@ -64,12 +64,12 @@ inline ::testing::AssertionResult all_close(const std::vector<float>& got,
 
 // A cache layer over test buffers: both sides f16 or f32, a full layout (slot = position
 // below n_slots) unless window > 0 makes it a ring of n_slots with that window.
-inline kvscope_cuda::KvLayer kv_layer(void* k, void* v, bool f16, int Hkv, int D, int n_slots,
+inline kvscope::cuda::KvLayer kv_layer(void* k, void* v, bool f16, int Hkv, int D, int n_slots,
                                       int32_t* pos, int window = 0) {
-  kvscope_cuda::KvLayer l;
+  kvscope::cuda::KvLayer l;
   l.k = k;
   l.v = v;
-  l.k_type = l.v_type = f16 ? kvscope_cuda::KvElem::F16 : kvscope_cuda::KvElem::F32;
+  l.k_type = l.v_type = f16 ? kvscope::cuda::KvElem::F16 : kvscope::cuda::KvElem::F32;
   l.n_head_kv = Hkv;
   l.head_dim = D;
   l.n_slots = n_slots;

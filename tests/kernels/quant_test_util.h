@@ -63,8 +63,8 @@ inline HostMatrix random_matrix(GgmlType type, int64_t n_in, int64_t n_out, uint
   return m;
 }
 
-inline kvscope_cuda::QMatrix qmatrix(const HostMatrix& h, const void* dev) {
-  return kvscope_cuda::QMatrix{dev, kvscope_cuda::QType(int(h.type)), h.n_in, h.n_out, h.row_bytes()};
+inline kvscope::cuda::QMatrix qmatrix(const HostMatrix& h, const void* dev) {
+  return kvscope::cuda::QMatrix{dev, kvscope::cuda::QType(int(h.type)), h.n_in, h.n_out, h.row_bytes()};
 }
 
 }  // namespace kvscope_test

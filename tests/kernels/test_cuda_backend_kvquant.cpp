@@ -34,7 +34,7 @@
 #include "tests/kernels/cuda_parity_util.h"
 #include "tests/util/tiny_model.h"
 #if !defined(KVSCOPE_REAL_GPU_TEST)
-#include "tests/cuda_emu/emu.h"
+#include "kernels/emu/emu.h"
 #endif
 
 namespace kvscope {
@@ -156,11 +156,11 @@ TEST_F(CudaKvQuantParity, Gemma3RingsWithQuantizedCacheMatchCpu) {
   ASSERT_TRUE(cuda.ok()) << cuda.error().message;
   RunResult a = run_session(model, make_cpu_backend(1), CacheMode::Cache, 12, types);
 #if !defined(KVSCOPE_REAL_GPU_TEST)
-  const uint64_t graphs0 = kvscope_emu::graph_launches();
+  const uint64_t graphs0 = kvscope::emu::graph_launches();
 #endif
   RunResult b = run_session(model, std::move(cuda.value()), CacheMode::Cache, 12, types);
 #if !defined(KVSCOPE_REAL_GPU_TEST)
-  EXPECT_EQ(kvscope_emu::graph_launches() - graphs0, 11u) << "every decode step one graph";
+  EXPECT_EQ(kvscope::emu::graph_launches() - graphs0, 11u) << "every decode step one graph";
 #endif
   ASSERT_EQ(a.steps.size(), 12u);
   ASSERT_EQ(b.steps.size(), 12u);

@@ -1,4 +1,4 @@
-// test_kernel_fused.cpp — the fused decode kernels (matvec_qkv, matvec_gate_up_glu,
+// test_kernel_fused.cpp — the fused decode kernels (matmul_qkv, matmul_glu,
 // rope_kv_write with adjacent and NeoX pairs, add_rmsnorm) under the CUDA emulator, each against two references:
 //  1. the unfused kernels they replace, run on the same inputs: every fused kernel uses
 //     the same per-element arithmetic in the same order (shared device helpers, same
@@ -26,7 +26,7 @@
 namespace {
 
 using kvscope::GgmlType;
-using kvscope_cuda::QMatrix;
+using kvscope::cuda::QMatrix;
 using kvscope_test::all_close;
 using kvscope_test::DevVec;
 using kvscope_test::HostMatrix;
@@ -76,13 +76,13 @@ TEST_F(KernelFused, MatvecQkvEqualsThreeMatvecs) {
         DevVec<uint8_t> dq(wq.bytes), dk(wk.bytes), dv(wv.bytes);
         DevVec<float> dx(x), q(size_t(T * 37)), k(size_t(T * 13)), v(size_t(T * 11));
         DevVec<float> q1(q.n), k1(k.n), v1(v.n);
-        ASSERT_EQ(kvscope_cuda::matvec_qkv(qmatrix(wq, dq.p), qmatrix(wk, dk.p), qmatrix(wv, dv.p),
+        ASSERT_EQ(kvscope::cuda::matmul_qkv(qmatrix(wq, dq.p), qmatrix(wk, dk.p), qmatrix(wv, dv.p),
                                            dx.p, T, q.p, k.p, v.p, nullptr),
                   cudaSuccess)
-            << kvscope_cuda::error_detail();
-        ASSERT_EQ(kvscope_cuda::matvec_q(qmatrix(wq, dq.p), dx.p, T, q1.p, nullptr), cudaSuccess);
-        ASSERT_EQ(kvscope_cuda::matvec_q(qmatrix(wk, dk.p), dx.p, T, k1.p, nullptr), cudaSuccess);
-        ASSERT_EQ(kvscope_cuda::matvec_q(qmatrix(wv, dv.p), dx.p, T, v1.p, nullptr), cudaSuccess);
+            << kvscope::cuda::error_detail();
+        ASSERT_EQ(kvscope::cuda::matmul(qmatrix(wq, dq.p), dx.p, T, q1.p, nullptr), cudaSuccess);
+        ASSERT_EQ(kvscope::cuda::matmul(qmatrix(wk, dk.p), dx.p, T, k1.p, nullptr), cudaSuccess);
+        ASSERT_EQ(kvscope::cuda::matmul(qmatrix(wv, dv.p), dx.p, T, v1.p, nullptr), cudaSuccess);
         EXPECT_TRUE(all_close(q.get(), q1.get(), 0.f, kUlp));
         EXPECT_TRUE(all_close(k.get(), k1.get(), 0.f, kUlp));
         EXPECT_TRUE(all_close(v.get(), v1.get(), 0.f, kUlp));
@@ -101,13 +101,13 @@ TEST_F(KernelFused, MatvecQkvEqualsThreeMatvecs) {
 }
 
 // The activation in double: silu or tanh-GELU.
-double ref_act(kvscope_cuda::GateAct act, double g) {
-  if (act == kvscope_cuda::GateAct::Silu) return g / (1.0 + std::exp(-g));
+double ref_act(kvscope::cuda::GateAct act, double g) {
+  if (act == kvscope::cuda::GateAct::Silu) return g / (1.0 + std::exp(-g));
   return 0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g)));
 }
 
 TEST_F(KernelFused, GateUpGluEqualsMatvecsThenGlu) {
-  for (auto act : {kvscope_cuda::GateAct::Silu, kvscope_cuda::GateAct::GeluTanh})
+  for (auto act : {kvscope::cuda::GateAct::Silu, kvscope::cuda::GateAct::GeluTanh})
   for (GgmlType type : {GgmlType::Q4_1, GgmlType::Q8_0}) {
     for (int64_t n_in : {96, 608}) {
       for (int T : {1, 5}) {
@@ -119,13 +119,13 @@ TEST_F(KernelFused, GateUpGluEqualsMatvecsThenGlu) {
         const auto x = random_floats(size_t(T * n_in), 33, -3.f, 3.f);
         DevVec<uint8_t> dg(wg.bytes), du(wu.bytes);
         DevVec<float> dx(x), out(size_t(T * F)), g(out.n), u(out.n);
-        ASSERT_EQ(kvscope_cuda::matvec_gate_up_glu(qmatrix(wg, dg.p), qmatrix(wu, du.p), dx.p, T,
+        ASSERT_EQ(kvscope::cuda::matmul_glu(qmatrix(wg, dg.p), qmatrix(wu, du.p), dx.p, T,
                                                    act, out.p, nullptr),
                   cudaSuccess)
-            << kvscope_cuda::error_detail();
-        ASSERT_EQ(kvscope_cuda::matvec_q(qmatrix(wg, dg.p), dx.p, T, g.p, nullptr), cudaSuccess);
-        ASSERT_EQ(kvscope_cuda::matvec_q(qmatrix(wu, du.p), dx.p, T, u.p, nullptr), cudaSuccess);
-        ASSERT_EQ(kvscope_cuda::glu(g.p, u.p, int64_t(g.n), act, g.p, nullptr), cudaSuccess);
+            << kvscope::cuda::error_detail();
+        ASSERT_EQ(kvscope::cuda::matmul(qmatrix(wg, dg.p), dx.p, T, g.p, nullptr), cudaSuccess);
+        ASSERT_EQ(kvscope::cuda::matmul(qmatrix(wu, du.p), dx.p, T, u.p, nullptr), cudaSuccess);
+        ASSERT_EQ(kvscope::cuda::glu(g.p, u.p, int64_t(g.n), act, g.p, nullptr), cudaSuccess);
         const auto got = out.get();
         EXPECT_TRUE(all_close(got, g.get(), 0.f, kUlp));
         std::vector<double> gw, gb, uw, ub;
@@ -158,7 +158,7 @@ TEST_F(KernelFused, RopeKvWriteEqualsRopeRopeAppend) {
                                             << " neox " << neox);
           const int pos0 = 3001, cap = 3010, H = sh.H, Hkv = sh.Hkv, D = sh.D;
           const float base = 100000.f;
-          const kvscope_cuda::RopeArgs ra{sh.n_rot, neox, base, 1.0f};
+          const kvscope::cuda::RopeArgs ra{sh.n_rot, neox, base, 1.0f};
           const int half = sh.n_rot / 2;
           const size_t kv_vals = size_t(Hkv) * cap * D, eb = f16 ? 2 : 4;
           const auto q = random_floats(size_t(T * H * D), 41, -2.f, 2.f);
@@ -170,19 +170,19 @@ TEST_F(KernelFused, RopeKvWriteEqualsRopeRopeAppend) {
           DevVec<int> pos_dev(std::vector<int>{pos0});
           DevVec<int32_t> fpos(std::vector<int32_t>(size_t(cap), -1));
           const auto fl = kvscope_test::kv_layer(fkc.p, fvc.p, f16, Hkv, D, cap, fpos.p);
-          ASSERT_EQ(kvscope_cuda::rope_kv_write(fq.p, fk.p, fv.p, T, H, ra, fl,
+          ASSERT_EQ(kvscope::cuda::rope_kv_write(fq.p, fk.p, fv.p, T, H, ra, fl,
                                                 from_device ? -12345 : pos0,
                                                 from_device ? pos_dev.p : nullptr, nullptr),
                     cudaSuccess)
-              << kvscope_cuda::error_detail();
+              << kvscope::cuda::error_detail();
           // Unfused.
           DevVec<float> uq(q), uk(k), uv(v);
           DevVec<uint8_t> ukc(kv_vals * eb), uvc(kv_vals * eb);
           DevVec<int32_t> upos(std::vector<int32_t>(size_t(cap), -1));
           const auto ul = kvscope_test::kv_layer(ukc.p, uvc.p, f16, Hkv, D, cap, upos.p);
-          ASSERT_EQ(kvscope_cuda::rope(uq.p, T, H, D, ra, pos0, nullptr), cudaSuccess);
-          ASSERT_EQ(kvscope_cuda::rope(uk.p, T, Hkv, D, ra, pos0, nullptr), cudaSuccess);
-          ASSERT_EQ(kvscope_cuda::kv_append(ul, uk.p, uv.p, T, pos0, nullptr), cudaSuccess);
+          ASSERT_EQ(kvscope::cuda::rope(uq.p, T, H, D, ra, pos0, nullptr), cudaSuccess);
+          ASSERT_EQ(kvscope::cuda::rope(uk.p, T, Hkv, D, ra, pos0, nullptr), cudaSuccess);
+          ASSERT_EQ(kvscope::cuda::kv_write(ul, uk.p, uv.p, T, pos0, nullptr), cudaSuccess);
           const auto gq = fq.get(), gk = fk.get();
           EXPECT_TRUE(all_close(gq, uq.get(), 0.f, 0.f));
           EXPECT_TRUE(all_close(gk, uk.get(), 0.f, 0.f));
@@ -238,11 +238,11 @@ TEST_F(KernelFused, AddRmsnormEqualsAddThenRmsnorm) {
     const auto y = random_floats(size_t(T * C), 52);
     const auto w = random_floats(size_t(C), 53, 0.5f, 1.5f);
     DevVec<float> fx(x), fy(y), dw(w), fout(x.size());
-    ASSERT_EQ(kvscope_cuda::add_rmsnorm(fx.p, fy.p, dw.p, T, C, 1e-5f, fout.p, nullptr), cudaSuccess)
-        << kvscope_cuda::error_detail();
+    ASSERT_EQ(kvscope::cuda::add_rmsnorm(fx.p, fy.p, dw.p, T, C, 1e-5f, fout.p, nullptr), cudaSuccess)
+        << kvscope::cuda::error_detail();
     DevVec<float> ux(x), uy(y), uout(x.size());
-    ASSERT_EQ(kvscope_cuda::add(ux.p, uy.p, int64_t(x.size()), nullptr), cudaSuccess);
-    ASSERT_EQ(kvscope_cuda::rmsnorm(ux.p, dw.p, T, C, 1e-5f, uout.p, nullptr), cudaSuccess);
+    ASSERT_EQ(kvscope::cuda::add(ux.p, uy.p, int64_t(x.size()), nullptr), cudaSuccess);
+    ASSERT_EQ(kvscope::cuda::rmsnorm(ux.p, dw.p, T, C, 1e-5f, uout.p, nullptr), cudaSuccess);
     const auto gx = fx.get(), gout = fout.get();
     EXPECT_TRUE(all_close(gx, ux.get(), 0.f, 0.f));
     EXPECT_TRUE(all_close(gout, uout.get(), 0.f, kUlp));
@@ -265,17 +265,17 @@ TEST_F(KernelFused, AddRmsnormEqualsAddThenRmsnorm) {
 TEST_F(KernelFused, FusedMatvecsRejectWhatTheyCannotRun) {
   DevVec<uint8_t> w(4096);
   DevVec<float> x(512), out(64);
-  const QMatrix ok{w.p, kvscope_cuda::QType::Q8_0, 64, 2, 68};
-  const QMatrix k_quant{w.p, kvscope_cuda::QType::Q4_K, 256, 2, 144};
-  const QMatrix other_width{w.p, kvscope_cuda::QType::Q8_0, 96, 2, 102};
-  EXPECT_EQ(kvscope_cuda::matvec_qkv(ok, k_quant, ok, x.p, 1, out.p, out.p, out.p, nullptr),
+  const QMatrix ok{w.p, kvscope::cuda::QType::Q8_0, 64, 2, 68};
+  const QMatrix k_quant{w.p, kvscope::cuda::QType::Q4_K, 256, 2, 144};
+  const QMatrix other_width{w.p, kvscope::cuda::QType::Q8_0, 96, 2, 102};
+  EXPECT_EQ(kvscope::cuda::matmul_qkv(ok, k_quant, ok, x.p, 1, out.p, out.p, out.p, nullptr),
             cudaErrorInvalidValue);
-  EXPECT_EQ(kvscope_cuda::matvec_qkv(ok, ok, other_width, x.p, 1, out.p, out.p, out.p, nullptr),
+  EXPECT_EQ(kvscope::cuda::matmul_qkv(ok, ok, other_width, x.p, 1, out.p, out.p, out.p, nullptr),
             cudaErrorInvalidValue);
-  const auto silu = kvscope_cuda::GateAct::Silu;
-  EXPECT_EQ(kvscope_cuda::matvec_gate_up_glu(ok, other_width, x.p, 1, silu, out.p, nullptr),
+  const auto silu = kvscope::cuda::GateAct::Silu;
+  EXPECT_EQ(kvscope::cuda::matmul_glu(ok, other_width, x.p, 1, silu, out.p, nullptr),
             cudaErrorInvalidValue);
-  EXPECT_EQ(kvscope_cuda::matvec_gate_up_glu(k_quant, k_quant, x.p, 1, silu, out.p, nullptr),
+  EXPECT_EQ(kvscope::cuda::matmul_glu(k_quant, k_quant, x.p, 1, silu, out.p, nullptr),
             cudaErrorInvalidValue);
 }
 

@@ -2,14 +2,14 @@
 // kv_quant.cuh) under the CUDA emulator, and as test_kernel_kv_quant_gpu against the real
 // kernels where a GPU is usable, against the CPU backend's row store and load
 // (engine/cpu/cpu_kv_cache.h):
-//  - kv_append and rope_kv_write store the very bytes the CPU stores for the same fp32
+//  - kv_write and rope_kv_write store the very bytes the CPU stores for the same fp32
 //    rows (bit for bit: same fp32 scale, IEEE division, one fma for q4_0), including a
 //    hand-built q4_0 block, an all-zero block, magnitude ties and a negative extreme;
 //  - attention (prefill and split decode) over a quantized cache equals attention over an
 //    f32 cache holding the dequantized rows: the dequantized values are exact in fp32 and
 //    the summation order is the same, so only FMA contraction of the two template
 //    instances may differ (1e-6 absolute on outputs and probabilities of magnitude ~1);
-//  - kv_norms of quantized rows equal the norms of the dequantized rows (fp32 sums: 1e-5
+//  - kv_row_norms of quantized rows equal the norms of the dequantized rows (fp32 sums: 1e-5
 //    relative);
 //  - kv_rerotate of quantized K rows equals the CPU's dequantize, rotate, quantize: the
 //    rotations differ by fp32 rounding (explicit fmas here, compiler-chosen on the CPU),
@@ -27,7 +27,7 @@ namespace kvscope_test {
 namespace {
 
 using kvscope::KvDtype;
-using kvscope_cuda::KvElem;
+using kvscope::cuda::KvElem;
 
 class KernelKvQuant : public ::testing::Test {
  protected:
@@ -77,9 +77,9 @@ std::vector<float> cpu_load(KvDtype t, const std::vector<uint8_t>& b, int rows, 
   return out;
 }
 
-kvscope_cuda::KvLayer layer(void* k, void* v, KvDtype kt, KvDtype vt, int Hkv, int D, int n,
+kvscope::cuda::KvLayer layer(void* k, void* v, KvDtype kt, KvDtype vt, int Hkv, int D, int n,
                             int32_t* pos) {
-  kvscope_cuda::KvLayer l = kv_layer(k, v, false, Hkv, D, n, pos);
+  kvscope::cuda::KvLayer l = kv_layer(k, v, false, Hkv, D, n, pos);
   l.k_type = KvElem(int(kt));
   l.v_type = KvElem(int(vt));
   return l;
@@ -110,7 +110,7 @@ TEST_F(KernelKvQuant, HandBuiltQ4_0BlockFromTheKernel) {
   DevVec<uint8_t> kc(18), vc(34);
   DevVec<int32_t> pos(std::vector<int32_t>{-1});
   ASSERT_EQ(
-      kvscope_cuda::kv_append(layer(kc.p, vc.p, KvDtype::Q4_0, KvDtype::Q8_0, 1, 32, 1, pos.p),
+      kvscope::cuda::kv_write(layer(kc.p, vc.p, KvDtype::Q4_0, KvDtype::Q8_0, 1, 32, 1, pos.p),
                               dk.p, dv.p, 1, 0, nullptr),
       cudaSuccess);
   EXPECT_EQ(kc.get(), want);
@@ -141,31 +141,31 @@ TEST_F(KernelKvQuant, AppendAndRopeWriteStoreTheCpuBytes) {
     DevVec<int32_t> pos(std::vector<int32_t>(n, -1));
     const auto l = layer(kc.p, vc.p, kt, vt, Hkv, D, n, pos.p);
     // Two appends: positions 0..2, then 3..4.
-    ASSERT_EQ(kvscope_cuda::kv_append(l, dk.p, dv.p, 3, 0, nullptr), cudaSuccess);
-    ASSERT_EQ(kvscope_cuda::kv_append(l, dk.p + 3 * Hkv * D, dv.p + 3 * Hkv * D, 2, 3, nullptr),
+    ASSERT_EQ(kvscope::cuda::kv_write(l, dk.p, dv.p, 3, 0, nullptr), cudaSuccess);
+    ASSERT_EQ(kvscope::cuda::kv_write(l, dk.p + 3 * Hkv * D, dv.p + 3 * Hkv * D, 2, 3, nullptr),
               cudaSuccess);
     EXPECT_EQ(kc.get(), want_k);
     EXPECT_EQ(vc.get(), want_v);
     EXPECT_EQ(pos.get(), (std::vector<int32_t>{0, 1, 2, 3, 4}));
 
     // rope_kv_write with n_rot = 0 stores the same rows; with rotation it stores what
-    // rope() + kv_append() store (checked byte for byte below).
+    // rope() + kv_write() store (checked byte for byte below).
     DevVec<uint8_t> kc2(want_k.size()), vc2(want_v.size());
     DevVec<int32_t> pos2(std::vector<int32_t>(n, -1));
     DevVec<float> dq(q), dk2(k);
     const auto l2 = layer(kc2.p, vc2.p, kt, vt, Hkv, D, n, pos2.p);
-    ASSERT_EQ(kvscope_cuda::rope_kv_write(dq.p, dk2.p, dv.p, n, H, {0, 0, 10000.f, 1.f}, l2, 0,
+    ASSERT_EQ(kvscope::cuda::rope_kv_write(dq.p, dk2.p, dv.p, n, H, {0, 0, 10000.f, 1.f}, l2, 0,
                                           nullptr, nullptr),
               cudaSuccess);
     EXPECT_EQ(kc2.get(), want_k);
     EXPECT_EQ(vc2.get(), want_v);
-    const kvscope_cuda::RopeArgs r{64, 1, 10000.f, 1.f};
+    const kvscope::cuda::RopeArgs r{64, 1, 10000.f, 1.f};
     DevVec<float> dk3(k), dq3(q);
-    ASSERT_EQ(kvscope_cuda::rope_kv_write(dq3.p, dk3.p, dv.p, n, H, r, l2, 0, nullptr, nullptr),
+    ASSERT_EQ(kvscope::cuda::rope_kv_write(dq3.p, dk3.p, dv.p, n, H, r, l2, 0, nullptr, nullptr),
               cudaSuccess);
     DevVec<float> dk4(k);
-    ASSERT_EQ(kvscope_cuda::rope(dk4.p, n, Hkv, D, r, 0, nullptr), cudaSuccess);
-    ASSERT_EQ(kvscope_cuda::kv_append(l, dk4.p, dv.p, n, 0, nullptr), cudaSuccess);
+    ASSERT_EQ(kvscope::cuda::rope(dk4.p, n, Hkv, D, r, 0, nullptr), cudaSuccess);
+    ASSERT_EQ(kvscope::cuda::kv_write(l, dk4.p, dv.p, n, 0, nullptr), cudaSuccess);
     EXPECT_EQ(kc2.get(), kc.get());
     EXPECT_EQ(vc2.get(), vc.get());
   }
@@ -199,26 +199,26 @@ TEST_F(KernelKvQuant, AttentionOverQuantizedRowsEqualsAttentionOverTheirValues) 
       DevVec<float> dq(q), out_q(size_t(T) * H * D), out_f(size_t(T) * H * D);
       DevVec<float> pr_q(size_t(H) * n), pr_f(size_t(H) * n);
       const float scale = 0.125f;
-      ASSERT_EQ(kvscope_cuda::attention(dq.p, lq, T, pos0, H, scale, out_q.p, pr_q.p, n, nullptr),
+      ASSERT_EQ(kvscope::cuda::attention(dq.p, lq, T, pos0, H, scale, out_q.p, pr_q.p, n, nullptr),
                 cudaSuccess);
-      ASSERT_EQ(kvscope_cuda::attention(dq.p, lf, T, pos0, H, scale, out_f.p, pr_f.p, n, nullptr),
+      ASSERT_EQ(kvscope::cuda::attention(dq.p, lf, T, pos0, H, scale, out_f.p, pr_f.p, n, nullptr),
                 cudaSuccess);
       EXPECT_TRUE(all_close(out_q.get(), out_f.get(), 1e-6f, 0.0f)) << "T " << T;
       EXPECT_TRUE(all_close(pr_q.get(), pr_f.get(), 1e-6f, 0.0f)) << "T " << T;
       if (T != 1) continue;
-      DevVec<float> work(size_t(kvscope_cuda::attention_decode_work_floats(H, lq)));
-      ASSERT_EQ(kvscope_cuda::attention_decode(dq.p, lq, pos0, nullptr, H, scale, out_q.p, pr_q.p,
+      DevVec<float> work(size_t(kvscope::cuda::attention_decode_work_floats(H, lq)));
+      ASSERT_EQ(kvscope::cuda::attention_decode(dq.p, lq, pos0, nullptr, H, scale, out_q.p, pr_q.p,
                                                n, 0, work.p, nullptr),
                 cudaSuccess);
-      ASSERT_EQ(kvscope_cuda::attention_decode(dq.p, lf, pos0, nullptr, H, scale, out_f.p, pr_f.p,
+      ASSERT_EQ(kvscope::cuda::attention_decode(dq.p, lf, pos0, nullptr, H, scale, out_f.p, pr_f.p,
                                                n, 0, work.p, nullptr),
                 cudaSuccess);
       EXPECT_TRUE(all_close(out_q.get(), out_f.get(), 1e-6f, 0.0f)) << "split decode";
       EXPECT_TRUE(all_close(pr_q.get(), pr_f.get(), 1e-6f, 0.0f)) << "split decode";
     }
     DevVec<float> kn_q(n), vn_q(n), kn_f(n), vn_f(n);
-    ASSERT_EQ(kvscope_cuda::kv_norms(lq, 0, nullptr, n, kn_q.p, vn_q.p, nullptr), cudaSuccess);
-    ASSERT_EQ(kvscope_cuda::kv_norms(lf, 0, nullptr, n, kn_f.p, vn_f.p, nullptr), cudaSuccess);
+    ASSERT_EQ(kvscope::cuda::kv_row_norms(lq, 0, nullptr, n, kn_q.p, vn_q.p, nullptr), cudaSuccess);
+    ASSERT_EQ(kvscope::cuda::kv_row_norms(lf, 0, nullptr, n, kn_f.p, vn_f.p, nullptr), cudaSuccess);
     EXPECT_TRUE(all_close(kn_q.get(), kn_f.get(), 0.0f, 1e-5f));
     EXPECT_TRUE(all_close(vn_q.get(), vn_f.get(), 0.0f, 1e-5f));
   }
@@ -249,7 +249,7 @@ TEST_F(KernelKvQuant, RerotateRequantizesAsTheCpu) {
       DevVec<uint8_t> kc(before), vc(before);
       DevVec<int32_t> p(pos);
       const auto l = layer(kc.p, vc.p, t, t, Hkv, D, n_slots, p.p);
-      ASSERT_EQ(kvscope_cuda::kv_rerotate(l, {n_rot, neox ? 1 : 0, 10000.0f, 1.0f}, first, delta,
+      ASSERT_EQ(kvscope::cuda::kv_rerotate(l, {n_rot, neox ? 1 : 0, 10000.0f, 1.0f}, first, delta,
                                           nullptr),
                 cudaSuccess);
       const auto got = kc.get();
@@ -285,11 +285,11 @@ TEST_F(KernelKvQuant, BlockTypesNeedHeadDimsOfWholeBlocks) {
   DevVec<float> x(80);
   DevVec<int32_t> p(std::vector<int32_t>{-1, -1});
   const auto l = layer(k.p, v.p, KvDtype::Q8_0, KvDtype::F16, 1, 40, 2, p.p);
-  EXPECT_EQ(kvscope_cuda::kv_append(l, x.p, x.p, 1, 0, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(kvscope::cuda::kv_write(l, x.p, x.p, 1, 0, nullptr), cudaErrorInvalidValue);
   auto bad = l;
   bad.v_type = KvElem(7);  // not a cache type
   bad.k_type = KvElem::F16;
-  EXPECT_EQ(kvscope_cuda::kv_append(bad, x.p, x.p, 1, 0, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(kvscope::cuda::kv_write(bad, x.p, x.p, 1, 0, nullptr), cudaErrorInvalidValue);
 }
 
 }  // namespace

@@ -38,10 +38,10 @@ void check(bool f16, bool neox) {
   DevVec<uint16_t> k16(halves);
   DevVec<float> v(size_t(Hkv) * n_slots * D);
   DevVec<int32_t> p(pos);
-  const kvscope_cuda::KvLayer kv =
+  const kvscope::cuda::KvLayer kv =
       kv_layer(f16 ? static_cast<void*>(k16.p) : k32.p, v.p, f16, Hkv, D, n_slots, p.p);
-  const kvscope_cuda::RopeArgs r{n_rot, neox ? 1 : 0, 10000.0f, 1.0f};
-  ASSERT_EQ(kvscope_cuda::kv_rerotate(kv, r, first, delta, nullptr), cudaSuccess);
+  const kvscope::cuda::RopeArgs r{n_rot, neox ? 1 : 0, 10000.0f, 1.0f};
+  ASSERT_EQ(kvscope::cuda::kv_rerotate(kv, r, first, delta, nullptr), cudaSuccess);
   std::vector<float> got = f16 ? std::vector<float>(vals.size()) : k32.get();
   if (f16) {
     const auto h = k16.get();
@@ -67,9 +67,9 @@ TEST(KernelKvRerotate, MatchesTheCpuRotationByTheDelta) {
 TEST(KernelKvRerotate, RejectsBadArguments) {
   DevVec<float> k(64), v(64);
   DevVec<int32_t> p(std::vector<int32_t>{0, 1});
-  const kvscope_cuda::KvLayer kv = kv_layer(k.p, v.p, false, 1, 32, 2, p.p);
-  EXPECT_NE(kvscope_cuda::kv_rerotate(kv, {33, 0, 10000.0f, 1.0f}, 0, -1, nullptr), cudaSuccess);
-  EXPECT_NE(kvscope_cuda::kv_rerotate(kv, {8, 0, 10000.0f, 1.0f}, -1, -1, nullptr), cudaSuccess);
+  const kvscope::cuda::KvLayer kv = kv_layer(k.p, v.p, false, 1, 32, 2, p.p);
+  EXPECT_NE(kvscope::cuda::kv_rerotate(kv, {33, 0, 10000.0f, 1.0f}, 0, -1, nullptr), cudaSuccess);
+  EXPECT_NE(kvscope::cuda::kv_rerotate(kv, {8, 0, 10000.0f, 1.0f}, -1, -1, nullptr), cudaSuccess);
 }
 
 }  // namespace

@@ -8,7 +8,7 @@
 //  - glu (SiLU, tanh-GELU) 1e-6 relative + 1e-6 absolute: expf/tanhf on the emulator are
 //    libm's, the rest fp32 arithmetic.
 //  - add, add_bias: exact.
-//  - kv_append / kv_norms: fp16 storage is exactly round-to-nearest (compared bit-exact);
+//  - kv_write / kv_row_norms: fp16 storage is exactly round-to-nearest (compared bit-exact);
 //    norms 2e-6 (fp32 sums).
 //  - attention 2e-6 absolute on probabilities and 1e-5 on outputs of magnitude ~1: fp32
 //    dot products of D terms and a softmax over N keys vs double.
@@ -34,8 +34,8 @@ TEST_F(KernelOps, RmsnormMatchesReferenceForOddWidths) {
     const auto x = random_floats(size_t(T * C), 1, -2.f, 2.f);
     const auto w = random_floats(size_t(C), 2, 0.5f, 1.5f);
     DevVec<float> dx(x), dw(w), out(size_t(T * C));
-    ASSERT_EQ(kvscope_cuda::rmsnorm(dx.p, dw.p, T, C, 1e-5f, out.p, nullptr), cudaSuccess)
-        << kvscope_cuda::error_detail();
+    ASSERT_EQ(kvscope::cuda::rmsnorm(dx.p, dw.p, T, C, 1e-5f, out.p, nullptr), cudaSuccess)
+        << kvscope::cuda::error_detail();
     std::vector<float> want(x.size());
     for (int t = 0; t < T; ++t) {
       double ss = 0;
@@ -45,7 +45,7 @@ TEST_F(KernelOps, RmsnormMatchesReferenceForOddWidths) {
     }
     EXPECT_TRUE(all_close(out.get(), want, 1e-7f, 2e-6f)) << "C " << C;
     // In place (out aliases x), as the forward uses it for the final norm.
-    ASSERT_EQ(kvscope_cuda::rmsnorm(dx.p, dw.p, T, C, 1e-5f, dx.p, nullptr), cudaSuccess);
+    ASSERT_EQ(kvscope::cuda::rmsnorm(dx.p, dw.p, T, C, 1e-5f, dx.p, nullptr), cudaSuccess);
     EXPECT_TRUE(all_close(dx.get(), want, 1e-7f, 2e-6f)) << "in place C " << C;
   }
 }
@@ -58,7 +58,7 @@ TEST_F(KernelOps, RopeRotatesAdjacentOrNeoxPairsAtLargePositions) {
       SCOPED_TRACE(testing::Message() << "neox " << neox << " freq_scale " << fs);
       const auto x = random_floats(size_t(T * H * D), 3);
       DevVec<float> dx(x);
-      ASSERT_EQ(kvscope_cuda::rope(dx.p, T, H, D, {n_rot, neox, base, fs}, pos0, nullptr),
+      ASSERT_EQ(kvscope::cuda::rope(dx.p, T, H, D, {n_rot, neox, base, fs}, pos0, nullptr),
                 cudaSuccess);
       std::vector<float> want = x;
       for (int t = 0; t < T; ++t)
@@ -81,13 +81,13 @@ TEST_F(KernelOps, RopeRotatesAdjacentOrNeoxPairsAtLargePositions) {
 TEST_F(KernelOps, GatedActivationsAddAndBias) {
   const int64_t n = 1000;
   const auto g = random_floats(n, 4, -6.f, 6.f), u = random_floats(n, 5);
-  for (auto act : {kvscope_cuda::GateAct::Silu, kvscope_cuda::GateAct::GeluTanh}) {
+  for (auto act : {kvscope::cuda::GateAct::Silu, kvscope::cuda::GateAct::GeluTanh}) {
     DevVec<float> dg(g), du(u);
-    ASSERT_EQ(kvscope_cuda::glu(dg.p, du.p, n, act, dg.p, nullptr), cudaSuccess);
+    ASSERT_EQ(kvscope::cuda::glu(dg.p, du.p, n, act, dg.p, nullptr), cudaSuccess);
     std::vector<float> want(n);
     for (int64_t i = 0; i < n; ++i) {
       const double x = g[i];
-      const double a = act == kvscope_cuda::GateAct::Silu
+      const double a = act == kvscope::cuda::GateAct::Silu
                            ? x / (1.0 + std::exp(-x))
                            : 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
       want[i] = float(a * u[i]);
@@ -96,19 +96,19 @@ TEST_F(KernelOps, GatedActivationsAddAndBias) {
   }
   // add: exact.
   DevVec<float> dx(u), dy(g);
-  ASSERT_EQ(kvscope_cuda::add(dx.p, dy.p, n, nullptr), cudaSuccess);
+  ASSERT_EQ(kvscope::cuda::add(dx.p, dy.p, n, nullptr), cudaSuccess);
   std::vector<float> exact(n);
   for (int64_t i = 0; i < n; ++i) exact[i] = u[i] + g[i];
   EXPECT_TRUE(all_close(dx.get(), exact, 0.f, 0.f));
   // add_bias over 4 rows of 250: exact.
   const auto b = random_floats(250, 6);
   DevVec<float> dz(u), db(b);
-  ASSERT_EQ(kvscope_cuda::add_bias(dz.p, db.p, 4, 250, nullptr), cudaSuccess);
+  ASSERT_EQ(kvscope::cuda::add_bias(dz.p, db.p, 4, 250, nullptr), cudaSuccess);
   for (int64_t i = 0; i < n; ++i) exact[i] = u[i] + b[size_t(i % 250)];
   EXPECT_TRUE(all_close(dz.get(), exact, 0.f, 0.f));
 }
 
-// A small cache with Hkv = 2, D = 40 (not a multiple of 32) and rows filled by kv_append
+// A small cache with Hkv = 2, D = 40 (not a multiple of 32) and rows filled by kv_write
 // in two appends (positions [0, n-3) then [n-3, n)). With window > 0 the layer is a ring
 // of `cap` slots whose queries see the last `window` positions.
 struct CacheFixture {
@@ -131,9 +131,9 @@ struct CacheFixture {
     const auto kin = random_floats(size_t(n_keys * Hkv * D), 6, -2.f, 2.f);
     const auto vin = random_floats(size_t(n_keys * Hkv * D), 7);
     DevVec<float> dk(kin), dv(vin);
-    EXPECT_EQ(kvscope_cuda::kv_append(layer(), dk.p, dv.p, n_keys - 3, 0, nullptr), cudaSuccess);
+    EXPECT_EQ(kvscope::cuda::kv_write(layer(), dk.p, dv.p, n_keys - 3, 0, nullptr), cudaSuccess);
     const size_t off = size_t((n_keys - 3) * Hkv * D);
-    EXPECT_EQ(kvscope_cuda::kv_append(layer(), dk.p + off, dv.p + off, 3, n_keys - 3, nullptr),
+    EXPECT_EQ(kvscope::cuda::kv_write(layer(), dk.p + off, dv.p + off, 3, n_keys - 3, nullptr),
               cudaSuccess);
     for (int p = 0; p < n_keys; ++p) {
       const int slot = p % cap;
@@ -147,7 +147,7 @@ struct CacheFixture {
     }
   }
   float round(float f) const { return f16 ? kvscope::fp16_to_fp32(kvscope::fp32_to_fp16(f)) : f; }
-  kvscope_cuda::KvLayer layer() {
+  kvscope::cuda::KvLayer layer() {
     return kvscope_test::kv_layer(k.p, v.p, f16, Hkv, D, cap, pos.p, window);
   }
   std::vector<float> stored(const DevVec<uint8_t>& side) const {
@@ -172,7 +172,7 @@ TEST_F(KernelOps, KvAppendStoresRowsAndNormsMatch) {
     // The slot map records exactly the written positions.
     EXPECT_EQ(c.pos.get(), c.P);
     DevVec<float> kn(4), vn(4);
-    ASSERT_EQ(kvscope_cuda::kv_norms(c.layer(), 5, nullptr, 4, kn.p, vn.p, nullptr), cudaSuccess);
+    ASSERT_EQ(kvscope::cuda::kv_row_norms(c.layer(), 5, nullptr, 4, kn.p, vn.p, nullptr), cudaSuccess);
     std::vector<float> wk(4), wv(4);
     for (int t = 0; t < 4; ++t) {
       double sk = 0, sv = 0;
@@ -201,16 +201,16 @@ void check_attention(CacheFixture& c, int T, int pos0, int H, float scale, bool 
   DevVec<float> probs(size_t(H * stride));
   if (split) {
     ASSERT_EQ(T, 1);
-    DevVec<float> work(size_t(kvscope_cuda::attention_decode_work_floats(H, c.layer())));
-    ASSERT_EQ(kvscope_cuda::attention_decode(dq.p, c.layer(), pos0, nullptr, H, scale, out.p,
+    DevVec<float> work(size_t(kvscope::cuda::attention_decode_work_floats(H, c.layer())));
+    ASSERT_EQ(kvscope::cuda::attention_decode(dq.p, c.layer(), pos0, nullptr, H, scale, out.p,
                                              probs.p, stride, 0, work.p, nullptr),
               cudaSuccess)
-        << kvscope_cuda::error_detail();
+        << kvscope::cuda::error_detail();
   } else {
-    ASSERT_EQ(kvscope_cuda::attention(dq.p, c.layer(), T, pos0, H, scale, out.p, probs.p, stride,
+    ASSERT_EQ(kvscope::cuda::attention(dq.p, c.layer(), T, pos0, H, scale, out.p, probs.p, stride,
                                       nullptr),
               cudaSuccess)
-        << kvscope_cuda::error_detail();
+        << kvscope::cuda::error_detail();
   }
   std::vector<float> want(out.n), want_p(probs.n);
   for (int t = 0; t < T; ++t)

@@ -17,8 +17,8 @@
 namespace {
 
 using kvscope::GgmlType;
-using kvscope_cuda::QMatrix;
-using kvscope_cuda::QType;
+using kvscope::cuda::QMatrix;
+using kvscope::cuda::QType;
 using kvscope_test::all_close;
 using kvscope_test::HostMatrix;
 using kvscope_test::qmatrix;
@@ -39,17 +39,17 @@ TEST_F(KernelQuant, EmbedGathersDequantizedRows) {
     const std::vector<int32_t> ids = {40, 0, 7, 7, 23};
     DevVec<int32_t> dids(ids);
     DevVec<float> out(ids.size() * C);
-    ASSERT_EQ(kvscope_cuda::embed(qmatrix(tab, dtab.p), dids.p, int(ids.size()), 1.0f, out.p,
+    ASSERT_EQ(kvscope::cuda::embed(qmatrix(tab, dtab.p), dids.p, int(ids.size()), 1.0f, out.p,
                                   nullptr),
               cudaSuccess)
-        << kvscope_cuda::error_detail();
+        << kvscope::cuda::error_detail();
     const std::vector<float> all = tab.dequant();
     std::vector<float> want;
     for (int32_t id : ids) want.insert(want.end(), all.begin() + id * C, all.begin() + (id + 1) * C);
     EXPECT_TRUE(all_close(out.get(), want, 1e-7f, 2e-7f)) << kvscope::ggml_type_name(type);
     // With a scale (Gemma's sqrt(C)) every value is the same product in fp32.
     DevVec<float> scaled(ids.size() * C);
-    ASSERT_EQ(kvscope_cuda::embed(qmatrix(tab, dtab.p), dids.p, int(ids.size()), 8.0f, scaled.p,
+    ASSERT_EQ(kvscope::cuda::embed(qmatrix(tab, dtab.p), dids.p, int(ids.size()), 8.0f, scaled.p,
                                   nullptr),
               cudaSuccess);
     std::vector<float> want8 = out.get();
@@ -66,7 +66,7 @@ TEST_F(KernelQuant, DequantizeToF32MatchesCpuForEveryType) {
     HostMatrix w = random_matrix(type, n_in, n_out, 3);
     DevVec<uint8_t> dw(w.bytes);
     DevVec<float> out(size_t(n_in * n_out));
-    ASSERT_EQ(kvscope_cuda::dequantize_f32(qmatrix(w, dw.p), out.p, nullptr), cudaSuccess);
+    ASSERT_EQ(kvscope::cuda::dequantize_f32(qmatrix(w, dw.p), out.p, nullptr), cudaSuccess);
     EXPECT_TRUE(all_close(out.get(), w.dequant(), 1e-9f, 2e-7f)) << kvscope::ggml_type_name(type);
   }
 }
@@ -100,10 +100,10 @@ TEST_F(KernelQuant, MatvecNativeAndF32MatchReference) {
         DevVec<uint8_t> dw(w.bytes);
         DevVec<float> dx(x), out(size_t(T * n_out)), out32(size_t(T * n_out));
         DevVec<float> w32(size_t(n_in * n_out));
-        ASSERT_EQ(kvscope_cuda::matvec_q(qmatrix(w, dw.p), dx.p, T, out.p, nullptr), cudaSuccess)
-            << kvscope_cuda::error_detail();
-        ASSERT_EQ(kvscope_cuda::dequantize_f32(qmatrix(w, dw.p), w32.p, nullptr), cudaSuccess);
-        ASSERT_EQ(kvscope_cuda::matvec_f32(w32.p, n_in, n_out, dx.p, T, out32.p, nullptr),
+        ASSERT_EQ(kvscope::cuda::matmul(qmatrix(w, dw.p), dx.p, T, out.p, nullptr), cudaSuccess)
+            << kvscope::cuda::error_detail();
+        ASSERT_EQ(kvscope::cuda::dequantize_f32(qmatrix(w, dw.p), w32.p, nullptr), cudaSuccess);
+        ASSERT_EQ(kvscope::cuda::matmul_f32(w32.p, n_in, n_out, dx.p, T, out32.p, nullptr),
                   cudaSuccess);
         std::vector<float> bound;
         const std::vector<float> want = ref_matmul(w.dequant(), x, n_in, n_out, T, &bound);
@@ -122,9 +122,9 @@ TEST_F(KernelQuant, MatvecNativeAndF32MatchReference) {
 TEST_F(KernelQuant, MatvecRejectsUnsupportedTypeAndRowLength) {
   DevVec<uint8_t> w(1024);
   DevVec<float> x(64), out(8);
-  EXPECT_EQ(kvscope_cuda::matvec_q(QMatrix{w.p, QType::Q4_K, 256, 2, 144}, x.p, 1, out.p, nullptr),
+  EXPECT_EQ(kvscope::cuda::matmul(QMatrix{w.p, QType::Q4_K, 256, 2, 144}, x.p, 1, out.p, nullptr),
             cudaErrorInvalidValue);
-  EXPECT_EQ(kvscope_cuda::matvec_q(QMatrix{w.p, QType::Q8_0, 48, 2, 51}, x.p, 1, out.p, nullptr),
+  EXPECT_EQ(kvscope::cuda::matmul(QMatrix{w.p, QType::Q8_0, 48, 2, 51}, x.p, 1, out.p, nullptr),
             cudaErrorInvalidValue);
 }
 

@@ -5,9 +5,9 @@
 #include <functional>
 #include <string>
 
-#include "tests/cuda_emu/emu.h"
+#include "kernels/emu/emu.h"
 
-namespace kvscope_emu {
+namespace kvscope::emu {
 
 // Records the outcome of an API call as the last error. Sticky errors (a faulting or
 // deadlocked kernel) are returned by every later call until cudaDeviceReset.
@@ -23,4 +23,4 @@ size_t max_dynamic_smem(const void* func);
 cudaError_t run_grid(const LaunchSpec& spec, const std::function<void()>& body,
                      std::string* detail);
 
-}  // namespace kvscope_emu
+}  // namespace kvscope::emu

@@ -18,8 +18,8 @@
 #include <set>
 #include <vector>
 
-#include "tests/cuda_emu/emu_internal.h"
-#include "tests/cuda_emu/emu_sanitizer.h"
+#include "kernels/emu/emu_internal.h"
+#include "kernels/emu/emu_sanitizer.h"
 
 struct CUstream_st {
   bool capturing = false;
@@ -37,7 +37,7 @@ struct CUgraphExec_st {
   std::vector<std::function<cudaError_t()>> ops;
 };
 
-namespace kvscope_emu {
+namespace kvscope::emu {
 namespace {
 
 constexpr size_t kDeviceBytes = size_t(8) << 30;  // what the emulated device reports
@@ -257,14 +257,14 @@ cudaError_t launch(const LaunchSpec& spec, std::function<void()> body,
   return run_grid_checked(spec, body);
 }
 
-}  // namespace kvscope_emu
+}  // namespace kvscope::emu
 
-using kvscope_emu::record;
-using kvscope_emu::st;
+using kvscope::emu::record;
+using kvscope::emu::st;
 
 #define KVSCOPE_EMU_STICKY()                                     \
   do {                                                           \
-    if (cudaError_t s_ = kvscope_emu::sticky_error()) return s_; \
+    if (cudaError_t s_ = kvscope::emu::sticky_error()) return s_; \
   } while (0)
 
 cudaError_t cudaMalloc(void** p, size_t size) {
@@ -272,20 +272,20 @@ cudaError_t cudaMalloc(void** p, size_t size) {
   if (!p) return record(cudaErrorInvalidValue, "cudaMalloc: devPtr is null");
   *p = nullptr;
   std::lock_guard<std::mutex> lk(st().mu);
-  if (size > kvscope_emu::kDeviceBytes - st().allocated) {
+  if (size > kvscope::emu::kDeviceBytes - st().allocated) {
     st().last = cudaErrorMemoryAllocation;
     st().detail = "cudaMalloc: " + std::to_string(size) + " bytes requested, " +
-                  std::to_string(kvscope_emu::kDeviceBytes - st().allocated) + " free";
+                  std::to_string(kvscope::emu::kDeviceBytes - st().allocated) + " free";
     return cudaErrorMemoryAllocation;
   }
-  const size_t padded = kvscope_emu::padded_bytes(size);
-  void* m = std::aligned_alloc(kvscope_emu::kAllocAlign, padded);
+  const size_t padded = kvscope::emu::padded_bytes(size);
+  void* m = std::aligned_alloc(kvscope::emu::kAllocAlign, padded);
   if (!m) {
     st().last = cudaErrorMemoryAllocation;
     return cudaErrorMemoryAllocation;
   }
   std::memset(m, 0xFF, size);
-  kvscope_emu::arm_guard(static_cast<unsigned char*>(m), size);
+  kvscope::emu::arm_guard(static_cast<unsigned char*>(m), size);
   st().allocs[reinterpret_cast<uintptr_t>(m)] = size;
   st().allocated += size;
   *p = m;
@@ -298,15 +298,15 @@ cudaError_t cudaFree(void* p) {
   auto it = st().allocs.find(reinterpret_cast<uintptr_t>(p));
   if (it == st().allocs.end()) {
     st().last = cudaErrorInvalidValue;
-    st().detail = "cudaFree: " + kvscope_emu::ptr_str(p) + " is not the start of a live allocation";
+    st().detail = "cudaFree: " + kvscope::emu::ptr_str(p) + " is not the start of a live allocation";
     return cudaErrorInvalidValue;
   }
   const size_t size = it->second;
-  const int64_t k = kvscope_emu::damaged_guard(p, size);
-  const std::string report = k >= 0 ? kvscope_emu::overrun_report(it->first, size, k) : "";
+  const int64_t k = kvscope::emu::damaged_guard(p, size);
+  const std::string report = k >= 0 ? kvscope::emu::overrun_report(it->first, size, k) : "";
   st().allocated -= size;
   st().allocs.erase(it);
-  kvscope_emu::free_guarded(p, size);
+  kvscope::emu::free_guarded(p, size);
   if (!report.empty()) {
     st().last = cudaErrorIllegalAddress;
     st().detail = "cudaFree: " + report;
@@ -327,7 +327,7 @@ cudaError_t cudaFreeHost(void* p) {
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
   KVSCOPE_EMU_STICKY();
-  if (cudaError_t e = kvscope_emu::check_copy(dst, src, n, kind)) return e;
+  if (cudaError_t e = kvscope::emu::check_copy(dst, src, n, kind)) return e;
   if (n) std::memmove(dst, src, n);
   return cudaSuccess;
 }
@@ -335,10 +335,10 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind,
                             cudaStream_t s) {
   KVSCOPE_EMU_STICKY();
-  if (!kvscope_emu::stream_valid(s))
+  if (!kvscope::emu::stream_valid(s))
     return record(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync: unknown stream");
-  if (cudaError_t e = kvscope_emu::check_copy(dst, src, n, kind)) return e;
-  if (kvscope_emu::capture_if_capturing(s, [=] {
+  if (cudaError_t e = kvscope::emu::check_copy(dst, src, n, kind)) return e;
+  if (kvscope::emu::capture_if_capturing(s, [=] {
         if (n) std::memmove(dst, src, n);
         return cudaSuccess;
       }))
@@ -349,8 +349,8 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind
 
 cudaError_t cudaMemset(void* p, int value, size_t n) {
   KVSCOPE_EMU_STICKY();
-  if (!kvscope_emu::is_device_range(p, n))
-    return record(cudaErrorInvalidValue, "cudaMemset: " + kvscope_emu::ptr_str(p) + " + " +
+  if (!kvscope::emu::is_device_range(p, n))
+    return record(cudaErrorInvalidValue, "cudaMemset: " + kvscope::emu::ptr_str(p) + " + " +
                                              std::to_string(n) + " is not inside an allocation");
   std::memset(p, value, n);
   return cudaSuccess;
@@ -358,11 +358,11 @@ cudaError_t cudaMemset(void* p, int value, size_t n) {
 
 cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t s) {
   KVSCOPE_EMU_STICKY();
-  if (!kvscope_emu::stream_valid(s))
+  if (!kvscope::emu::stream_valid(s))
     return record(cudaErrorInvalidResourceHandle, "cudaMemsetAsync: unknown stream");
-  if (!kvscope_emu::is_device_range(p, n))
+  if (!kvscope::emu::is_device_range(p, n))
     return record(cudaErrorInvalidValue, "cudaMemsetAsync: range is not inside an allocation");
-  if (kvscope_emu::capture_if_capturing(s, [=] {
+  if (kvscope::emu::capture_if_capturing(s, [=] {
         std::memset(p, value, n);
         return cudaSuccess;
       }))
@@ -373,8 +373,8 @@ cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t s) {
 
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
   std::lock_guard<std::mutex> lk(st().mu);
-  if (free_bytes) *free_bytes = kvscope_emu::kDeviceBytes - st().allocated;
-  if (total) *total = kvscope_emu::kDeviceBytes;
+  if (free_bytes) *free_bytes = kvscope::emu::kDeviceBytes - st().allocated;
+  if (total) *total = kvscope::emu::kDeviceBytes;
   return cudaSuccess;
 }
 
@@ -396,9 +396,9 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   if (device != 0) return record(cudaErrorInvalidDevice, "cudaGetDeviceProperties: device");
   *prop = cudaDeviceProp{};
   std::snprintf(prop->name, sizeof prop->name, "kvscope CUDA emulator (CPU)");
-  prop->totalGlobalMem = kvscope_emu::kDeviceBytes;
-  prop->sharedMemPerBlock = kvscope_emu::kDefaultSmem;
-  prop->sharedMemPerBlockOptin = kvscope_emu::kOptinSmem;
+  prop->totalGlobalMem = kvscope::emu::kDeviceBytes;
+  prop->sharedMemPerBlock = kvscope::emu::kDefaultSmem;
+  prop->sharedMemPerBlockOptin = kvscope::emu::kOptinSmem;
   prop->warpSize = 32;
   prop->maxThreadsPerBlock = 1024;
   prop->maxThreadsDim[0] = 1024;
@@ -429,7 +429,7 @@ cudaError_t cudaDeviceSynchronize() {
 cudaError_t cudaDeviceReset() {
   std::lock_guard<std::mutex> lk(st().mu);
   for (auto& [base, bytes] : st().allocs)
-    kvscope_emu::free_guarded(reinterpret_cast<void*>(base), bytes);
+    kvscope::emu::free_guarded(reinterpret_cast<void*>(base), bytes);
   st().allocs.clear();
   st().allocated = 0;
   for (cudaStream_t s : st().streams) delete s;
@@ -437,8 +437,8 @@ cudaError_t cudaDeviceReset() {
   for (cudaEvent_t e : st().events) delete e;
   st().events.clear();
   st().func_smem.clear();
-  kvscope_emu::g_direct_launches = 0;
-  kvscope_emu::g_graph_launches = 0;
+  kvscope::emu::g_direct_launches = 0;
+  kvscope::emu::g_graph_launches = 0;
   st().last = st().sticky = cudaSuccess;
   st().detail.clear();
   return cudaSuccess;
@@ -507,7 +507,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   KVSCOPE_EMU_STICKY();
-  return kvscope_emu::stream_valid(s)
+  return kvscope::emu::stream_valid(s)
              ? cudaSuccess
              : record(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: unknown stream");
 }
@@ -533,14 +533,14 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   KVSCOPE_EMU_STICKY();
-  if (!event_valid(e) || !kvscope_emu::stream_valid(s))
+  if (!event_valid(e) || !kvscope::emu::stream_valid(s))
     return record(cudaErrorInvalidResourceHandle, "cudaEventRecord: unknown event or stream");
   auto op = [e] {
     e->recorded = true;
     e->t = std::chrono::steady_clock::now();
     return cudaSuccess;
   };
-  if (kvscope_emu::capture_if_capturing(s, op)) return cudaSuccess;
+  if (kvscope::emu::capture_if_capturing(s, op)) return cudaSuccess;
   return op();
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
@@ -564,10 +564,10 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
 
 cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
   if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaSuccess;
-  if (value < 0 || size_t(value) > kvscope_emu::kOptinSmem)
+  if (value < 0 || size_t(value) > kvscope::emu::kOptinSmem)
     return record(cudaErrorInvalidValue, "cudaFuncSetAttribute: " + std::to_string(value) +
                                              " B is outside 0.." +
-                                             std::to_string(kvscope_emu::kOptinSmem));
+                                             std::to_string(kvscope::emu::kOptinSmem));
   std::lock_guard<std::mutex> lk(st().mu);
   st().func_smem[func] = size_t(value);
   return cudaSuccess;
@@ -575,7 +575,7 @@ cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int v
 
 cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
   KVSCOPE_EMU_STICKY();
-  if (!s || s == cudaStreamLegacy || !kvscope_emu::stream_valid(s))
+  if (!s || s == cudaStreamLegacy || !kvscope::emu::stream_valid(s))
     return record(cudaErrorStreamCaptureUnsupported, "cudaStreamBeginCapture: needs a created stream");
   if (s->capturing) return record(cudaErrorIllegalState, "cudaStreamBeginCapture: already capturing");
   s->capturing = true;
@@ -583,7 +583,7 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* g) {
-  if (!s || !kvscope_emu::stream_valid(s) || !s->capturing || !g)
+  if (!s || !kvscope::emu::stream_valid(s) || !s->capturing || !g)
     return record(cudaErrorIllegalState, "cudaStreamEndCapture: stream is not capturing");
   s->capturing = false;
   *g = new CUgraph_st{std::move(s->captured)};
@@ -598,9 +598,9 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t g, unsigned 
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
   KVSCOPE_EMU_STICKY();
   if (!exec) return record(cudaErrorInvalidValue, "cudaGraphLaunch: null graph");
-  if (!kvscope_emu::stream_valid(s))
+  if (!kvscope::emu::stream_valid(s))
     return record(cudaErrorInvalidResourceHandle, "cudaGraphLaunch: unknown stream");
-  ++kvscope_emu::g_graph_launches;
+  ++kvscope::emu::g_graph_launches;
   for (auto& op : exec->ops)
     if (cudaError_t e = op()) return e;
   return cudaSuccess;

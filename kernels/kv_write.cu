@@ -1,4 +1,4 @@
-// kv_append.cu — store this step's K and V rows into the layer's cache (each side f32,
+// kv_write.cu — store this step's K and V rows into the layer's cache (each side f32,
 // f16, q8_0 or q4_0: kernels/kv_quant.cuh) at their positions' slots, and record the
 // positions in the slot map.
 // Thread mapping: grid-stride loop, one warp per 32 consecutive values of a row (t, kv
@@ -8,13 +8,13 @@
 #include "kernels/kv_layout.cuh"
 #include "kernels/launch.cuh"
 
-namespace kvscope_cuda {
+namespace kvscope::cuda {
 namespace {
 
 constexpr int kThreads = 256;
 
 template <class KE, class VE>
-__global__ void kv_append_kernel(const float* k, const float* v, int T, KvLayer kv, int pos0,
+__global__ void kv_write_kernel(const float* k, const float* v, int T, KvLayer kv, int pos0,
                                  uint8_t* kc, uint8_t* vc) {
   const int Hkv = kv.n_head_kv, D = kv.head_dim, nch = (D + 31) / 32;
   const int64_t chunks = int64_t(T) * Hkv * nch;
@@ -39,7 +39,7 @@ __global__ void kv_append_kernel(const float* k, const float* v, int T, KvLayer 
 
 }  // namespace
 
-cudaError_t kv_append(KvLayer kv, const float* k, const float* v, int T, int pos0, cudaStream_t s) {
+cudaError_t kv_write(KvLayer kv, const float* k, const float* v, int T, int pos0, cudaStream_t s) {
   const int64_t chunks = int64_t(T) * kv.n_head_kv * ((kv.head_dim + 31) / 32);
   if (chunks <= 0) return cudaSuccess;
   if (kv.pos == nullptr || kv.n_slots <= kv.sink) return cudaErrorInvalidValue;
@@ -48,9 +48,9 @@ cudaError_t kv_append(KvLayer kv, const float* k, const float* v, int T, int pos
   return kv_dispatch(kv, [&](auto kt, auto vt) {
     using KE = typename decltype(kt)::type;
     using VE = typename decltype(vt)::type;
-    return launch(kv_append_kernel<KE, VE>, grid, dim3(kThreads), 0, s, k, v, T, kv, pos0,
+    return launch(kv_write_kernel<KE, VE>, grid, dim3(kThreads), 0, s, k, v, T, kv, pos0,
                   static_cast<uint8_t*>(kv.k), static_cast<uint8_t*>(kv.v));
   });
 }
 
-}  // namespace kvscope_cuda
+}  // namespace kvscope::cuda

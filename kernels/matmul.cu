@@ -1,4 +1,4 @@
-// matvec.cu — quantized matrix times a few activation rows (decode and short prefill).
+// matmul.cu — quantized matrix times a few activation rows (decode and short prefill).
 // Thread mapping: one warp per output row o, 8 warps per block; lanes stride over
 // 16-value units of the row (half a Q4_1/Q8_0 block), decode them once per unit and
 // dot them with up to 4 activation rows at a time; a warp shuffle sum per row of x.
@@ -8,14 +8,14 @@
 #include "kernels/matvec_row.cuh"
 #include "kernels/reduce.cuh"
 
-namespace kvscope_cuda {
+namespace kvscope::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = kMatvecWarpsPerBlock;
 
 template <QType kType>
 __global__ void __launch_bounds__(256)
-    matvec_q_kernel(const uint8_t* w, int64_t row_bytes, int64_t n_in, int64_t n_out,
+    matmul_kernel(const uint8_t* w, int64_t row_bytes, int64_t n_in, int64_t n_out,
                     const float* x, int T, float* out) {
   const int64_t o = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -33,7 +33,7 @@ __global__ void __launch_bounds__(256)
 }
 
 __global__ void __launch_bounds__(256)
-    matvec_f32_kernel(const float* w, int64_t n_in, int64_t n_out, const float* x, int T,
+    matmul_f32_kernel(const float* w, int64_t n_in, int64_t n_out, const float* x, int T,
                       float* out) {
   const int64_t o = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -61,27 +61,27 @@ dim3 grid_rows(int64_t n_out) {
 
 }  // namespace
 
-cudaError_t matvec_q(QMatrix w, const float* x, int T, float* out, cudaStream_t s) {
+cudaError_t matmul(QMatrix w, const float* x, int T, float* out, cudaStream_t s) {
   if (T <= 0 || w.n_out == 0) return cudaSuccess;
   if (w.n_in % 32 != 0) return cudaErrorInvalidValue;
   const auto* data = static_cast<const uint8_t*>(w.data);
   const dim3 block(32 * kWarpsPerBlock);
   switch (w.type) {
     case QType::Q4_1:
-      return launch(matvec_q_kernel<QType::Q4_1>, grid_rows(w.n_out), block, 0, s, data,
+      return launch(matmul_kernel<QType::Q4_1>, grid_rows(w.n_out), block, 0, s, data,
                     w.row_bytes, w.n_in, w.n_out, x, T, out);
     case QType::Q8_0:
-      return launch(matvec_q_kernel<QType::Q8_0>, grid_rows(w.n_out), block, 0, s, data,
+      return launch(matmul_kernel<QType::Q8_0>, grid_rows(w.n_out), block, 0, s, data,
                     w.row_bytes, w.n_in, w.n_out, x, T, out);
     default: return cudaErrorInvalidValue;
   }
 }
 
-cudaError_t matvec_f32(const float* w32, int64_t n_in, int64_t n_out, const float* x, int T,
+cudaError_t matmul_f32(const float* w32, int64_t n_in, int64_t n_out, const float* x, int T,
                        float* out, cudaStream_t s) {
   if (T <= 0 || n_out == 0) return cudaSuccess;
-  return launch(matvec_f32_kernel, grid_rows(n_out), dim3(32 * kWarpsPerBlock), 0, s, w32, n_in,
+  return launch(matmul_f32_kernel, grid_rows(n_out), dim3(32 * kWarpsPerBlock), 0, s, w32, n_in,
                 n_out, x, T, out);
 }
 
-}  // namespace kvscope_cuda
+}  // namespace kvscope::cuda

@@ -24,8 +24,8 @@
 #include <thread>
 #include <vector>
 
-#include "tests/cuda_emu/emu_internal.h"
-#include "tests/cuda_emu/emu_sanitizer.h"
+#include "kernels/emu/emu_internal.h"
+#include "kernels/emu/emu_sanitizer.h"
 
 #if !defined(__x86_64__)
 #error "the CUDA emulator's context switch is written for x86-64"
@@ -79,7 +79,7 @@ kvscope_emu_fiber_trampoline:
   .size kvscope_emu_fiber_trampoline, .-kvscope_emu_fiber_trampoline
 )");
 
-namespace kvscope_emu {
+namespace kvscope::emu {
 namespace {
 
 constexpr size_t kStackBytes = 128 * 1024;
@@ -553,12 +553,12 @@ void set_workers(int n) {
   g_pool.reset();
 }
 
-}  // namespace kvscope_emu
+}  // namespace kvscope::emu
 
 // Entry of every fiber: runs the kernel body for the current thread, records a fault,
 // marks the thread exited and returns to the scheduler for good.
 extern "C" void kvscope_emu_fiber_main() {
-  using namespace kvscope_emu;
+  using namespace kvscope::emu;
   Worker& w = *tls_worker;
   // First entry: learn the scheduler's stack (where every yield returns to).
   emu_finish_switch_fiber(nullptr, &w.sched_stack_bottom, &w.sched_stack_size);

@@ -1,4 +1,4 @@
-// matvec_gate_up_glu.cu — the gated front half of the feed-forward block in one launch:
+// matmul_glu.cu — the gated front half of the feed-forward block in one launch:
 // out = act(Wgate·x) * (Wup·x), act SiLU or tanh-GELU (act.cuh).
 // Thread mapping: one warp per output column o (8 warps per block): the warp computes
 // its lanes' shares of gate row o and of up row o over the same activation rows (up to
@@ -10,11 +10,11 @@
 #include "kernels/matvec_row.cuh"
 #include "kernels/reduce.cuh"
 
-namespace kvscope_cuda {
+namespace kvscope::cuda {
 namespace {
 
 __global__ void __launch_bounds__(256)
-    gate_up_glu_kernel(const uint8_t* wg, QType tg, int64_t rb_g, const uint8_t* wu, QType tu,
+    matmul_glu_kernel(const uint8_t* wg, QType tg, int64_t rb_g, const uint8_t* wu, QType tu,
                        int64_t rb_u, int64_t n_in, int64_t F, const float* x, int T, GateAct act,
                        float* out) {
   const int64_t o = int64_t(blockIdx.x) * kMatvecWarpsPerBlock + threadIdx.x / 32;
@@ -39,18 +39,18 @@ __global__ void __launch_bounds__(256)
 
 }  // namespace
 
-cudaError_t matvec_gate_up_glu(QMatrix w_gate, QMatrix w_up, const float* x, int T,
+cudaError_t matmul_glu(QMatrix w_gate, QMatrix w_up, const float* x, int T,
                                GateAct act, float* out, cudaStream_t s) {
   if (T <= 0 || w_gate.n_out == 0) return cudaSuccess;
-  if (!matvec_native(w_gate.type) || !matvec_native(w_up.type) || w_gate.n_in != w_up.n_in ||
+  if (!matmul_native(w_gate.type) || !matmul_native(w_up.type) || w_gate.n_in != w_up.n_in ||
       w_gate.n_out != w_up.n_out || w_gate.n_in % 32 != 0)
     return cudaErrorInvalidValue;
   const int64_t F = w_gate.n_out;
   const dim3 grid(static_cast<unsigned>((F + kMatvecWarpsPerBlock - 1) / kMatvecWarpsPerBlock));
-  return launch(gate_up_glu_kernel, grid, dim3(32 * kMatvecWarpsPerBlock), 0, s,
+  return launch(matmul_glu_kernel, grid, dim3(32 * kMatvecWarpsPerBlock), 0, s,
                 static_cast<const uint8_t*>(w_gate.data), w_gate.type, w_gate.row_bytes,
                 static_cast<const uint8_t*>(w_up.data), w_up.type, w_up.row_bytes, w_gate.n_in,
                 F, x, T, act, out);
 }
 
-}  // namespace kvscope_cuda
+}  // namespace kvscope::cuda

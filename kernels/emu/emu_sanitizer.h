@@ -20,7 +20,7 @@
 #include <sanitizer/common_interface_defs.h>
 #endif
 
-namespace kvscope_emu {
+namespace kvscope::emu {
 
 #if defined(KVSCOPE_EMU_ASAN)
 inline constexpr bool kAsan = true;
@@ -45,4 +45,4 @@ inline void emu_poison(const void*, size_t) {}
 inline void emu_unpoison(const void*, size_t) {}
 #endif
 
-}  // namespace kvscope_emu
+}  // namespace kvscope::emu

@@ -10,7 +10,7 @@
 
 #include <vector>
 
-#include "tests/cuda_emu/emu_internal.h"
+#include "kernels/emu/emu_internal.h"
 
 struct cublasContext {
   cudaStream_t stream = nullptr;
@@ -147,7 +147,7 @@ cublasStatus_t gemm_checked(cublasHandle_t h, Gemm g, const void* alpha, const v
     return CUBLAS_STATUS_INVALID_VALUE;
   const int st = scale_type(compute, g.at, g.bt, g.ct);
   if (st < 0) return CUBLAS_STATUS_NOT_SUPPORTED;
-  if (kvscope_emu::sticky_error()) return CUBLAS_STATUS_EXECUTION_FAILED;
+  if (kvscope::emu::sticky_error()) return CUBLAS_STATUS_EXECUTION_FAILED;
   g.alpha = load(cudaDataType(st), alpha, 0);
   g.beta = load(cudaDataType(st), beta, 0);
   if (g.m == 0 || g.n == 0 || g.batch == 0) return CUBLAS_STATUS_SUCCESS;
@@ -160,17 +160,17 @@ cublasStatus_t gemm_checked(cublasHandle_t h, Gemm g, const void* alpha, const v
     return span_bytes(rows, cols, ld, type_bytes(t)) +
            size_t(g.batch - 1) * size_t(stride < 0 ? 0 : stride) * type_bytes(t);
   };
-  if ((reads_ab && (!kvscope_emu::is_device_range(g.a, batch_span(a_rows, a_cols, g.lda, g.sa, g.at)) ||
-                    !kvscope_emu::is_device_range(g.b, batch_span(b_rows, b_cols, g.ldb, g.sb, g.bt)))) ||
-      !kvscope_emu::is_device_range(g.c, batch_span(g.m, g.n, g.ldc, g.sc, g.ct))) {
-    kvscope_emu::record(cudaErrorIllegalAddress,
+  if ((reads_ab && (!kvscope::emu::is_device_range(g.a, batch_span(a_rows, a_cols, g.lda, g.sa, g.at)) ||
+                    !kvscope::emu::is_device_range(g.b, batch_span(b_rows, b_cols, g.ldb, g.sb, g.bt)))) ||
+      !kvscope::emu::is_device_range(g.c, batch_span(g.m, g.n, g.ldc, g.sc, g.ct))) {
+    kvscope::emu::record(cudaErrorIllegalAddress,
                         "cuBLAS GEMM: a matrix argument is not a device range inside one "
                         "cudaMalloc allocation",
                         true);
     return CUBLAS_STATUS_EXECUTION_FAILED;
   }
   if (!reads_ab) g.k = 0;
-  if (kvscope_emu::capture_if_capturing(h->stream, [g] {
+  if (kvscope::emu::capture_if_capturing(h->stream, [g] {
         run_gemm(g);
         return cudaSuccess;
       }))
@@ -193,7 +193,7 @@ cublasStatus_t cublasDestroy_v2(cublasHandle_t handle) {
 }
 cublasStatus_t cublasSetStream_v2(cublasHandle_t handle, cudaStream_t stream) {
   if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if (!kvscope_emu::stream_valid(stream)) return CUBLAS_STATUS_INVALID_VALUE;
+  if (!kvscope::emu::stream_valid(stream)) return CUBLAS_STATUS_INVALID_VALUE;
   handle->stream = stream;
   return CUBLAS_STATUS_SUCCESS;
 }

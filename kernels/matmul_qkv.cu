@@ -1,4 +1,4 @@
-// matvec_qkv.cu — the three attention projections of a decode step in one launch.
+// matmul_qkv.cu — the three attention projections of a decode step in one launch.
 // Thread mapping: one warp per output row, 8 warps per block, over the concatenated rows
 // of Wq, Wk and Wv (row g < n_q is Wq's, then Wk's, then Wv's); a warp never straddles
 // two matrices' work beyond its own row, and its matrix (and so its quant type branch)
@@ -9,7 +9,7 @@
 #include "kernels/matvec_row.cuh"
 #include "kernels/reduce.cuh"
 
-namespace kvscope_cuda {
+namespace kvscope::cuda {
 namespace {
 
 // Shapes of the three matrices (index 0 q, 1 k, 2 v). The pointers travel as separate
@@ -22,7 +22,7 @@ struct QkvShape {
 };
 
 __global__ void __launch_bounds__(256)
-    matvec_qkv_kernel(const uint8_t* wq, const uint8_t* wk, const uint8_t* wv, QkvShape a,
+    matmul_qkv_kernel(const uint8_t* wq, const uint8_t* wk, const uint8_t* wv, QkvShape a,
                       const float* x, int T, float* q, float* k, float* v) {
   int64_t o = int64_t(blockIdx.x) * kMatvecWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(256)
 
 }  // namespace
 
-cudaError_t matvec_qkv(QMatrix wq, QMatrix wk, QMatrix wv, const float* x, int T, float* q,
+cudaError_t matmul_qkv(QMatrix wq, QMatrix wk, QMatrix wv, const float* x, int T, float* q,
                        float* k, float* v, cudaStream_t s) {
   if (T <= 0) return cudaSuccess;
   const QMatrix* ws[3] = {&wq, &wk, &wv};
@@ -66,7 +66,7 @@ cudaError_t matvec_qkv(QMatrix wq, QMatrix wk, QMatrix wv, const float* x, int T
   int64_t rows = 0;
   for (int m = 0; m < 3; ++m) {
     const QMatrix& w = *ws[m];
-    if (!matvec_native(w.type) || w.n_in != a.n_in || w.n_in % 32 != 0) return cudaErrorInvalidValue;
+    if (!matmul_native(w.type) || w.n_in != a.n_in || w.n_in % 32 != 0) return cudaErrorInvalidValue;
     a.row_bytes[m] = w.row_bytes;
     a.n_out[m] = w.n_out;
     a.type[m] = w.type;
@@ -74,9 +74,9 @@ cudaError_t matvec_qkv(QMatrix wq, QMatrix wk, QMatrix wv, const float* x, int T
   }
   if (rows == 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>((rows + kMatvecWarpsPerBlock - 1) / kMatvecWarpsPerBlock));
-  return launch(matvec_qkv_kernel, grid, dim3(32 * kMatvecWarpsPerBlock), 0, s,
+  return launch(matmul_qkv_kernel, grid, dim3(32 * kMatvecWarpsPerBlock), 0, s,
                 static_cast<const uint8_t*>(wq.data), static_cast<const uint8_t*>(wk.data),
                 static_cast<const uint8_t*>(wv.data), a, x, T, q, k, v);
 }
 
-}  // namespace kvscope_cuda
+}  // namespace kvscope::cuda

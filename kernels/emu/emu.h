@@ -44,7 +44,7 @@ inline constexpr int warpSize = 32;
 #define __launch_bounds__(...)
 #endif
 
-namespace kvscope_emu {
+namespace kvscope::emu {
 
 // Thrown inside a fiber for device-side misuse; the launch fails with the message.
 struct DeviceFault {
@@ -84,51 +84,51 @@ T shfl(WarpOp op, unsigned mask, T var, int b, int c) {
   return out;
 }
 
-}  // namespace kvscope_emu
+}  // namespace kvscope::emu
 
 // ---- synchronisation ------------------------------------------------------------
-inline void __syncthreads() { kvscope_emu::syncthreads(); }
-inline int __syncthreads_count(int p) { return kvscope_emu::syncthreads_reduce(p, 0); }
-inline int __syncthreads_and(int p) { return kvscope_emu::syncthreads_reduce(p, 1); }
-inline int __syncthreads_or(int p) { return kvscope_emu::syncthreads_reduce(p, 2); }
+inline void __syncthreads() { kvscope::emu::syncthreads(); }
+inline int __syncthreads_count(int p) { return kvscope::emu::syncthreads_reduce(p, 0); }
+inline int __syncthreads_and(int p) { return kvscope::emu::syncthreads_reduce(p, 1); }
+inline int __syncthreads_or(int p) { return kvscope::emu::syncthreads_reduce(p, 2); }
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 
 // ---- warp operations ------------------------------------------------------------
 template <class T>
 T __shfl_sync(unsigned mask, T var, int src_lane, int width = warpSize) {
-  using kvscope_emu::WarpOp;
-  return kvscope_emu::shfl(WarpOp::kShflIdx, mask, var, src_lane,
-                           kvscope_emu::shfl_clamp(width, false));
+  using kvscope::emu::WarpOp;
+  return kvscope::emu::shfl(WarpOp::kShflIdx, mask, var, src_lane,
+                           kvscope::emu::shfl_clamp(width, false));
 }
 template <class T>
 T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = warpSize) {
-  using kvscope_emu::WarpOp;
-  return kvscope_emu::shfl(WarpOp::kShflUp, mask, var, static_cast<int>(delta),
-                           kvscope_emu::shfl_clamp(width, true));
+  using kvscope::emu::WarpOp;
+  return kvscope::emu::shfl(WarpOp::kShflUp, mask, var, static_cast<int>(delta),
+                           kvscope::emu::shfl_clamp(width, true));
 }
 template <class T>
 T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = warpSize) {
-  using kvscope_emu::WarpOp;
-  return kvscope_emu::shfl(WarpOp::kShflDown, mask, var, static_cast<int>(delta),
-                           kvscope_emu::shfl_clamp(width, false));
+  using kvscope::emu::WarpOp;
+  return kvscope::emu::shfl(WarpOp::kShflDown, mask, var, static_cast<int>(delta),
+                           kvscope::emu::shfl_clamp(width, false));
 }
 template <class T>
 T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = warpSize) {
-  using kvscope_emu::WarpOp;
-  return kvscope_emu::shfl(WarpOp::kShflXor, mask, var, lane_mask,
-                           kvscope_emu::shfl_clamp(width, false));
+  using kvscope::emu::WarpOp;
+  return kvscope::emu::shfl(WarpOp::kShflXor, mask, var, lane_mask,
+                           kvscope::emu::shfl_clamp(width, false));
 }
 inline unsigned __ballot_sync(unsigned mask, int pred) {
   return static_cast<unsigned>(
-      kvscope_emu::warp_exchange(kvscope_emu::WarpOp::kBallot, mask, pred != 0, 0, 0));
+      kvscope::emu::warp_exchange(kvscope::emu::WarpOp::kBallot, mask, pred != 0, 0, 0));
 }
 inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
 inline int __all_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) == mask; }
 inline void __syncwarp(unsigned mask = 0xffffffffu) {
-  kvscope_emu::warp_exchange(kvscope_emu::WarpOp::kSync, mask, 0, 0, 0);
+  kvscope::emu::warp_exchange(kvscope::emu::WarpOp::kSync, mask, 0, 0, 0);
 }
-inline unsigned __activemask() { return kvscope_emu::active_mask(); }
+inline unsigned __activemask() { return kvscope::emu::active_mask(); }
 
 // ---- atomics (real atomics: blocks run concurrently on the worker pool) ------------
 inline int atomicAdd(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
@@ -159,7 +159,7 @@ inline unsigned long long atomicCAS(unsigned long long* p, unsigned long long ex
                               __ATOMIC_SEQ_CST);
   return expected;
 }
-namespace kvscope_emu {
+namespace kvscope::emu {
 template <class T, class U, class F>
 T atomic_update(T* p, F f) {
   static_assert(sizeof(T) == sizeof(U));
@@ -176,31 +176,31 @@ T atomic_update(T* p, F f) {
       return old_v;
   }
 }
-}  // namespace kvscope_emu
+}  // namespace kvscope::emu
 inline int atomicMax(int* p, int v) {
-  return kvscope_emu::atomic_update<int, int>(p, [v](int o) { return o > v ? o : v; });
+  return kvscope::emu::atomic_update<int, int>(p, [v](int o) { return o > v ? o : v; });
 }
 inline unsigned atomicMax(unsigned* p, unsigned v) {
-  return kvscope_emu::atomic_update<unsigned, unsigned>(p, [v](unsigned o) { return o > v ? o : v; });
+  return kvscope::emu::atomic_update<unsigned, unsigned>(p, [v](unsigned o) { return o > v ? o : v; });
 }
 inline int atomicMin(int* p, int v) {
-  return kvscope_emu::atomic_update<int, int>(p, [v](int o) { return o < v ? o : v; });
+  return kvscope::emu::atomic_update<int, int>(p, [v](int o) { return o < v ? o : v; });
 }
 inline unsigned atomicMin(unsigned* p, unsigned v) {
-  return kvscope_emu::atomic_update<unsigned, unsigned>(p, [v](unsigned o) { return o < v ? o : v; });
+  return kvscope::emu::atomic_update<unsigned, unsigned>(p, [v](unsigned o) { return o < v ? o : v; });
 }
 inline float atomicAdd(float* p, float v) {
-  return kvscope_emu::atomic_update<float, uint32_t>(p, [v](float o) { return o + v; });
+  return kvscope::emu::atomic_update<float, uint32_t>(p, [v](float o) { return o + v; });
 }
 inline double atomicAdd(double* p, double v) {
-  return kvscope_emu::atomic_update<double, uint64_t>(p, [v](double o) { return o + v; });
+  return kvscope::emu::atomic_update<double, uint64_t>(p, [v](double o) { return o + v; });
 }
 inline __half atomicAdd(__half* p, __half v) {
-  return kvscope_emu::atomic_update<__half, uint16_t>(
+  return kvscope::emu::atomic_update<__half, uint16_t>(
       p, [v](__half o) { return __float2half(__half2float(o) + __half2float(v)); });
 }
 inline float atomicExch(float* p, float v) {
-  return kvscope_emu::atomic_update<float, uint32_t>(p, [v](float) { return v; });
+  return kvscope::emu::atomic_update<float, uint32_t>(p, [v](float) { return v; });
 }
 
 // ---- math and memory intrinsics (exact on the CPU: tests state tolerances) --------
@@ -244,7 +244,7 @@ inline T __ldg(const T* p) {
 }
 
 // ---- launching (used only by kernels/launch.cuh) ---------------------------------
-namespace kvscope_emu {
+namespace kvscope::emu {
 
 struct LaunchSpec {
   const void* func = nullptr;  // kernel address, for per-function attributes
@@ -274,4 +274,4 @@ uint64_t graph_launches();
 // Worker threads for blocks (1 = deterministic). Default from KVSCOPE_EMU_WORKERS or 1.
 void set_workers(int n);
 
-}  // namespace kvscope_emu
+}  // namespace kvscope::emu
