@@ -102,8 +102,8 @@ class Timeline {
   const std::string& finish_reason() const { return finish_reason_; }
   CacheMode mode() const { return mode_; }
   const std::string& generated_text() const { return generated_; }
-  // 1/2: a leg of compare modes, 3: both legs interleaved (this is the KV CACHE run); 0 otherwise
-  int compare_phase() const { return compare_; }
+  // The comparison this run is part of (Interleaved: this is its KV CACHE run), or None
+  ComparePhase compare_phase() const { return compare_; }
   const std::shared_ptr<RunFile>& store() const { return store_; }
 
   // ---- history: which step is looked at ----
@@ -146,7 +146,7 @@ class Timeline {
   std::string prompt_text_, generated_, finish_reason_;
   CacheMode mode_ = CacheMode::Cache;
   bool prompt_chat_ = false, finished_ = true;
-  int compare_ = 0;
+  ComparePhase compare_ = ComparePhase::None;
   RunHistory history_;
   std::shared_ptr<RunFile> store_;
   std::vector<std::shared_ptr<const StepTrace>> steps_;
