@@ -21,13 +21,6 @@ const char* to_string(ComparePhase p) {
   return "none";
 }
 
-namespace {
-// Ended by itself (eos, max tokens, ...), not by Stop or an error.
-bool by_itself(const std::string& reason) {
-  return reason != "stopped" && reason != "error";
-}
-}  // namespace
-
 bool CompareRun::begin(const PromptSpec& prompt, int steps, bool interleaved) {
   cancel();
   StepSource* src = host_.compare_source();
@@ -94,7 +87,7 @@ bool CompareRun::check_token(int step, int32_t token) {
                                              " KV CACHE sampled token " + cached +
                                              " and NO CACHE token " + std::to_string(token) +
                                              "; the two modes must give the same tokens");
-  host_.compare_finish("error");
+  host_.compare_finish(FinishReason::Error);
   return false;
 }
 
@@ -102,7 +95,7 @@ void CompareRun::step_twin() {
   Expected<StepTrace> tr = twin_->step();
   if (!tr.ok()) {
     host_.compare_error(ErrorOrigin::Step, "compare modes, NO CACHE run: " + tr.error().message);
-    host_.compare_finish("error");
+    host_.compare_finish(FinishReason::Error);
     return;
   }
   ++twin_steps_;
@@ -129,23 +122,26 @@ bool CompareRun::check_twin_done() {
   host_.compare_error(
       ErrorOrigin::Step,
       "compare modes: after step " + std::to_string(twin_steps_) + " KV CACHE " +
-          (cache_done ? "stopped (" + cache.stop_reason() + ")" : std::string("goes on")) +
+          (cache_done ? std::string("stopped (") + to_string(cache.stop_reason()) + ")"
+                      : std::string("goes on")) +
           " and NO CACHE " +
-          (nocache_done ? "stopped (" + twin_->stop_reason() + ")" : std::string("goes on")) +
+          (nocache_done ? std::string("stopped (") + to_string(twin_->stop_reason()) + ")"
+                        : std::string("goes on")) +
           "; the two modes must agree");
-  host_.compare_finish("error");
+  host_.compare_finish(FinishReason::Error);
   return false;
 }
 
-void CompareRun::finished(const std::string& reason, int steps) {
+void CompareRun::finished(FinishReason reason, int steps) {
   if (!active()) return;
-  if (phase_ == ComparePhase::NoCacheLeg && by_itself(reason) && size_t(steps) != tokens_.size()) {
+  if (phase_ == ComparePhase::NoCacheLeg && ended_by_itself(reason) &&
+      size_t(steps) != tokens_.size()) {
     host_.compare_error(ErrorOrigin::Step,
                         "compare modes: the NO CACHE run ended after " + std::to_string(steps) +
                             " steps, the KV CACHE run after " + std::to_string(tokens_.size()) +
                             "; the two modes must agree");
   }
-  if (phase_ == ComparePhase::CacheLeg && by_itself(reason)) {
+  if (phase_ == ComparePhase::CacheLeg && ended_by_itself(reason)) {
     phase_ = ComparePhase::NoCacheLeg;
     host_.compare_set_mode(CacheMode::NoCache);
     if (!host_.compare_start(prompt_, ComparePhase::NoCacheLeg)) cancel();

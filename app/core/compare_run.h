@@ -41,7 +41,7 @@ class CompareHost {
   virtual void compare_set_mode(CacheMode mode) = 0;  // the source's mode, and say so
   virtual void compare_error(ErrorOrigin origin, std::string message) = 0;
   // Ends the current run with `reason` (then calls CompareRun::finished, as for any run).
-  virtual void compare_finish(const std::string& reason) = 0;
+  virtual void compare_finish(FinishReason reason) = 0;
   // A NO CACHE step of an interleaved comparison (per-position arrays left out).
   virtual void compare_twin_step(StepTrace trace) = 0;
 };
@@ -75,7 +75,7 @@ class CompareRun {
   void step_twin();
   // A run ended (`steps` steps, `reason`): the KV CACHE leg moves on to the NO CACHE leg
   // when it ended by itself; anything else ends the comparison.
-  void finished(const std::string& reason, int steps);
+  void finished(FinishReason reason, int steps);
 
  private:
   bool check_token(int step, int32_t token);

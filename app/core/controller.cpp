@@ -232,7 +232,7 @@ bool Controller::start_run(const PromptSpec& prompt, bool autoplay, ComparePhase
   has_run_ = true;
   finished_ = false;
   playing_ = autoplay;
-  end_reason_.clear();
+  end_reason_ = FinishReason::Running;
   spool_.reset();
   Event e{Event::Kind::Reset, run_};
   e.prompt_text = source_->prompt().text;
@@ -264,7 +264,7 @@ bool Controller::start_run(const PromptSpec& prompt, bool autoplay, ComparePhase
   return true;
 }
 
-void Controller::finish_run(const std::string& reason) {
+void Controller::finish_run(FinishReason reason) {
   finished_ = true;
   playing_ = false;
   manual_steps_ = 0;
@@ -308,7 +308,7 @@ void Controller::save(const CmdSave& s) {
                                       : "cannot save: no run yet");
     return;
   }
-  RunEnd end{steps_, finished_ ? end_reason_ : std::string("running")};
+  RunEnd end{steps_, to_string(finished_ ? end_reason_ : FinishReason::Running)};
   std::shared_ptr<RunFile> file = source_->is_replay() ? source_->recording() : spool_;
   if (!file) {
     emit_error(ErrorOrigin::Save,
@@ -374,7 +374,7 @@ void Controller::handle(Command& c) {
     compare_.cancel();
     playing_ = false;
     manual_steps_ = 0;
-    if (has_run_ && !finished_) finish_run("stopped");
+    if (has_run_ && !finished_) finish_run(FinishReason::Stopped);
   } else if (auto* cmp = std::get_if<CmdCompare>(&c)) {
     compare_.begin(cmp->prompt, cmp->steps, cmp->interleaved);
   } else if (auto* lm = std::get_if<CmdLoadModel>(&c)) {
@@ -415,7 +415,7 @@ void Controller::do_step() {
   a_busy_ = false;
   if (!tr.ok()) {
     emit_error(ErrorOrigin::Step, tr.error().message);
-    finish_run("error");
+    finish_run(FinishReason::Error);
     return;
   }
   ++steps_;

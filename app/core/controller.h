@@ -88,7 +88,7 @@ struct CmdMaxTokens {
 struct CmdKvErrors {
   bool on = false;
 };
-struct CmdStop {};  // pause and mark the run finished (reason "stopped")
+struct CmdStop {};  // pause and mark the run finished (reason Stopped)
 struct CmdShutdown {};
 // The same prompt twice, as fast as the engine goes: `steps` steps with the KV cache, then
 // `steps` without it. The mode and token limit in force before are restored afterwards.
@@ -126,22 +126,22 @@ struct Event {
   Event() = default;
   Event(Kind k, uint64_t r) : kind(k), run(r) {}
   Kind kind = Kind::Step;
-  uint64_t run = 0;                           // run id: increments on every successful Reset
-  std::shared_ptr<const StepTrace> trace;     // Step
-  std::string prompt_text;                    // Reset
-  bool prompt_chat = false;                   // Reset: the prompt uses the chat template
-  CacheMode mode = CacheMode::Cache;          // ModeChanged / Reset / Error
-  std::string error;                          // Error; Notice: the text
-  ErrorOrigin origin = ErrorOrigin::Step;     // Error
-  std::string reason;                         // Finished: eos, max_tokens, ..., stopped, error
-  std::shared_ptr<RunFile> store;             // Reset: where this run's steps are kept (or null)
-  uint64_t offset = kNoOffset;                // Step: its record in `store`
-  double done_s = 0;                          // Step: steady-clock seconds when it finished
-  ComparePhase compare = ComparePhase::None;  // Reset: the comparison this run is part of
-  std::shared_ptr<const ModelFacts> facts;    // Source
-  bool replay = false;                        // Source: a recording, not the model
-  std::string path;                           // Saved / Source (a replay's file)
-  uint64_t bytes = 0;                         // Saved
+  uint64_t run = 0;                             // run id: increments on every successful Reset
+  std::shared_ptr<const StepTrace> trace;       // Step
+  std::string prompt_text;                      // Reset
+  bool prompt_chat = false;                     // Reset: the prompt uses the chat template
+  CacheMode mode = CacheMode::Cache;            // ModeChanged / Reset / Error
+  std::string error;                            // Error; Notice: the text
+  ErrorOrigin origin = ErrorOrigin::Step;       // Error
+  FinishReason reason = FinishReason::Running;  // Finished: eos, max_tokens, ..., stopped, error
+  std::shared_ptr<RunFile> store;               // Reset: where this run's steps are kept (or null)
+  uint64_t offset = kNoOffset;                  // Step: its record in `store`
+  double done_s = 0;                            // Step: steady-clock seconds when it finished
+  ComparePhase compare = ComparePhase::None;    // Reset: the comparison this run is part of
+  std::shared_ptr<const ModelFacts> facts;      // Source
+  bool replay = false;                          // Source: a recording, not the model
+  std::string path;                             // Saved / Source (a replay's file)
+  uint64_t bytes = 0;                           // Saved
 };
 
 // A lock-free snapshot for the UI (what the worker is doing right now).
@@ -192,14 +192,14 @@ class Controller : private CompareHost {
   bool start_run(const PromptSpec& prompt, bool autoplay, ComparePhase compare);
   void do_step();
   void do_twin_step();
-  void finish_run(const std::string& reason);
+  void finish_run(FinishReason reason);
   void set_mode(CacheMode m, ErrorOrigin origin);
   // CompareHost: compare modes (compare_run.h) run on this worker.
   StepSource* compare_source() override { return source_.get(); }
   bool compare_start(const PromptSpec& prompt, ComparePhase phase) override;
   void compare_set_mode(CacheMode mode) override { set_mode(mode, ErrorOrigin::Mode); }
   void compare_error(ErrorOrigin origin, std::string message) override;
-  void compare_finish(const std::string& reason) override { finish_run(reason); }
+  void compare_finish(FinishReason reason) override { finish_run(reason); }
   void compare_twin_step(StepTrace trace) override;
   void replace_source(std::unique_ptr<StepSource> s);
   void save(const CmdSave& s);
@@ -234,7 +234,7 @@ class Controller : private CompareHost {
   int steps_ = 0;
   float speed_ = 4.0f;
   uint64_t run_ = 0;
-  std::string end_reason_;
+  FinishReason end_reason_ = FinishReason::Running;
   std::shared_ptr<RunFile> spool_;  // this run's history (live source)
   CompareRun compare_{*this};
   std::atomic<bool> a_playing_{false}, a_busy_{false}, a_loading_{false}, a_finished_{true},

@@ -27,7 +27,7 @@ class Driver final : public CompareHost {
 
   Status start(const PromptSpec& prompt, ComparePhase phase);
   Status step();           // one step of `src`; ends the run when it is done
-  Status close_running();  // the run reached opts.steps and could go on: END "running"
+  Status close_running();  // the run reached opts.steps and could go on: END Running
   bool finished() const { return finished_; }
   const RunEnd& end() const { return end_; }
   Status failure() const { return failed_; }
@@ -37,7 +37,7 @@ class Driver final : public CompareHost {
   bool compare_start(const PromptSpec& prompt, ComparePhase phase) override;
   void compare_set_mode(CacheMode mode) override;
   void compare_error(ErrorOrigin origin, std::string message) override;
-  void compare_finish(const std::string& reason) override;
+  void compare_finish(FinishReason reason) override;
   void compare_twin_step(StepTrace trace) override;
 
  private:
@@ -63,7 +63,7 @@ Status Driver::start(const PromptSpec& prompt, ComparePhase phase) {
   if (phase == ComparePhase::NoCacheLeg)
     record_ = opts_.next_record ? opts_.next_record() : nullptr;
   ++run_;
-  end_ = RunEnd{0, "running"};
+  end_ = RunEnd{0, to_string(FinishReason::Running)};
   finished_ = false;
   Event reset{Event::Kind::Reset, run_};
   reset.prompt_text = src_.prompt().text;
@@ -128,9 +128,9 @@ void Driver::compare_error(ErrorOrigin origin, std::string message) {
   fail(make_error(message));
 }
 
-void Driver::compare_finish(const std::string& reason) {
+void Driver::compare_finish(FinishReason reason) {
   if (finished_) return;
-  end_.reason = reason;
+  end_.reason = to_string(reason);
   finished_ = true;
   if (record_ && !src_.is_replay())
     if (Status st = record_->finish(end_); !st.ok()) fail(st);

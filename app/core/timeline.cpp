@@ -100,7 +100,7 @@ void Timeline::clear() {
   viewed_note_.clear();
   arrivals_.clear();
   first_ = SpeedStats{};
-  finish_reason_.clear();
+  finish_reason_.reset();
   store_.reset();
   compare_ = ComparePhase::None;
 }

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -98,8 +99,8 @@ class Timeline {
   const RunSeries* other_series() const;
   // True between a Reset/Step of this run and its Finished event.
   bool finished() const { return finished_; }
-  // Why the run ended ("eos", "max_tokens", "stopped", "error", ...; "" while running).
-  const std::string& finish_reason() const { return finish_reason_; }
+  // Why the run ended (nothing while it runs).
+  std::optional<FinishReason> finish_reason() const { return finish_reason_; }
   CacheMode mode() const { return mode_; }
   const std::string& generated_text() const { return generated_; }
   // The comparison this run is part of (Interleaved: this is its KV CACHE run), or None
@@ -143,7 +144,8 @@ class Timeline {
   void ensure_layers(int n);
   void merge_norms(const StepTrace& t);
   uint64_t run_ = 0;
-  std::string prompt_text_, generated_, finish_reason_;
+  std::string prompt_text_, generated_;
+  std::optional<FinishReason> finish_reason_;
   CacheMode mode_ = CacheMode::Cache;
   bool prompt_chat_ = false, finished_ = true;
   ComparePhase compare_ = ComparePhase::None;

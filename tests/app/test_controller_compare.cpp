@@ -170,7 +170,7 @@ TEST(ControllerCompare, InterleavedKvRowsEqualTheClosedForms) {
   Timeline tl;
   std::vector<int32_t> cache_tokens, nocache_tokens;
   std::string order;  // "C" for a KV CACHE step, "N" for a NO CACHE step
-  std::string reason;
+  FinishReason reason = FinishReason::Running;
   for (const Event& e : ev) {
     EXPECT_NE(e.kind, Event::Kind::Error) << e.error;
     tl.apply(e);
@@ -197,7 +197,7 @@ TEST(ControllerCompare, InterleavedKvRowsEqualTheClosedForms) {
   std::string alternating;
   for (int i = 0; i < kG; ++i) alternating += "CN";
   EXPECT_EQ(order, alternating);
-  EXPECT_EQ(reason, "max_tokens");
+  EXPECT_EQ(reason, FinishReason::MaxTokens);
   EXPECT_EQ(cache_tokens, nocache_tokens) << "CACHE and NO CACHE gave different tokens";
   EXPECT_EQ(last_mode(ev, CacheMode::Cache), CacheMode::NoCache) << "the person's mode is restored";
   EXPECT_EQ(tl.compare_phase(), ComparePhase::Interleaved);
@@ -227,14 +227,15 @@ TEST(ControllerCompare, DifferentTokensEndTheComparisonWithAnError) {
     collect(*ctl, ev, [&](auto& e) { return finished(e, last_run); });
     ASSERT_TRUE(finished(ev, last_run));
     settle(*ctl, ev);
-    std::string error, reason;
+    std::string error;
+    FinishReason reason = FinishReason::Running;
     for (const Event& e : ev) {
       if (e.kind == Event::Kind::Error) error = e.error;
       if (e.kind == Event::Kind::Finished && e.run == last_run) reason = e.reason;
     }
     EXPECT_NE(error.find("at step 3"), std::string::npos) << error;
     EXPECT_NE(error.find("must give the same tokens"), std::string::npos) << error;
-    EXPECT_EQ(reason, "error");
+    EXPECT_EQ(reason, FinishReason::Error);
     EXPECT_EQ(ctl->state().compare, ComparePhase::None);
     EXPECT_TRUE(ctl->state().finished);
   }
@@ -262,7 +263,7 @@ std::string signature(const Event& e) {
     case Event::Kind::Error:
       return std::string("error") + run + " " + e.error;
     case Event::Kind::Finished:
-      return std::string("finished") + run + " " + e.reason;
+      return std::string("finished") + run + " " + to_string(e.reason);
     default:
       return "";
   }
