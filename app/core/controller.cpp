@@ -205,7 +205,7 @@ void Controller::publish() {
   a_finished_ = finished_;
   a_speed_ = speed_;
   a_steps_ = steps_;
-  a_compare_ = compare_.active ? compare_.phase : 0;
+  a_compare_ = compare_.phase();
   a_has_source_ = source_ != nullptr;
   a_replay_ = source_ && source_->is_replay();
 }
@@ -214,7 +214,7 @@ bool Controller::can_step() const {
   return source_ && has_run_ && !finished_ && (playing_ || manual_steps_ > 0);
 }
 
-bool Controller::start_run(const PromptSpec& prompt, bool autoplay, int compare_phase) {
+bool Controller::start_run(const PromptSpec& prompt, bool autoplay, ComparePhase compare) {
   playing_ = false;
   manual_steps_ = 0;
   if (!source_) {
@@ -232,13 +232,13 @@ bool Controller::start_run(const PromptSpec& prompt, bool autoplay, int compare_
   has_run_ = true;
   finished_ = false;
   playing_ = autoplay;
-  end_reason_.clear();
+  end_reason_ = FinishReason::Running;
   spool_.reset();
   Event e{Event::Kind::Reset, run_};
   e.prompt_text = source_->prompt().text;
   e.prompt_chat = source_->prompt().chat;
   e.mode = source_->mode();
-  e.compare = compare_phase;
+  e.compare = compare;
   if (source_->is_replay()) {
     e.store = source_->recording();
   } else if (opts_.spool) {
@@ -264,7 +264,7 @@ bool Controller::start_run(const PromptSpec& prompt, bool autoplay, int compare_
   return true;
 }
 
-void Controller::finish_run(const std::string& reason) {
+void Controller::finish_run(FinishReason reason) {
   finished_ = true;
   playing_ = false;
   manual_steps_ = 0;
@@ -273,21 +273,7 @@ void Controller::finish_run(const std::string& reason) {
   e.reason = reason;
   emit(std::move(e));
   // A comparison moves on to its next leg when one of its runs ends by itself.
-  if (!compare_.active) return;
-  if (compare_.phase == 2 && reason != "stopped" && reason != "error" &&
-      size_t(steps_) != compare_.tokens.size()) {
-    emit_error(ErrorOrigin::Step, "compare modes: the NO CACHE run ended after " +
-                                      std::to_string(steps_) + " steps, the KV CACHE run after " +
-                                      std::to_string(compare_.tokens.size()) +
-                                      "; the two modes must agree");
-  }
-  if (compare_.phase == 1 && reason != "stopped" && reason != "error") {
-    compare_.phase = 2;
-    set_mode(CacheMode::NoCache, ErrorOrigin::Mode);
-    if (!start_run(compare_.prompt, true, 2)) cancel_compare();
-  } else {
-    cancel_compare();
-  }
+  compare_.finished(reason, steps_);
 }
 
 void Controller::set_mode(CacheMode m, ErrorOrigin origin) {
@@ -322,7 +308,7 @@ void Controller::save(const CmdSave& s) {
                                       : "cannot save: no run yet");
     return;
   }
-  RunEnd end{steps_, finished_ ? end_reason_ : std::string("running")};
+  RunEnd end{steps_, to_string(finished_ ? end_reason_ : FinishReason::Running)};
   std::shared_ptr<RunFile> file = source_->is_replay() ? source_->recording() : spool_;
   if (!file) {
     emit_error(ErrorOrigin::Save,
@@ -343,10 +329,36 @@ void Controller::save(const CmdSave& s) {
   emit(std::move(e));
 }
 
+// Speed, Mode, Sampler, MaxTokens, KvErrors: the settings (an interleaved comparison's twin
+// follows the source's sampling, token limit and K/V error measurement).
+void Controller::handle_settings(Command& c) {
+  StepSource* twin = compare_.twin();
+  if (auto* s = std::get_if<CmdSpeed>(&c)) {
+    speed_ = s->tokens_per_s <= kSpeedMax ? kSpeedMax
+                                          : std::clamp(s->tokens_per_s, kSpeedMin, kSpeedTop);
+  } else if (auto* m = std::get_if<CmdMode>(&c)) {
+    compare_.cancel();
+    set_mode(m->mode, ErrorOrigin::Mode);
+  } else if (auto* sm = std::get_if<CmdSampler>(&c)) {
+    if (source_)
+      if (Status st = source_->set_sampler(sm->sampler); !st.ok())
+        emit_error(ErrorOrigin::Settings, st.message());
+    if (twin) (void)twin->set_sampler(sm->sampler);
+  } else if (auto* mt = std::get_if<CmdMaxTokens>(&c)) {
+    if (source_)
+      if (Status st = source_->set_max_tokens(std::max(1, mt->max_tokens)); !st.ok())
+        emit_error(ErrorOrigin::Settings, st.message());
+    if (twin) (void)twin->set_max_tokens(std::max(1, mt->max_tokens));
+  } else if (auto* ke = std::get_if<CmdKvErrors>(&c)) {
+    if (source_) source_->set_kv_errors(ke->on);
+    if (twin) twin->set_kv_errors(ke->on);
+  }
+}
+
 void Controller::handle(Command& c) {
   if (auto* r = std::get_if<CmdReset>(&c)) {
-    cancel_compare();
-    start_run(r->prompt, r->autoplay, 0);
+    compare_.cancel();
+    start_run(r->prompt, r->autoplay, ComparePhase::None);
   } else if (std::holds_alternative<CmdPlay>(c)) {
     playing_ = has_run_ && !finished_;
   } else if (std::holds_alternative<CmdPause>(c)) {
@@ -355,34 +367,18 @@ void Controller::handle(Command& c) {
     playing_ = false;
     if (has_run_ && !finished_)
       manual_steps_ = std::min(manual_steps_ + st->count, kMaxQueuedSteps);
-  } else if (auto* s = std::get_if<CmdSpeed>(&c)) {
-    speed_ = s->tokens_per_s <= kSpeedMax ? kSpeedMax
-                                          : std::clamp(s->tokens_per_s, kSpeedMin, kSpeedTop);
-  } else if (auto* m = std::get_if<CmdMode>(&c)) {
-    cancel_compare();
-    set_mode(m->mode, ErrorOrigin::Mode);
-  } else if (auto* sm = std::get_if<CmdSampler>(&c)) {
-    if (source_)
-      if (Status st = source_->set_sampler(sm->sampler); !st.ok())
-        emit_error(ErrorOrigin::Settings, st.message());
-    if (compare_.twin) (void)compare_.twin->set_sampler(sm->sampler);
-  } else if (auto* mt = std::get_if<CmdMaxTokens>(&c)) {
-    if (source_)
-      if (Status st = source_->set_max_tokens(std::max(1, mt->max_tokens)); !st.ok())
-        emit_error(ErrorOrigin::Settings, st.message());
-    if (compare_.twin) (void)compare_.twin->set_max_tokens(std::max(1, mt->max_tokens));
-  } else if (auto* ke = std::get_if<CmdKvErrors>(&c)) {
-    if (source_) source_->set_kv_errors(ke->on);
-    if (compare_.twin) compare_.twin->set_kv_errors(ke->on);
+  } else if (is<CmdSpeed>(c) || is<CmdMode>(c) || is<CmdSampler>(c) || is<CmdMaxTokens>(c) ||
+             is<CmdKvErrors>(c)) {
+    handle_settings(c);
   } else if (std::holds_alternative<CmdStop>(c)) {
-    cancel_compare();
+    compare_.cancel();
     playing_ = false;
     manual_steps_ = 0;
-    if (has_run_ && !finished_) finish_run("stopped");
+    if (has_run_ && !finished_) finish_run(FinishReason::Stopped);
   } else if (auto* cmp = std::get_if<CmdCompare>(&c)) {
-    start_compare(*cmp);
+    compare_.begin(cmp->prompt, cmp->steps, cmp->interleaved);
   } else if (auto* lm = std::get_if<CmdLoadModel>(&c)) {
-    cancel_compare();
+    compare_.cancel();
     a_loading_ = true;
     auto eng = open_engine(lm->options);
     a_loading_ = false;
@@ -397,7 +393,7 @@ void Controller::handle(Command& c) {
       emit(std::move(n));
     }
   } else if (auto* o = std::get_if<CmdOpenRun>(&c)) {
-    cancel_compare();
+    compare_.cancel();
     a_loading_ = true;
     auto rep = open_replay(o->path);
     a_loading_ = false;
@@ -419,7 +415,7 @@ void Controller::do_step() {
   a_busy_ = false;
   if (!tr.ok()) {
     emit_error(ErrorOrigin::Step, tr.error().message);
-    finish_run("error");
+    finish_run(FinishReason::Error);
     return;
   }
   ++steps_;
@@ -444,12 +440,9 @@ void Controller::do_step() {
   auto full = std::make_shared<StepTrace>(std::move(tr.value()));
   e.trace = full;
   emit_step(std::move(e), std::move(full));
-  if (compare_.active && compare_.phase != 2) compare_.tokens.push_back(token);
-  if (compare_.active && compare_.phase == 2 &&
-      !check_compare_token(step, token, CacheMode::NoCache))
-    return;
+  if (!compare_.after_step(step, token)) return;
   // Interleaved, the run ends after the NO CACHE step that goes with this one.
-  if (source_->done() && !compare_.twin) finish_run(source_->stop_reason());
+  if (source_->done() && !compare_.ends_runs()) finish_run(source_->stop_reason());
 }
 
 void Controller::run() {
@@ -460,7 +453,7 @@ void Controller::run() {
     {
       std::unique_lock<std::mutex> lock(cmd_mu_);
       auto ready = [&] { return !commands_.empty() || quit_.load(); };
-      const bool unpaced = speed_ == kSpeedMax || compare_.active || manual_steps_ > 0;
+      const bool unpaced = speed_ == kSpeedMax || compare_.active() || manual_steps_ > 0;
       if (!can_step())
         cmd_cv_.wait(lock, ready);
       else if (!unpaced)
@@ -477,12 +470,12 @@ void Controller::run() {
     publish();
     if (quit_) break;
     const bool manual = manual_steps_ > 0;
-    const bool unpaced = speed_ == kSpeedMax || compare_.active;
+    const bool unpaced = speed_ == kSpeedMax || compare_.active();
     if (can_step() && (manual || unpaced || Clock::now() >= next_due)) {
       Clock::time_point started = Clock::now();
       if (manual) --manual_steps_;
       // Interleaved compare: the NO CACHE run catches up after each KV CACHE step.
-      if (compare_.twin && compare_.twin_steps < steps_)
+      if (compare_.twin_due(steps_))
         do_twin_step();
       else
         do_step();

@@ -50,6 +50,7 @@
 #include <variant>
 #include <vector>
 
+#include "app/core/compare_run.h"
 #include "app/core/engine_setup.h"
 #include "app/core/run_file.h"
 #include "app/core/step_source.h"
@@ -87,7 +88,7 @@ struct CmdMaxTokens {
 struct CmdKvErrors {
   bool on = false;
 };
-struct CmdStop {};  // pause and mark the run finished (reason "stopped")
+struct CmdStop {};  // pause and mark the run finished (reason Stopped)
 struct CmdShutdown {};
 // The same prompt twice, as fast as the engine goes: `steps` steps with the KV cache, then
 // `steps` without it. The mode and token limit in force before are restored afterwards.
@@ -118,9 +119,6 @@ using Command =
     std::variant<CmdReset, CmdPlay, CmdPause, CmdStep, CmdSpeed, CmdMode, CmdSampler, CmdMaxTokens,
                  CmdKvErrors, CmdStop, CmdShutdown, CmdCompare, CmdLoadModel, CmdOpenRun, CmdSave>;
 
-// What an Error event is about (the UI and the timeline act on it differently).
-enum class ErrorOrigin { Reset, Step, Mode, Settings, Model, Save, History };
-
 struct Event {
   // CompareStep: a step of the NO CACHE run of an interleaved comparison (attention rows and
   // K/V norms left out); its run is the KV CACHE run it goes with.
@@ -128,22 +126,22 @@ struct Event {
   Event() = default;
   Event(Kind k, uint64_t r) : kind(k), run(r) {}
   Kind kind = Kind::Step;
-  uint64_t run = 0;                         // run id: increments on every successful Reset
-  std::shared_ptr<const StepTrace> trace;   // Step
-  std::string prompt_text;                  // Reset
-  bool prompt_chat = false;                 // Reset: the prompt uses the chat template
-  CacheMode mode = CacheMode::Cache;        // ModeChanged / Reset / Error
-  std::string error;                        // Error; Notice: the text
-  ErrorOrigin origin = ErrorOrigin::Step;   // Error
-  std::string reason;                       // Finished: eos, max_tokens, ..., stopped, error
-  std::shared_ptr<RunFile> store;           // Reset: where this run's steps are kept (or null)
-  uint64_t offset = kNoOffset;              // Step: its record in `store`
-  double done_s = 0;                        // Step: steady-clock seconds when it finished
-  int compare = 0;  // Reset: 1 = CACHE leg, 2 = NO CACHE leg, 3 = both interleaved
-  std::shared_ptr<const ModelFacts> facts;  // Source
-  bool replay = false;                      // Source: a recording, not the model
-  std::string path;                         // Saved / Source (a replay's file)
-  uint64_t bytes = 0;                       // Saved
+  uint64_t run = 0;                             // run id: increments on every successful Reset
+  std::shared_ptr<const StepTrace> trace;       // Step
+  std::string prompt_text;                      // Reset
+  bool prompt_chat = false;                     // Reset: the prompt uses the chat template
+  CacheMode mode = CacheMode::Cache;            // ModeChanged / Reset / Error
+  std::string error;                            // Error; Notice: the text
+  ErrorOrigin origin = ErrorOrigin::Step;       // Error
+  FinishReason reason = FinishReason::Running;  // Finished: eos, max_tokens, ..., stopped, error
+  std::shared_ptr<RunFile> store;               // Reset: where this run's steps are kept (or null)
+  uint64_t offset = kNoOffset;                  // Step: its record in `store`
+  double done_s = 0;                            // Step: steady-clock seconds when it finished
+  ComparePhase compare = ComparePhase::None;    // Reset: the comparison this run is part of
+  std::shared_ptr<const ModelFacts> facts;      // Source
+  bool replay = false;                          // Source: a recording, not the model
+  std::string path;                             // Saved / Source (a replay's file)
+  uint64_t bytes = 0;                           // Saved
 };
 
 // A lock-free snapshot for the UI (what the worker is doing right now).
@@ -156,8 +154,7 @@ struct ControllerState {
   bool finished = false;    // the run stopped (eos, max tokens, stop, error) or none began
   bool has_source = false;  // a model or a recording is loaded
   bool replay = false;      // the source is a recording
-  int compare = 0;          // a comparison is running: 1 CACHE leg, 2 NO CACHE leg, 3 both
-                            // interleaved
+  ComparePhase compare = ComparePhase::None;  // the comparison running (if any)
   float speed = 4.0f;
   int steps = 0;
 };
@@ -171,12 +168,12 @@ struct ControllerOptions {
 // $KVSCOPE_SPOOL_DIR, else $XDG_CACHE_HOME/kvscope, else ~/.cache/kvscope, else /var/tmp.
 std::string default_spool_dir();
 
-class Controller {
+class Controller : private CompareHost {
  public:
   // `source` may be null: the UI then offers to load a model or a recording.
   explicit Controller(std::unique_ptr<StepSource> source, ControllerOptions options = {});
   explicit Controller(std::unique_ptr<Session> session, ControllerOptions options = {});
-  ~Controller();
+  ~Controller() override;
   Controller(const Controller&) = delete;
   Controller& operator=(const Controller&) = delete;
 
@@ -189,26 +186,21 @@ class Controller {
   size_t queued() const;  // commands waiting (<= kMaxQueued)
 
  private:
-  struct Compare {
-    bool active = false;
-    PromptSpec prompt;
-    int steps = 0, phase = 0;  // phase: 1 CACHE leg, 2 NO CACHE leg, 3 interleaved
-    CacheMode user_mode = CacheMode::Cache;
-    int user_max_tokens = 0;
-    std::vector<int32_t> tokens;       // the KV CACHE run's tokens, to check the other's
-    std::unique_ptr<StepSource> twin;  // interleaved: the NO CACHE run
-    int twin_steps = 0;                // interleaved: NO CACHE steps done
-  };
   void run();
   void handle(Command& c);
-  bool start_run(const PromptSpec& prompt, bool autoplay, int compare_phase);
+  void handle_settings(Command& c);
+  bool start_run(const PromptSpec& prompt, bool autoplay, ComparePhase compare);
   void do_step();
   void do_twin_step();
-  bool check_compare_token(int step, int32_t token, CacheMode mode);
-  void start_compare(CmdCompare& c);
-  void finish_run(const std::string& reason);
+  void finish_run(FinishReason reason);
   void set_mode(CacheMode m, ErrorOrigin origin);
-  void cancel_compare();
+  // CompareHost: compare modes (compare_run.h) run on this worker.
+  StepSource* compare_source() override { return source_.get(); }
+  bool compare_start(const PromptSpec& prompt, ComparePhase phase) override;
+  void compare_set_mode(CacheMode mode) override { set_mode(mode, ErrorOrigin::Mode); }
+  void compare_error(ErrorOrigin origin, std::string message) override;
+  void compare_finish(FinishReason reason) override { finish_run(reason); }
+  void compare_twin_step(StepTrace trace) override;
   void replace_source(std::unique_ptr<StepSource> s);
   void save(const CmdSave& s);
   void emit(Event e);
@@ -242,12 +234,12 @@ class Controller {
   int steps_ = 0;
   float speed_ = 4.0f;
   uint64_t run_ = 0;
-  std::string end_reason_;
+  FinishReason end_reason_ = FinishReason::Running;
   std::shared_ptr<RunFile> spool_;  // this run's history (live source)
-  Compare compare_;
+  CompareRun compare_{*this};
   std::atomic<bool> a_playing_{false}, a_busy_{false}, a_loading_{false}, a_finished_{true},
       a_has_source_{false}, a_replay_{false};
-  std::atomic<int> a_compare_{0};
+  std::atomic<ComparePhase> a_compare_{ComparePhase::None};
   std::atomic<float> a_speed_{4.0f};
   std::atomic<int> a_steps_{0};
   std::atomic<int64_t> a_busy_since_ns_{0};  // steady_clock time the running step began

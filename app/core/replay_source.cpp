@@ -29,9 +29,10 @@ class ReplaySource final : public StepSource {
     return t;
   }
   bool done() const override { return next_ >= file_->step_offsets().size(); }
-  std::string stop_reason() const override {
-    if (!done()) return "none";
-    return file_->end().reason;
+  FinishReason stop_reason() const override {
+    if (!done()) return FinishReason::Running;
+    // decode_end refused any name that is not a FinishReason's.
+    return finish_reason_from_string(file_->end().reason).value_or(FinishReason::Running);
   }
   Status set_mode(CacheMode m) override {
     if (m == mode_) return Status::Ok();

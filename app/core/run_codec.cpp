@@ -458,6 +458,8 @@ Expected<RunEnd> decode_end(const uint8_t* p, size_t n) {
   e.steps = r.i32("steps", 0, kRunMaxPositions);
   e.reason = r.str("reason", true);
   if (Status st = r.finish(); !st.ok()) return st.error();
+  if (!finish_reason_from_string(e.reason))
+    return make_error("field 'reason': unknown reason '", e.reason, "'");
   return e;
 }
 

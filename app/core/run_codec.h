@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "app/core/finish_reason.h"
 #include "app/core/step_source.h"
 #include "engine/session.h"
 #include "engine/status.h"
@@ -41,7 +42,9 @@ struct RunMeta {
   bool operator==(const RunMeta& o) const;
 };
 
-// The END record: how the run ended (or "running" when saved mid-run).
+// The END record: how the run ended (or "running" when saved mid-run). The reason is a
+// FinishReason's name (to_string / finish_reason_from_string in finish_reason.h); decode_end
+// refuses any other.
 struct RunEnd {
   int steps = 0;
   std::string reason;  // eos, max_tokens, stop_string, context_full, stopped, error, running

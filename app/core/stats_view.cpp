@@ -10,7 +10,7 @@ StatsView make_stats_view(const Timeline& tl, double target_tok_s, bool playing)
   v.steps = tl.step_count();
   v.live = tl.live();
   v.mode = tl.mode();
-  v.finish_reason = tl.finish_reason();
+  v.finish_reason = tl.finish_reason() ? to_string(*tl.finish_reason()) : "";
   v.speed = tl.speed();
   v.target_tok_s = target_tok_s;
   const StepTrace* t = tl.viewed();

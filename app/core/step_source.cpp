@@ -96,7 +96,7 @@ class SessionSource final : public StepSource {
   const PromptSpec& prompt() const override { return prompt_; }
   Expected<StepTrace> step() override { return session_->step(); }
   bool done() const override { return session_->done(); }
-  std::string stop_reason() const override { return stop_reason_name(session_->stop_reason()); }
+  FinishReason stop_reason() const override { return finish_reason_of(session_->stop_reason()); }
   Status set_mode(CacheMode mode) override { return session_->set_mode(mode); }
   CacheMode mode() const override { return session_->mode(); }
   Status set_sampler(const SamplerConfig& s) override {

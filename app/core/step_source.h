@@ -14,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "app/core/finish_reason.h"
 #include "engine/session.h"
 
 namespace kvscope::app {
@@ -61,9 +62,9 @@ class StepSource {
   virtual const PromptSpec& prompt() const = 0;  // of the current run
   virtual Expected<StepTrace> step() = 0;
   virtual bool done() const = 0;
-  // Why the run ended: an engine stop reason ("eos", "max_tokens", ...), the recording's
-  // END reason for a replay, "none" while it can go on.
-  virtual std::string stop_reason() const = 0;
+  // Why the run ended: the engine's stop reason, the recording's END reason for a replay,
+  // Running while it can go on.
+  virtual FinishReason stop_reason() const = 0;
 
   virtual Status set_mode(CacheMode mode) = 0;
   virtual CacheMode mode() const = 0;

@@ -100,9 +100,9 @@ void Timeline::clear() {
   viewed_note_.clear();
   arrivals_.clear();
   first_ = SpeedStats{};
-  finish_reason_.clear();
+  finish_reason_.reset();
   store_.reset();
-  compare_ = 0;
+  compare_ = ComparePhase::None;
 }
 
 void Timeline::ensure_layers(int n) {
@@ -239,7 +239,8 @@ bool Timeline::apply(const Event& e) {
     finished_ = true;
     finish_reason_ = e.reason;
     history_.finish(prompt_text_, prompt_chat_, run_);
-    if (compare_ == 3) history_.finish(prompt_text_, prompt_chat_, interleaved_run(run_));
+    if (compare_ == ComparePhase::Interleaved)
+      history_.finish(prompt_text_, prompt_chat_, interleaved_run(run_));
   }
   if (e.kind == Event::Kind::CompareStep && e.trace) {  // the other run of this comparison
     history_.record(prompt_text_, prompt_chat_, interleaved_run(run_), *e.trace);

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -98,12 +99,12 @@ class Timeline {
   const RunSeries* other_series() const;
   // True between a Reset/Step of this run and its Finished event.
   bool finished() const { return finished_; }
-  // Why the run ended ("eos", "max_tokens", "stopped", "error", ...; "" while running).
-  const std::string& finish_reason() const { return finish_reason_; }
+  // Why the run ended (nothing while it runs).
+  std::optional<FinishReason> finish_reason() const { return finish_reason_; }
   CacheMode mode() const { return mode_; }
   const std::string& generated_text() const { return generated_; }
-  // 1/2: a leg of compare modes, 3: both legs interleaved (this is the KV CACHE run); 0 otherwise
-  int compare_phase() const { return compare_; }
+  // The comparison this run is part of (Interleaved: this is its KV CACHE run), or None
+  ComparePhase compare_phase() const { return compare_; }
   const std::shared_ptr<RunFile>& store() const { return store_; }
 
   // ---- history: which step is looked at ----
@@ -143,10 +144,11 @@ class Timeline {
   void ensure_layers(int n);
   void merge_norms(const StepTrace& t);
   uint64_t run_ = 0;
-  std::string prompt_text_, generated_, finish_reason_;
+  std::string prompt_text_, generated_;
+  std::optional<FinishReason> finish_reason_;
   CacheMode mode_ = CacheMode::Cache;
   bool prompt_chat_ = false, finished_ = true;
-  int compare_ = 0;
+  ComparePhase compare_ = ComparePhase::None;
   RunHistory history_;
   std::shared_ptr<RunFile> store_;
   std::vector<std::shared_ptr<const StepTrace>> steps_;

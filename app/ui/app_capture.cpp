@@ -190,20 +190,17 @@ int run_screenshot(const CaptureOptions& opts, bool panels) {
     d.steps = opts.steps;
     d.timeline = &tl;
     if (spool.ok()) d.record = spool.value();
-    if (opts.compare_interleaved) {  // compare modes, one step of each in turn
-      if (auto end = drive_interleaved(*src, prompt, d); !end.ok())
+    if (opts.compare) {  // compare modes, as the app runs them (interleaved or not)
+      if (spool.ok())
+        d.next_record = [&meta]() -> std::shared_ptr<RunFile> {
+          auto sp2 = RunFile::create_spool(default_spool_dir(), meta, 0);
+          return sp2.ok() ? sp2.value() : nullptr;
+        };
+      if (auto end = drive_compare(*src, prompt, opts.compare_interleaved, d); !end.ok())
         return fail(end.error().message);
-    } else if (opts.compare) {  // the same prompt with the cache, then without (compare modes)
-      if (Status st = src->set_mode(CacheMode::Cache); !st.ok()) return fail(st.message());
-      if (auto end = drive_run(*src, prompt, d); !end.ok()) return fail(end.error().message);
-      if (Status st = src->set_mode(CacheMode::NoCache); !st.ok()) return fail(st.message());
-      if (spool.ok()) {
-        auto sp2 = RunFile::create_spool(default_spool_dir(), meta, 0);
-        d.record = sp2.ok() ? sp2.value() : nullptr;
-      }
+    } else if (auto end = drive_run(*src, prompt, d); !end.ok()) {
+      return fail(end.error().message);
     }
-    if (!opts.compare_interleaved)
-      if (auto end = drive_run(*src, prompt, d); !end.ok()) return fail(end.error().message);
   }
   if (opts.view_step > 0) tl.scrub_to(opts.view_step);
 

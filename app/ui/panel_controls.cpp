@@ -192,7 +192,7 @@ void panel_controls(UiState& ui, Controller* ctl, const ControllerState& cs, con
 
   // The compute story in one click: this prompt with the cache and without it, one run after
   // the other or both at once, step by step.
-  const bool comparing = cs.compare != 0;
+  const bool comparing = cs.compare != ComparePhase::None;
   ImGui::BeginDisabled(comparing || n == 0);
   if (ImGui::Button("Compare modes") && n > 0)
     send(ctl, CmdCompare{ui.prompts[size_t(std::clamp(ui.prompt_index, 0, n - 1))].spec,
@@ -215,9 +215,9 @@ void panel_controls(UiState& ui, Controller* ctl, const ControllerState& cs, con
   if (comparing) {
     ImGui::AlignTextToFramePadding();
     ImGui::TextColored(ImVec4(1.0f, 0.8f, 0.3f, 1.0f), "%s",
-                       cs.compare == 3   ? "running both, step by step..."
-                       : cs.compare == 1 ? "running with the KV cache..."
-                                         : "running without the cache...");
+                       cs.compare == ComparePhase::Interleaved ? "running both, step by step..."
+                       : cs.compare == ComparePhase::CacheLeg  ? "running with the KV cache..."
+                                                               : "running without the cache...");
   } else {
     int order = ui.compare_interleaved ? 1 : 0;
     ImGui::RadioButton("one after the other", &order, 0);

@@ -48,7 +48,7 @@ void compare_section(UiState& ui, const Timeline& tl) {
     return;
   }
   ImGui::TextWrapped("p = %d prompt tokens, g = %d steps, L = %d layers%s", v.p, v.g, v.n_layer,
-                     tl.compare_phase() == 3 ? " (run interleaved)" : "");
+                     tl.compare_phase() == ComparePhase::Interleaved ? " (run interleaved)" : "");
   ImGui::TextWrapped("waste factor (g·p + g(g-1)/2) / (p + g - 1) = %.1fx", v.waste_formula);
   hover_tooltip(
       "K/V rows per layer: NO CACHE recomputes p + t - 1 rows at step t,\n"

@@ -55,7 +55,7 @@ std::string status_text(const UiState& ui, const ControllerState& cs, const Time
     if (!last) return "ready: press Play or Step";
     std::snprintf(
         buf, sizeof buf, "finished (%s), %d tokens",
-        tl.finish_reason().empty() ? stop_reason_name(last->stop) : tl.finish_reason().c_str(),
+        tl.finish_reason() ? to_string(*tl.finish_reason()) : stop_reason_name(last->stop),
         last->seq_len);
     return buf;
   }

@@ -104,7 +104,7 @@ class ForwardingSource : public StepSource {
   const PromptSpec& prompt() const override { return inner_->prompt(); }
   Expected<StepTrace> step() override { return inner_->step(); }
   bool done() const override { return inner_->done(); }
-  std::string stop_reason() const override { return inner_->stop_reason(); }
+  FinishReason stop_reason() const override { return inner_->stop_reason(); }
   Status set_mode(CacheMode m) override { return inner_->set_mode(m); }
   CacheMode mode() const override { return inner_->mode(); }
   Status set_sampler(const SamplerConfig& s) override { return inner_->set_sampler(s); }

@@ -135,11 +135,11 @@ TEST(Controller, PauseStopsStepsAndStepRunsExactlyOne) {
   wait_idle();
   EXPECT_EQ(count_steps(ev, 1), n);
   ASSERT_EQ(ev.back().kind, Event::Kind::Finished);
-  EXPECT_EQ(ev.back().reason, "stopped") << "Stop's reason is 'stopped'";
+  EXPECT_EQ(ev.back().reason, FinishReason::Stopped) << "Stop's reason is 'stopped'";
   EXPECT_TRUE(ctl->state().finished);
   Timeline tl;
   for (const Event& e : ev) tl.apply(e);
-  EXPECT_EQ(tl.finish_reason(), "stopped");
+  EXPECT_EQ(tl.finish_reason(), FinishReason::Stopped);
 }
 
 TEST(Controller, MaxTokensFinishesTheRunAndTimelineFollows) {
@@ -150,7 +150,7 @@ TEST(Controller, MaxTokensFinishesTheRunAndTimelineFollows) {
   ctl->send(CmdReset{kStory, true});
   collect(*ctl, ev, [](auto& e) { return finished(e, 1); });
   ASSERT_EQ(ev.back().kind, Event::Kind::Finished);
-  EXPECT_EQ(ev.back().reason, "max_tokens");
+  EXPECT_EQ(ev.back().reason, FinishReason::MaxTokens);
   EXPECT_EQ(count_steps(ev, 1), 4);
   Timeline tl;
   for (const Event& e : ev) tl.apply(e);

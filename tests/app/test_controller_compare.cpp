@@ -1,15 +1,19 @@
 // test_controller_compare.cpp — compare modes through the controller, one run after the other
 // and interleaved step by step, on the tiny random-weight model (fast, also under the
 // sanitizers): the two runs sample the same tokens, their cumulative K/V rows equal the
-// closed forms (docs/design.md) exactly, the person's mode comes back, and a run that samples another
-// token than its partner ends the comparison with an error.
+// closed forms (docs/design.md) exactly, the person's mode comes back, and a run that
+// samples another token than its partner ends the comparison with an error. The headless
+// driver (screenshots) runs the same comparison: the same events, phases and finish reasons
+// as the controller.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <string>
 
 #include "app/core/compare_view.h"
+#include "app/core/run_driver.h"
 #include "tests/app/controller_test_util.h"
 
 using namespace kvscope;
@@ -130,14 +134,14 @@ TEST(ControllerCompare, SequentialKvRowsEqualTheClosedForms) {
   collect(*ctl, ev, [](auto& e) { return finished(e, 2); });
   ASSERT_TRUE(finished(ev, 2));
   settle(*ctl, ev);
-  EXPECT_EQ(ctl->state().compare, 0);
+  EXPECT_EQ(ctl->state().compare, ComparePhase::None);
   Timeline tl;
   std::vector<int32_t> tokens[3];
   for (const Event& e : ev) {
     EXPECT_NE(e.kind, Event::Kind::Error) << e.error;
     tl.apply(e);
     if (e.kind == Event::Kind::Reset) {
-      EXPECT_EQ(e.compare, int(e.run)) << "leg " << e.run;
+      EXPECT_EQ(e.compare, ComparePhase(e.run)) << "leg " << e.run;
     }
     if (e.kind == Event::Kind::Step) tokens[e.run].push_back(e.trace->token_id);
   }
@@ -163,16 +167,16 @@ TEST(ControllerCompare, InterleavedKvRowsEqualTheClosedForms) {
   collect(*ctl, ev, [](auto& e) { return finished(e, 1); });
   ASSERT_TRUE(finished(ev, 1));
   settle(*ctl, ev);
-  EXPECT_EQ(ctl->state().compare, 0);
+  EXPECT_EQ(ctl->state().compare, ComparePhase::None);
   Timeline tl;
   std::vector<int32_t> cache_tokens, nocache_tokens;
   std::string order;  // "C" for a KV CACHE step, "N" for a NO CACHE step
-  std::string reason;
+  FinishReason reason = FinishReason::Running;
   for (const Event& e : ev) {
     EXPECT_NE(e.kind, Event::Kind::Error) << e.error;
     tl.apply(e);
     if (e.kind == Event::Kind::Reset) {
-      EXPECT_EQ(e.compare, 3);
+      EXPECT_EQ(e.compare, ComparePhase::Interleaved);
       EXPECT_EQ(e.mode, CacheMode::Cache);
     }
     if (e.kind == Event::Kind::Step) {
@@ -194,10 +198,10 @@ TEST(ControllerCompare, InterleavedKvRowsEqualTheClosedForms) {
   std::string alternating;
   for (int i = 0; i < kG; ++i) alternating += "CN";
   EXPECT_EQ(order, alternating);
-  EXPECT_EQ(reason, "max_tokens");
+  EXPECT_EQ(reason, FinishReason::MaxTokens);
   EXPECT_EQ(cache_tokens, nocache_tokens) << "CACHE and NO CACHE gave different tokens";
   EXPECT_EQ(last_mode(ev, CacheMode::Cache), CacheMode::NoCache) << "the person's mode is restored";
-  EXPECT_EQ(tl.compare_phase(), 3);
+  EXPECT_EQ(tl.compare_phase(), ComparePhase::Interleaved);
   const RunSeries* c = tl.history().find(kStory.text, false, CacheMode::Cache);
   const RunSeries* n = tl.history().find(kStory.text, false, CacheMode::NoCache);
   expect_closed_forms(c, n, L, kG);
@@ -224,15 +228,98 @@ TEST(ControllerCompare, DifferentTokensEndTheComparisonWithAnError) {
     collect(*ctl, ev, [&](auto& e) { return finished(e, last_run); });
     ASSERT_TRUE(finished(ev, last_run));
     settle(*ctl, ev);
-    std::string error, reason;
+    std::string error;
+    FinishReason reason = FinishReason::Running;
     for (const Event& e : ev) {
       if (e.kind == Event::Kind::Error) error = e.error;
       if (e.kind == Event::Kind::Finished && e.run == last_run) reason = e.reason;
     }
     EXPECT_NE(error.find("at step 3"), std::string::npos) << error;
     EXPECT_NE(error.find("must give the same tokens"), std::string::npos) << error;
-    EXPECT_EQ(reason, "error");
-    EXPECT_EQ(ctl->state().compare, 0);
+    EXPECT_EQ(reason, FinishReason::Error);
+    EXPECT_EQ(ctl->state().compare, ComparePhase::None);
     EXPECT_TRUE(ctl->state().finished);
   }
+}
+
+namespace {
+
+// What a comparison did, event by event, leaving out what only the app has (its source,
+// history notices) and what differs between two runs of it (times, attention rows).
+std::string signature(const Event& e) {
+  std::string run = "@";
+  run += std::to_string(e.run);
+  switch (e.kind) {
+    case Event::Kind::Reset:
+      return std::string("reset") + run + " " + to_string(e.compare) + " " +
+             cache_mode_name(e.mode);
+    case Event::Kind::ModeChanged:
+      return std::string("mode") + run + " " + cache_mode_name(e.mode);
+    case Event::Kind::Step:
+      return std::string("step") + run + " " + std::to_string(e.trace->step) + ":" +
+             std::to_string(e.trace->token_id) + " " + cache_mode_name(e.trace->mode);
+    case Event::Kind::CompareStep:
+      return std::string("nocache") + run + " " + std::to_string(e.trace->step) + ":" +
+             std::to_string(e.trace->token_id);
+    case Event::Kind::Error:
+      return std::string("error") + run + " " + e.error;
+    case Event::Kind::Finished:
+      return std::string("finished") + run + " " + to_string(e.reason);
+    default:
+      return "";
+  }
+}
+
+std::vector<std::string> signatures(const std::vector<Event>& ev) {
+  std::vector<std::string> out;
+  for (const Event& e : ev)
+    if (std::string s = signature(e); !s.empty()) out.push_back(std::move(s));
+  return out;
+}
+
+std::unique_ptr<StepSource> compare_source(int drift_at) {
+  std::unique_ptr<StepSource> src = tiny_source(200);
+  if (drift_at > 0) src = std::make_unique<DriftingSource>(std::move(src), drift_at);
+  EXPECT_TRUE(src->set_mode(CacheMode::NoCache).ok());  // the person's mode, restored after
+  return src;
+}
+
+}  // namespace
+
+// The app (the controller's worker) and a screenshot (drive_compare on the calling thread)
+// run compare modes through one CompareRun: for the same prompt and settings, both ways and
+// with a run that drifts, they produce the same events, phases and finish reasons.
+TEST(ControllerCompare, HeadlessCaptureRunsTheSameComparison) {
+  constexpr int kG = 6;
+  for (int drift_at : {0, 4})
+    for (bool interleaved : {false, true}) {
+      SCOPED_TRACE(std::string(interleaved ? "interleaved" : "one after the other") +
+                   (drift_at ? ", drifting" : ""));
+      auto ctl = std::make_unique<Controller>(compare_source(drift_at), test_options());
+      std::vector<Event> ev;
+      ctl->send(CmdCompare{kStory, kG, interleaved});
+      const uint64_t last_run = interleaved ? 1 : 2;
+      collect(*ctl, ev, [&](auto& e) { return finished(e, last_run); });
+      ASSERT_TRUE(finished(ev, last_run));
+      settle(*ctl, ev);
+      const std::vector<std::string> app = signatures(ev);
+
+      auto src = compare_source(drift_at);
+      std::vector<Event> hev;
+      DriveOptions d;
+      d.steps = kG;
+      d.on_event = [&hev](const Event& e) { hev.push_back(e); };
+      auto end = drive_compare(*src, kStory, interleaved, d);
+      EXPECT_EQ(end.ok(), drift_at == 0);
+      EXPECT_EQ(src->mode(), CacheMode::NoCache) << "the person's mode is restored";
+      EXPECT_EQ(src->max_tokens(), 200) << "the person's token limit is restored";
+      const std::vector<std::string> headless = signatures(hev);
+
+      EXPECT_GT(app.size(), size_t(kG)) << "a comparison's events";
+      EXPECT_EQ(headless, app);
+      const std::string want = drift_at ? "error" : "max_tokens";
+      EXPECT_NE(
+          std::find(app.begin(), app.end(), "finished@" + std::to_string(last_run) + " " + want),
+          app.end());
+    }
 }

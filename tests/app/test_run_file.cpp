@@ -190,7 +190,7 @@ TEST(RunFile, EveryFieldOfEveryStepRoundTrips) {
       EXPECT_EQ(t->step, int(i) + 1);
     }
     EXPECT_TRUE(rep.value()->done());
-    EXPECT_EQ(rep.value()->stop_reason(), "max_tokens");
+    EXPECT_EQ(rep.value()->stop_reason(), FinishReason::MaxTokens);
     EXPECT_FALSE(rep.value()->set_mode(CacheMode(1 - int(rep.value()->mode()))).ok());
   }
 }
@@ -357,4 +357,33 @@ TEST(RunFile, DecodersSurviveRandomDamage) {
     for (uint64_t o : idx->steps) EXPECT_TRUE(read_step_record(src, o, "mutant", false).ok());
   }
   EXPECT_LT(accepted, 3000);
+}
+
+// The END record keeps the reason as the name run files have always held ("eos",
+// "max_tokens", "stop_string", "context_full", "stopped", "error", "running"): each reason
+// writes its name and reads back as itself; a name no reason has is refused.
+TEST(RunFile, EndReasonsAreStoredByTheirNames) {
+  const std::pair<FinishReason, std::string> names[] = {{FinishReason::Running, "running"},
+                                                        {FinishReason::Eos, "eos"},
+                                                        {FinishReason::MaxTokens, "max_tokens"},
+                                                        {FinishReason::StopString, "stop_string"},
+                                                        {FinishReason::ContextFull, "context_full"},
+                                                        {FinishReason::Stopped, "stopped"},
+                                                        {FinishReason::Error, "error"}};
+  for (const auto& [reason, name] : names) {
+    const std::vector<uint8_t> b = encode_end(RunEnd{7, to_string(reason)});
+    ASSERT_EQ(b.size(), 8 + name.size()) << name;
+    EXPECT_EQ(std::string(b.begin() + 8, b.end()), name);
+    auto e = decode_end(b.data(), b.size());
+    ASSERT_TRUE(e.ok()) << e.error().message;
+    EXPECT_EQ(e->steps, 7);
+    EXPECT_EQ(e->reason, name);
+    EXPECT_EQ(finish_reason_from_string(e->reason), reason);
+  }
+  std::vector<uint8_t> b = encode_end(RunEnd{7, "eos"});
+  b.back() = 'x';  // "eox"
+  auto bad = decode_end(b.data(), b.size());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("unknown reason 'eox'"), std::string::npos)
+      << bad.error().message;
 }
