@@ -1,25 +1,15 @@
 // quant.cpp — ggml block formats: type table, fp16/bf16 conversion, row dequantization
-// and dot products against fp32 vectors.
+// and dot products against fp32 vectors: the plain scalar reference.
 //
 // Block byte layouts follow the ggml definitions (see docs/engine.md, "Quant blocks, bit
-// by bit"); all fields are read with memcpy so rows need no particular alignment. vec_dot
-// has SIMD paths (AVX-512, else AVX2+FMA, else scalar) for the hot types; every other
-// supported type is dequantized one block at a time into a stack buffer and dotted.
+// by bit"); all fields are read with memcpy so rows need no particular alignment. Portable
+// C++ only: no intrinsics, nothing that depends on the instruction set. The CPU backend's
+// vector versions of these operations (per instruction set, chosen at run time) are in
+// engine/cpu/rows_impl.h; its tests check them against this file.
 #include "engine/quant.h"
 
 #include <cmath>
 #include <cstring>
-
-#if defined(__AVX2__) || defined(__AVX512F__) || defined(__F16C__)
-#include <immintrin.h>
-#endif
-
-// GCC 12's AVX-512 intrinsic headers self-initialise their "undefined" vectors, which
-// -Wall reports as uninitialised use at every inlined call site; the values are unused.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 
 namespace kvscope {
 namespace {
@@ -91,7 +81,9 @@ inline float fp16_scalar(uint16_t h) {
     std::memcpy(&bits, &f, 4);
     bits |= sign;
   } else if (exp == 31) {
-    bits = sign | 0x7f800000u | (mant << 13);  // inf or NaN (payload kept)
+    // inf, or NaN with its payload kept and made quiet (as the F16C instructions do, so
+    // every path of the CPU backend gives these bits).
+    bits = sign | 0x7f800000u | (mant << 13) | (mant != 0 ? 0x00400000u : 0u);
   } else {
     bits = sign | ((exp + 112u) << 23) | (mant << 13);
   }
@@ -101,11 +93,7 @@ inline float fp16_scalar(uint16_t h) {
 }
 
 inline float f16(const uint8_t* p) {
-#if defined(__F16C__)
-  return _cvtsh_ss(load_u16(p));
-#else
   return fp16_scalar(load_u16(p));
-#endif
 }
 
 // ---- dequantization of one block (dst gets block_size values) ----
@@ -232,64 +220,17 @@ BlockDeq block_dequantizer(GgmlType t) {
   }
 }
 
-// ---- dot products ----
+// ---- dot products (one accumulator, in order of the index) ----
 
-#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
-inline float hsum256(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-#endif
-
-float dot_f32(const float* a, const float* x, int64_t n) {
-  int64_t i = 0;
+float dot_floats(const float* a, const float* x, int64_t n) {
   float sum = 0.0f;
-#if defined(__AVX512F__)
-  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-  for (; i + 32 <= n; i += 32) {
-    a0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(x + i), a0);
-    a1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(x + i + 16), a1);
-  }
-  sum = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
-#elif defined(__AVX2__) && defined(__FMA__)
-  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-  for (; i + 16 <= n; i += 16) {
-    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(x + i), a0);
-    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(x + i + 8), a1);
-  }
-  sum = hsum256(_mm256_add_ps(a0, a1));
-#endif
-  for (; i < n; ++i) sum += a[i] * x[i];
+  for (int64_t i = 0; i < n; ++i) sum += a[i] * x[i];
   return sum;
 }
 
 float dot_f16(const uint8_t* row, const float* x, int64_t n) {
-  int64_t i = 0;
   float sum = 0.0f;
-#if defined(__AVX512F__)
-  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-  for (; i + 32 <= n; i += 32) {
-    __m512 h0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * i)));
-    __m512 h1 =
-        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * i + 32)));
-    a0 = _mm512_fmadd_ps(h0, _mm512_loadu_ps(x + i), a0);
-    a1 = _mm512_fmadd_ps(h1, _mm512_loadu_ps(x + i + 16), a1);
-  }
-  sum = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
-#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-  for (; i + 16 <= n; i += 16) {
-    __m256 h0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i)));
-    __m256 h1 =
-        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i + 16)));
-    a0 = _mm256_fmadd_ps(h0, _mm256_loadu_ps(x + i), a0);
-    a1 = _mm256_fmadd_ps(h1, _mm256_loadu_ps(x + i + 8), a1);
-  }
-  sum = hsum256(_mm256_add_ps(a0, a1));
-#endif
-  for (; i < n; ++i) sum += f16(row + 2 * i) * x[i];
+  for (int64_t i = 0; i < n; ++i) sum += f16(row + 2 * i) * x[i];
   return sum;
 }
 
@@ -299,137 +240,8 @@ float dot_bf16(const uint8_t* row, const float* x, int64_t n) {
   return sum;
 }
 
-// Block dot kernels. Each adds one block's contribution to two accumulators (a, c); the
-// drivers below unroll two blocks per iteration with separate accumulators so the FMA
-// latency chains overlap (and the accumulators stay in registers).
-#if defined(__AVX512F__)
-using Vec = __m512;
-inline Vec vzero() {
-  return _mm512_setzero_ps();
-}
-inline float vsum(Vec v) {
-  return _mm512_reduce_add_ps(v);
-}
-inline Vec vadd(Vec a, Vec b) {
-  return _mm512_add_ps(a, b);
-}
-
-// Q8_0: d * sum_j q_j x_j over 32 signed bytes (two 16-lane halves).
-inline void block_q8_0(const uint8_t* blk, const float* xb, Vec& a, Vec& c) {
-  const __m512 f0 = _mm512_cvtepi32_ps(
-      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2))));
-  const __m512 f1 = _mm512_cvtepi32_ps(
-      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18))));
-  const __m512 t =
-      _mm512_fmadd_ps(f1, _mm512_loadu_ps(xb + 16), _mm512_mul_ps(f0, _mm512_loadu_ps(xb)));
-  a = _mm512_fmadd_ps(_mm512_set1_ps(f16(blk)), t, a);
-  (void)c;
-}
-
-// Q4_1: one widening per block puts byte j in lane j; `& 15` is value j, `>> 4` value j+16.
-inline void block_q4_1(const uint8_t* blk, const float* xb, Vec& a, Vec& c) {
-  const __m512i v =
-      _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 4)));
-  const __m512 qlo = _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(0x0F)));
-  const __m512 qhi = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
-  const __m512 d = _mm512_set1_ps(f16(blk)), m = _mm512_set1_ps(f16(blk + 2));
-  a = _mm512_fmadd_ps(_mm512_fmadd_ps(qlo, d, m), _mm512_loadu_ps(xb), a);
-  c = _mm512_fmadd_ps(_mm512_fmadd_ps(qhi, d, m), _mm512_loadu_ps(xb + 16), c);
-}
-
-// Q4_0: d * sum_j (q_j - 8) x_j, same nibble order as Q4_1.
-inline void block_q4_0(const uint8_t* blk, const float* xb, Vec& a, Vec& c) {
-  const __m512i v =
-      _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
-  const __m512i eight = _mm512_set1_epi32(8);
-  const __m512 qlo =
-      _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0x0F)), eight));
-  const __m512 qhi = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(v, 4), eight));
-  const __m512 t =
-      _mm512_fmadd_ps(qhi, _mm512_loadu_ps(xb + 16), _mm512_mul_ps(qlo, _mm512_loadu_ps(xb)));
-  a = _mm512_fmadd_ps(_mm512_set1_ps(f16(blk)), t, a);
-  (void)c;
-}
-#elif defined(__AVX2__) && defined(__FMA__)
-using Vec = __m256;
-inline Vec vzero() {
-  return _mm256_setzero_ps();
-}
-inline float vsum(Vec v) {
-  return hsum256(v);
-}
-inline Vec vadd(Vec a, Vec b) {
-  return _mm256_add_ps(a, b);
-}
-
-inline __m256 widen_i8(const uint8_t* p) {
-  return _mm256_cvtepi32_ps(
-      _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-}
-
-inline void block_q8_0(const uint8_t* blk, const float* xb, Vec& a, Vec& c) {
-  __m256 t = _mm256_mul_ps(widen_i8(blk + 2), _mm256_loadu_ps(xb));
-  t = _mm256_fmadd_ps(widen_i8(blk + 10), _mm256_loadu_ps(xb + 8), t);
-  __m256 u = _mm256_mul_ps(widen_i8(blk + 18), _mm256_loadu_ps(xb + 16));
-  u = _mm256_fmadd_ps(widen_i8(blk + 26), _mm256_loadu_ps(xb + 24), u);
-  const __m256 d = _mm256_set1_ps(f16(blk));
-  a = _mm256_fmadd_ps(d, t, a);
-  c = _mm256_fmadd_ps(d, u, c);
-}
-
-// Bytes 0..7 and 8..15 of the block each widen to 8 lanes; `& 15` / `>> 4` split nibbles.
-inline void block_q4_1(const uint8_t* blk, const float* xb, Vec& a, Vec& c) {
-  const __m256i mask = _mm256_set1_epi32(0x0F);
-  const __m256i v0 =
-      _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 4)));
-  const __m256i v1 =
-      _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 12)));
-  const __m256 d = _mm256_set1_ps(f16(blk)), m = _mm256_set1_ps(f16(blk + 2));
-  auto val = [&](__m256i q) { return _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), d, m); };
-  a = _mm256_fmadd_ps(val(_mm256_and_si256(v0, mask)), _mm256_loadu_ps(xb), a);
-  c = _mm256_fmadd_ps(val(_mm256_and_si256(v1, mask)), _mm256_loadu_ps(xb + 8), c);
-  a = _mm256_fmadd_ps(val(_mm256_srli_epi32(v0, 4)), _mm256_loadu_ps(xb + 16), a);
-  c = _mm256_fmadd_ps(val(_mm256_srli_epi32(v1, 4)), _mm256_loadu_ps(xb + 24), c);
-}
-
-inline void block_q4_0(const uint8_t* blk, const float* xb, Vec& a, Vec& c) {
-  const __m256i mask = _mm256_set1_epi32(0x0F), eight = _mm256_set1_epi32(8);
-  const __m256i v0 =
-      _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2)));
-  const __m256i v1 =
-      _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 10)));
-  auto f = [&](__m256i q) { return _mm256_cvtepi32_ps(_mm256_sub_epi32(q, eight)); };
-  __m256 t = _mm256_mul_ps(f(_mm256_and_si256(v0, mask)), _mm256_loadu_ps(xb));
-  t = _mm256_fmadd_ps(f(_mm256_srli_epi32(v0, 4)), _mm256_loadu_ps(xb + 16), t);
-  __m256 u = _mm256_mul_ps(f(_mm256_and_si256(v1, mask)), _mm256_loadu_ps(xb + 8));
-  u = _mm256_fmadd_ps(f(_mm256_srli_epi32(v1, 4)), _mm256_loadu_ps(xb + 24), u);
-  const __m256 d = _mm256_set1_ps(f16(blk));
-  a = _mm256_fmadd_ps(d, t, a);
-  c = _mm256_fmadd_ps(d, u, c);
-}
-#endif
-
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
-#define KV_SIMD_BLOCK_DOT 1
-// Runs `block` over nb blocks of `bytes` each, two blocks per iteration.
-template <void (*block)(const uint8_t*, const float*, Vec&, Vec&)>
-float dot_blocks(const uint8_t* row, const float* x, int64_t nb, int64_t bytes) {
-  Vec a0 = vzero(), c0 = vzero(), a1 = vzero(), c1 = vzero();
-  int64_t b = 0;
-  for (; b + 2 <= nb; b += 2) {
-    block(row + b * bytes, x + 32 * b, a0, c0);
-    block(row + (b + 1) * bytes, x + 32 * (b + 1), a1, c1);
-  }
-  if (b < nb) block(row + b * bytes, x + 32 * b, a0, c0);
-  return vsum(vadd(vadd(a0, c0), vadd(a1, c1)));
-}
-#endif
-
 // Q8_0: sum_b d_b * sum_j q_bj * x_bj.
 float dot_q8_0(const uint8_t* row, const float* x, int64_t nb) {
-#if defined(KV_SIMD_BLOCK_DOT)
-  return dot_blocks<block_q8_0>(row, x, nb, 34);
-#else
   float sum = 0.0f;
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = row + 34 * b;
@@ -440,15 +252,11 @@ float dot_q8_0(const uint8_t* row, const float* x, int64_t nb) {
     sum += f16(blk) * t;
   }
   return sum;
-#endif
 }
 
 // Q4_1: sum_b sum_j (q_bj * d_b + m_b) * x_bj. Low nibble of byte j is value j, high
 // nibble is value j + 16.
 float dot_q4_1(const uint8_t* row, const float* x, int64_t nb) {
-#if defined(KV_SIMD_BLOCK_DOT)
-  return dot_blocks<block_q4_1>(row, x, nb, 20);
-#else
   float sum = 0.0f;
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = row + 20 * b;
@@ -462,14 +270,10 @@ float dot_q4_1(const uint8_t* row, const float* x, int64_t nb) {
     sum += f16(blk) * t + f16(blk + 2) * xs;
   }
   return sum;
-#endif
 }
 
 // Q4_0: sum_b d_b * sum_j (q_bj - 8) * x_bj.
 float dot_q4_0(const uint8_t* row, const float* x, int64_t nb) {
-#if defined(KV_SIMD_BLOCK_DOT)
-  return dot_blocks<block_q4_0>(row, x, nb, 18);
-#else
   float sum = 0.0f;
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = row + 18 * b;
@@ -483,7 +287,6 @@ float dot_q4_0(const uint8_t* row, const float* x, int64_t nb) {
     sum += f16(blk) * t;
   }
   return sum;
-#endif
 }
 
 // Any block type: dequantize one block into a stack buffer, then dot.
@@ -494,7 +297,7 @@ float dot_blockwise(BlockDeq deq, const TypeTraits& tt, const uint8_t* row, cons
   float sum = 0.0f;
   for (int64_t i = 0, b = 0; i < n; i += bs, ++b) {
     deq(row + b * tt.type_size, buf);
-    sum += dot_f32(buf, x + i, bs);
+    sum += dot_floats(buf, x + i, bs);
   }
   return sum;
 }
@@ -575,7 +378,7 @@ float vec_dot(GgmlType t, const void* row, const float* x, int64_t n) {
   const uint8_t* p = static_cast<const uint8_t*>(row);
   switch (t) {
     case GgmlType::F32:
-      return dot_f32(reinterpret_cast<const float*>(row), x, n);
+      return dot_floats(reinterpret_cast<const float*>(row), x, n);
     case GgmlType::F16:
       return dot_f16(p, x, n);
     case GgmlType::BF16:

@@ -12,6 +12,7 @@ packages=(
   libgl-dev libgl1-mesa-dri libglx-mesa0 xvfb xauth
   libegl-dev libegl1 libegl-mesa0 libgbm1
   libboost-context-dev clang
+  qemu-user  # qemu-x86_64: scripts/check_scalar_isa.sh runs the scalar path on a CPU without AVX
   base-files  # /usr/share/common-licenses/GPL-3, the long text of `kvscope perplexity`
 )
 missing=()

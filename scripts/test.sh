@@ -4,7 +4,16 @@
 #
 #   1. release     every test (ctest), built the way users build it (build/; the CUDA
 #                  backend too when nvcc is there).
-#   2. asan+ubsan  every test again but five (named below) in one AddressSanitizer +
+#   2. isa-clang   the engine again, built by clang for any x86-64 CPU (build-clang/:
+#                  -DKVSCOPE_NATIVE=OFF, no app, no CUDA), and only the test binaries that
+#                  check each SIMD path against the scalar reference bit for bit (matmul,
+#                  attention, elementwise, row kernels), plus the KVSCOPE_CPU_ISA dispatch
+#                  test for each path. Stage 1 builds with gcc and -march=native; this one
+#                  checks that the per-instruction-set files (engine/cpu/kernels_*.cpp, their
+#                  flags set in engine/CMakeLists.txt) build with the other compiler and
+#                  that a portable build still dispatches to every path the CPU has (a path
+#                  it lacks says so and is not run). A few minutes on 2 cores.
+#   3. asan+ubsan  every test again but five (named below) in one AddressSanitizer +
 #                  UndefinedBehaviorSanitizer build of everything (build-asan/, CPU
 #                  backend, the CUDA kernels and the CUDA backend on the emulator): out-of-bounds, use-after-free, leaks,
 #                  undefined behaviour, and device-buffer overruns (the emulator poisons the
@@ -14,16 +23,16 @@
 #                  run here too, with no list to update. A UBSan finding aborts the test
 #                  that hit it. The one suppression (GL driver leaks) and the sanitizer
 #                  options are in tests/sanitizer_defaults.cpp.
-#   3. tsan        the controller test again under ThreadSanitizer (build-tsan/, the engine
+#   4. tsan        the controller test again under ThreadSanitizer (build-tsan/, the engine
 #                  instrumented too): its worker thread, its queues, and the real model
 #                  steps it runs on the CPU thread pool. Only this test: the rest is
 #                  single-threaded or runs on that same pool, ASan already checks it, and
 #                  TSan would slow the real-model tests 10x or more; the emulator's fibers
 #                  would also need TSan fiber calls.
 # So every test runs under at least one sanitizer, except the *_gpu tests (real GPU; skip
-# without one; their sources run in stage 2 on the emulator) and the two emulated
-# real-model CUDA tests named in stage 2 (their kernels run there on tiny models).
-# The fuzz targets run here through fuzz_driver (a few seconds each, in stages 1 and 2).
+# without one; their sources run in stage 3 on the emulator) and the two emulated
+# real-model CUDA tests named in stage 3 (their kernels run there on tiny models).
+# The fuzz targets run here through fuzz_driver (a few seconds each, in stages 1 and 3).
 # Coverage-guided libFuzzer runs need a clang build of the engine (-DKVSCOPE_FUZZ=ON, see
 # tests/fuzz/CMakeLists.txt); they are run by hand, not here, to keep CI under 30 minutes
 # on a 2-core machine: the ASan+UBSan build of everything is the expensive part (about
@@ -48,6 +57,20 @@ stage "release: full build and test suite"
 bash "$root/scripts/build.sh"
 (cd "$root/build" && ctest --output-on-failure -j"$jobs" --timeout 900)
 done_stage "release"
+
+stage "isa-clang: each SIMD path of a portable clang build against the scalar reference"
+CC=clang CXX=clang++ cmake -S "$root" -B "$root/build-clang" -DCMAKE_BUILD_TYPE=Release \
+  -DKVSCOPE_NATIVE=OFF -DKVSCOPE_APP=OFF -DKVSCOPE_CUDA=OFF >/dev/null
+isa_tests=(test_matmul test_attention test_elementwise test_quant)
+cmake --build "$root/build-clang" -j"$jobs" --target "${isa_tests[@]}"
+for t in "${isa_tests[@]}"; do
+  "$root/build-clang/tests/engine/$t" --gtest_brief=1
+done
+# The dispatch as the environment forces it: a path this CPU lacks is reported as skipped.
+for isa in scalar avx2 avx512; do
+  KVSCOPE_CPU_ISA=$isa "$root/build-clang/tests/engine/test_matmul" --gtest_filter='CpuIsa.*'
+done
+done_stage "isa-clang"
 
 stage "asan+ubsan: every test under AddressSanitizer and UndefinedBehaviorSanitizer"
 cmake -S "$root" -B "$root/build-asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo \

@@ -24,10 +24,6 @@
 #include "engine/gguf.h"
 #include "engine/quant.h"
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
-
 namespace kvscope {
 namespace {
 
@@ -68,9 +64,10 @@ class CpuBackend final : public Backend {
   }
 
   Status do_embed(const Weight& tok_embd, const int32_t* ids, float scale, Tensor out) override {
+    const cpu::IsaKernels& k = cpu::kernels(cpu::isa_active());
     for (int64_t t = 0; t < out.rows; ++t) {
       float* row = out.data + t * out.cols;
-      dequantize_row(tok_embd.type, tok_embd.data + uint64_t(ids[t]) * tok_embd.row_bytes, row,
+      k.dequantize_row(tok_embd.type, tok_embd.data + uint64_t(ids[t]) * tok_embd.row_bytes, row,
                      out.cols);
       if (scale != 1.0f)
         for (int64_t i = 0; i < out.cols; ++i) row[i] *= scale;

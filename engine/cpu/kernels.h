@@ -1,14 +1,18 @@
 // kernels.h — the CPU kernels of one instruction set, as a table of entry points.
 //
 // engine/cpu/kernels_{avx512,avx2,scalar}.cpp each build the table from the generic
-// kernels (kernels_impl.h) for their instruction set; kernels(isa) returns it. Callers
-// pick the table once per operation with kernels(isa_active()).
+// kernels (kernels_impl.h, attention_impl.h, act_impl.h, rows_impl.h) for their
+// instruction set; kernels(isa) returns it. Callers pick the table once per operation
+// with kernels(isa_active()). Every vector instruction of the CPU backend is in those
+// three files: the rest of the engine is portable C++, and engine/quant.cpp is the scalar
+// reference of the row operations below.
 #pragma once
 
 #include <cstdint>
 
 #include "engine/cpu/cpu_isa.h"
 #include "engine/cpu/packed_weight.h"
+#include "engine/gguf.h"
 #include "engine/kv_cache.h"
 
 namespace kvscope::cpu {
@@ -71,6 +75,17 @@ struct IsaKernels {
   void (*attn_combine)(const AttnCombine& a);
   // out[i] = silu(gate[i]) · up[i] for n values (act_impl.h); out may alias gate.
   void (*silu_glu)(const float* gate, const float* up, int64_t n, float* out);
+
+  // Rows (rows_impl.h). n binary16 values at src as fp32 (exact), and back (round to
+  // nearest even): the f16 KV cache rows. Bit for bit what fp16_to_fp32 / fp32_to_fp16 give.
+  void (*f16_to_f32)(const uint8_t* src, float* dst, int64_t n);
+  void (*f32_to_f16)(const float* src, uint8_t* dst, int64_t n);
+  // dst[0..n) = the row's values: bit for bit what kvscope::dequantize_row gives.
+  void (*dequantize_row)(GgmlType t, const void* src, float* dst, int64_t n);
+  // Σ a[i]·b[i], and Σ row[i]·x[i] for a row of any supported type; each path sums in its
+  // own order (agrees with kvscope::vec_dot to rounding).
+  float (*dot_f32)(const float* a, const float* b, int64_t n);
+  float (*vec_dot)(GgmlType t, const void* row, const float* x, int64_t n);
 };
 
 const IsaKernels& kernels_avx512();

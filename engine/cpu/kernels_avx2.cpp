@@ -1,14 +1,18 @@
 // kernels_avx2.cpp — the CPU kernels built for AVX2 + FMA + F16C.
 //
-// Standard headers come first, before the target pragma, so that only this file's own
-// functions are compiled for the instruction set (see cpu_isa.h for the dispatch).
+// engine/CMakeLists.txt compiles this file alone with the instruction set's flags
+// (-mavx2 -mfma -mf16c, and -mno-avx512f so that a -march=native build on an AVX-512
+// machine still tests the AVX2 code); nothing else in the engine is, and cpu_isa.cpp
+// calls in here only when the CPU has them. So the code here must not define anything
+// another file could link to instead of its own copy: the kernels have internal linkage,
+// and the file instantiates no library function out of line (scripts/check_scalar_isa.sh
+// checks the object's symbols).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
 #include <utility>
-#include <vector>
 
 #include <immintrin.h>
 
@@ -23,23 +27,31 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c,bmi,bmi2")
 #include "engine/cpu/act_impl.h"
 #include "engine/cpu/attention_impl.h"
 #include "engine/cpu/kernels_impl.h"
+#include "engine/cpu/rows_impl.h"
 #include "engine/cpu/simd_avx2.h"
 
 namespace kvscope::cpu {
 
 const IsaKernels& kernels_avx2() {
-  static const IsaKernels k{Isa::Avx2, &Kernels<VecAvx2>::matmul_groups,
-                            VecAvx2::kTileT, &Kernels<VecAvx2>::transpose_x,
-                            &AttnKernels<VecAvx2>::attn_chunk, &AttnKernels<VecAvx2>::attn_combine,
-                            &ActKernels<VecAvx2>::silu_glu};
+  using K = Kernels<VecAvx2>;
+  using A = AttnKernels<VecAvx2>;
+  using R = RowKernels<VecAvx2>;
+  static const IsaKernels k{.isa = Isa::Avx2,
+                            .matmul_groups = &K::matmul_groups,
+                            .tile_t = VecAvx2::kTileT,
+                            .transpose_x = &K::transpose_x,
+                            .attn_chunk = &A::attn_chunk,
+                            .attn_combine = &A::attn_combine,
+                            .silu_glu = &ActKernels<VecAvx2>::silu_glu,
+                            .f16_to_f32 = &R::f16_to_f32,
+                            .f32_to_f16 = &R::f32_to_f16,
+                            .dequantize_row = &R::dequantize_row,
+                            .dot_f32 = &R::dot_f32,
+                            .vec_dot = &R::vec_dot};
   return k;
 }
 
 }  // namespace kvscope::cpu
-
-#pragma GCC pop_options

@@ -1,14 +1,17 @@
 // kernels_avx512.cpp — the CPU kernels built for AVX-512 (F, BW, VL, DQ).
 //
-// Standard headers come first, before the target pragma, so that only this file's own
-// functions are compiled for the instruction set (see cpu_isa.h for the dispatch).
+// engine/CMakeLists.txt compiles this file alone with the instruction set's flags
+// (-mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c); nothing else in the
+// engine is, and cpu_isa.cpp calls in here only when the CPU has them. So the code here
+// must not define anything another file could link to instead of its own copy: the
+// kernels have internal linkage, and the file instantiates no library function out of
+// line (scripts/check_scalar_isa.sh checks the object's symbols).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
 #include <utility>
-#include <vector>
 
 #include <immintrin.h>
 
@@ -23,24 +26,31 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi,bmi2")
 #include "engine/cpu/act_impl.h"
 #include "engine/cpu/attention_impl.h"
 #include "engine/cpu/kernels_impl.h"
+#include "engine/cpu/rows_impl.h"
 #include "engine/cpu/simd_avx512.h"
 
 namespace kvscope::cpu {
 
 const IsaKernels& kernels_avx512() {
-  static const IsaKernels k{Isa::Avx512, &Kernels<VecAvx512>::matmul_groups,
-                            VecAvx512::kTileT, &Kernels<VecAvx512>::transpose_x,
-                            &AttnKernels<VecAvx512>::attn_chunk,
-                            &AttnKernels<VecAvx512>::attn_combine,
-                            &ActKernels<VecAvx512>::silu_glu};
+  using K = Kernels<VecAvx512>;
+  using A = AttnKernels<VecAvx512>;
+  using R = RowKernels<VecAvx512>;
+  static const IsaKernels k{.isa = Isa::Avx512,
+                            .matmul_groups = &K::matmul_groups,
+                            .tile_t = VecAvx512::kTileT,
+                            .transpose_x = &K::transpose_x,
+                            .attn_chunk = &A::attn_chunk,
+                            .attn_combine = &A::attn_combine,
+                            .silu_glu = &ActKernels<VecAvx512>::silu_glu,
+                            .f16_to_f32 = &R::f16_to_f32,
+                            .f32_to_f16 = &R::f32_to_f16,
+                            .dequantize_row = &R::dequantize_row,
+                            .dot_f32 = &R::dot_f32,
+                            .vec_dot = &R::vec_dot};
   return k;
 }
 
 }  // namespace kvscope::cpu
-
-#pragma GCC pop_options

@@ -22,10 +22,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 #include <utility>
-#include <vector>
 
 #include "engine/cpu/packed_weight.h"
 
@@ -37,6 +37,27 @@ inline uint32_t load_u16(const uint8_t* p) {
   std::memcpy(&v, p, 2);
   return v;
 }
+
+// Per-thread scratch of the panel kernel, zeroed when it grows. A type of this header's own
+// (internal linkage) rather than std::vector: a library template instantiated here would
+// be compiled with the including file's instruction-set flags, and the linker could pick
+// that copy for the rest of the program too.
+struct ScratchFloats {
+  float* p = nullptr;
+  size_t n = 0;
+  ScratchFloats() = default;
+  ScratchFloats(const ScratchFloats&) = delete;
+  ScratchFloats& operator=(const ScratchFloats&) = delete;
+  ~ScratchFloats() { std::free(p); }
+  void reserve(size_t want) {
+    if (want <= n) return;
+    std::free(p);
+    p = static_cast<float*>(std::calloc(want, sizeof(float)));
+    if (!p) std::abort();  // out of memory
+    n = want;
+  }
+  float* data() const { return p; }
+};
 
 // ---- decoders of one packed block (16 rows) ----
 // A block of kValues k-values is kSegs segments of kSegValues; seg() loads a segment's
@@ -360,8 +381,8 @@ struct Kernels {
     // sweep it), a multiple of the tile height.
     const int64_t fit = std::max<int64_t>(TG, (int64_t(192) << 10) / (ps * 4)) / TG * TG;
     const int64_t pg = std::min<int64_t>(fit, 16);
-    thread_local std::vector<float> buf;
-    if (buf.size() < size_t(pg * ps)) buf.resize(size_t(pg * ps));
+    thread_local ScratchFloats buf;
+    buf.reserve(size_t(pg * ps));
     for (int64_t q0 = g0; q0 < g1; q0 += pg) {
       const int ng = int(std::min(pg, g1 - q0));
       decode_panel<Dec>(p, q0, ng, buf.data());

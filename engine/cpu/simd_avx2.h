@@ -1,7 +1,8 @@
 // simd_avx2.h — 8-lane fp32 vector primitives for the AVX2 + FMA + F16C kernels.
 //
-// Included only by engine/cpu/kernels_avx2.cpp, after its target pragma. Same interface
-// as simd_avx512.h (see there); a 16-row group is two vectors.
+// Included only by engine/cpu/kernels_avx2.cpp, the one file built with these instructions
+// (engine/CMakeLists.txt). Same interface as simd_avx512.h (see there); a 16-row group is
+// two vectors.
 #pragma once
 
 #include <immintrin.h>
@@ -71,6 +72,10 @@ struct VecAvx2 {
   static F bf16(const uint8_t* p) {
     const I w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  }
+  static void store_f16(uint8_t* p, F v) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                     _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
   static float half(const uint8_t* p) {
     uint16_t h;

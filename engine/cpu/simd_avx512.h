@@ -1,9 +1,10 @@
 // simd_avx512.h — 16-lane fp32 vector primitives for the AVX-512 kernels.
 //
-// Included only by engine/cpu/kernels_avx512.cpp, after its target pragma. The generic
-// kernels (engine/cpu/kernels_impl.h) are written against this interface, which the
-// AVX2 (simd_avx2.h) and scalar (simd_scalar.h) paths provide too. One lane holds one
-// weight row of a 16-row group, so a group is 16 / N vectors.
+// Included only by engine/cpu/kernels_avx512.cpp, the one file built with these
+// instructions (engine/CMakeLists.txt). The generic kernels (engine/cpu/kernels_impl.h)
+// are written against this interface, which the AVX2 (simd_avx2.h) and scalar
+// (simd_scalar.h) paths provide too. One lane holds one weight row of a 16-row group, so a
+// group is 16 / N vectors.
 #pragma once
 
 #include <immintrin.h>
@@ -80,6 +81,11 @@ struct VecAvx512 {
   static F bf16(const uint8_t* p) {
     const I w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+  }
+  // N values as binary16 at p, rounded to nearest even.
+  static void store_f16(uint8_t* p, F v) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                        _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
   static float half(const uint8_t* p) {
     uint16_t h;

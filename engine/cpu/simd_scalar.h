@@ -69,6 +69,11 @@ struct VecScalar {
   static F f16(const uint8_t* p) { return fp16_to_fp32(u16(p)); }
   static F bf16(const uint8_t* p) { return bf16_to_fp32(u16(p)); }
   static float half(const uint8_t* p) { return f16(p); }
+  // v as binary16 at p, rounded to nearest even.
+  static void store_f16(uint8_t* p, F v) {
+    const uint16_t h = fp32_to_fp16(v);
+    std::memcpy(p, &h, 2);
+  }
 
   static float hsum(F v) { return v; }
   static float hmax(F v) { return v; }

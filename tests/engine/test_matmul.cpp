@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -393,8 +394,9 @@ TEST_F(Matmul, ReleasedWeightPagesReadBackUnchanged) {
 TEST(CpuIsa, StartsOnThePathTheEnvironmentNames) {
   const char* env = std::getenv("KVSCOPE_CPU_ISA");
   Isa want = cpu::isa_best();
+  std::optional<Isa> named;
   if (env) {
-    auto named = cpu::isa_from_name(env);
+    named = cpu::isa_from_name(env);
     ASSERT_TRUE(named.has_value()) << env;
     if (int(*named) < int(want)) want = *named;
   }
@@ -403,6 +405,11 @@ TEST(CpuIsa, StartsOnThePathTheEnvironmentNames) {
               cpu::isa_name(cpu::isa_active()));
   EXPECT_TRUE(cpu::isa_supported(Isa::Scalar));
   EXPECT_FALSE(cpu::isa_from_name("sse9").has_value());
+  // A path this CPU lacks falls back to the best below it: right, but then this run did
+  // not test the path it was asked to (engine_cpu_isa_env_*), so it says so.
+  if (named && *named != cpu::isa_active())
+    GTEST_SKIP() << "KVSCOPE_CPU_ISA=" << env << " but this CPU lacks it: ran on "
+                 << cpu::isa_name(cpu::isa_active());
 }
 
 }  // namespace

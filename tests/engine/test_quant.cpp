@@ -1,12 +1,18 @@
 // test_quant.cpp — block formats: hand-built blocks with known values, fp16/bf16
 // conversion edge cases, and vec_dot against dequantize_row + a double-precision dot.
+// The CPU backend's row kernels on every dispatch path (AVX-512, AVX2, scalar; each where
+// the CPU has it): f16 conversions and dequantize_row bit for bit as the reference here,
+// dot_f32 / vec_dot to rounding.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <vector>
 
+#include "engine/cpu/cpu_isa.h"
+#include "engine/cpu/kernels.h"
 #include "engine/quant.h"
 #include "tests/util/gguf_writer.h"
 
@@ -343,6 +349,131 @@ TEST(VecDot, WorksOnUnalignedRows) {
     const float a = vec_dot(t, row.data(), x.data() + 1, n);
     const float b = vec_dot(t, shifted.data() + 1, x.data() + 1, n);
     EXPECT_EQ(a, b) << ggml_type_name(t);
+  }
+}
+
+using cpu::Isa;
+
+uint32_t bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
+// The paths this CPU can run (the others are named as not run).
+std::vector<Isa> paths() {
+  std::vector<Isa> out;
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+    if (cpu::isa_supported(isa)) {
+      out.push_back(isa);
+    } else {
+      std::printf("%s: not supported by this CPU, not run\n", cpu::isa_name(isa));
+    }
+  }
+  return out;
+}
+
+TEST(RowKernels, F16ConversionsEqualTheReferenceOnEveryPath) {
+  // Every binary16 value, in a row whose length leaves a tail on every path.
+  std::vector<uint8_t> halves(2 * 65537);
+  for (uint32_t h = 0; h < 65537; ++h) put16(halves, 2 * h, uint16_t(h * 40503u));
+  // fp32 values: random bit patterns, and values around every rounding boundary and range
+  // edge of binary16 (ties, subnormals, overflow, inf, NaN with payloads).
+  std::mt19937 rng(5);
+  std::vector<float> floats;
+  for (int i = 0; i < 50001; ++i) {
+    uint32_t b = rng();
+    float f;
+    std::memcpy(&f, &b, 4);
+    floats.push_back(f);
+  }
+  for (uint32_t h = 0; h < 0x7c00; h += 7) {
+    const float a = fp16_to_fp32(uint16_t(h)), b = fp16_to_fp32(uint16_t(h + 1));
+    for (float f : {a, (a + b) / 2, std::nextafter((a + b) / 2, 0.0f), -(a + b) / 2})
+      floats.push_back(f);
+  }
+  for (float f : {65504.0f, 65519.99f, 65520.0f, 1e9f, -1e9f, INFINITY, -INFINITY, NAN, -NAN, 0.0f,
+                  -0.0f, 1e-40f, -1e-40f, 5.9604645e-8f, 2.9802322e-8f, 2.9802326e-8f})
+    floats.push_back(f);
+  uint32_t nan_payload = 0x7fa01234u;
+  float f;
+  std::memcpy(&f, &nan_payload, 4);
+  floats.push_back(f);
+  const int64_t nh = int64_t(halves.size() / 2), nf = int64_t(floats.size());
+
+  for (Isa isa : paths()) {
+    SCOPED_TRACE(cpu::isa_name(isa));
+    const cpu::IsaKernels& k = cpu::kernels(isa);
+    std::vector<float> got(static_cast<size_t>(nh));
+    k.f16_to_f32(halves.data(), got.data(), nh);
+    for (int64_t i = 0; i < nh; ++i) {
+      uint16_t h;
+      std::memcpy(&h, halves.data() + 2 * i, 2);
+      ASSERT_EQ(bits(got[size_t(i)]), bits(fp16_to_fp32(h))) << "half " << h;
+    }
+    std::vector<uint8_t> enc(2 * static_cast<size_t>(nf));
+    k.f32_to_f16(floats.data(), enc.data(), nf);
+    for (int64_t i = 0; i < nf; ++i) {
+      uint16_t h;
+      std::memcpy(&h, enc.data() + 2 * i, 2);
+      ASSERT_EQ(h, fp32_to_fp16(floats[size_t(i)])) << "value " << floats[size_t(i)] << " bits "
+                                                    << bits(floats[size_t(i)]);
+    }
+  }
+}
+
+TEST(RowKernels, DequantizeRowEqualsTheReferenceBitForBitOnEveryPath) {
+  std::mt19937 rng(321);
+  for (GgmlType t :
+       {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
+        GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q6_K}) {
+    const int64_t bs = type_traits(t)->block_size;
+    // One block (37 values of a float type: a tail on every path), and several.
+    for (int64_t n : {bs == 1 ? int64_t(37) : bs, bs == 1 ? int64_t(261) : 8 * bs}) {
+      const auto row = random_row(t, n, rng);
+      std::vector<float> want(static_cast<size_t>(n));
+      dequantize_row(t, row.data(), want.data(), n);
+      for (Isa isa : paths()) {
+        std::vector<float> got(static_cast<size_t>(n), -1.0f);
+        cpu::kernels(isa).dequantize_row(t, row.data(), got.data(), n);
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(bits(got[size_t(i)]), bits(want[size_t(i)]))
+              << cpu::isa_name(isa) << " " << ggml_type_name(t) << " n=" << n << " value " << i;
+      }
+    }
+  }
+}
+
+TEST(RowKernels, DotsMatchDequantizeThenDotOnEveryPath) {
+  std::mt19937 rng(77);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  for (Isa isa : paths()) {
+    const cpu::IsaKernels& k = cpu::kernels(isa);
+    for (GgmlType t :
+         {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
+          GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q6_K}) {
+      const int64_t bs = type_traits(t)->block_size;
+      const std::vector<int64_t> lengths = bs == 1    ? std::vector<int64_t>{1, 7, 33, 100, 1536}
+                                           : bs == 32 ? std::vector<int64_t>{32, 96, 1536}
+                                                      : std::vector<int64_t>{256, 1536};
+      for (int64_t n : lengths) {
+        const auto row = random_row(t, n, rng);
+        // x one float past an aligned start: the kernels need no alignment.
+        std::vector<float> xs(size_t(n) + 1), w(static_cast<size_t>(n));
+        for (float& v : xs) v = u(rng);
+        const float* x = xs.data() + 1;
+        dequantize_row(t, row.data(), w.data(), n);
+        double ref = 0, mag = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          ref += static_cast<double>(w[size_t(i)]) * x[i];
+          mag += std::fabs(static_cast<double>(w[size_t(i)]) * x[i]);
+        }
+        const std::string what =
+            std::string(cpu::isa_name(isa)) + " " + ggml_type_name(t) + " n=" + std::to_string(n);
+        EXPECT_NEAR(k.vec_dot(t, row.data(), x, n), ref, 1e-5 * mag + 1e-6) << what;
+        EXPECT_NEAR(k.dot_f32(w.data(), x, n), ref, 1e-5 * mag + 1e-6) << what;
+      }
+    }
   }
 }
 
