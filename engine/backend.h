@@ -22,7 +22,7 @@
 
 #include "engine/kv_cache.h"
 #include "engine/model.h"
-#include "engine/status.h"
+#include "common/status.h"
 
 namespace kvscope {
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "engine/gguf.h"
-#include "engine/status.h"
+#include "common/status.h"
 
 namespace kvscope {
 

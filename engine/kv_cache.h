@@ -37,7 +37,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/status.h"
+#include "common/status.h"
 
 namespace kvscope {
 

@@ -22,7 +22,7 @@
 #include <string>
 
 #include "engine/kv_cache.h"
-#include "engine/status.h"
+#include "common/status.h"
 
 namespace kvscope {
 

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "engine/gguf.h"
-#include "engine/status.h"
+#include "common/status.h"
 #include "engine/tokenizer.h"
 
 namespace kvscope {

@@ -5,7 +5,7 @@
 
 #include "engine/gguf.h"
 #include "engine/model.h"
-#include "engine/status.h"
+#include "common/status.h"
 
 namespace kvscope {
 

@@ -30,7 +30,7 @@
 #include "engine/kv_policy.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
-#include "engine/status.h"
+#include "common/status.h"
 
 namespace kvscope {
 

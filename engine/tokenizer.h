@@ -22,7 +22,7 @@
 
 #include "engine/chat_format.h"
 #include "engine/gguf.h"
-#include "engine/status.h"
+#include "common/status.h"
 #include "engine/utf8.h"
 
 namespace kvscope {

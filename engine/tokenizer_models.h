@@ -7,7 +7,7 @@
 #include <string>
 
 #include "engine/gguf.h"
-#include "engine/status.h"
+#include "common/status.h"
 #include "engine/tokenizer.h"
 
 namespace kvscope {

@@ -15,7 +15,7 @@
 #include "app/core/finish_reason.h"
 #include "app/core/step_source.h"
 #include "engine/session.h"
-#include "engine/status.h"
+#include "common/status.h"
 
 namespace kvscope::app {
 

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "engine/session.h"
-#include "engine/status.h"
+#include "common/status.h"
 
 namespace kvscope::cli {
 

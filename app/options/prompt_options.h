@@ -7,7 +7,7 @@
 #include <string>
 
 #include "engine/session.h"
-#include "engine/status.h"
+#include "common/status.h"
 
 namespace kvscope::cli {
 

@@ -7,6 +7,19 @@
 
 namespace kvscope::app {
 
+EngineOptions engine_options(const CaptureOptions& cap, CacheMode mode, int max_tokens) {
+  EngineOptions eo;
+  eo.model_path = cap.model_path;
+  eo.backend = cap.backend;
+  eo.mode = mode;
+  eo.max_tokens = max_tokens;
+  eo.kv_types = cap.kv_types;
+  eo.limits = cap.limits;
+  eo.kv_policy = cap.kv_policy;
+  eo.kv_errors = cap.kv_errors;
+  return eo;
+}
+
 Status run_steps(Session& session, const PromptSpec& prompt, int steps, Timeline* timeline) {
   KV_TRY(session.reset(prompt));
   Event reset{Event::Kind::Reset, timeline->run() + 1};

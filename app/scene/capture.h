@@ -6,8 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "app/scene/scene_builder.h"
+#include "app/core/engine_setup.h"
 #include "app/core/timeline.h"
+#include "app/scene/scene_builder.h"
 #include "render/camera.h"
 #include "render/renderer.h"
 
@@ -45,6 +46,10 @@ struct CaptureOptions {
   int look_at_pos = -1;      // >= 0 (screenshot): the camera slides to this position
   double since_step = 0.45;  // animation time of the captured frame after the last step
 };
+
+// The engine the capture options name (model, backend, KV cache), in `mode`, for
+// `max_tokens` steps: what the window and a screenshot open.
+EngineOptions engine_options(const CaptureOptions& cap, CacheMode mode, int max_tokens);
 
 // Resets `session` with `prompt` and runs up to `steps` steps (fewer if it stops),
 // feeding every trace into `timeline` in order.

@@ -131,101 +131,89 @@ Expected<std::string> export_view_png(render::Renderer& r, const render::Scene& 
   return ec ? path : abs.string();
 }
 
-int run_screenshot(const CaptureOptions& opts, bool panels) {
-  auto fail = [](const std::string& msg) { return cli::fail(msg); };
-  if (opts.out_path.empty())
-    return fail("--screenshot needs an output path, e.g. --screenshot out.png");
-  if (opts.steps < 1 || opts.steps > cli::kMaxCaptureSteps)  // checked by the parser too
-    return fail("--steps: " + std::to_string(opts.steps) + " is outside 1.." +
-                std::to_string(cli::kMaxCaptureSteps));
-  PromptSpec prompt;
-  if (!opts.prompt_file.empty()) {
-    auto p = read_prompt_file(opts.prompt_file);
-    if (!p.ok()) return fail(p.error().message);
-    prompt = p.value();
-  } else {
-    prompt = load_prompts().front().spec;
-  }
-  auto gl = OffscreenContext::create();
-  if (!gl.ok()) return fail(gl.error().message);
+namespace {
 
-  Timeline tl;
+// The prompt a screenshot runs: --prompt-file's, else the first of prompts/.
+Expected<PromptSpec> screenshot_prompt(const CaptureOptions& opts) {
+  if (opts.prompt_file.empty()) return load_prompts().front().spec;
+  return read_prompt_file(opts.prompt_file);
+}
+
+// What a screenshot's run produced: the timeline, the model's facts, the prompt (a
+// recording's own) and the engine's one-line notice (a GPU fallback).
+struct ShotRun {
   ModelFacts facts;
+  PromptSpec prompt;
   std::string notice;
-  if (!opts.replay_path.empty()) {  // a recording: no model
-    auto rep = open_replay(opts.replay_path);
-    if (!rep.ok()) return fail(rep.error().message);
-    facts = rep.value()->facts();
-    DriveOptions d;
-    d.steps = opts.steps_given ? opts.steps : int(kRunMaxPositions);
-    d.timeline = &tl;
-    if (auto end = drive_run(*rep.value(), prompt, d); !end.ok()) return fail(end.error().message);
-    prompt = rep.value()->prompt();
-  } else {
-    EngineOptions eo;
-    eo.model_path = opts.model_path;
-    eo.backend = opts.backend;
-    eo.mode = opts.mode;
-    eo.max_tokens = opts.steps;
-    eo.kv_types = opts.kv_types;
-    eo.limits = opts.limits;
-    eo.kv_policy = opts.kv_policy;
-    eo.kv_errors = opts.kv_errors;
-    auto engine = open_engine(eo);
-    if (!engine.ok()) return fail(engine.error().message);
-    EngineHandle& eng = engine.value();
-    facts = model_facts(eng);
-    notice = eng.notice;
-    // The history spool, as the app keeps it, so --view-step reads old steps back.
-    RunMeta meta;
-    meta.producer = "kvscope";
-    meta.model = facts;
-    meta.prompt = prompt;
-    meta.mode = eng.session->mode();
-    meta.sampler = eng.session->sampler();
-    meta.max_tokens = eo.max_tokens;
-    auto spool = RunFile::create_spool(default_spool_dir(), meta, 0);
-    auto src = make_session_source(std::move(eng.session), facts);
-    DriveOptions d;
-    d.steps = opts.steps;
-    d.timeline = &tl;
-    if (spool.ok()) d.record = spool.value();
-    if (opts.compare) {  // compare modes, as the app runs them (interleaved or not)
-      if (spool.ok())
-        d.next_record = [&meta]() -> std::shared_ptr<RunFile> {
-          auto sp2 = RunFile::create_spool(default_spool_dir(), meta, 0);
-          return sp2.ok() ? sp2.value() : nullptr;
-        };
-      if (auto end = drive_compare(*src, prompt, opts.compare_interleaved, d); !end.ok())
-        return fail(end.error().message);
-    } else if (auto end = drive_run(*src, prompt, d); !end.ok()) {
-      return fail(end.error().message);
-    }
+};
+
+// A recording played into `tl`, without a model.
+Expected<ShotRun> replay_into(const CaptureOptions& opts, PromptSpec prompt, Timeline& tl) {
+  auto rep = open_replay(opts.replay_path);
+  if (!rep.ok()) return rep.error();
+  ShotRun r;
+  r.facts = rep.value()->facts();
+  DriveOptions d;
+  d.steps = opts.steps_given ? opts.steps : int(kRunMaxPositions);
+  d.timeline = &tl;
+  if (auto end = drive_run(*rep.value(), prompt, d); !end.ok()) return end.error();
+  r.prompt = rep.value()->prompt();
+  return r;
+}
+
+// The real engine run into `tl` (compare modes as the app runs them), with the history
+// spool the app keeps, so --view-step reads old steps back.
+Expected<ShotRun> run_into(const CaptureOptions& opts, PromptSpec prompt, Timeline& tl) {
+  const EngineOptions eo = engine_options(opts, opts.mode, opts.steps);
+  auto engine = open_engine(eo);
+  if (!engine.ok()) return engine.error();
+  EngineHandle& eng = engine.value();
+  ShotRun r;
+  r.facts = model_facts(eng);
+  r.prompt = prompt;
+  r.notice = eng.notice;
+  RunMeta meta;
+  meta.producer = "kvscope";
+  meta.model = r.facts;
+  meta.prompt = prompt;
+  meta.mode = eng.session->mode();
+  meta.sampler = eng.session->sampler();
+  meta.max_tokens = eo.max_tokens;
+  auto spool = RunFile::create_spool(default_spool_dir(), meta, 0);
+  auto src = make_session_source(std::move(eng.session), r.facts);
+  DriveOptions d;
+  d.steps = opts.steps;
+  d.timeline = &tl;
+  if (spool.ok()) d.record = spool.value();
+  if (!opts.compare) {
+    if (auto end = drive_run(*src, prompt, d); !end.ok()) return end.error();
+    return r;
   }
-  if (opts.view_step > 0) tl.scrub_to(opts.view_step);
+  if (spool.ok())
+    d.next_record = [&meta]() -> std::shared_ptr<RunFile> {
+      auto sp2 = RunFile::create_spool(default_spool_dir(), meta, 0);
+      return sp2.ok() ? sp2.value() : nullptr;
+    };
+  if (auto end = drive_compare(*src, prompt, opts.compare_interleaved, d); !end.ok())
+    return end.error();
+  return r;
+}
 
-  render::RendererOptions ro;
-  ro.shader_dir = render::find_shader_dir(executable_dir());
-  Expected<std::unique_ptr<render::Renderer>> renderer_or = render::Renderer::create(ro);
-  if (!renderer_or.ok()) return fail(renderer_or.error().message);
-  std::unique_ptr<render::Renderer> renderer = std::move(renderer_or).value();
-
-  UiState ui;
+// The UI state a screenshot draws with: the command line's view, camera and sections.
+void screenshot_ui(UiState& ui, const CaptureOptions& opts, const ShotRun& run,
+                   const Timeline& tl) {
   ui.prompts = load_prompts();
   if (!opts.prompt_file.empty() || !opts.replay_path.empty())
-    ui.prompts.insert(ui.prompts.begin(), {opts.replay_path.empty() ? "file" : "recorded", prompt});
-  ui.facts = facts;
+    ui.prompts.insert(ui.prompts.begin(),
+                      {opts.replay_path.empty() ? "file" : "recorded", run.prompt});
+  ui.facts = run.facts;
   ui.solo_sections = opts.sections;
   ui.rss_bytes = process_resident_bytes();
   ui.replay = !opts.replay_path.empty();
   ui.replay_path = opts.replay_path;
   ui.run_kv = run_kv_choice(ui.facts.kv_types, opts.replay_path.empty() ? opts.limits : KvLimits{});
-  ui.engine_options.model_path = opts.model_path;  // what the Cache quality section opens
-  ui.engine_options.backend = opts.backend;
-  ui.engine_options.kv_types = opts.kv_types;
-  ui.engine_options.limits = opts.limits;
-  ui.engine_options.kv_policy = opts.kv_policy;
-  ui.engine_options.kv_errors = opts.kv_errors;
+  // What the Cache quality section opens.
+  ui.engine_options = engine_options(opts, ui.engine_options.mode, ui.engine_options.max_tokens);
   ui.view = opts.view;
   if (ui.view.layer == kMiddleLayer) ui.view.layer = ui.facts.n_layer / 2;
   ui.preset = opts.camera;
@@ -235,33 +223,69 @@ int run_screenshot(const CaptureOptions& opts, bool panels) {
   }
   ui.mode = tl.mode();
   ui.hovered_pos = opts.view.hovered_pos;
-  add_notice(ui, notice);
-  if (opts.quality_steps > 0) {
-    if (!opts.replay_path.empty()) return fail("--cache-quality needs a model, not a recording");
-    ui.quality_kv = ui.run_kv;
-    ui.quality_steps = opts.quality_steps;
-    ui.quality->start(quality_spec(ui, prompt));
-    ui.quality->wait();
-    QualitySnapshot q = ui.quality->snapshot();
-    if (!q.error.empty()) return fail("cache quality: " + q.error);
-    const int n = int(q.points.size());
-    std::printf("kvscope: cache quality: %s vs f16, %d steps, mean KL %.4g nats, top-1 %d/%d\n",
-                q.candidate.c_str(), n, q.mean_kl, q.agreements, n);
-    if (opts.sections.empty()) ui.solo_sections = "Cache quality";
-  }
+  add_notice(ui, run.notice);
+}
+
+// --cache-quality: the comparison run to its end before the picture, and one line about it.
+Status run_quality(UiState& ui, const CaptureOptions& opts, const PromptSpec& prompt) {
+  if (!opts.replay_path.empty()) return make_error("--cache-quality needs a model, not a recording");
+  ui.quality_kv = ui.run_kv;
+  ui.quality_steps = opts.quality_steps;
+  ui.quality->start(quality_spec(ui, prompt));
+  ui.quality->wait();
+  QualitySnapshot q = ui.quality->snapshot();
+  if (!q.error.empty()) return make_error("cache quality: ", q.error);
+  const int n = int(q.points.size());
+  std::printf("kvscope: cache quality: %s vs f16, %d steps, mean KL %.4g nats, top-1 %d/%d\n",
+              q.candidate.c_str(), n, q.mean_kl, q.agreements, n);
+  if (opts.sections.empty()) ui.solo_sections = "Cache quality";
+  return Status::Ok();
+}
+
+// out.png -> out-top.png, out-34.png, ... when several cameras are asked for.
+std::string shot_path(const std::string& out, render::CameraPreset preset, bool several) {
+  if (!several) return out;
+  std::string tag = render::camera_preset_name(preset);
+  tag.erase(std::remove(tag.begin(), tag.end(), '/'), tag.end());
+  size_t dot = out.rfind('.');
+  size_t slash = out.rfind('/');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) dot = out.size();
+  return out.substr(0, dot) + "-" + tag + out.substr(dot);
+}
+
+}  // namespace
+
+int run_screenshot(const CaptureOptions& opts, bool panels) {
+  auto fail = [](const std::string& msg) { return cli::fail(msg); };
+  if (opts.out_path.empty())
+    return fail("--screenshot needs an output path, e.g. --screenshot out.png");
+  if (opts.steps < 1 || opts.steps > cli::kMaxCaptureSteps)  // checked by the parser too
+    return fail("--steps: " + std::to_string(opts.steps) + " is outside 1.." +
+                std::to_string(cli::kMaxCaptureSteps));
+  auto prompt = screenshot_prompt(opts);
+  if (!prompt.ok()) return fail(prompt.error().message);
+  auto gl = OffscreenContext::create();
+  if (!gl.ok()) return fail(gl.error().message);
+
+  Timeline tl;
+  auto run = opts.replay_path.empty() ? run_into(opts, *prompt, tl) : replay_into(opts, *prompt, tl);
+  if (!run.ok()) return fail(run.error().message);
+  if (opts.view_step > 0) tl.scrub_to(opts.view_step);
+
+  render::RendererOptions ro;
+  ro.shader_dir = render::find_shader_dir(executable_dir());
+  Expected<std::unique_ptr<render::Renderer>> renderer_or = render::Renderer::create(ro);
+  if (!renderer_or.ok()) return fail(renderer_or.error().message);
+  std::unique_ptr<render::Renderer> renderer = std::move(renderer_or).value();
+
+  UiState ui;
+  screenshot_ui(ui, opts, *run, tl);
+  if (opts.quality_steps > 0)
+    if (Status st = run_quality(ui, opts, run->prompt); !st.ok()) return fail(st.message());
   std::vector<render::CameraPreset> presets{opts.camera};
   presets.insert(presets.end(), opts.more_cameras.begin(), opts.more_cameras.end());
   for (render::CameraPreset preset : presets) {
-    std::string path = opts.out_path;
-    if (presets.size() > 1) {  // out.png -> out-top.png, out-34.png, ...
-      std::string tag = render::camera_preset_name(preset);
-      tag.erase(std::remove(tag.begin(), tag.end(), '/'), tag.end());
-      size_t dot = path.rfind('.');
-      size_t slash = path.rfind('/');
-      if (dot == std::string::npos || (slash != std::string::npos && dot < slash))
-        dot = path.size();
-      path = path.substr(0, dot) + "-" + tag + path.substr(dot);
-    }
+    const std::string path = shot_path(opts.out_path, preset, presets.size() > 1);
     AppShot shot;
     shot.width = opts.width;
     shot.height = opts.height;

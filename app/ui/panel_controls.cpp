@@ -87,12 +87,10 @@ int prompt_box_callback(ImGuiInputTextCallbackData* d) {
   ui.prompt_cursor = size_t(d->CursorPos);
   return 0;
 }
-}  // namespace
 
-void panel_controls(UiState& ui, Controller* ctl, const ControllerState& cs, const Timeline& tl) {
+// The prompt: the files in prompts/ as radio buttons, and a box for your own.
+void prompt_section(UiState& ui, Controller* ctl, const ControllerState& cs) {
   ImGui::BeginDisabled(!ui.engine_ready || ui.replay);
-
-  // Prompt: the files in prompts/, and your own.
   ImGui::TextDisabled("Prompt");
   int n = int(ui.prompts.size());
   const ImGuiStyle& style = ImGui::GetStyle();
@@ -169,12 +167,10 @@ void panel_controls(UiState& ui, Controller* ctl, const ControllerState& cs, con
   }
   ImGui::EndDisabled();
   if (ui.replay) ImGui::TextDisabled("a recording plays its own prompt and settings");
+}
 
-  // Sliders and combos leave room for their labels ("temperature" is the longest).
-  ImGui::PushItemWidth(-(ImGui::CalcTextSize("temperature").x + style.ItemInnerSpacing.x));
-
-  // Pace (a recording too) and length (the transport buttons and the cache mode are in the
-  // toolbar).
+// Pace, a recording's too (the transport buttons and the cache mode are in the toolbar).
+void pace_section(UiState& ui, Controller* ctl) {
   ImGui::Separator();
   ImGui::TextDisabled("Generation");
   ImGui::BeginDisabled(!ui.engine_ready);
@@ -186,7 +182,11 @@ void panel_controls(UiState& ui, Controller* ctl, const ControllerState& cs, con
     send(ctl, CmdSpeed{ui.speed});
   ImGui::EndDisabled();
   ImGui::EndDisabled();
-  ImGui::BeginDisabled(!ui.engine_ready || ui.replay);
+}
+
+// Length and compare modes: this prompt with the cache and without it.
+void length_and_compare(UiState& ui, Controller* ctl, const ControllerState& cs) {
+  const int n = int(ui.prompts.size());
   if (ImGui::SliderInt("max tokens", &ui.max_tokens, 1, 4096))
     send(ctl, CmdMaxTokens{ui.max_tokens});
 
@@ -229,7 +229,10 @@ void panel_controls(UiState& ui, Controller* ctl, const ControllerState& cs, con
           "the same machine load, so their times compare fairly.");
     ui.compare_interleaved = order == 1;
   }
+}
 
+// Temperature, top-k, top-p and the seed.
+void sampling_section(UiState& ui, Controller* ctl) {
   if (ImGui::TreeNode("Sampling")) {
     bool s = ImGui::SliderFloat("temperature", &ui.sampler.temperature, 0.0f, 2.0f, "%.2f");
     s |= ImGui::SliderInt("top-k", &ui.sampler.top_k, 0, 200);
@@ -243,8 +246,10 @@ void panel_controls(UiState& ui, Controller* ctl, const ControllerState& cs, con
     ImGui::TextDisabled(ui.sampler.temperature <= 0 ? "greedy (temperature 0)" : "sampling");
     ImGui::TreePop();
   }
-  ImGui::EndDisabled();
+}
 
+// What the beams show: which layer and heads, the sink, the KV blocks' colouring, labels.
+void beams_section(UiState& ui, Controller* ctl, const Timeline& tl) {
   // What the beams show.
   ImGui::Separator();
   ImGui::TextDisabled("Attention beams");
@@ -280,6 +285,21 @@ void panel_controls(UiState& ui, Controller* ctl, const ControllerState& cs, con
         "and position (K, or V with the box above). Measured only while this is on.");
   if (ui.view.color_by_error) kv_error_legend(ui, tl);
   ImGui::Checkbox("token labels", &ui.view.labels);
+}
+
+}  // namespace
+
+void panel_controls(UiState& ui, Controller* ctl, const ControllerState& cs, const Timeline& tl) {
+  prompt_section(ui, ctl, cs);
+  // Sliders and combos leave room for their labels ("temperature" is the longest).
+  const ImGuiStyle& style = ImGui::GetStyle();
+  ImGui::PushItemWidth(-(ImGui::CalcTextSize("temperature").x + style.ItemInnerSpacing.x));
+  pace_section(ui, ctl);
+  ImGui::BeginDisabled(!ui.engine_ready || ui.replay);
+  length_and_compare(ui, ctl, cs);
+  sampling_section(ui, ctl);
+  ImGui::EndDisabled();
+  beams_section(ui, ctl, tl);
   ImGui::PopItemWidth();
 }
 

@@ -15,15 +15,7 @@ std::unique_ptr<Controller> start_controller(UiState& ui, const CaptureOptions& 
     ctl->send(CmdOpenRun{cap.replay_path});
     return ctl;
   }
-  EngineOptions eo;
-  eo.model_path = cap.model_path;
-  eo.backend = cap.backend;
-  eo.mode = ui.mode;
-  eo.max_tokens = ui.max_tokens;
-  eo.kv_types = cap.kv_types;
-  eo.limits = cap.limits;
-  eo.kv_policy = cap.kv_policy;
-  eo.kv_errors = cap.kv_errors;
+  const EngineOptions eo = engine_options(cap, ui.mode, ui.max_tokens);
   ui.engine_options = eo;
   ctl->send(CmdLoadModel{eo});
   return ctl;

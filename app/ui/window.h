@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "engine/status.h"
+#include "common/status.h"
 #include "render/headless_gl.h"
 
 struct GLFWwindow;

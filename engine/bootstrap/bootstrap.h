@@ -12,7 +12,7 @@
 #include "engine/backend.h"
 #include "engine/model.h"
 #include "engine/session.h"
-#include "engine/status.h"
+#include "common/status.h"
 
 namespace kvscope {
 

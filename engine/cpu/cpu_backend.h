@@ -6,7 +6,7 @@
 #include <string>
 
 #include "engine/backend.h"
-#include "engine/status.h"
+#include "common/status.h"
 
 namespace kvscope {
 

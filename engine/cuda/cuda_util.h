@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <string>
 
-#include "engine/status.h"
+#include "common/status.h"
 
 namespace kvscope {
 

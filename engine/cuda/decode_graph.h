@@ -22,7 +22,7 @@
 #include <functional>
 #include <vector>
 
-#include "engine/status.h"
+#include "common/status.h"
 
 namespace kvscope {
 

@@ -14,7 +14,7 @@
 #include "engine/quant.h"
 #include "kernels/kernels.h"
 
-namespace kvscope_test {
+namespace kvscope::test {
 
 template <class T>
 struct DevVec {
@@ -94,4 +94,4 @@ inline std::vector<float> read_cache(const DevVec<uint8_t>& side, bool f16, size
   return out;
 }
 
-}  // namespace kvscope_test
+}  // namespace kvscope::test

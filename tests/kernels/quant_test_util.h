@@ -12,7 +12,7 @@
 #include "tests/kernels/kernel_test_util.h"
 #include "tests/util/gguf_writer.h"
 
-namespace kvscope_test {
+namespace kvscope::test {
 
 using kvscope::GgmlType;
 
@@ -67,4 +67,4 @@ inline kvscope::cuda::QMatrix qmatrix(const HostMatrix& h, const void* dev) {
   return kvscope::cuda::QMatrix{dev, kvscope::cuda::QType(int(h.type)), h.n_in, h.n_out, h.row_bytes()};
 }
 
-}  // namespace kvscope_test
+}  // namespace kvscope::test

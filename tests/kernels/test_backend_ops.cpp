@@ -46,7 +46,7 @@
 namespace kvscope {
 namespace {
 
-using kvscope_test::random_floats;
+using kvscope::test::random_floats;
 using Outputs = std::vector<std::pair<std::string, std::vector<float>>>;
 using Shapes = std::vector<std::pair<int, int>>;  // rows x cols
 
@@ -73,7 +73,7 @@ std::deque<std::vector<uint8_t>>& arena() {
 }
 
 Weight make_weight(GgmlType type, int64_t n_in, int64_t n_out, uint32_t seed) {
-  auto m = kvscope_test::random_matrix(type, n_in, n_out, seed);
+  auto m = kvscope::test::random_matrix(type, n_in, n_out, seed);
   arena().push_back(std::move(m.bytes));
   Weight w;
   w.name = "w_" + ggml_type_name(type);
@@ -851,7 +851,7 @@ int run_parity(Side& ref, Side& test, const std::vector<OpEntry>& ops) {
       const Tol tol = e.tol;
       EXPECT_EQ(got.size(), want.size());
       for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
-        EXPECT_TRUE(kvscope_test::all_close(got[i].second, want[i].second, tol.abs, tol.rel))
+        EXPECT_TRUE(kvscope::test::all_close(got[i].second, want[i].second, tol.abs, tol.rel))
             << e.op << " [" << c.name << "] output " << want[i].first << ": " << test.label
             << " vs " << ref.label << " (abs " << tol.abs << ", rel " << tol.rel << ")";
         for (size_t j = 0; j < std::min(got[i].second.size(), want[i].second.size()); ++j) {

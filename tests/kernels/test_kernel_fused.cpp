@@ -27,12 +27,12 @@ namespace {
 
 using kvscope::GgmlType;
 using kvscope::cuda::QMatrix;
-using kvscope_test::all_close;
-using kvscope_test::DevVec;
-using kvscope_test::HostMatrix;
-using kvscope_test::qmatrix;
-using kvscope_test::random_floats;
-using kvscope_test::random_matrix;
+using kvscope::test::all_close;
+using kvscope::test::DevVec;
+using kvscope::test::HostMatrix;
+using kvscope::test::qmatrix;
+using kvscope::test::random_floats;
+using kvscope::test::random_matrix;
 
 constexpr float kUlp = 2.5e-7f;  // about two fp32 ulps, relative
 
@@ -169,7 +169,7 @@ TEST_F(KernelFused, RopeKvWriteEqualsRopeRopeAppend) {
           DevVec<uint8_t> fkc(kv_vals * eb), fvc(kv_vals * eb);
           DevVec<int> pos_dev(std::vector<int>{pos0});
           DevVec<int32_t> fpos(std::vector<int32_t>(size_t(cap), -1));
-          const auto fl = kvscope_test::kv_layer(fkc.p, fvc.p, f16, Hkv, D, cap, fpos.p);
+          const auto fl = kvscope::test::kv_layer(fkc.p, fvc.p, f16, Hkv, D, cap, fpos.p);
           ASSERT_EQ(kvscope::cuda::rope_kv_write(fq.p, fk.p, fv.p, T, H, ra, fl,
                                                 from_device ? -12345 : pos0,
                                                 from_device ? pos_dev.p : nullptr, nullptr),
@@ -179,7 +179,7 @@ TEST_F(KernelFused, RopeKvWriteEqualsRopeRopeAppend) {
           DevVec<float> uq(q), uk(k), uv(v);
           DevVec<uint8_t> ukc(kv_vals * eb), uvc(kv_vals * eb);
           DevVec<int32_t> upos(std::vector<int32_t>(size_t(cap), -1));
-          const auto ul = kvscope_test::kv_layer(ukc.p, uvc.p, f16, Hkv, D, cap, upos.p);
+          const auto ul = kvscope::test::kv_layer(ukc.p, uvc.p, f16, Hkv, D, cap, upos.p);
           ASSERT_EQ(kvscope::cuda::rope(uq.p, T, H, D, ra, pos0, nullptr), cudaSuccess);
           ASSERT_EQ(kvscope::cuda::rope(uk.p, T, Hkv, D, ra, pos0, nullptr), cudaSuccess);
           ASSERT_EQ(kvscope::cuda::kv_write(ul, uk.p, uv.p, T, pos0, nullptr), cudaSuccess);

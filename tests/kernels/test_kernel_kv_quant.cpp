@@ -23,7 +23,7 @@
 #include "engine/quant.h"
 #include "tests/kernels/kernel_test_util.h"
 
-namespace kvscope_test {
+namespace kvscope::test {
 namespace {
 
 using kvscope::KvDtype;
@@ -293,4 +293,4 @@ TEST_F(KernelKvQuant, BlockTypesNeedHeadDimsOfWholeBlocks) {
 }
 
 }  // namespace
-}  // namespace kvscope_test
+}  // namespace kvscope::test

@@ -11,7 +11,7 @@
 #include "engine/quant.h"
 #include "tests/kernels/kernel_test_util.h"
 
-namespace kvscope_test {
+namespace kvscope::test {
 namespace {
 
 void check(bool f16, bool neox) {
@@ -73,4 +73,4 @@ TEST(KernelKvRerotate, RejectsBadArguments) {
 }
 
 }  // namespace
-}  // namespace kvscope_test
+}  // namespace kvscope::test

@@ -19,9 +19,9 @@
 
 namespace {
 
-using kvscope_test::all_close;
-using kvscope_test::DevVec;
-using kvscope_test::random_floats;
+using kvscope::test::all_close;
+using kvscope::test::DevVec;
+using kvscope::test::random_floats;
 
 class KernelOps : public ::testing::Test {
  protected:
@@ -148,7 +148,7 @@ struct CacheFixture {
   }
   float round(float f) const { return f16 ? kvscope::fp16_to_fp32(kvscope::fp32_to_fp16(f)) : f; }
   kvscope::cuda::KvLayer layer() {
-    return kvscope_test::kv_layer(k.p, v.p, f16, Hkv, D, cap, pos.p, window);
+    return kvscope::test::kv_layer(k.p, v.p, f16, Hkv, D, cap, pos.p, window);
   }
   std::vector<float> stored(const DevVec<uint8_t>& side) const {
     return read_cache(side, f16, K.size());

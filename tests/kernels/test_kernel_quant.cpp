@@ -19,12 +19,12 @@ namespace {
 using kvscope::GgmlType;
 using kvscope::cuda::QMatrix;
 using kvscope::cuda::QType;
-using kvscope_test::all_close;
-using kvscope_test::HostMatrix;
-using kvscope_test::qmatrix;
-using kvscope_test::random_matrix;
-using kvscope_test::DevVec;
-using kvscope_test::random_floats;
+using kvscope::test::all_close;
+using kvscope::test::HostMatrix;
+using kvscope::test::qmatrix;
+using kvscope::test::random_matrix;
+using kvscope::test::DevVec;
+using kvscope::test::random_floats;
 
 class KernelQuant : public ::testing::Test {
  protected:

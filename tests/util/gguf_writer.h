@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "engine/gguf.h"
-#include "engine/status.h"
+#include "common/status.h"
 
 namespace kvscope::test {
 
