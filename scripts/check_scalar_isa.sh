@@ -51,7 +51,8 @@ printf 'int main(void) { __asm__ volatile("vxorps %%%%ymm0, %%%%ymm0, %%%%ymm0" 
   >"$tmp/avx.c"
 cc -O0 "$tmp/avx.c" -o "$tmp/avx"
 rc=0
-(cd "$tmp" && qemu-x86_64 -cpu "$cpu_model" ./avx) 2>/dev/null || rc=$?
+# (The braces take the shell's own "Illegal instruction" notice too.)
+{ (cd "$tmp" && qemu-x86_64 -cpu "$cpu_model" ./avx); } 2>/dev/null || rc=$?
 if [ "$rc" -eq 132 ]; then
   echo "ok   an AVX instruction stops the program there (SIGILL)"
 else

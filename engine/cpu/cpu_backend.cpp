@@ -68,7 +68,7 @@ class CpuBackend final : public Backend {
     for (int64_t t = 0; t < out.rows; ++t) {
       float* row = out.data + t * out.cols;
       k.dequantize_row(tok_embd.type, tok_embd.data + uint64_t(ids[t]) * tok_embd.row_bytes, row,
-                     out.cols);
+                       out.cols);
       if (scale != 1.0f)
         for (int64_t i = 0; i < out.cols; ++i) row[i] *= scale;
     }
