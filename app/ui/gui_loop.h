@@ -23,6 +23,7 @@ inline constexpr double kIdleWait = 0.05;   // nothing to draw: look for engine 
 
 // What decides when the next frame is drawn.
 struct FramePace {
+  bool input_waiting = false;  // a press, release, key or character waits: draw now
   bool changed = false;      // input, a controller event, frames still settling
   bool animating = false;    // the camera or a step's animation is moving
   bool slow = false;         // only a cursor blink or a notice timer wants frames
@@ -31,7 +32,9 @@ struct FramePace {
   double frame_ms = 20;      // what a frame's work costs lately
   double cores = 1;          // hardware threads
 };
-// Seconds to wait before the next frame (input wakes the wait early); 0: draw now.
+// Seconds to wait before the next frame (input wakes the wait early); 0: draw now. Input
+// waiting in the queue comes before the cap: the UI answers a click within a frame or two
+// however slow frames are (only the pointer's moves wait for the cap).
 double frame_wait(const FramePace& p);
 
 struct GuiOptions {
