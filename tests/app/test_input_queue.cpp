@@ -1,7 +1,7 @@
 // test_input_queue.cpp — no lost input at any frame rate (app/ui/input_queue.h): the
 // queue's rules for what one frame takes, then, on a headless ImGui context (no window), a
 // click, a key tap and typing with Ctrl+A and Delete, all arriving between two frames,
-// each reach ImGui and act.
+// each reach ImGui and act; the toolbar's C key switches KV CACHE / NO CACHE.
 #include <GLFW/glfw3.h>
 #include <gtest/gtest.h>
 #include <imgui.h>
@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "app/core/timeline.h"
 #include "app/ui/input_queue.h"
+#include "app/ui/ui_state.h"
 
 using namespace kvscope::app;
 using E = InputEvent;
@@ -284,3 +286,28 @@ TEST_F(NoLostInput, BackspaceBetweenCharactersKeepsItsPlace) {
   EXPECT_STREQ(text, "ac");
 }
 
+// The toolbar's C key, tapped between two frames, switches the cache mode once.
+TEST_F(NoLostInput, TheCKeySwitchesTheCacheModeOnce) {
+  UiState ui;
+  ui.engine_ready = true;
+  ControllerState cs;
+  Timeline tl;
+  auto toolbar_frame = [&] {
+    ImGuiIO& io = ImGui::GetIO();
+    apply_frame_input(queue.take_frame(io.WantTextInput), io);
+    ImGui::NewFrame();
+    ImGui::SetNextWindowPos(ImVec2(0, 0));
+    ImGui::SetNextWindowSize(ImVec2(800, 60));
+    ImGui::Begin("Toolbar");
+    panel_toolbar(ui, nullptr, cs, tl);
+    ImGui::End();
+    ImGui::Render();
+  };
+  ASSERT_EQ(ui.mode, kvscope::CacheMode::Cache);
+  type_key(queue, GLFW_KEY_C, 'c');
+  for (int i = 0; i < 4; ++i) toolbar_frame();
+  EXPECT_EQ(ui.mode, kvscope::CacheMode::NoCache);
+  type_key(queue, GLFW_KEY_C, 'c');
+  for (int i = 0; i < 4; ++i) toolbar_frame();
+  EXPECT_EQ(ui.mode, kvscope::CacheMode::Cache);
+}
