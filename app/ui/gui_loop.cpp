@@ -120,17 +120,19 @@ struct LoopState {
 };
 
 static_assert(kKeyLeftShift == GLFW_KEY_LEFT_SHIFT && kKeyLeftControl == GLFW_KEY_LEFT_CONTROL &&
-              kKeyLeftAlt == GLFW_KEY_LEFT_ALT && kKeyLeftSuper == GLFW_KEY_LEFT_SUPER &&
-              kKeyRightShift == GLFW_KEY_RIGHT_SHIFT &&
-              kKeyRightControl == GLFW_KEY_RIGHT_CONTROL &&
-              kKeyRightAlt == GLFW_KEY_RIGHT_ALT && kKeyRightSuper == GLFW_KEY_RIGHT_SUPER &&
-              kMouseButtons <= GLFW_MOUSE_BUTTON_LAST + 1,
+                  kKeyLeftAlt == GLFW_KEY_LEFT_ALT && kKeyLeftSuper == GLFW_KEY_LEFT_SUPER &&
+                  kKeyRightShift == GLFW_KEY_RIGHT_SHIFT &&
+                  kKeyRightControl == GLFW_KEY_RIGHT_CONTROL &&
+                  kKeyRightAlt == GLFW_KEY_RIGHT_ALT && kKeyRightSuper == GLFW_KEY_RIGHT_SUPER &&
+                  kMouseButtons <= GLFW_MOUSE_BUTTON_LAST + 1,
               "input_queue.h's key codes are GLFW's");
 
 // Any window input wakes the loop and asks for a few frames (ImGui settles in two); the
 // buttons, keys, characters, wheel, pointer moves and focus changes go into the loop's input
 // queue, in order, for ImGui to take a frame at a time (input_queue.h).
-LoopState* loop_of(GLFWwindow* w) { return static_cast<LoopState*>(glfwGetWindowUserPointer(w)); }
+LoopState* loop_of(GLFWwindow* w) {
+  return static_cast<LoopState*>(glfwGetWindowUserPointer(w));
+}
 void note_input(GLFWwindow* w) {
   if (LoopState* ls = loop_of(w)) ++ls->input_events;
 }
@@ -161,12 +163,10 @@ void install_input_callbacks(GLFWwindow* w, LoopState* ls) {
     else
       queue_input(win, InputEvent::key(key, action == GLFW_PRESS));
   });
-  glfwSetCharCallback(w, [](GLFWwindow* win, unsigned c) {
-    queue_input(win, InputEvent::character(c));
-  });
-  glfwSetWindowFocusCallback(w, [](GLFWwindow* win, int focused) {
-    queue_input(win, InputEvent::focus(focused != 0));
-  });
+  glfwSetCharCallback(
+      w, [](GLFWwindow* win, unsigned c) { queue_input(win, InputEvent::character(c)); });
+  glfwSetWindowFocusCallback(
+      w, [](GLFWwindow* win, int focused) { queue_input(win, InputEvent::focus(focused != 0)); });
   glfwSetCursorEnterCallback(w, [](GLFWwindow* win, int entered) {
     ImGui_ImplGlfw_CursorEnterCallback(win, entered);
     note_input(win);

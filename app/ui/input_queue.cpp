@@ -23,8 +23,8 @@ FrameInput InputQueue::take_frame(bool text_input) {
   out.taken = 0;
   std::array<bool, kMouseButtons> button_changed{};
   std::array<bool, kInputKeys> key_changed{};
-  bool typed = false;       // characters taken this frame
-  bool key_acted = false;   // a key that acts (typed nothing, not Shift) went down
+  bool typed = false;      // characters taken this frame
+  bool key_acted = false;  // a key that acts (typed nothing, not Shift) went down
   while (!q_.empty()) {
     const InputEvent& e = q_.front();
     bool stop = false;

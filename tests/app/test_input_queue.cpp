@@ -20,8 +20,8 @@ using E = InputEvent;
 static_assert(kKeyLeftShift == GLFW_KEY_LEFT_SHIFT && kKeyLeftControl == GLFW_KEY_LEFT_CONTROL &&
               kKeyLeftAlt == GLFW_KEY_LEFT_ALT && kKeyLeftSuper == GLFW_KEY_LEFT_SUPER &&
               kKeyRightShift == GLFW_KEY_RIGHT_SHIFT &&
-              kKeyRightControl == GLFW_KEY_RIGHT_CONTROL &&
-              kKeyRightAlt == GLFW_KEY_RIGHT_ALT && kKeyRightSuper == GLFW_KEY_RIGHT_SUPER);
+              kKeyRightControl == GLFW_KEY_RIGHT_CONTROL && kKeyRightAlt == GLFW_KEY_RIGHT_ALT &&
+              kKeyRightSuper == GLFW_KEY_RIGHT_SUPER);
 
 namespace {
 
@@ -187,7 +187,8 @@ class NoLostInput : public ::testing::Test {
     unsigned char* px = nullptr;
     int w = 0, h = 0;
     io.Fonts->GetTexDataAsRGBA32(&px, &w, &h);  // builds the default font
-    frame();  // lays the window out
+    // Lays the window out.
+    frame();
   }
   void TearDown() override { ImGui::DestroyContext(); }
 
