@@ -22,6 +22,7 @@
 #include "app/options/options.h"
 #include "app/ui/app_capture.h"
 #include "app/ui/app_frame.h"
+#include "app/ui/input_queue.h"
 #include "app/ui/ui_events.h"
 #include "app/scene/scene_view.h"
 #include "app/ui/ui_state.h"
@@ -40,24 +41,6 @@ void lower_ui_priority(int nice) {
   errno = 0;
   int now = getpriority(PRIO_PROCESS, id_t(tid));
   if (errno == 0) setpriority(PRIO_PROCESS, id_t(tid), std::min(now + nice, 19));
-}
-
-// Any window input wakes the loop and asks for a few frames (ImGui settles in two).
-void note_input(GLFWwindow* w) {
-  if (auto* n = static_cast<int*>(glfwGetWindowUserPointer(w))) ++*n;
-}
-void install_input_callbacks(GLFWwindow* w, int* counter) {
-  glfwSetWindowUserPointer(w, counter);
-  // ImGui's GLFW backend, initialized afterwards, chains to these.
-  glfwSetCursorPosCallback(w, [](GLFWwindow* win, double, double) { note_input(win); });
-  glfwSetMouseButtonCallback(w, [](GLFWwindow* win, int, int, int) { note_input(win); });
-  glfwSetScrollCallback(w, [](GLFWwindow* win, double, double) { note_input(win); });
-  glfwSetKeyCallback(w, [](GLFWwindow* win, int, int, int, int) { note_input(win); });
-  glfwSetCharCallback(w, [](GLFWwindow* win, unsigned) { note_input(win); });
-  glfwSetWindowFocusCallback(w, [](GLFWwindow* win, int) { note_input(win); });
-  glfwSetCursorEnterCallback(w, [](GLFWwindow* win, int) { note_input(win); });
-  glfwSetFramebufferSizeCallback(w, [](GLFWwindow* win, int, int) { note_input(win); });
-  glfwSetWindowRefreshCallback(w, [](GLFWwindow* win) { note_input(win); });
 }
 
 // The engine's decode step times and the frame work while they ran (--measure).
@@ -89,6 +72,7 @@ struct Measurement {
 }  // namespace
 
 double frame_wait(const FramePace& p) {
+  if (p.input_waiting) return 0.0;
   const bool wanted = p.changed || p.animating || p.slow;
   if (!wanted) return kIdleWait;
   const double busy_fps = std::clamp(kBusyShare * p.cores * 1000.0 / std::max(p.frame_ms, 0.1),
@@ -125,6 +109,7 @@ UiState initial_ui(const GuiOptions& o) {
 // What the frame loop carries from one frame to the next.
 struct LoopState {
   int input_events = 0;  // window input since the last look (install_input_callbacks)
+  InputQueue input;      // the window's input, handed to ImGui a frame at a time
   int settle = 3;        // frames still to draw after the last change
   int frame = 0;
   double last_time = 0, last_draw = -1.0;
@@ -133,6 +118,62 @@ struct LoopState {
   double last_mx = 0, last_my = 0;
   bool dragging_view = false;  // a drag that started in the 3D view (keeps going over panels)
 };
+
+static_assert(kKeyLeftShift == GLFW_KEY_LEFT_SHIFT && kKeyLeftControl == GLFW_KEY_LEFT_CONTROL &&
+                  kKeyLeftAlt == GLFW_KEY_LEFT_ALT && kKeyLeftSuper == GLFW_KEY_LEFT_SUPER &&
+                  kKeyRightShift == GLFW_KEY_RIGHT_SHIFT &&
+                  kKeyRightControl == GLFW_KEY_RIGHT_CONTROL &&
+                  kKeyRightAlt == GLFW_KEY_RIGHT_ALT && kKeyRightSuper == GLFW_KEY_RIGHT_SUPER &&
+                  kMouseButtons <= GLFW_MOUSE_BUTTON_LAST + 1,
+              "input_queue.h's key codes are GLFW's");
+
+// Any window input wakes the loop and asks for a few frames (ImGui settles in two); the
+// buttons, keys, characters, wheel, pointer moves and focus changes go into the loop's input
+// queue, in order, for ImGui to take a frame at a time (input_queue.h).
+LoopState* loop_of(GLFWwindow* w) {
+  return static_cast<LoopState*>(glfwGetWindowUserPointer(w));
+}
+void note_input(GLFWwindow* w) {
+  if (LoopState* ls = loop_of(w)) ++ls->input_events;
+}
+void queue_input(GLFWwindow* w, const InputEvent& e) {
+  if (LoopState* ls = loop_of(w)) {
+    ++ls->input_events;
+    ls->input.push(e);
+  }
+}
+// Call after ImGui_ImplGlfw_InitForOpenGL(win, false): these replace the backend's own
+// callbacks, which would write each press straight into the frame's state, where a press and
+// release between two frames cancel out. Entering and leaving still go to the backend (it
+// places the pointer from them).
+void install_input_callbacks(GLFWwindow* w, LoopState* ls) {
+  glfwSetWindowUserPointer(w, ls);
+  glfwSetCursorPosCallback(w, [](GLFWwindow* win, double x, double y) {
+    queue_input(win, InputEvent::pos(float(x), float(y)));
+  });
+  glfwSetMouseButtonCallback(w, [](GLFWwindow* win, int button, int action, int) {
+    queue_input(win, InputEvent::button(button, action == GLFW_PRESS));
+  });
+  glfwSetScrollCallback(w, [](GLFWwindow* win, double x, double y) {
+    queue_input(win, InputEvent::wheel(float(x), float(y)));
+  });
+  glfwSetKeyCallback(w, [](GLFWwindow* win, int key, int, int action, int) {
+    if (action == GLFW_REPEAT)  // ImGui repeats held keys itself
+      note_input(win);
+    else
+      queue_input(win, InputEvent::key(key, action == GLFW_PRESS));
+  });
+  glfwSetCharCallback(
+      w, [](GLFWwindow* win, unsigned c) { queue_input(win, InputEvent::character(c)); });
+  glfwSetWindowFocusCallback(
+      w, [](GLFWwindow* win, int focused) { queue_input(win, InputEvent::focus(focused != 0)); });
+  glfwSetCursorEnterCallback(w, [](GLFWwindow* win, int entered) {
+    ImGui_ImplGlfw_CursorEnterCallback(win, entered);
+    note_input(win);
+  });
+  glfwSetFramebufferSizeCallback(w, [](GLFWwindow* win, int, int) { note_input(win); });
+  glfwSetWindowRefreshCallback(w, [](GLFWwindow* win) { note_input(win); });
+}
 
 // Waits until a frame is due: something changed, and the cap allows it. The events wait in
 // the controller's queue until the frame takes them, where only the newest step keeps its
@@ -153,7 +194,9 @@ ControllerState wait_for_frame(GLFWwindow* win, const GuiOptions& o, Controller*
       ls.settle = 3;
     }
     FramePace pace;
-    pace.changed = ls.settle > 0 || events || o.quit_after > 0 || glfwWindowShouldClose(win);
+    pace.input_waiting = ls.input.urgent();
+    pace.changed = ls.settle > 0 || events || o.quit_after > 0 || glfwWindowShouldClose(win) ||
+                   !ls.input.empty();
     pace.animating = view.animating();
     // A focused text field's cursor blinks and timed notices expire.
     pace.slow = io.WantTextInput || std::any_of(ui.notices.begin(), ui.notices.end(),
@@ -199,9 +242,9 @@ ViewInput read_pointer(GLFWwindow* win, const UiState& ui, LoopState& ls) {
   in.dy = float(my - ls.last_my);
   in.hover = !io.WantCaptureMouse && ui.splitter_drag == 0 &&
              ui.layout.view.contains(in.mouse_x, in.mouse_y);
-  bool left = glfwGetMouseButton(win, GLFW_MOUSE_BUTTON_LEFT) == GLFW_PRESS;
-  bool other = glfwGetMouseButton(win, GLFW_MOUSE_BUTTON_RIGHT) == GLFW_PRESS ||
-               glfwGetMouseButton(win, GLFW_MOUSE_BUTTON_MIDDLE) == GLFW_PRESS;
+  // The buttons as ImGui sees them this frame (from the input queue).
+  bool left = io.MouseDown[0];
+  bool other = io.MouseDown[1] || io.MouseDown[2];
   if (!left && !other)
     ls.dragging_view = false;
   else if (in.hover &&
@@ -284,13 +327,13 @@ int run_gui(const GuiOptions& o) {
   if (!window.ok()) return cli::fail(window.error().message);
   GLFWwindow* win = window.value()->handle();
   LoopState ls;
-  install_input_callbacks(win, &ls.input_events);
 
   IMGUI_CHECKVERSION();
   ImGui::CreateContext();
   ImGuiIO& io = ImGui::GetIO();
   setup_imgui_style(window.value()->content_scale());
-  ImGui_ImplGlfw_InitForOpenGL(win, true);
+  ImGui_ImplGlfw_InitForOpenGL(win, false);
+  install_input_callbacks(win, &ls);
   ImGui_ImplOpenGL3_Init("#version 330 core");
   std::unique_ptr<render::Renderer> renderer = make_renderer(ui);
 
@@ -319,6 +362,7 @@ int run_gui(const GuiOptions& o) {
 
     ImGui_ImplOpenGL3_NewFrame();
     ImGui_ImplGlfw_NewFrame();
+    apply_frame_input(ls.input.take_frame(io.WantTextInput), io);
     ImGui::NewFrame();
     const double now = glfwGetTime();
     const float dt = float(now - ls.last_time);
@@ -363,6 +407,7 @@ int run_gui(const GuiOptions& o) {
   // the step in flight (nothing queued runs) and is joined.
   glfwHideWindow(win);
   glfwPollEvents();
+  glfwSetCursorEnterCallback(win, nullptr);  // it forwards to the backend, shut down below
   ctl.reset();
   renderer.reset();
   ImGui_ImplOpenGL3_Shutdown();

@@ -23,15 +23,18 @@ inline constexpr double kIdleWait = 0.05;   // nothing to draw: look for engine 
 
 // What decides when the next frame is drawn.
 struct FramePace {
-  bool changed = false;      // input, a controller event, frames still settling
-  bool animating = false;    // the camera or a step's animation is moving
-  bool slow = false;         // only a cursor blink or a notice timer wants frames
-  bool engine_busy = false;  // a step is computing, or the engine plays flat out
-  double since_draw = 0;     // seconds since the last frame
-  double frame_ms = 20;      // what a frame's work costs lately
-  double cores = 1;          // hardware threads
+  bool input_waiting = false;  // a press, release, key or character waits: draw now
+  bool changed = false;        // input, a controller event, frames still settling
+  bool animating = false;      // the camera or a step's animation is moving
+  bool slow = false;           // only a cursor blink or a notice timer wants frames
+  bool engine_busy = false;    // a step is computing, or the engine plays flat out
+  double since_draw = 0;       // seconds since the last frame
+  double frame_ms = 20;        // what a frame's work costs lately
+  double cores = 1;            // hardware threads
 };
-// Seconds to wait before the next frame (input wakes the wait early); 0: draw now.
+// Seconds to wait before the next frame (input wakes the wait early); 0: draw now. Input
+// waiting in the queue comes before the cap: the UI answers a click within a frame or two
+// however slow frames are (only the pointer's moves wait for the cap).
 double frame_wait(const FramePace& p);
 
 struct GuiOptions {

@@ -4,7 +4,8 @@
 // Every button has a fixed width and a fixed place: nothing moves when a label, a prompt
 // or a status changes length (Play and Pause share one slot). The status text sits to
 // the right of the last button and is clipped to the toolbar. Keys (when no text field
-// has the keyboard): Space play/pause, S or Right step, R reset, 1-5 camera presets.
+// has the keyboard): Space play/pause, S or Right step, R reset, C KV CACHE / NO CACHE,
+// 1-5 camera presets.
 // (ImGui 1.86 indexes letter and digit keys by their GLFW key codes, which are ASCII.)
 #include <imgui.h>
 
@@ -113,12 +114,16 @@ void panel_toolbar(UiState& ui, Controller* ctl, const ControllerState& cs, cons
   if (toggle_button("KV CACHE", ui.mode == CacheMode::Cache, ImVec2(mode_w, h)))
     want = CacheMode::Cache;
   if (ImGui::IsItemHovered())
-    ImGui::SetTooltip("Keep every token's K and V: each step computes one new row per layer");
+    ImGui::SetTooltip(
+        "Keep every token's K and V: each step computes one new row per layer (C switches)");
   ImGui::SameLine(0.0f, 0.0f);
   if (toggle_button("NO CACHE", ui.mode == CacheMode::NoCache, ImVec2(mode_w, h)))
     want = CacheMode::NoCache;
   if (ImGui::IsItemHovered())
-    ImGui::SetTooltip("Keep nothing: each step recomputes K and V for the whole sequence");
+    ImGui::SetTooltip(
+        "Keep nothing: each step recomputes K and V for the whole sequence (C switches)");
+  if (keys && ImGui::IsKeyPressed('C', false))
+    want = ui.mode == CacheMode::Cache ? CacheMode::NoCache : CacheMode::Cache;
   if (want != ui.mode) {
     ui.mode = want;
     send(ctl, CmdMode{ui.mode});

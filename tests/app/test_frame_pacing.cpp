@@ -85,3 +85,18 @@ TEST(FramePacing, ABlinkingCursorOrANoticeTimerNeedsFourFramesASecond) {
   p.changed = true;  // input meanwhile: full rate
   EXPECT_GT(simulate(p, 1.0), 50);
 }
+
+TEST(FramePacing, WaitingInputIsDrawnAtOnceWhateverTheCap) {
+  FramePace p;
+  p.changed = true;
+  p.engine_busy = true;  // the slow case: a few frames a second
+  p.frame_ms = 400;
+  p.cores = 2;
+  p.since_draw = 0.01;  // a frame was just drawn
+  EXPECT_GT(frame_wait(p), 0.1) << "without input the cap holds the next frame back";
+  p.input_waiting = true;
+  EXPECT_EQ(frame_wait(p), 0.0) << "a press or release waiting is drawn now";
+  p = FramePace{};
+  p.input_waiting = true;
+  EXPECT_EQ(frame_wait(p), 0.0) << "and never waits out the idle interval";
+}
