@@ -27,30 +27,14 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
-#include "engine/cpu/act_impl.h"
-#include "engine/cpu/attention_impl.h"
-#include "engine/cpu/kernels_impl.h"
-#include "engine/cpu/rows_impl.h"
 #include "engine/cpu/simd_avx2.h"
+
+#include "engine/cpu/kernels_table.h"
 
 namespace kvscope::cpu {
 
 const IsaKernels& kernels_avx2() {
-  using K = Kernels<VecAvx2>;
-  using A = AttnKernels<VecAvx2>;
-  using R = RowKernels<VecAvx2>;
-  static const IsaKernels k{.isa = Isa::Avx2,
-                            .matmul_groups = &K::matmul_groups,
-                            .tile_t = VecAvx2::kTileT,
-                            .transpose_x = &K::transpose_x,
-                            .attn_chunk = &A::attn_chunk,
-                            .attn_combine = &A::attn_combine,
-                            .silu_glu = &ActKernels<VecAvx2>::silu_glu,
-                            .f16_to_f32 = &R::f16_to_f32,
-                            .f32_to_f16 = &R::f32_to_f16,
-                            .dequantize_row = &R::dequantize_row,
-                            .dot_f32 = &R::dot_f32,
-                            .vec_dot = &R::vec_dot};
+  static const IsaKernels k = isa_kernels_table<VecAvx2>(Isa::Avx2);
   return k;
 }
 
