@@ -6,10 +6,7 @@
 #include "engine/bootstrap/bootstrap.h"
 #include "app/options/options.h"
 #include "app/cli/commands.h"
-#include "app/options/engine_options.h"
-#include "app/options/kv_options.h"
-#include "app/options/prompt_options.h"
-#include "app/options/sampler_options.h"
+#include "app/cli/run_options.h"
 #include "app/cli/json_writer.h"
 #include "engine/printable.h"
 #include "engine/session.h"
@@ -66,42 +63,19 @@ std::string step_json(const StepTrace& tr) {
 int run_generate(int argc, char** argv) {
   CLI::App app{"Run the model step by step without a window and stream what it writes.",
                "kvscope generate"};
-  std::string mode = "cache";
   bool json = false;
-  int max_tokens = 64;
-  std::vector<std::string> stops;
-  PromptOptions prompt;
-  add_prompt_options(app, prompt);
-  add_mode_option(app, mode);
-  add_max_tokens_option(app, max_tokens, "Tokens to generate");
-  SamplerOptions sampler;
-  add_sampler_options(app, sampler);
-  app.add_option("--stop", stops, "Stop when the output contains this text (repeatable)");
-  EngineOptions engine;
-  add_engine_options(app, engine);
-  KvOptions kv;
-  add_kv_options(app, kv);
+  RunOptions run;
+  add_run_options(app, run);
+  app.add_option("--stop", run.stops, "Stop when the output contains this text (repeatable)");
   app.add_flag("--json", json, "One JSON object per step, then a summary line");
   if (int rc = parse_options(app, argc, argv); rc >= 0) return rc;
 
-  auto spec_or = prompt_from_options(prompt);
-  if (!spec_or.ok()) return fail(spec_or.error().message);
-  const PromptSpec spec = *spec_or;
-  SessionConfig cfg;
-  if (Status st = apply_kv_options(kv, cfg); !st.ok()) return fail(st.message());
-
-  cfg.mode = mode_from_option(mode);
-  cfg.max_tokens = max_tokens;
-  cfg.stop_strings = stops;
-  std::string notice;
-  auto session = open_session(engine.model, engine.backend, engine.threads, cfg, &notice);
-  if (!session.ok()) return fail(session.error().message);
-  Session& s = **session;
-  s.set_sampler(to_sampler_config(sampler));
-  if (Status st = s.reset(spec); !st.ok()) return fail(st.message());
+  auto opened = open_run(run);
+  if (!opened.ok()) return fail(opened.error().message);
+  Session& s = *opened->session;
   // The backend notice (e.g. no usable GPU) once the input is known to be good, so an
   // error stays a single line.
-  if (!notice.empty()) cli::notice(notice);
+  if (!opened->notice.empty()) cli::notice(opened->notice);
 
   int generated = 0;
   while (!s.done()) {

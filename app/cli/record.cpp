@@ -13,10 +13,7 @@
 #include "engine/bootstrap/bootstrap.h"
 #include "app/options/options.h"
 #include "app/cli/commands.h"
-#include "app/options/engine_options.h"
-#include "app/options/kv_options.h"
-#include "app/options/prompt_options.h"
-#include "app/options/sampler_options.h"
+#include "app/cli/run_options.h"
 #include "app/core/engine_setup.h"
 #include "app/core/run_driver.h"
 #include "app/core/stats_csv.h"
@@ -45,41 +42,26 @@ int run_record(int argc, char** argv) {
       "Run the model without a window and write the whole run to a run file "
       "(replay it with kvscope --replay FILE).",
       "kvscope record"};
-  std::string out, mode = "cache", attention = "f16", csv;
-  int max_tokens = 64;
+  std::string out, attention = "f16", csv;
   app.add_option("--out", out, "The run file to write")->required();
-  PromptOptions prompt;
-  add_prompt_options(app, prompt);
-  add_mode_option(app, mode);
-  add_max_tokens_option(app, max_tokens, "Tokens to generate");
-  SamplerOptions sampler;
-  add_sampler_options(app, sampler);
-  EngineOptions engine;
-  add_engine_options(app, engine);
-  KvOptions kv;
-  add_kv_options(app, kv);
+  RunOptions run;
+  add_run_options(app, run);
   app.add_option("--attention", attention,
                  "How the attention rows are stored: f16 (half the size) or f32 (bit-exact)")
       ->check(CLI::IsMember({"f16", "f32"}));
   app.add_option("--csv", csv, "Also write the per-step numbers as CSV");
   if (int rc = parse_options(app, argc, argv); rc >= 0) return rc;
 
-  auto spec_or = prompt_from_options(prompt);
-  if (!spec_or.ok()) return fail(spec_or.error().message);
-  const PromptSpec spec = *spec_or;
-  // The KV cache options before the model, as generate checks them.
-  SessionConfig cfg;
-  if (Status st = apply_kv_options(kv, cfg); !st.ok()) return fail(st.message());
-  cfg.mode = mode_from_option(mode);
-  cfg.max_tokens = max_tokens;
-  std::string notice;
-  auto session = open_session(engine.model, engine.backend, engine.threads, cfg, &notice);
-  if (!session.ok()) return fail(session.error().message);
-  const SamplerConfig sc = to_sampler_config(sampler);
-  session.value()->set_sampler(sc);
-  // Check the prompt before creating any file.
-  if (Status st = session.value()->reset(spec); !st.ok()) return fail(st.message());
-  auto source = app::make_session_source(std::move(session.value()));
+  // The prompt and the KV cache options are checked before the model opens, and the
+  // prompt (the session's reset) before any file is created.
+  auto opened = open_run(run);
+  if (!opened.ok()) return fail(opened.error().message);
+  const PromptSpec spec = opened->prompt;
+  const SessionConfig& cfg = opened->config;
+  const SamplerConfig sc = opened->sampler;
+  const int max_tokens = run.max_tokens;
+  const std::string notice = opened->notice;
+  auto source = app::make_session_source(std::move(opened->session));
 
   app::RunMeta meta;
   meta.producer = std::string("kvscope ") + KVSCOPE_VERSION;
