@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "imgui_test_context.h"
 #include "app/core/timeline.h"
 #include "app/ui/input_queue.h"
 #include "app/ui/ui_state.h"
@@ -169,12 +170,10 @@ namespace {
 
 class NoLostInput : public ::testing::Test {
  protected:
+  kvscope::test::HeadlessImGui imgui_{800, 600, 0.5f};  // a slow machine: 2 frames a second
+
   void SetUp() override {
-    ImGui::CreateContext();
     ImGuiIO& io = ImGui::GetIO();
-    io.IniFilename = nullptr;
-    io.DisplaySize = ImVec2(800, 600);
-    io.DeltaTime = 0.5f;  // a slow machine: two frames a second
     io.KeyMap[ImGuiKey_A] = GLFW_KEY_A;
     io.KeyMap[ImGuiKey_Delete] = GLFW_KEY_DELETE;
     io.KeyMap[ImGuiKey_Backspace] = GLFW_KEY_BACKSPACE;
@@ -184,13 +183,9 @@ class NoLostInput : public ::testing::Test {
     io.KeyMap[ImGuiKey_RightArrow] = GLFW_KEY_RIGHT;
     io.KeyMap[ImGuiKey_Home] = GLFW_KEY_HOME;
     io.KeyMap[ImGuiKey_End] = GLFW_KEY_END;
-    unsigned char* px = nullptr;
-    int w = 0, h = 0;
-    io.Fonts->GetTexDataAsRGBA32(&px, &w, &h);  // builds the default font
     // Lays the window out.
     frame();
   }
-  void TearDown() override { ImGui::DestroyContext(); }
 
   // One frame, as the app draws it: the queue's share of the input, then a window with a
   // button, a text field and the Space key's handler.

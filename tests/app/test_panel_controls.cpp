@@ -8,23 +8,15 @@
 #include "app/core/timeline.h"
 #include "app/ui/ui_state.h"
 
+#include "imgui_test_context.h"
+
 using namespace kvscope::app;
 
 namespace {
 
 class PanelControls : public ::testing::Test {
  protected:
-  void SetUp() override {
-    ImGui::CreateContext();
-    ImGuiIO& io = ImGui::GetIO();
-    io.IniFilename = nullptr;
-    io.DisplaySize = ImVec2(1280, 720);
-    io.DeltaTime = 1.0f / 60.0f;
-    unsigned char* px = nullptr;
-    int w = 0, h = 0;
-    io.Fonts->GetTexDataAsRGBA32(&px, &w, &h);  // builds the default font
-  }
-  void TearDown() override { ImGui::DestroyContext(); }
+  kvscope::test::HeadlessImGui imgui_{1280, 720};
 
   void frame(UiState& ui) {
     ImGui::NewFrame();

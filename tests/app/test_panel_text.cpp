@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "app/ui/panel_text.h"
+#include "imgui_test_context.h"
 
 using namespace kvscope::app;
 
@@ -15,17 +16,7 @@ namespace {
 
 class PanelText : public ::testing::Test {
  protected:
-  void SetUp() override {
-    ImGui::CreateContext();
-    ImGuiIO& io = ImGui::GetIO();
-    io.IniFilename = nullptr;
-    io.DisplaySize = ImVec2(800, 600);
-    io.DeltaTime = 1.0f / 60.0f;
-    unsigned char* px = nullptr;
-    int w = 0, h = 0;
-    io.Fonts->GetTexDataAsRGBA32(&px, &w, &h);  // builds the default font
-  }
-  void TearDown() override { ImGui::DestroyContext(); }
+  kvscope::test::HeadlessImGui imgui_{800, 600};
 
   // One frame: a panel with two lines, the first explained by a tooltip; the mouse at
   // `mouse`. Returns the tooltip window when it was shown this frame, else nullptr.
