@@ -53,9 +53,50 @@ done_stage() {
   echo "== $1: done in ${SECONDS} s"
 }
 
+# ctest in a build folder, its output kept in that folder's ctest.log for check_skips.
+run_ctest() {  # build dir, ctest arguments...
+  local dir=$1
+  shift
+  (cd "$dir" && ctest --output-on-failure -j"$jobs" "$@" 2>&1 | tee ctest.log)
+}
+
+# A green run must not hide tests that never ran. Two reasons to skip are expected on CI's
+# machines: the real-GPU tests (label gpu) where no GPU is usable, and an instruction-set
+# path the CPU lacks (the test names the path: *_avx2, *_avx512, CpuIsa.*). Any other skip
+# (no OpenGL, no model, no long text) fails the stage and names the tests. The summary
+# says how many of each were skipped and which instruction-set paths the dispatch test
+# ran on this machine.
+check_skips() {  # build dir
+  local dir=$1 gpu=0 isa=0 num name
+  local gpu_tests bad=()
+  gpu_tests=$(cd "$dir" && ctest -N -L '^gpu$' | sed -n 's/^ *Test *#\([0-9]*\):.*/\1/p')
+  while read -r num name; do
+    [ -n "$num" ] || continue
+    if grep -qx "$num" <<<"$gpu_tests"; then
+      gpu=$((gpu + 1))
+    elif [[ $name =~ (_avx2|_avx512|_scalar)$|^CpuIsa\. ]]; then
+      isa=$((isa + 1))
+    else
+      bad+=("$name")
+    fi
+  done < <(sed -n 's/^[[:space:]]*\([0-9]*\) - \(.*\) (Skipped)$/\1 \2/p' "$dir/ctest.log")
+  local ran=()
+  for path in scalar avx2 avx512; do
+    grep -qE "engine_cpu_isa_env_${path} [.]+ +Passed" "$dir/ctest.log" && ran+=("$path")
+  done
+  echo "== skipped: $gpu real-GPU tests (no usable GPU here), $isa for an instruction set" \
+    "this CPU lacks; instruction-set paths run: ${ran[*]:-(dispatch test not in this stage)}"
+  if [ ${#bad[@]} -gt 0 ]; then
+    echo "FAIL: ${#bad[@]} tests skipped for a reason CI must not have (see their output):"
+    printf '  %s\n' "${bad[@]}"
+    return 1
+  fi
+}
+
 stage "release: full build and test suite"
 bash "$root/scripts/build.sh"
-(cd "$root/build" && ctest --output-on-failure -j"$jobs" --timeout 900)
+run_ctest "$root/build" --timeout 900
+check_skips "$root/build"
 done_stage "release"
 
 stage "isa-clang: each SIMD path of a portable clang build against the scalar reference"
@@ -92,7 +133,8 @@ cmake --build "$root/build-asan" -j"$jobs"
 # perplexity test over 120 tokens instead of 200, the KL ordering over 12 steps instead of 32.
 asan_skip='^engine_(session_cache_nocache_avx2|forward_fp32_reference_(avx2|scalar))$'
 asan_skip+='|^CudaBackendParity\.(DefaultModel|Gemma3)PromptAndTwoDecodeStepsSameTop5$'
-(cd "$root/build-asan" && ctest --output-on-failure -j"$jobs" --timeout 1800 -E "$asan_skip")
+run_ctest "$root/build-asan" --timeout 1800 -E "$asan_skip"
+check_skips "$root/build-asan"
 done_stage "asan+ubsan"
 
 stage "tsan: the controller under ThreadSanitizer"

@@ -53,8 +53,13 @@ std::vector<Golden> load_golden() {
       for (const auto& e : step) t.push_back({e.at(0).get<int32_t>(), e.at(1).get<float>()});
       g.top5.push_back(t);
     }
+    // Every prompt has the top-5 after the prompt and after each of its greedy tokens.
+    EXPECT_EQ(g.top5.size(), g.greedy.size() + 1) << g.name;
+    EXPECT_GE(g.greedy.size(), 32u) << g.name;
     out.push_back(g);
   }
+  // The file holds 5 prompts; a truncated or empty file must not pass for a match.
+  EXPECT_GE(out.size(), 5u) << "tests/golden/forward.json";
   return out;
 }
 
@@ -190,6 +195,8 @@ void compare_with_fp32_reference(const Model& model, KvDtype kv, float tol) {
   }
   std::printf("kv %s: largest difference from the fp32 reference %.4f over %d logits\n",
               kv_dtype_name(kv), worst, compared);
+  // 5 prompts x 33 positions x top-5: an emptied or truncated golden file fails here.
+  EXPECT_GE(compared, 5 * 33 * 5) << "tests/golden/forward_fp32.json";
 }
 
 TEST_F(ForwardGolden, MatchesTheFp32ReferenceWithAnF32Cache) {

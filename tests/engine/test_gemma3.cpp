@@ -61,8 +61,13 @@ std::vector<Golden> load_golden() {
       for (const auto& e : step) t.push_back({e.at(0).get<int32_t>(), e.at(1).get<float>()});
       g.top5.push_back(t);
     }
+    // The top-5 after the prompt and after each of the 16 greedy tokens.
+    EXPECT_EQ(g.top5.size(), g.greedy.size() + 1) << g.name;
+    EXPECT_GE(g.greedy.size(), 16u) << g.name;
     out.push_back(g);
   }
+  // The file holds 3 prompts; a truncated or empty file must not pass for a match.
+  EXPECT_GE(out.size(), 3u) << "tests/golden/gemma3_fp32.json";
   return out;
 }
 

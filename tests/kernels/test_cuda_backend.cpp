@@ -169,7 +169,11 @@ TEST_F(CudaBackendParity, SessionSixteenStepsInBothModesMatchCpu) {
       EXPECT_EQ(x.n_attn, y.n_attn);
       EXPECT_LE(max_abs_diff(x.attention, y.attention), kProbTol)
           << "step " << i;
-      EXPECT_GE(y.device_ms, 0.0) << "CUDA events time every step";
+#if defined(KVSCOPE_REAL_GPU_TEST)
+      EXPECT_GT(y.device_ms, 0.0) << "CUDA events time every step";
+#else
+      EXPECT_GE(y.device_ms, 0.0) << "the emulator's events time every step";
+#endif
       EXPECT_NE(y.backend.find("cuda"), std::string::npos);
     }
     // A flip at a near-tie ends the comparison; it must not come early (these seeds
