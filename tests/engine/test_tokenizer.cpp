@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/util/timing.h"
 #include "engine/gguf.h"
 #include "engine/tokenizer.h"
 
@@ -222,23 +223,21 @@ TEST_F(TokenizerTest, LongPromptEncodesFast) {
       "In the kingdom by the sea, 1,234 sailors counted 56789 stars; naïve cafés served "
       "日本茶 and 😀 emoji.\n    def f(x):\n\treturn x * 2  # code\n";
   while (text.size() < 9000) text += para;
-  const auto t0 = std::chrono::steady_clock::now();
+  const double t0 = test::thread_cpu_ms();
   const auto ids = enc(text, true);
-  const double ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const double ms = test::thread_cpu_ms() - t0;
   EXPECT_GE(ids.size(), 2000u);
-  EXPECT_LT(ms, 100.0) << ids.size() << " tokens took " << ms << " ms";
+  EXPECT_LT(ms, 100.0 * test::kTimeLimitScale) << ids.size() << " tokens took " << ms << " ms";
   EXPECT_EQ(tok_->decode(ids), text);
 }
 
 TEST_F(TokenizerTest, LongWhitespaceRunStaysFast) {
   const std::string text = std::string(100000, ' ') + "x" + std::string(50000, '\n');
-  const auto t0 = std::chrono::steady_clock::now();
+  const double t0 = test::thread_cpu_ms();
   const auto ids = enc(text, false);
-  const double ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const double ms = test::thread_cpu_ms() - t0;
   EXPECT_EQ(tok_->decode(ids), text);
-  EXPECT_LT(ms, 2000.0);
+  EXPECT_LT(ms, 2000.0 * test::kTimeLimitScale);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 
 #include "engine/gguf.h"
 #include "engine/tokenizer.h"
+#include "tests/util/timing.h"
 #include "tests/util/model_fixture.h"
 
 namespace kvscope {
@@ -181,12 +182,11 @@ TEST_F(GemmaTokenizer, LongInputWithThousandsOfSpecialTokensStaysFast) {
       "<start_of_turn>user\nIn the kingdom by the sea, 1,234 sailors counted 56789 stars; "
       "<b>naïve</b> cafés served 日本茶 and 😀 emoji.\n    def f(x):\n\treturn x * 2<end_of_turn>\n";
   while (text.size() < 9000) text += para;
-  const auto t0 = std::chrono::steady_clock::now();
+  const double t0 = test::thread_cpu_ms();
   const Ids ids = with_bos(text, true);
-  const double ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const double ms = test::thread_cpu_ms() - t0;
   EXPECT_GE(ids.size(), 2000u);
-  EXPECT_LT(ms, 500.0) << ids.size() << " tokens took " << ms << " ms";
+  EXPECT_LT(ms, 500.0 * test::kTimeLimitScale) << ids.size() << " tokens took " << ms << " ms";
   EXPECT_EQ(tok_->decode(Ids(ids.begin() + 1, ids.end())), text);
 }
 
