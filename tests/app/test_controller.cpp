@@ -105,11 +105,22 @@ TEST(Controller, PauseStopsStepsAndStepRunsExactlyOne) {
   EXPECT_EQ(count_steps(ev, 1), 1);
   EXPECT_FALSE(ctl->state().playing);
 
-  // Slow playback is paced: at 2 tok/s, about one step per half second.
+  // Slow playback is paced: at 2 tok/s, a step starts half a second after the one before at
+  // the earliest. A busy machine can only make steps later, so the gaps between the paced
+  // steps' starts (when each finished, less its own time) are checked from below; unpaced,
+  // the tiny steps would start milliseconds apart.
   ctl->send(CmdSpeed{2.0f});
   ctl->send(CmdPlay{});
-  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  const size_t first_paced = ev.size();
+  collect(*ctl, ev, [](auto& e) { return count_steps(e, 1) >= 4; });
   ctl->send(CmdPause{});
+  std::vector<double> starts;
+  for (size_t i = first_paced; i < ev.size(); ++i)
+    if (ev[i].kind == Event::Kind::Step && ev[i].trace)
+      starts.push_back(ev[i].done_s - ev[i].trace->ms / 1000.0);
+  ASSERT_GE(starts.size(), 3u);
+  for (size_t i = 1; i < starts.size(); ++i)
+    EXPECT_GE(starts[i] - starts[i - 1], 0.45) << "paced steps " << i - 1 << " and " << i;
   // A step already running when Pause arrives still completes (it can be slow under a
   // sanitizer): wait until the worker is idle, then count.
   auto wait_idle = [&] {
@@ -122,9 +133,8 @@ TEST(Controller, PauseStopsStepsAndStepRunsExactlyOne) {
     for (Event& e : ctl->poll()) ev.push_back(std::move(e));
   };
   wait_idle();
-  int n = count_steps(ev, 1);
-  EXPECT_GE(n, 2);  // the Step above plus at least one paced step
-  EXPECT_LE(n, 5);  // unpaced, 1.2 s would hold many more steps
+  const int n = count_steps(ev, 1);
+  EXPECT_GE(n, 4);  // the Step above and the paced steps before Pause
   std::this_thread::sleep_for(std::chrono::milliseconds(400));
   for (Event& e : ctl->poll()) ev.push_back(std::move(e));
   EXPECT_EQ(count_steps(ev, 1), n) << "steps arrived after Pause";
