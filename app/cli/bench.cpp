@@ -217,7 +217,7 @@ void print_text(const std::string& model, const std::string& cpu, const std::vec
 
 int run_bench(int argc, char** argv) {
   CLI::App app{"Measure prefill, decode and NO CACHE step speed.", "kvscope bench"};
-  EngineOptions engine;  // --threads is a list here
+  EngineArgs engine;  // --threads is a list here
   add_engine_options(app, engine, /*threads=*/false);
   KvTypeOptions kv;
   std::vector<int> threads;

@@ -58,7 +58,7 @@ int run_compare(int argc, char** argv) {
   add_max_tokens_option(app, max_tokens, "Steps to compare");
   SamplerOptions sampler;  // the candidate's; the reference is teacher-forced
   add_sampler_options(app, sampler);
-  EngineOptions engine;  // both sessions: the same backend and threads
+  EngineArgs engine;  // both sessions: the same backend and threads
   add_engine_options(app, engine);
   app.add_flag("--json", json, "One JSON object per step, then a summary object");
   if (int rc = parse_options(app, argc, argv); rc >= 0) return rc;

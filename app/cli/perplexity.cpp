@@ -29,7 +29,7 @@ int run_perplexity(int argc, char** argv) {
   std::string file;
   KvOptions kv;
   add_kv_options(app, kv);
-  EngineOptions engine;
+  EngineArgs engine;
   add_engine_options(app, engine);
   int max_tokens = 0;
   bool json = false, progress = false;

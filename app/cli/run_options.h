@@ -21,7 +21,7 @@ struct RunOptions {
   std::string mode = "cache";
   int max_tokens = 64;
   SamplerOptions sampler;
-  EngineOptions engine;
+  EngineArgs engine;
   KvOptions kv;
   std::vector<std::string> stops;  // generate's --stop (record has none)
 };

@@ -7,7 +7,7 @@
 
 namespace kvscope::cli {
 
-void add_capture_options(CLI::App& app, CaptureOptions& o) {
+void add_capture_options(CLI::App& app, CaptureArgs& o) {
   app.add_option("--screenshot", o.screenshot,
                  "Draw the app offscreen into this PNG and exit (no display needed)");
   app.add_option("--replay", o.replay, "Play a recorded run file (.kvs) instead of the model");
@@ -50,7 +50,7 @@ void add_capture_options(CLI::App& app, CaptureOptions& o) {
       ->check(Range(1, kMaxCaptureSteps));
 }
 
-void add_window_options(CLI::App& app, WindowOptions& o) {
+void add_window_options(CLI::App& app, WindowArgs& o) {
   app.add_flag("--play", o.play, "Start playing right away");
   add_frames_option(app, o.frames, "Quit after N frames");
   app.add_option("--window-shot", o.window_shot, "Save the last frame as this PNG");

@@ -23,7 +23,7 @@ inline constexpr int kMaxUiNice = 19;             // --ui-nice: 0..19
 // Names of the camera presets, for --camera's help and message (render/camera.h parses them).
 inline constexpr const char* kCameraChoices = "top, side, front, 3/4, follow";
 
-struct CaptureOptions {
+struct CaptureArgs {
   std::string screenshot;  // --screenshot OUT.png: draw offscreen instead of a window
   std::string replay;      // --replay RUN.kvs: a recorded run instead of the model
   int steps = 0;           // --steps N
@@ -43,7 +43,7 @@ struct CaptureOptions {
   int cache_quality = 0;   // --cache-quality N
 };
 
-struct WindowOptions {
+struct WindowArgs {
   bool play = false;        // --play
   int frames = 0;           // --frames N: quit after N frames
   std::string window_shot;  // --window-shot OUT.png
@@ -51,8 +51,8 @@ struct WindowOptions {
   int ui_nice = 0;          // --ui-nice N
 };
 
-void add_capture_options(CLI::App& app, CaptureOptions& o);
-void add_window_options(CLI::App& app, WindowOptions& o);
+void add_capture_options(CLI::App& app, CaptureArgs& o);
+void add_window_options(CLI::App& app, WindowArgs& o);
 // bench-render's --frames, with the app's bound.
 void add_frames_option(CLI::App& app, int& frames, const std::string& help);
 

@@ -5,7 +5,7 @@
 
 namespace kvscope::cli {
 
-void add_engine_options(CLI::App& app, EngineOptions& o, bool threads) {
+void add_engine_options(CLI::App& app, EngineArgs& o, bool threads) {
   app.add_option("--model", o.model,
                  "Built-in model name (smollm2-135m, the default; gemma3-270m) or GGUF file path");
   app.add_option("--backend", o.backend, "auto, cuda or cpu")

@@ -18,7 +18,7 @@ inline constexpr int kMaxThreadsOption = 65536;
 // --measure and --view-step: steps of one run.
 inline constexpr int kMaxTokensOption = 1 << 20;
 
-struct EngineOptions {
+struct EngineArgs {
   std::string model;  // a built-in model name or a GGUF path; empty: the default model
   std::string backend = "auto";  // auto | cuda | cpu
   int threads = 0;               // 0: all hardware threads
@@ -26,7 +26,7 @@ struct EngineOptions {
 
 // Adds --model and --backend, and --threads unless `threads` is false (the app has none;
 // bench takes a list, add_thread_list_option).
-void add_engine_options(CLI::App& app, EngineOptions& o, bool threads = true);
+void add_engine_options(CLI::App& app, EngineArgs& o, bool threads = true);
 // bench's --threads: thread counts, comma-separated, each with --threads' bound.
 void add_thread_list_option(CLI::App& app, std::vector<int>& threads);
 

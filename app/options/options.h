@@ -6,7 +6,7 @@
 // and parsing with parse_options():
 //
 //   CLI::App app{"What the command does.", "kvscope mycommand"};
-//   cli::EngineOptions engine;
+//   cli::EngineArgs engine;
 //   cli::add_engine_options(app, engine);  // --model, --backend, --threads
 //   app.add_option("--rounds", rounds, "Repeats")->check(cli::Range(1, 100));
 //   if (int rc = cli::parse_options(app, argc, argv); rc >= 0) return rc;
@@ -15,6 +15,9 @@
 // kv_options.h, prompt_options.h, sampler_options.h, capture_options.h), never a second
 // add_option: each option's bound and help are written once, and tests/cli/all_options.sh
 // checks that a shared option gives the same message in every command.
+// The engine, capture and window groups are named *Args (cli::EngineArgs, ...): they hold
+// the command line's words, which app/ui/app_main.cpp turns into the app's own settings
+// (app::EngineOptions, app::CaptureOptions, app::WindowOptions).
 //
 // parse_options() prints the help to stdout and returns 0 for --help; turns every CLI11
 // error (unknown option, missing value, conversion, validation, exclusions, ...) into one

@@ -29,9 +29,9 @@ static_assert(cli::kSpeedOptionMin == double(kSpeedMin) && cli::kSpeedOptionMax 
 // The parsed groups into the app's options. The values are in range already (the
 // validators); what is left to refuse here (an unknown camera preset or cache type) is
 // refused before anything is opened, as an Error naming the option.
-Status apply(const CLI::App& app, const cli::EngineOptions& engine, const cli::KvOptions& kv,
+Status apply(const CLI::App& app, const cli::EngineArgs& engine, const cli::KvOptions& kv,
              const cli::PromptOptions& prompt, const std::string& mode, int max_tokens,
-             const cli::CaptureOptions& c, const cli::WindowOptions& w, Args* a) {
+             const cli::CaptureArgs& c, const cli::WindowArgs& w, Args* a) {
   CaptureOptions& cap = a->cap;
   const auto given = [&](const char* name) { return app.count(name) > 0; };
   cap.model_path = engine.model;
@@ -123,7 +123,7 @@ int run_app(int argc, char** argv) {
   CLI::App app{"The desktop app: an LLM generating token by token, its KV cache and attention.",
                "kvscope"};
   app.footer(kFooter);
-  cli::EngineOptions engine;
+  cli::EngineArgs engine;
   cli::add_engine_options(app, engine, /*threads=*/false);
   cli::PromptOptions prompt;
   cli::add_prompt_options(app, prompt, /*file_only=*/true);
@@ -133,9 +133,9 @@ int run_app(int argc, char** argv) {
   cli::add_max_tokens_option(app, max_tokens, "Tokens to generate (default: the app's)");
   cli::KvOptions kv;
   cli::add_kv_options(app, kv);
-  cli::CaptureOptions capture;
+  cli::CaptureArgs capture;
   cli::add_capture_options(app, capture);
-  cli::WindowOptions window;
+  cli::WindowArgs window;
   cli::add_window_options(app, window);
   if (int rc = cli::parse_options(app, argc, argv); rc >= 0) return rc;
   Args args;
