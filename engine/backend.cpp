@@ -153,6 +153,15 @@ Expected<Tensor> Backend::scratch(int slot, int64_t rows, int64_t cols) {
   return do_scratch(slot, rows, cols);
 }
 
+Expected<std::shared_ptr<KvPool>> Backend::create_kv_pool(const KvPoolConfig&) {
+  return make_error("paged KV cache: the ", kind(), " backend has no block pool yet (use the cpu backend)");
+}
+
+Expected<std::unique_ptr<KvCache>> Backend::create_paged_kv_cache(const KvCacheConfig&,
+                                                                  std::shared_ptr<KvPool>) {
+  return make_error("paged KV cache: the ", kind(), " backend has no block pool yet (use the cpu backend)");
+}
+
 Expected<std::unique_ptr<KvCache>> Backend::create_kv_cache(const KvCacheConfig& config,
                                                             int capacity) {
   Check c("create_kv_cache");

@@ -21,6 +21,7 @@
 #include <string_view>
 
 #include "engine/kv_cache.h"
+#include "engine/kv_pool.h"
 #include "engine/model.h"
 #include "common/status.h"
 
@@ -78,6 +79,12 @@ class Backend {
   Expected<Tensor> scratch(int slot, int64_t rows, int64_t cols);
   // A cache laid out for `capacity` positions to start with (it grows as needed).
   Expected<std::unique_ptr<KvCache>> create_kv_cache(const KvCacheConfig& config, int capacity);
+  // The shared pool of KV blocks and paged caches over it (engine/kv_pool.h), where the
+  // backend has them; an error naming the backend elsewhere. Not ops: the ops above take
+  // a paged cache like any other.
+  virtual Expected<std::shared_ptr<KvPool>> create_kv_pool(const KvPoolConfig& config);
+  virtual Expected<std::unique_ptr<KvCache>> create_paged_kv_cache(const KvCacheConfig& config,
+                                                                   std::shared_ptr<KvPool> pool);
 
   // out[t][:] = row ids[t] of tok_embd (dequantized) * scale. ids are host memory,
   // T = out.rows; they stay valid and unchanged until the forward's next download().

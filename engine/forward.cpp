@@ -10,6 +10,10 @@
 // Then RMSNorm·output_norm and the LM head on the last token only. Ops go through the
 // backend's fused entry points (backend.h), equal to the plain sequence above (unfused_<op>).
 //
+// forward_batch runs several sequences' tokens through one pass: the rows of all of them
+// go through the weight products together, and each sequence's rows meet RoPE, its cache
+// and attention on their own. forward() is that pass for one sequence.
+//
 // More than kMaxBatch tokens go through in batches of kMaxBatch: a windowed layer's ring
 // then never holds more than keep - 1 + kMaxBatch positions (a 2,000-token prompt does
 // not make Gemma 3's local caches full-size for a moment) and the activation scratch stays
@@ -29,17 +33,16 @@ enum Slot : int { kX, kH, kQ, kK, kV, kAtt, kGate, kUp, kOut, kLogits, kProbs, k
 
 constexpr int kMaxBatch = 512;
 
-// Tokens t0 .. t0+n-1 of a forward over T tokens. The last batch also gives the logits and
-// attention rows of the last token; every batch writes its K/V row norms into columns
-// t0.. of out.k_norm / v_norm ([L][T]).
-struct Batch {
-  int t0, n, T;
-  bool last;
+// Where sequence i's rows and outputs sit in the pass's shared tensors.
+struct SeqRows {
+  int r0 = 0, T = 0, pos0 = 0;
+  int logit_row = -1;       // row of the logits tensor, -1 when not asked
+  int64_t probs_at = -1;    // offset into the probs tensor, -1 when not asked
+  bool errs = false;
 };
 
-// One batch: b.n tokens at pos0.. through the blocks into the cache (begun by the caller).
-Status run_blocks(Backend& be, const Model& model, const int32_t* tokens, int pos0,
-                  const Batch& b, KvCache& cache, ForwardOutput& out);
+Status run_batch(Backend& be, const Model& model, const std::vector<BatchSeq>& seqs,
+                 const std::vector<SeqRows>& rows, int total, std::vector<BatchSeqOutput>& out);
 
 }  // namespace
 
@@ -90,14 +93,8 @@ Status kv_shift(Backend& be, const Model& model, KvCache& cache, int first, int 
 
 Status forward(Backend& be, const Model& model, const int32_t* tokens, int T, int pos0,
                KvCache& cache, ForwardOutput& out) {
-  const ModelConfig& c = model.config();
-  const int L = c.n_layer;
+  const int L = model.config().n_layer;
   if (T <= 0) return make_error("forward: no tokens to process");
-  const KvShape& ks = cache.shape();
-  if (ks.n_layer != L || ks.n_head_kv != c.n_head_kv || ks.head_dim != c.head_dim)
-    return make_error("forward: the cache is shaped ", ks.n_layer, " layers x ", ks.n_head_kv,
-                      " kv heads x ", ks.head_dim, " dims, the model ", L, " x ", c.n_head_kv,
-                      " x ", c.head_dim);
   if (cache.length() != pos0)
     return make_error("forward: the cache holds ", cache.length(), " positions but position ",
                       pos0, " was asked for");
@@ -106,15 +103,26 @@ Status forward(Backend& be, const Model& model, const int32_t* tokens, int T, in
   const bool errs = out.want_kv_errors && be.can_measure_kv_errors();
   out.k_err.assign(errs ? size_t(L) * T : 0, 0.0f);
   out.v_err.assign(errs ? size_t(L) * T : 0, 0.0f);
+  std::vector<BatchSeqOutput> part;
   for (int t0 = 0; t0 < T; t0 += kMaxBatch) {
-    const Batch b{t0, std::min(kMaxBatch, T - t0), T, t0 + kMaxBatch >= T};
-    KV_TRY(cache.begin(pos0 + b.t0, b.n));
-    Status s = run_blocks(be, model, tokens + b.t0, pos0 + b.t0, b, cache, out);
-    if (!s.ok()) {
-      cache.cancel();
-      return s;
+    const int n = std::min(kMaxBatch, T - t0);
+    const bool last = t0 + kMaxBatch >= T;
+    BatchSeq seq{&cache, tokens + t0, n, last, last, true, errs};
+    KV_TRY(forward_batch(be, model, {seq}, part));
+    BatchSeqOutput& p = part[0];
+    for (int l = 0; l < L; ++l) {
+      const auto at = [&](const std::vector<float>& v) { return v.begin() + int64_t(l) * n; };
+      const int64_t dst = int64_t(l) * T + t0;
+      std::copy_n(at(p.k_norm), n, out.k_norm.begin() + dst);
+      std::copy_n(at(p.v_norm), n, out.v_norm.begin() + dst);
+      if (!errs) continue;
+      std::copy_n(at(p.k_err), n, out.k_err.begin() + dst);
+      std::copy_n(at(p.v_err), n, out.v_err.begin() + dst);
     }
-    KV_TRY(cache.end());
+    if (last) {
+      out.logits = std::move(p.logits);
+      out.attention = std::move(p.attention);
+    }
   }
   std::vector<KvLayerRule> rules;
   for (int l = 0; l < L; ++l) rules.push_back(cache.rule(l));
@@ -123,17 +131,87 @@ Status forward(Backend& be, const Model& model, const int32_t* tokens, int T, in
   return Status::Ok();
 }
 
+Status forward_batch(Backend& be, const Model& model, const std::vector<BatchSeq>& seqs,
+                     std::vector<BatchSeqOutput>& out) {
+  const ModelConfig& c = model.config();
+  const int L = c.n_layer, H = c.n_head;
+  if (seqs.empty()) return make_error("forward: no sequences to process");
+  std::vector<SeqRows> rows(seqs.size());
+  int total = 0, n_logits = 0;
+  int64_t probs = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const BatchSeq& s = seqs[i];
+    if (!s.cache || !s.tokens || s.T <= 0)
+      return make_error("forward: sequence ", i, " of the batch has no tokens or no cache");
+    const KvShape& ks = s.cache->shape();
+    if (ks.n_layer != L || ks.n_head_kv != c.n_head_kv || ks.head_dim != c.head_dim)
+      return make_error("forward: the cache is shaped ", ks.n_layer, " layers x ", ks.n_head_kv,
+                        " kv heads x ", ks.head_dim, " dims, the model ", L, " x ",
+                        c.n_head_kv, " x ", c.head_dim);
+    for (size_t j = 0; j < i; ++j)
+      if (seqs[j].cache == s.cache)
+        return make_error("forward: sequences ", j, " and ", i, " of the batch share a cache");
+    for (int t = 0; t < s.T; ++t)
+      if (s.tokens[t] < 0 || s.tokens[t] >= c.n_vocab)
+        return make_error("forward: token id ", s.tokens[t], " is outside the vocabulary of ",
+                          c.n_vocab);
+    SeqRows& r = rows[i];
+    r.r0 = total;
+    r.T = s.T;
+    r.pos0 = s.cache->length();
+    r.errs = s.kv_errors && be.can_measure_kv_errors();
+    if (s.logits) r.logit_row = n_logits++;
+    if (s.attention) {
+      r.probs_at = probs;
+      probs += int64_t(L) * H * (r.pos0 + s.T);
+    }
+    total += s.T;
+  }
+  if (total > kMaxBatchTokens)
+    return make_error("forward: ", total, " tokens in one batch, at most ", kMaxBatchTokens);
+  size_t begun = 0;
+  Status st = Status::Ok();
+  for (; begun < seqs.size() && st.ok(); ++begun) {
+    st = seqs[begun].cache->begin(rows[begun].pos0, rows[begun].T);
+    if (!st.ok()) break;
+  }
+  if (st.ok()) st = run_batch(be, model, seqs, rows, total, out);
+  if (!st.ok()) {
+    for (size_t i = 0; i < begun; ++i) seqs[i].cache->cancel();
+    return st;
+  }
+  for (const BatchSeq& s : seqs) KV_TRY(s.cache->end());
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    std::vector<KvLayerRule> rules;
+    for (int l = 0; l < L; ++l) rules.push_back(seqs[i].cache->rule(l));
+    out[i].flops = forward_flops(model, rules, rows[i].T, rows[i].pos0);
+    if (!seqs[i].logits) out[i].flops -= 2ull * uint64_t(c.n_embd) * uint64_t(c.n_vocab);
+  }
+  return Status::Ok();
+}
+
 namespace {
 
-Status run_blocks(Backend& be, const Model& model, const int32_t* tokens, int pos0,
-                  const Batch& b, KvCache& cache, ForwardOutput& out) {
-  const int T = b.n;
+Status run_batch(Backend& be, const Model& model, const std::vector<BatchSeq>& seqs,
+                 const std::vector<SeqRows>& rows, int T, std::vector<BatchSeqOutput>& out) {
   const ModelConfig& c = model.config();
   const int C = c.n_embd, D = c.head_dim, H = c.n_head, Hkv = c.n_head_kv, F = c.n_ff,
             L = c.n_layer, V = c.n_vocab;
-  const int n_keys = pos0 + T;
+  const size_t N = seqs.size();
+  int n_logits = 0;
+  int64_t n_probs = 0;
+  bool errs = false;
+  for (size_t i = 0; i < N; ++i) {
+    n_logits += rows[i].logit_row >= 0;
+    if (rows[i].probs_at >= 0) n_probs += int64_t(L) * H * (rows[i].pos0 + rows[i].T);
+    errs = errs || rows[i].errs;
+  }
+  // Every token's ids, in row order (host memory the embed reads until the first download).
+  std::vector<int32_t> ids;
+  ids.reserve(size_t(T));
+  for (const BatchSeq& s : seqs) ids.insert(ids.end(), s.tokens, s.tokens + s.T);
 
-  auto slot = [&](int s, int64_t rows, int64_t cols) { return be.scratch(s, rows, cols); };
+  auto slot = [&](int s, int64_t r, int64_t cols) { return be.scratch(s, r, cols); };
   auto x = slot(kX, T, C);
   if (!x.ok()) return x.error();
   auto h = slot(kH, T, C);
@@ -152,18 +230,21 @@ Status run_blocks(Backend& be, const Model& model, const int32_t* tokens, int po
   if (!up.ok()) return up.error();
   auto o = slot(kOut, T, C);
   if (!o.ok()) return o.error();
-  auto logits = slot(kLogits, 1, V);
+  auto logits = slot(kLogits, std::max(1, n_logits), V);
   if (!logits.ok()) return logits.error();
-  auto probs = slot(kProbs, int64_t(L) * H, n_keys);  // [L*H][n_keys]
+  auto probs = slot(kProbs, 1, std::max<int64_t>(1, n_probs));  // each sequence's [L*H][keys]
   if (!probs.ok()) return probs.error();
   // Rows 0..L-1 K norms, L..2L-1 V norms; when measured, 2L..3L-1 K errors, 3L..4L-1 V.
-  const bool errs = !out.k_err.empty();
   auto norms = slot(kNorms, (errs ? 4 : 2) * int64_t(L), T);
   if (!norms.ok()) return norms.error();
+  // Columns r0 .. r0+n of norm row `r`.
+  const auto norm_cols = [&](int r, const SeqRows& sr) {
+    return Tensor{norms->data + int64_t(r) * T + sr.r0, 1, sr.T};
+  };
 
   // The residual add that closes each block is fused with the norm that opens the next
   // one (and with output_norm after the last block).
-  KV_TRY(be.embed(model.tok_embd(), tokens, c.embd_scale, *x));
+  KV_TRY(be.embed(model.tok_embd(), ids.data(), c.embd_scale, *x));
   KV_TRY(be.rmsnorm(*x, model.layers()[0].attn_norm, c.rms_eps, *h));
   for (int l = 0; l < L; ++l) {
     const LayerWeights& w = model.layers()[size_t(l)];
@@ -180,18 +261,29 @@ Status run_blocks(Backend& be, const Model& model, const int32_t* tokens, int po
       KV_TRY(be.rmsnorm(kh, w.k_norm, c.rms_eps, kh));
     }
     const RopeSpec rope{c.rope_style, c.n_rot, lc.rope_base, lc.rope_freq_scale};
-    if (errs) {  // unfused, so that k holds the rotated f32 rows the cache stored
-      KV_TRY(be.rope(*q, H, D, rope, pos0));
-      KV_TRY(be.rope(*k, Hkv, D, rope, pos0));
-      KV_TRY(be.kv_write(cache, l, *k, *v, pos0));
-      KV_TRY(
-          be.kv_row_errors(cache, l, pos0, *k, *v, norms->row(2 * L + l), norms->row(3 * L + l)));
-    } else {
-      KV_TRY(be.rope_kv_write(*q, *k, *v, cache, l, H, rope, pos0));
+    for (size_t i = 0; i < N; ++i) {
+      const SeqRows& sr = rows[i];
+      KvCache& cache = *seqs[i].cache;
+      const Tensor qi = q->row_range(sr.r0, sr.T), ki = k->row_range(sr.r0, sr.T),
+                   vi = v->row_range(sr.r0, sr.T);
+      if (sr.errs) {  // unfused, so that k holds the rotated f32 rows the cache stored
+        KV_TRY(be.rope(qi, H, D, rope, sr.pos0));
+        KV_TRY(be.rope(ki, Hkv, D, rope, sr.pos0));
+        KV_TRY(be.kv_write(cache, l, ki, vi, sr.pos0));
+        KV_TRY(be.kv_row_errors(cache, l, sr.pos0, ki, vi, norm_cols(2 * L + l, sr),
+                                norm_cols(3 * L + l, sr)));
+      } else {
+        KV_TRY(be.rope_kv_write(qi, ki, vi, cache, l, H, rope, sr.pos0));
+      }
+      if (seqs[i].norms)
+        KV_TRY(be.kv_row_norms(cache, l, sr.pos0, sr.T, norm_cols(l, sr), norm_cols(L + l, sr)));
+      const int64_t keys = sr.pos0 + sr.T;
+      const Tensor probs_l = sr.probs_at >= 0
+                                 ? Tensor{probs->data + sr.probs_at + int64_t(l) * H * keys, H, keys}
+                                 : Tensor{};
+      KV_TRY(be.attention(qi, cache, l, sr.pos0, H, c.attn_scale, att->row_range(sr.r0, sr.T),
+                          probs_l));
     }
-    KV_TRY(be.kv_row_norms(cache, l, pos0, T, norms->row(l), norms->row(L + l)));
-    Tensor probs_l = probs->row_range(int64_t(l) * H, H);
-    KV_TRY(be.attention(*q, cache, l, pos0, H, c.attn_scale, *att, probs_l));
     KV_TRY(be.matmul(w.wo, *att, *o));
     if (c.post_attn_norm) KV_TRY(be.rmsnorm(*o, w.post_attn_norm, c.rms_eps, *o));
     KV_TRY(be.add_rmsnorm(*x, *o, w.ffn_norm, c.rms_eps, *h));
@@ -201,23 +293,63 @@ Status run_blocks(Backend& be, const Model& model, const int32_t* tokens, int po
     const Weight& next_norm = l + 1 < L ? model.layers()[size_t(l) + 1].attn_norm : model.output_norm();
     KV_TRY(be.add_rmsnorm(*x, *o, next_norm, c.rms_eps, *h));
   }
-  // Every launch before the first download (a decode step's CUDA graph ends there).
-  if (b.last) {
-    KV_TRY(be.matmul(model.output(), h->row(T - 1), *logits));
-    out.logits.resize(size_t(V));
-    out.attention.resize(size_t(L) * H * n_keys);
-    KV_TRY(be.download(*logits, out.logits.data()));
-    KV_TRY(be.download(*probs, out.attention.data()));
+  // The LM head on each sequence's last row; adjacent one-token sequences (decode rows,
+  // consecutive in h) share one product.
+  for (size_t i = 0; i < N;) {
+    if (rows[i].logit_row < 0) {
+      ++i;
+      continue;
+    }
+    size_t j = i + 1;
+    if (rows[i].T == 1)
+      while (j < N && rows[j].T == 1 && rows[j].logit_row == rows[j - 1].logit_row + 1) ++j;
+    const int64_t last_row = rows[i].r0 + rows[i].T - 1;
+    KV_TRY(be.matmul(model.output(), h->row_range(last_row, int64_t(j - i)),
+                     logits->row_range(rows[i].logit_row, int64_t(j - i))));
+    i = j;
   }
+  // Every launch before the first download (a decode step's CUDA graph ends there).
+  out.assign(N, {});
+  if (n_logits > 0) {
+    std::vector<float> host(size_t(n_logits) * size_t(V));
+    KV_TRY(be.download(logits->row_range(0, n_logits), host.data()));
+    for (size_t i = 0; i < N; ++i)
+      if (rows[i].logit_row >= 0)
+        out[i].logits.assign(host.begin() + int64_t(rows[i].logit_row) * V,
+                             host.begin() + int64_t(rows[i].logit_row + 1) * V);
+  }
+  if (n_probs > 0) {
+    std::vector<float> host(static_cast<size_t>(n_probs));
+    KV_TRY(be.download(Tensor{probs->data, 1, n_probs}, host.data()));
+    for (size_t i = 0; i < N; ++i)
+      if (rows[i].probs_at >= 0) {
+        const int64_t n = int64_t(L) * H * (rows[i].pos0 + rows[i].T);
+        out[i].attention.assign(host.begin() + rows[i].probs_at,
+                                host.begin() + rows[i].probs_at + n);
+      }
+  }
+  bool any_norms = false;
+  for (const BatchSeq& s : seqs) any_norms = any_norms || s.norms || s.kv_errors;
+  if (!any_norms) return Status::Ok();
   std::vector<float> norm_host(size_t((errs ? 4 : 2) * L) * T);
   KV_TRY(be.download(*norms, norm_host.data()));
-  for (int l = 0; l < L; ++l) {
-    const auto row = [&](int r) { return norm_host.begin() + int64_t(r) * T; };
-    std::copy_n(row(l), T, out.k_norm.begin() + int64_t(l) * b.T + b.t0);
-    std::copy_n(row(L + l), T, out.v_norm.begin() + int64_t(l) * b.T + b.t0);
-    if (!errs) continue;
-    std::copy_n(row(2 * L + l), T, out.k_err.begin() + int64_t(l) * b.T + b.t0);
-    std::copy_n(row(3 * L + l), T, out.v_err.begin() + int64_t(l) * b.T + b.t0);
+  for (size_t i = 0; i < N; ++i) {
+    const SeqRows& sr = rows[i];
+    BatchSeqOutput& so = out[i];
+    const auto take = [&](int first_row, std::vector<float>& dst) {
+      dst.resize(size_t(L) * sr.T);
+      for (int l = 0; l < L; ++l)
+        std::copy_n(norm_host.begin() + int64_t(first_row + l) * T + sr.r0, sr.T,
+                    dst.begin() + int64_t(l) * sr.T);
+    };
+    if (seqs[i].norms) {
+      take(0, so.k_norm);
+      take(L, so.v_norm);
+    }
+    if (sr.errs) {
+      take(2 * L, so.k_err);
+      take(3 * L, so.v_err);
+    }
   }
   return Status::Ok();
 }

@@ -42,6 +42,36 @@ uint64_t forward_flops(const Model& model, const std::vector<KvLayerRule>& rules
 Status forward(Backend& backend, const Model& model, const int32_t* tokens, int T, int pos0,
                KvCache& cache, ForwardOutput& out);
 
+// One sequence's part of a batched forward: T tokens at positions cache->length() ..,
+// stored into its own cache.
+struct BatchSeq {
+  KvCache* cache = nullptr;
+  const int32_t* tokens = nullptr;
+  int T = 0;
+  bool logits = true;      // the last token's logits
+  bool attention = false;  // the last query's attention rows
+  bool norms = false;      // the written K/V rows' norms
+  bool kv_errors = false;  // and their quantization error (where the backend measures it)
+};
+struct BatchSeqOutput {
+  std::vector<float> logits;         // [V] when asked
+  std::vector<float> attention;      // [L][H][pos0+T] when asked
+  std::vector<float> k_norm, v_norm;  // [L][T] when asked
+  std::vector<float> k_err, v_err;    // [L][T] when asked and measured
+  uint64_t flops = 0;                // this sequence's share (its LM head only when asked)
+};
+// The most tokens one forward_batch takes.
+inline constexpr int kMaxBatchTokens = 4096;
+
+// One forward pass over several sequences at once: the weight products run over every
+// sequence's rows together; RoPE, the K/V store and attention run per sequence over its
+// own cache (paged or not). Sequences whose T is 1 and that want logits, when adjacent,
+// share one LM-head product. A sequence's results are those of the same tokens run
+// through forward() alone, bit for bit on the CPU (every product and the attention are
+// batch-invariant). On an error no cache has recorded the new positions.
+Status forward_batch(Backend& backend, const Model& model, const std::vector<BatchSeq>& seqs,
+                     std::vector<BatchSeqOutput>& out);
+
 // The RoPE of `layer` (its style, rotated dims, base and position scale).
 RopeSpec layer_rope(const Model& model, int layer);
 

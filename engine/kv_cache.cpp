@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "engine/kv_pool.h"
+
 namespace kvscope {
 namespace {
 
@@ -103,6 +105,14 @@ KvCache::KvCache(KvCacheConfig config) : cfg_(std::move(config)) {
   pos_.resize(cfg_.layers.size());
 }
 
+KvCache::KvCache(KvCacheConfig config, std::shared_ptr<KvPool> pool)
+    : KvCache(std::move(config)) {
+  pool_ = std::move(pool);
+  if (pool_) block_ = std::max(1, pool_->block_size());
+}
+
+KvCache::~KvCache() { release(); }
+
 Status KvCache::init_storage(int slots) {
   const KvShape& s = cfg_.shape;
   if (s.n_layer < 1 || s.n_head_kv < 1 || s.head_dim < 1)
@@ -114,6 +124,20 @@ Status KvCache::init_storage(int slots) {
                         " stores blocks of 32 values along the head dimension, but this model's "
                         "heads have ",
                         s.head_dim, " dims (use f16 or f32)");
+  if (pool_) {
+    const KvPoolConfig& pc = pool_->config();
+    if (pc.shape.n_layer != s.n_layer || pc.shape.n_head_kv != s.n_head_kv ||
+        pc.shape.head_dim != s.head_dim || !(pc.types == cfg_.types))
+      return make_error("kv cache: the pool holds ", pc.shape.n_layer, " layers x ",
+                        pc.shape.n_head_kv, " kv heads x ", pc.shape.head_dim, " dims in ",
+                        kv_types_name(pc.types), ", the cache wants ", s.n_layer, " x ",
+                        s.n_head_kv, " x ", s.head_dim, " in ", kv_types_name(cfg_.types));
+    for (int l = 0; l < s.n_layer; ++l)
+      if (rule(l).keep != 0)
+        return make_error("kv cache: layer ", l, " keeps only its last ", rule(l).keep,
+                          " positions, which a paged cache does not do (use the full policy)");
+    if (!cfg_.trim) return make_error("kv cache: a paged cache cannot be a scratch cache");
+  }
   for (int l = 0; l < s.n_layer; ++l) {
     const KvLayerRule& r = rule(l);
     if (r.window < 0 || r.sink < 0 || r.keep < 0)
@@ -125,6 +149,7 @@ Status KvCache::init_storage(int slots) {
                         " positions but its attention window is ",
                         r.window == 0 ? std::string("unlimited") : std::to_string(r.window),
                         " (keep must be at least the window)");
+    if (pool_) continue;  // blocks come from the pool as positions arrive
     int n = std::max(1, slots);
     if (r.keep > 0) n = std::min(n, r.sink + r.keep);
     pos_[size_t(l)].assign(size_t(n), -1);
@@ -207,6 +232,12 @@ Status KvCache::relocate(int layer, int n_slots, To to) {
     from[size_t(s)] = int32_t(j);
   }
   pos_[size_t(layer)] = std::move(fresh);
+  if (pool_) {  // rows never move in a paged cache: it only grows
+    for (int s = 0; s < n_slots; ++s)
+      if (from[size_t(s)] >= 0 && from[size_t(s)] != s)
+        return make_error("kv cache: a paged cache cannot move rows (layer ", layer, ")");
+    return ensure_blocks(n_slots);
+  }
   return relayout(layer, n_slots, from);
 }
 
@@ -221,7 +252,8 @@ Status KvCache::begin(int pos0, int T) {
     const KvLayerRule& r = rule(l);
     const int n = n_slots(l);
     if (r.keep == 0) {
-      if (end > n) KV_TRY(resize(l, std::max({end, 2 * n, 64}), [](int) { return true; }));
+      const int grown = pool_ ? kv_blocks_for(end, block_) * block_ : std::max({end, 2 * n, 64});
+      if (end > n) KV_TRY(resize(l, grown, [](int) { return true; }));
     } else {
       // Ring positions query pos0 may still read: [lo, pos0), at most keep - 1 of them.
       const int lo = std::max(r.sink, pos0 - (r.keep - 1));
@@ -236,6 +268,13 @@ Status KvCache::begin(int pos0, int T) {
     for (int p = pos0; p < end; ++p) map[size_t(slot_of(l, p))] = p;
   }
   pending_end_ = end;
+  if (pool_) {
+    Status s = copy_shared(pos0, end);
+    if (!s.ok()) {
+      cancel();
+      return s;
+    }
+  }
   return Status::Ok();
 }
 
@@ -255,6 +294,7 @@ Status KvCache::end() {
 
 Status KvCache::shift(int first, int n) {
   if (pending_end_ >= 0) return make_error("kv cache: shift inside a begin()/end()");
+  if (pool_) return make_error("kv cache: a paged cache cannot be context-shifted");
   if (first < 0 || n <= 0 || first + n > length_)
     return make_error("kv cache: shift of positions [", first, ", ", first + n,
                       ") outside the positions held [0, ", length_, ")");
@@ -271,6 +311,89 @@ void KvCache::cancel() {
   for (auto& map : pos_)
     for (int32_t& p : map)
       if (p >= length_) p = -1;
+}
+
+Status KvCache::ensure_blocks(int n_slots) {
+  const size_t want = size_t(kv_blocks_for(n_slots, block_));
+  while (blocks_.size() < want) {
+    auto b = pool_->allocate();
+    if (!b.ok()) return b.error();
+    blocks_.push_back(*b);
+  }
+  return Status::Ok();
+}
+
+Status KvCache::copy_shared(int pos0, int end) {
+  for (int i = pos0 / block_; i <= (end - 1) / block_ && i < int(blocks_.size()); ++i) {
+    const int old = blocks_[size_t(i)];
+    // Shared with another table, or published for the prefix cache (whose rows must stay
+    // what the hash says): write into a copy.
+    if (pool_->ref_count(old) < 2 && !pool_->published(old)) continue;
+    auto fresh = pool_->allocate();
+    if (!fresh.ok()) return fresh.error();
+    Status s = pool_->copy_block(*fresh, old);
+    if (!s.ok()) {
+      pool_->unref(*fresh);
+      return s;
+    }
+    pool_->unref(old);
+    blocks_[size_t(i)] = *fresh;
+    ++cow_copies_;
+  }
+  return Status::Ok();
+}
+
+Status KvCache::adopt(const std::vector<int32_t>& blocks, int n) {
+  if (!pool_) return make_error("kv cache: only a paged cache can adopt blocks");
+  if (pending_end_ >= 0 || length_ != 0)
+    return make_error("kv cache: adopt() on a cache that already holds ", length_, " positions");
+  if (n < 0 || int(blocks.size()) != kv_blocks_for(n, block_))
+    return make_error("kv cache: ", blocks.size(), " blocks of ", block_, " cannot hold exactly ",
+                      n, " positions");
+  for (int32_t b : blocks)
+    if (b < 0 || b >= pool_->n_blocks() || pool_->ref_count(b) < 1)
+      return make_error("kv cache: block ", b, " is not a block in use");
+  release();
+  for (int32_t b : blocks) pool_->ref(b);
+  blocks_ = blocks;
+  const int slots = int(blocks.size()) * block_;
+  for (auto& map : pos_) {
+    map.assign(size_t(slots), -1);
+    for (int p = 0; p < n; ++p) map[size_t(p)] = p;
+  }
+  length_ = n;
+  return Status::Ok();
+}
+
+void KvCache::release() {
+  if (!pool_) return;
+  for (int32_t b : blocks_) pool_->unref(b);
+  blocks_.clear();
+  for (auto& map : pos_) map.clear();
+  length_ = 0;
+  pending_end_ = -1;
+}
+
+Status KvCache::truncate(int n) {
+  if (pending_end_ >= 0) return make_error("kv cache: truncate inside a begin()/end()");
+  if (n < 0 || n > length_)
+    return make_error("kv cache: truncate to ", n, " positions of ", length_);
+  for (int l = 0; l < cfg_.shape.n_layer; ++l)
+    if (rule(l).keep != 0)
+      return make_error("kv cache: layer ", l, " is a ring and cannot be truncated");
+  length_ = n;
+  for (auto& map : pos_)
+    for (int32_t& p : map)
+      if (p >= n) p = -1;
+  if (pool_) {
+    const size_t keep = size_t(kv_blocks_for(n, block_));
+    while (blocks_.size() > keep) {
+      pool_->unref(blocks_.back());
+      blocks_.pop_back();
+    }
+    for (auto& map : pos_) map.resize(keep * size_t(block_));
+  }
+  return Status::Ok();
 }
 
 }  // namespace kvscope

@@ -27,6 +27,14 @@
 //                   records the new positions in the map;
 //   backend kv_write / rope_kv_write store the rows at slot_of(l, p);
 //   end()           length() = pos0 + T; rings are trimmed to `keep` positions.
+// Paged (a cache made over a KvPool, engine/kv_pool.h): a logical slot s lives in
+// physical slot physical_slot(s) = blocks()[s / B] * B + s % B of the pool's storage, B
+// the pool's block size. Every layer of a paged cache holds every position it has seen
+// (rules with keep = 0; windows still mask), so one block table serves all layers:
+// begin() takes blocks from the pool as positions arrive and copies, before a write, any
+// block another table also points to (copy-on-write); adopt() shares blocks of a prefix
+// (another sequence's, or the pool's prefix cache) without computing them; release() and
+// the destructor return every block. A paged cache cannot be context-shifted.
 // Extension points (KV element types, sink + window, context shift): add the dtype to
 // KvDtype and kv_row_bytes() and teach the backends' row load/store; a policy fills
 // KvLayerRule (sink, window, keep) in kv_cache_config(); the context shift is shift()
@@ -34,6 +42,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -105,6 +114,8 @@ struct KvRange {
 };
 
 // A run of n rows copied from old slot src.. to new slot dst.. during a relayout.
+class KvPool;
+
 struct KvMove {
   int dst = 0, src = 0, n = 0;
 };
@@ -114,7 +125,9 @@ std::vector<KvMove> kv_moves(const std::vector<int32_t>& from);
 class KvCache {
  public:
   explicit KvCache(KvCacheConfig config);
-  virtual ~KvCache() = default;
+  // A paged cache over `pool` (whose shape and types must be config's).
+  KvCache(KvCacheConfig config, std::shared_ptr<KvPool> pool);
+  virtual ~KvCache();
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;
 
@@ -152,6 +165,25 @@ class KvCache {
   // [0, length()).
   Status shift(int first, int n);
 
+  // --- Paged caches (the rest answer as one contiguous block).
+  bool paged() const { return pool_ != nullptr; }
+  KvPool* pool() const { return pool_.get(); }
+  // The block table: logical block i -> pool block.
+  const std::vector<int32_t>& blocks() const { return blocks_; }
+  int physical_slot(int slot) const {
+    return pool_ ? blocks_[size_t(slot / block_)] * block_ + slot % block_ : slot;
+  }
+  // Copies-on-write done by begin() since the cache was made.
+  int cow_copies() const { return cow_copies_; }
+  // On an empty paged cache: takes a reference on each of `blocks`, which hold positions
+  // [0, n) (the last one possibly in part), and makes them the cache's first n positions.
+  // A later write into a block still shared copies it first.
+  Status adopt(const std::vector<int32_t>& blocks, int n);
+  // Gives every block back to the pool; the cache is empty (length 0) afterwards.
+  void release();
+  // Forgets positions [n, length()): blocks wholly past n go back to the pool.
+  Status truncate(int n);
+
  protected:
   // Storage hook: lay `layer` out in n_slots slots where new slot s takes the K/V rows of
   // old slot from[s] (-1: nothing; contents undefined). slot_pos(layer) already shows the
@@ -169,7 +201,16 @@ class KvCache {
   template <class To>
   Status relocate(int layer, int n_slots, To to);
 
+  // Paged: blocks for n_slots slots in the table (taken from the pool as needed).
+  Status ensure_blocks(int n_slots);
+  // Paged: copies every shared block that positions [pos0, end) fall in.
+  Status copy_shared(int pos0, int end);
+
   KvCacheConfig cfg_;
+  std::shared_ptr<KvPool> pool_;  // paged only
+  int block_ = 1;                 // the pool's block size (1 when not paged)
+  std::vector<int32_t> blocks_;   // paged only
+  int cow_copies_ = 0;
   std::vector<std::vector<int32_t>> pos_;  // [L][n_slots]
   int length_ = 0;
   int pending_end_ = -1;  // pos0 + T between begin() and end()

@@ -85,8 +85,8 @@ void run_chunk(const Job& job, int t, int hk, Range r, float* dst) {
   const ChunkOut o = ChunkOut::at(dst, job.G);
   AttnChunk a;
   a.q = job.q + t * job.q_cols + int64_t(hk) * job.G * job.D;
-  a.k_base = c.k_row(job.layer, hk, 0);
-  a.v_base = c.v_row(job.layer, hk, 0);
+  a.k_base = c.k_base(job.layer, hk);
+  a.v_base = c.v_base(job.layer, hk);
   a.k_row_bytes = kv_row_bytes(c.types().k, job.D);
   a.v_row_bytes = kv_row_bytes(c.types().v, job.D);
   a.k_type = c.types().k;
@@ -153,6 +153,9 @@ Status attention(ThreadPool& pool, Tensor q, const CpuKvCache& cache, int layer,
   const int n = int(order.size());
   scratch.key_pos.resize(size_t(n));
   for (int i = 0; i < n; ++i) scratch.key_pos[size_t(i)] = slot_pos[size_t(order[size_t(i)])];
+  // The kernels index rows from the head's base: a paged cache's rows are at physical slots.
+  if (cache.paged())
+    for (int32_t& s : order) s = cache.physical_slot(s);
   // Vector kernels for the usual head sizes, the scalar path for any other.
   const bool vector_ok = D == 64 || D == 128 || D == 256;
   // The queries times the score scale (the kernels then need no multiply per key).

@@ -63,6 +63,16 @@ class CpuBackend final : public Backend {
     return cpu::CpuKvCache::create(config, capacity);
   }
 
+  Expected<std::shared_ptr<KvPool>> create_kv_pool(const KvPoolConfig& config) override {
+    return cpu::CpuKvPool::create(config);
+  }
+  Expected<std::unique_ptr<KvCache>> create_paged_kv_cache(const KvCacheConfig& config,
+                                                           std::shared_ptr<KvPool> pool) override {
+    if (!dynamic_cast<const cpu::CpuKvPool*>(pool.get()))
+      return make_error("cpu: a paged cache needs a pool made by the cpu backend");
+    return cpu::CpuKvCache::create_paged(config, std::move(pool));
+  }
+
   Status do_embed(const Weight& tok_embd, const int32_t* ids, float scale, Tensor out) override {
     const cpu::IsaKernels& k = cpu::kernels(cpu::isa_active());
     for (int64_t t = 0; t < out.rows; ++t) {

@@ -1,6 +1,8 @@
 // cpu_kv_cache.h — the CPU backend's KV cache storage: per layer K and V, each
-// [Hkv][n_slots][D] in its K / V type (f16 or f32), slots mapped to positions by the
-// engine's KvCache (engine/kv_cache.h); and the conversion of cached rows to and from fp32.
+// [Hkv][n_slots][D] in its K / V type, slots mapped to positions by the engine's KvCache
+// (engine/kv_cache.h); the shared block pool (CpuKvPool: per layer K and V, each
+// [Hkv][n_blocks * B][D]) whose rows a paged cache addresses through its block table;
+// and the conversion of cached rows to and from fp32.
 #pragma once
 
 #include <algorithm>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "engine/kv_cache.h"
+#include "engine/kv_pool.h"
 
 namespace kvscope::cpu {
 
@@ -24,24 +27,91 @@ inline Buffer alloc_bytes(size_t bytes) {
   return Buffer(static_cast<uint8_t*>(std::aligned_alloc(64, std::max<size_t>(64, rounded))));
 }
 
-// Per layer K and V, each [Hkv][n_slots][row bytes of D values] in the K / V type.
+// The pool's storage: per layer K and V, each [Hkv][n_blocks * B][row bytes].
+class CpuKvPool final : public KvPool {
+ public:
+  static Expected<std::shared_ptr<KvPool>> create(const KvPoolConfig& config) {
+    if (config.n_blocks < 1 || !kv_block_size_ok(config.block_size))
+      return make_error("kv pool: ", config.n_blocks, " blocks of ", config.block_size,
+                        " positions (block size one of ", kv_block_size_choices(), ")");
+    auto pool = std::shared_ptr<CpuKvPool>(new CpuKvPool(config));
+    const KvShape& sh = config.shape;
+    const size_t slots = size_t(config.n_blocks) * size_t(config.block_size);
+    for (int l = 0; l < sh.n_layer; ++l)
+      for (auto [side, type] : {std::pair{&pool->k_, config.types.k}, std::pair{&pool->v_, config.types.v}}) {
+        side->push_back(alloc_bytes(size_t(sh.n_head_kv) * slots * kv_row_bytes(type, sh.head_dim)));
+        if (!side->back())
+          return make_error("cpu: out of memory for a KV pool of ", config.n_blocks, " blocks (",
+                            (kv_block_bytes(config) * uint64_t(config.n_blocks)) >> 20, " MiB)");
+      }
+    return std::shared_ptr<KvPool>(std::move(pool));
+  }
+  uint8_t* k_row(int l, int h, int phys) const { return row(k_, config().types.k, l, h, phys); }
+  uint8_t* v_row(int l, int h, int phys) const { return row(v_, config().types.v, l, h, phys); }
+
+ protected:
+  Status do_copy_block(int dst, int src) override {
+    const KvShape& sh = config().shape;
+    const int B = block_size();
+    for (int l = 0; l < sh.n_layer; ++l)
+      for (int h = 0; h < sh.n_head_kv; ++h) {
+        std::memcpy(k_row(l, h, dst * B), k_row(l, h, src * B),
+                    size_t(B) * kv_row_bytes(config().types.k, sh.head_dim));
+        std::memcpy(v_row(l, h, dst * B), v_row(l, h, src * B),
+                    size_t(B) * kv_row_bytes(config().types.v, sh.head_dim));
+      }
+    return Status::Ok();
+  }
+
+ private:
+  explicit CpuKvPool(const KvPoolConfig& c) : KvPool(c) {}
+  uint8_t* row(const std::vector<Buffer>& side, KvDtype type, int l, int h, int phys) const {
+    const size_t rb = kv_row_bytes(type, config().shape.head_dim);
+    const size_t slots = size_t(n_blocks()) * size_t(block_size());
+    return side[size_t(l)].get() + (size_t(h) * slots + size_t(phys)) * rb;
+  }
+  std::vector<Buffer> k_, v_;
+};
+
+// Per layer K and V, each [Hkv][n_slots][row bytes of D values] in the K / V type; or,
+// paged, rows in a CpuKvPool at the physical slots of the cache's block table.
 class CpuKvCache final : public KvCache {
  public:
-  explicit CpuKvCache(const KvCacheConfig& config)
-      : KvCache(config),
+  explicit CpuKvCache(const KvCacheConfig& config, std::shared_ptr<KvPool> pool = nullptr)
+      : KvCache(config, pool),
         k_(size_t(config.shape.n_layer)),
         v_(size_t(config.shape.n_layer)),
-        slots_(size_t(config.shape.n_layer), 0) {}
+        slots_(size_t(config.shape.n_layer), 0),
+        cpu_pool_(static_cast<const CpuKvPool*>(pool.get())) {}
 
   static Expected<std::unique_ptr<KvCache>> create(const KvCacheConfig& config, int capacity) {
     auto cache = std::make_unique<CpuKvCache>(config);
     KV_TRY(cache->init_storage(capacity));
     return std::unique_ptr<KvCache>(std::move(cache));
   }
+  // A paged cache over `pool` (a CpuKvPool).
+  static Expected<std::unique_ptr<KvCache>> create_paged(const KvCacheConfig& config,
+                                                         std::shared_ptr<KvPool> pool) {
+    auto cache = std::make_unique<CpuKvCache>(config, std::move(pool));
+    KV_TRY(cache->init_storage(0));
+    return std::unique_ptr<KvCache>(std::move(cache));
+  }
 
   // Row of kv head h in slot s of layer l.
-  uint8_t* k_row(int l, int h, int s) const { return row(k_, types().k, l, h, s); }
-  uint8_t* v_row(int l, int h, int s) const { return row(v_, types().v, l, h, s); }
+  uint8_t* k_row(int l, int h, int s) const {
+    return cpu_pool_ ? cpu_pool_->k_row(l, h, physical_slot(s)) : row(k_, types().k, l, h, s);
+  }
+  uint8_t* v_row(int l, int h, int s) const {
+    return cpu_pool_ ? cpu_pool_->v_row(l, h, physical_slot(s)) : row(v_, types().v, l, h, s);
+  }
+  // The row of physical slot 0 for kv head h of layer l: row s is at
+  // base + physical_slot(s) * row bytes (what the attention kernels index).
+  const uint8_t* k_base(int l, int h) const {
+    return cpu_pool_ ? cpu_pool_->k_row(l, h, 0) : row(k_, types().k, l, h, 0);
+  }
+  const uint8_t* v_base(int l, int h) const {
+    return cpu_pool_ ? cpu_pool_->v_row(l, h, 0) : row(v_, types().v, l, h, 0);
+  }
 
  protected:
   Status relayout(int layer, int n_slots, const std::vector<int32_t>& from) override {
@@ -72,6 +142,7 @@ class CpuKvCache final : public KvCache {
 
   std::vector<Buffer> k_, v_;
   std::vector<size_t> slots_;  // slots allocated per layer
+  const CpuKvPool* cpu_pool_ = nullptr;  // paged only
 };
 
 // Loads D values of a cache row as fp32.
