@@ -20,6 +20,8 @@ int main(int argc, char** argv) {
     return kvscope::cli::run_perplexity(argc - 1, argv + 1);
   if (argc >= 2 && std::strcmp(argv[1], "record") == 0)
     return kvscope::cli::run_record(argc - 1, argv + 1);
+  if (argc >= 2 && std::strcmp(argv[1], "batch") == 0)
+    return kvscope::cli::run_batch(argc - 1, argv + 1);
   if (argc >= 2 && std::strcmp(argv[1], "export") == 0)
     return kvscope::cli::run_export(argc - 1, argv + 1);
 #if defined(KVSCOPE_WITH_APP)
@@ -29,7 +31,7 @@ int main(int argc, char** argv) {
 #else
   kvscope::cli::fail(
       "built without the desktop app (KVSCOPE_APP=OFF); use `kvscope generate`, `bench`, "
-      "`compare` or `perplexity`");
+      "`compare`, `perplexity` or `batch`");
   return 2;
 #endif
 }

@@ -71,8 +71,8 @@ int Session::context_limit() const {
   return kv_limits_ctx(config_.limits, model_->config().n_ctx);
 }
 
-Status Session::reset(const PromptSpec& prompt) {
-  const Tokenizer& tok = model_->tokenizer();
+Expected<std::vector<int32_t>> tokenize_prompt(const Model& model, const PromptSpec& prompt) {
+  const Tokenizer& tok = model.tokenizer();
   if (prompt.text.empty()) return make_error("prompt: the prompt is empty");
   size_t bad = 0;
   if (!utf8_valid(prompt.text, &bad))
@@ -90,7 +90,13 @@ Status Session::reset(const PromptSpec& prompt) {
   if (tok.add_bos() && tok.bos_id() >= 0) seq.push_back(tok.bos_id());
   seq.insert(seq.end(), ids->begin(), ids->end());
   if (seq.empty()) return make_error("prompt: the prompt produced no tokens");
-  return reset_tokens(std::move(seq));
+  return seq;
+}
+
+Status Session::reset(const PromptSpec& prompt) {
+  auto seq = tokenize_prompt(*model_, prompt);
+  if (!seq.ok()) return seq.error();
+  return reset_tokens(std::move(*seq));
 }
 
 Status Session::reset_tokens(std::vector<int32_t> seq) {

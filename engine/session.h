@@ -46,6 +46,10 @@ struct PromptSpec {
   bool special = false;  // raw text in which special tokens (<|im_start|>, ...) are parsed
 };
 
+// The prompt's token ids as a session starts from them: BOS when the model adds one, then
+// the text (wrapped in the chat template when asked). Errors: empty text, invalid UTF-8.
+Expected<std::vector<int32_t>> tokenize_prompt(const Model& model, const PromptSpec& prompt);
+
 struct SessionConfig {
   CacheMode mode = CacheMode::Cache;
   KvTypes kv_types;                       // K and V element types of the cache

@@ -16,6 +16,8 @@ int run_perplexity(int argc, char** argv);
 // `kvscope record ...`: a run to a run file (docs/run_file.md).
 // `kvscope export ...`: a run file's per-step numbers as CSV.
 int run_record(int argc, char** argv);
+// `kvscope batch ...`: many prompts served at once from one KV block pool (batch.cpp).
+int run_batch(int argc, char** argv);
 int run_export(int argc, char** argv);
 
 }  // namespace kvscope::cli

@@ -1,0 +1,292 @@
+// batch.cpp — `kvscope batch`: many prompts served at once from one pool of KV blocks
+// by the continuous-batching scheduler (engine/scheduler.h). Prints each sequence's text
+// as it finishes, or with --json one line per step and a summary line.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "app/cli/commands.h"
+#include "app/cli/json_writer.h"
+#include "app/options/engine_options.h"
+#include "app/options/kv_options.h"
+#include "app/options/options.h"
+#include "app/options/sampler_options.h"
+#include "engine/bootstrap/bootstrap.h"
+#include "engine/forward.h"
+#include "engine/scheduler.h"
+
+namespace kvscope::cli {
+namespace {
+
+// One prompt per line; "\n" in a line is a newline, "\\" a backslash. Blank lines are
+// skipped.
+Expected<std::vector<std::string>> read_prompts_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return make_error("--prompts-file: cannot read ", path);
+  std::vector<std::string> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    std::string p;
+    for (size_t i = 0; i < line.size(); ++i) {
+      if (line[i] == '\\' && i + 1 < line.size() && (line[i + 1] == 'n' || line[i + 1] == '\\')) {
+        p += line[i + 1] == 'n' ? '\n' : '\\';
+        ++i;
+      } else {
+        p += line[i];
+      }
+    }
+    out.push_back(std::move(p));
+  }
+  if (out.empty()) return make_error("--prompts-file: ", path, " has no prompts");
+  return out;
+}
+
+// Every regular file of the folder, in name order, one prompt each.
+Expected<std::vector<std::string>> read_prompts_dir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::vector<fs::path> files;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (it->is_regular_file()) files.push_back(it->path());
+  if (ec) return make_error("--prompts-dir: cannot read ", dir, ": ", ec.message());
+  std::sort(files.begin(), files.end());
+  std::vector<std::string> out;
+  for (const auto& f : files) {
+    std::ifstream in(f, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string text = ss.str();
+    while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+    if (!text.empty()) out.push_back(std::move(text));
+  }
+  if (out.empty()) return make_error("--prompts-dir: ", dir, " has no prompt files");
+  return out;
+}
+
+// The step each request arrives at: all at 1; every:N one every N steps; poisson:RATE
+// with exponential gaps of mean 1/RATE steps, drawn from `seed`.
+Expected<std::vector<int>> arrival_steps(const std::string& spec, int n, uint64_t seed) {
+  std::vector<int> at(size_t(n), 1);
+  if (spec == "all") return at;
+  const auto colon = spec.find(':');
+  const std::string kind = spec.substr(0, colon);
+  const std::string arg = colon == std::string::npos ? "" : spec.substr(colon + 1);
+  char* end = nullptr;
+  const double v = arg.empty() ? 0 : std::strtod(arg.c_str(), &end);
+  const bool number = !arg.empty() && end && *end == '\0' && std::isfinite(v);
+  if (kind == "every" && number && v >= 1 && v <= 1e6 && v == std::floor(v)) {
+    for (int i = 0; i < n; ++i) at[size_t(i)] = 1 + i * int(v);
+    return at;
+  }
+  if (kind == "poisson" && number && v > 0 && v <= 1e6) {
+    std::mt19937_64 rng(seed);
+    std::exponential_distribution<double> gap(v);
+    double t = 0;
+    for (int i = 0; i < n; ++i) {
+      if (i > 0) t += gap(rng);
+      at[size_t(i)] = 1 + int(std::min(t, 1e9));
+    }
+    return at;
+  }
+  return make_error("--arrival: '", spec, "' (choose all, every:N with N >= 1, or poisson:RATE with RATE > 0 per step)");
+}
+
+std::string step_json(const BatchStep& st, const std::vector<int>& index) {
+  JsonWriter j;
+  j.begin_object();
+  j.key("step").value(st.step);
+  j.key("sequences").begin_array();
+  for (const StepRow& r : st.rows) {
+    j.begin_object();
+    j.key("seq").value(index[size_t(r.seq)]);
+    j.key("token_id").value(r.token_id);
+    j.key("pos").value(r.token_id >= 0 ? r.pos : r.pos0 + r.tokens - 1);
+    j.key("is_prompt").value(r.is_prompt);
+    j.key("tokens").value(r.tokens);
+    j.key("blocks").value(r.blocks);
+    j.key("table").begin_array();
+    for (int32_t b : r.table) j.value(b);
+    j.end_array();
+    if (r.token_id >= 0) j.key("text").value(r.text);
+    j.end_object();
+  }
+  j.end_array();
+  j.key("pool").begin_object();
+  j.key("used").value(st.pool.counts.used);
+  j.key("free").value(st.pool.counts.free);
+  j.key("cached").value(st.pool.counts.cached);
+  j.key("total").value(st.pool.counts.total);
+  j.key("block_size").value(st.pool.block_size);
+  j.key("held_positions").value(st.pool.held_positions);
+  j.end_object();
+  j.key("events").begin_array();
+  for (const SchedEvent& e : st.events) {
+    j.begin_object();
+    j.key("kind").value(event_kind_name(e.kind));
+    j.key("seq").value(index[size_t(e.seq)]);
+    j.key("n").value(e.n);
+    if (!e.detail.empty()) j.key("detail").value(e.detail);
+    j.end_object();
+  }
+  j.end_array();
+  j.key("batch_tokens").value(st.batch_tokens);
+  j.key("running").value(st.running);
+  j.key("waiting").value(st.waiting);
+  j.key("ms").value(st.ms);
+  j.end_object();
+  return j.str();
+}
+
+std::string summary_json(const Scheduler& s, int requests) {
+  const SchedulerStats& t = s.stats();
+  JsonWriter j;
+  j.begin_object();
+  j.key("summary").value(true);
+  j.key("requests").value(requests);
+  j.key("finished").value(t.finished);
+  j.key("steps").value(t.steps);
+  j.key("block_size").value(s.config().block_size);
+  j.key("pool_blocks").value(s.pool().n_blocks());
+  j.key("block_bytes").value(kv_block_bytes(s.pool().config()));
+  j.key("peak_kv_bytes").value(t.peak_kv_bytes);
+  j.key("contiguous_kv_bytes").value(t.contiguous_kv_bytes);
+  j.key("slot_utilization").value(t.slot_utilization);
+  j.key("contiguous_slot_utilization").value(t.contiguous_utilization);
+  j.key("internal_fragmentation").value(t.internal_fragmentation);
+  j.key("prefix_hit_tokens").value(t.prefix_hit_tokens);
+  j.key("prefill_tokens").value(t.prefill_tokens);
+  j.key("decode_tokens").value(t.decode_tokens);
+  j.key("preemptions").value(t.preemptions);
+  j.key("cow_copies").value(t.cow_copies);
+  j.key("ms").value(t.ms);
+  j.key("decode_tok_s").value(t.ms > 0 ? double(t.decode_tokens) * 1000.0 / t.ms : 0.0);
+  j.end_object();
+  return j.str();
+}
+
+}  // namespace
+
+int run_batch(int argc, char** argv) {
+  CLI::App app{"Serve many prompts at once from one pool of KV blocks (continuous batching).",
+               "kvscope batch"};
+  std::string prompts_file, prompts_dir, arrival = "all";
+  bool json = false, chat = false, no_prefix = false;
+  int max_tokens = 64, block = 16, max_seqs = 16, max_batch_tokens = 512, ctx = 0;
+  uint64_t pool_mib = 0;
+  SamplerOptions sampler;
+  EngineArgs engine;
+  KvTypeOptions kv;
+  auto* file = app.add_option("--prompts-file", prompts_file,
+                              "One prompt per line (\\n in a line is a newline)");
+  auto* dir = app.add_option("--prompts-dir", prompts_dir, "One prompt per file, in name order");
+  file->excludes(dir);
+  app.add_flag("--chat", chat, "Wrap each prompt as a user turn in the model's chat template");
+  app.add_option("--arrival", arrival,
+                 "When requests arrive: all (at once), every:N (one every N steps) or "
+                 "poisson:RATE (RATE per step on average, drawn from --seed)");
+  add_max_tokens_option(app, max_tokens, "Tokens to generate per prompt");
+  add_sampler_options(app, sampler);
+  add_engine_options(app, engine);
+  add_kv_type_options(app, kv);
+  app.add_option("--kv-block", block, "Positions per KV block")->check(CLI::IsMember({8, 16, 32}));
+  app.add_option("--kv-pool-mib", pool_mib,
+                 "Size of the KV block pool in MiB (default: blocks for one full context)")
+      ->check(CLI::Range(uint64_t(1), uint64_t(1) << 20));
+  app.add_option("--ctx", ctx, "Positions one sequence may hold (default: the model's context)")
+      ->check(CLI::Range(0, kMaxPositionsOption));
+  app.add_option("--max-seqs", max_seqs, "Sequences running at once")->check(CLI::Range(1, 4096));
+  app.add_option("--max-batch-tokens", max_batch_tokens, "Tokens through one forward pass")
+      ->check(CLI::Range(1, kMaxBatchTokens));
+  app.add_flag("--no-prefix-cache", no_prefix, "Do not reuse cached prompt blocks");
+  app.add_flag("--json", json, "One JSON object per step, then a summary line");
+  if (int rc = parse_options(app, argc, argv); rc >= 0) return rc;
+  if (prompts_file.empty() && prompts_dir.empty())
+    return fail("batch: give the prompts with --prompts-file F or --prompts-dir D");
+
+  auto prompts = prompts_file.empty() ? read_prompts_dir(prompts_dir) : read_prompts_file(prompts_file);
+  if (!prompts.ok()) return fail(prompts.error().message);
+  const SamplerConfig sc = to_sampler_config(sampler);
+  auto arrivals = arrival_steps(arrival, int(prompts->size()), sc.seed);
+  if (!arrivals.ok()) return fail(arrivals.error().message);
+  SchedulerConfig cfg;
+  if (Status s = parse_kv_type_options(kv, &cfg.kv_types); !s.ok()) return fail(s.error().message);
+
+  auto model = load_model(engine.model);
+  if (!model.ok()) return fail(model.error().message);
+  std::string note;
+  auto backend = make_backend(engine.backend, **model, engine.threads, &note);
+  if (!backend.ok()) return fail(backend.error().message);
+  cfg.block_size = block;
+  cfg.context = ctx;
+  cfg.max_seqs = max_seqs;
+  cfg.max_batch_tokens = max_batch_tokens;
+  cfg.prefix_caching = !no_prefix;
+  if (pool_mib > 0) {
+    const ModelConfig& mc = (*model)->config();
+    KvPoolConfig pc{{mc.n_layer, mc.n_head_kv, mc.head_dim}, cfg.kv_types, block, 0};
+    cfg.pool_blocks = kv_pool_blocks_for_mib(pc, pool_mib);
+    if (cfg.pool_blocks < 1)
+      return fail("--kv-pool-mib: " + std::to_string(pool_mib) + " MiB holds no block of " +
+                  std::to_string(kv_block_bytes(pc)) + " bytes");
+  }
+  auto sched = Scheduler::create(*model, **backend, cfg);
+  if (!sched.ok()) return fail(sched.error().message);
+  Scheduler& s = **sched;
+  // Requests are numbered in file order; the scheduler's ids match (added in order).
+  std::vector<int> index;
+  for (size_t i = 0; i < prompts->size(); ++i) {
+    auto ids = tokenize_prompt(**model, PromptSpec{(*prompts)[i], chat, false});
+    if (!ids.ok()) return fail("prompt " + std::to_string(i) + ": " + ids.error().message);
+    Request r;
+    r.prompt = std::move(*ids);
+    r.max_tokens = max_tokens;
+    r.sampler = sc;
+    r.sampler.seed = sc.seed + i;  // each sequence its own stream
+    r.arrival_step = (*arrivals)[i];
+    auto id = s.add(std::move(r));
+    if (!id.ok()) return fail("prompt " + std::to_string(i) + ": " + id.error().message);
+    index.push_back(int(i));
+  }
+  if (!note.empty()) notice(note);
+  int idle_steps = 0;
+  while (!s.idle()) {
+    auto st = s.step();
+    if (!st.ok()) return fail(st.error().message);
+    idle_steps = st->rows.empty() ? idle_steps + 1 : 0;
+    if (idle_steps > (1 << 22)) return fail("batch: no request could run (internal error)");
+    if (json) {
+      std::printf("%s\n", step_json(*st, index).c_str());
+      continue;
+    }
+    for (const SchedEvent& e : st->events)
+      if (e.kind == EventKind::Finish)
+        std::printf("[%d] (%s, %d tokens) %s\n\n", index[size_t(e.seq)], e.detail.c_str(), e.n,
+                    s.text(e.seq).c_str());
+    std::fflush(stdout);
+  }
+  if (json) {
+    std::printf("%s\n", summary_json(s, int(prompts->size())).c_str());
+  } else {
+    const SchedulerStats& t = s.stats();
+    std::printf(
+        "%d sequences in %d steps, %.0f ms: %llu prompt tokens computed (%llu from the prefix "
+        "cache), %llu generated, %.1f tokens/s; %d preemptions\n"
+        "KV pool peak %.1f MiB against %.1f MiB for contiguous full-context caches; %.0f%% of "
+        "allocated slots hold a token (contiguous: %.1f%%)\n",
+        t.finished, t.steps, t.ms, (unsigned long long)t.prefill_tokens,
+        (unsigned long long)t.prefix_hit_tokens, (unsigned long long)t.decode_tokens,
+        t.ms > 0 ? double(t.decode_tokens) * 1000.0 / t.ms : 0.0, t.preemptions,
+        double(t.peak_kv_bytes) / 1048576.0, double(t.contiguous_kv_bytes) / 1048576.0,
+        100.0 * t.slot_utilization, 100.0 * t.contiguous_utilization);
+  }
+  return 0;
+}
+
+}  // namespace kvscope::cli

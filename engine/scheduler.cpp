@@ -1,0 +1,418 @@
+// scheduler.cpp — continuous batching over the block pool (see scheduler.h).
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "engine/forward.h"
+
+namespace kvscope {
+
+struct Scheduler::Seq {
+  int id = 0;
+  Request req;
+  SeqState state = SeqState::Pending;
+  std::vector<int32_t> tokens;  // prompt, then the generated tokens
+  int n_prompt = 0;
+  std::vector<int32_t> gen;
+  std::unique_ptr<KvCache> cache;
+  Sampler sampler;
+  Utf8Stream stream;
+  std::string text;
+  StopReason stop = StopReason::None;
+  std::vector<float> logits;
+  std::vector<uint64_t> hashes;  // chain hashes of the full blocks of `tokens`
+  int published = 0;             // leading blocks published to the prefix cache
+  int cow_seen = 0;
+};
+
+const char* seq_state_name(SeqState s) {
+  switch (s) {
+    case SeqState::Pending: return "pending";
+    case SeqState::Waiting: return "waiting";
+    case SeqState::Running: return "running";
+    case SeqState::Finished: return "finished";
+    case SeqState::Cancelled: return "cancelled";
+    case SeqState::Failed: return "failed";
+  }
+  return "?";
+}
+
+const char* event_kind_name(EventKind k) {
+  switch (k) {
+    case EventKind::Arrive: return "arrive";
+    case EventKind::Admit: return "admit";
+    case EventKind::PrefixHit: return "prefix_hit";
+    case EventKind::Chunk: return "chunk";
+    case EventKind::Cow: return "cow";
+    case EventKind::Preempt: return "preempt";
+    case EventKind::Finish: return "finish";
+    case EventKind::Cancel: return "cancel";
+    case EventKind::Fail: return "fail";
+  }
+  return "?";
+}
+
+Expected<std::unique_ptr<Scheduler>> Scheduler::create(std::shared_ptr<const Model> model,
+                                                       Backend& backend, SchedulerConfig cfg) {
+  if (!model) return make_error("scheduler: no model");
+  if (!kv_block_size_ok(cfg.block_size))
+    return make_error("scheduler: block size ", cfg.block_size, " (one of ",
+                      kv_block_size_choices(), ")");
+  if (cfg.max_batch_tokens < 1 || cfg.max_batch_tokens > kMaxBatchTokens)
+    return make_error("scheduler: max batch tokens ", cfg.max_batch_tokens, " (1 to ",
+                      kMaxBatchTokens, ")");
+  if (cfg.max_seqs < 1) return make_error("scheduler: max seqs ", cfg.max_seqs, " (at least 1)");
+  const int n_ctx = model->config().n_ctx;
+  if (cfg.context <= 0 || (n_ctx > 0 && cfg.context > n_ctx)) cfg.context = n_ctx > 0 ? n_ctx : 4096;
+  auto s = std::unique_ptr<Scheduler>(new Scheduler());
+  s->model_ = std::move(model);
+  s->backend_ = &backend;
+  // Every layer holds every position it has seen (windows still mask): one block table
+  // serves all layers.
+  s->cache_cfg_ = kv_cache_config(*s->model_, cfg.kv_types, KvPolicy::Full);
+  const ModelConfig& c = s->model_->config();
+  KvPoolConfig pc{s->cache_cfg_.shape, cfg.kv_types, cfg.block_size, cfg.pool_blocks};
+  if (pc.n_blocks <= 0) pc.n_blocks = kv_blocks_for(cfg.context, cfg.block_size);
+  cfg.pool_blocks = pc.n_blocks;
+  auto pool = backend.create_kv_pool(pc);
+  if (!pool.ok()) return pool.error();
+  s->pool_ = std::move(*pool);
+  // The prefix cache's salt: what besides the token ids decides a block's rows.
+  uint64_t salt = 1469598103934665603ull;
+  for (int l = 0; l < c.n_layer; ++l)
+    salt = (salt ^ uint64_t(uint32_t(s->cache_cfg_.layers[size_t(l)].window))) * 1099511628211ull;
+  salt = (salt ^ uint64_t(uint32_t(c.n_vocab))) * 1099511628211ull;
+  s->salt_ = salt;
+  s->cfg_ = cfg;
+  return s;
+}
+
+Scheduler::~Scheduler() = default;
+
+int Scheduler::size() const { return int(seqs_.size()); }
+
+Expected<int> Scheduler::add(Request r) {
+  const int V = model_->config().n_vocab;
+  if (r.prompt.empty()) return make_error("request: the prompt has no tokens");
+  for (size_t i = 0; i < r.prompt.size(); ++i)
+    if (r.prompt[i] < 0 || r.prompt[i] >= V)
+      return make_error("request: token ", i, " has id ", r.prompt[i],
+                        ", outside the vocabulary [0, ", V, ")");
+  if (int(r.prompt.size()) >= cfg_.context)
+    return make_error("request: the prompt has ", r.prompt.size(),
+                      " tokens but a sequence holds at most ", cfg_.context);
+  if (r.max_tokens < 1) return make_error("request: max tokens ", r.max_tokens, " (at least 1)");
+  const int most = std::min<int64_t>(int64_t(r.prompt.size()) + r.max_tokens, cfg_.context);
+  if (kv_blocks_for(most, cfg_.block_size) > pool_->n_blocks())
+    return make_error("request: ", most, " positions need ", kv_blocks_for(most, cfg_.block_size),
+                      " blocks of ", cfg_.block_size, " but the pool has ", pool_->n_blocks());
+  auto s = std::make_unique<Seq>();
+  s->id = int(seqs_.size());
+  s->n_prompt = int(r.prompt.size());
+  s->tokens = r.prompt;
+  s->sampler.configure(r.sampler);
+  s->req = std::move(r);
+  auto cache = backend_->create_paged_kv_cache(cache_cfg_, pool_);
+  if (!cache.ok()) return cache.error();
+  s->cache = std::move(*cache);
+  seqs_.push_back(std::move(s));
+  return int(seqs_.size()) - 1;
+}
+
+Status Scheduler::cancel(int id) {
+  if (id < 0 || id >= int(seqs_.size())) return make_error("cancel: no request ", id);
+  Seq& s = *seqs_[size_t(id)];
+  if (s.state != SeqState::Pending && s.state != SeqState::Waiting &&
+      s.state != SeqState::Running)
+    return make_error("cancel: request ", id, " is already ", seq_state_name(s.state));
+  s.cache->release();
+  std::erase(waiting_, id);
+  std::erase(running_, id);
+  s.state = SeqState::Cancelled;
+  return Status::Ok();
+}
+
+bool Scheduler::idle() const {
+  for (const auto& s : seqs_)
+    if (s->state == SeqState::Pending || s->state == SeqState::Waiting ||
+        s->state == SeqState::Running)
+      return false;
+  return true;
+}
+
+SeqState Scheduler::state(int id) const { return seqs_.at(size_t(id))->state; }
+StopReason Scheduler::stop_reason(int id) const { return seqs_.at(size_t(id))->stop; }
+const std::vector<int32_t>& Scheduler::generated(int id) const { return seqs_.at(size_t(id))->gen; }
+std::string Scheduler::text(int id) const { return seqs_.at(size_t(id))->text; }
+const std::vector<float>& Scheduler::last_logits(int id) const {
+  return seqs_.at(size_t(id))->logits;
+}
+
+Status Scheduler::check() const {
+  std::vector<const std::vector<int32_t>*> tables;
+  for (const auto& s : seqs_) tables.push_back(&s->cache->blocks());
+  return pool_->check(tables);
+}
+
+Expected<BatchStep> Scheduler::step() {
+  BatchStep out;
+  const auto t0 = std::chrono::steady_clock::now();
+  Status st = run_step(out);
+  if (!st.ok()) return st.error();
+  out.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  stats_.ms += out.ms;
+  return out;
+}
+
+void Scheduler::preempt(Seq& s, BatchStep& out) {
+  // Blocks already published stay in the prefix cache: the recompute often finds them.
+  out.events.push_back({EventKind::Preempt, s.id, int(s.tokens.size()), {}});
+  s.cache->release();
+  s.published = 0;
+  s.cow_seen = s.cache->cow_copies();
+  s.state = SeqState::Waiting;
+  std::erase(running_, s.id);
+  waiting_.insert(waiting_.begin(), s.id);
+  ++stats_.preemptions;
+}
+
+void Scheduler::finish(Seq& s, StopReason r, BatchStep& out) {
+  s.stop = r;
+  s.text += s.stream.flush();
+  s.state = SeqState::Finished;
+  s.cache->release();
+  std::erase(running_, s.id);
+  out.events.push_back({EventKind::Finish, s.id, int(s.gen.size()), stop_reason_name(r)});
+  ++stats_.finished;
+}
+
+void Scheduler::publish_full_blocks(Seq& s) {
+  if (!cfg_.prefix_caching) return;
+  const int B = cfg_.block_size;
+  const int full = s.cache->length() / B;
+  while (int(s.hashes.size()) < full) {
+    const size_t i = s.hashes.size();
+    const uint64_t parent = i == 0 ? 0 : s.hashes[i - 1];
+    s.hashes.push_back(pool_->chain_hash(parent, s.tokens.data() + i * size_t(B), B, salt_));
+  }
+  for (; s.published < full; ++s.published)
+    pool_->publish(s.cache->blocks()[size_t(s.published)], s.hashes[size_t(s.published)]);
+}
+
+void Scheduler::record_pool(BatchStep& out) {
+  const int B = cfg_.block_size;
+  PoolState& p = out.pool;
+  p.counts = pool_->counts();
+  p.block_size = B;
+  // Positions each used block holds: the most any table that points to it fills.
+  std::vector<int> filled(size_t(pool_->n_blocks()), 0);
+  uint64_t last_empty = 0, held_by_seqs = 0;
+  for (int id : running_) {
+    const Seq& s = *seqs_[size_t(id)];
+    const auto& t = s.cache->blocks();
+    const int len = s.cache->length();
+    held_by_seqs += uint64_t(len);
+    for (size_t i = 0; i < t.size(); ++i) {
+      const int in_block = std::clamp(len - int(i) * B, 0, B);
+      filled[size_t(t[i])] = std::max(filled[size_t(t[i])], in_block);
+    }
+    if (!t.empty()) last_empty += uint64_t(int(t.size()) * B - len);
+  }
+  for (int f : filled) p.held_positions += f;
+  p.allocated_slots = p.counts.used * B;
+  held_sum_ += uint64_t(p.held_positions);
+  alloc_sum_ += uint64_t(p.allocated_slots);
+  last_empty_sum_ += last_empty;
+  contiguous_sum_ += uint64_t(running_.size()) * uint64_t(cfg_.context);
+  contiguous_held_sum_ += held_by_seqs;
+  const KvPoolConfig& pc = pool_->config();
+  const uint64_t per_pos = kv_block_bytes(pc) / uint64_t(B);
+  stats_.peak_kv_bytes =
+      std::max(stats_.peak_kv_bytes, uint64_t(p.counts.used) * kv_block_bytes(pc));
+  stats_.contiguous_kv_bytes = std::max(
+      stats_.contiguous_kv_bytes, uint64_t(running_.size()) * uint64_t(cfg_.context) * per_pos);
+  stats_.slot_utilization = alloc_sum_ ? double(held_sum_) / double(alloc_sum_) : 0;
+  stats_.internal_fragmentation = alloc_sum_ ? double(last_empty_sum_) / double(alloc_sum_) : 0;
+  stats_.contiguous_utilization =
+      contiguous_sum_ ? double(contiguous_held_sum_) / double(contiguous_sum_) : 0;
+}
+
+Status Scheduler::run_step(BatchStep& out) {
+  const int B = cfg_.block_size;
+  out.step = ++step_;
+  ++stats_.steps;
+  for (auto& sp : seqs_)
+    if (sp->state == SeqState::Pending && sp->req.arrival_step <= step_) {
+      sp->state = SeqState::Waiting;
+      waiting_.push_back(sp->id);
+      out.events.push_back({EventKind::Arrive, sp->id, int(sp->tokens.size()), {}});
+    }
+  int budget = cfg_.max_batch_tokens;
+  struct Planned {
+    Seq* s;
+    int n;
+  };
+  std::vector<Planned> plan;
+  // Blocks a sequence needs from the pool to write n more tokens: new blocks, plus a copy
+  // of a shared or published last block it would write into.
+  const auto blocks_needed = [&](const Seq& s, int n) {
+    const int len = s.cache->length();
+    const int table = int(s.cache->blocks().size());
+    int need = std::max(0, kv_blocks_for(len + n, B) - table);
+    if (len % B != 0 && len / B < table) {
+      const int last = s.cache->blocks()[size_t(len / B)];
+      if (pool_->ref_count(last) > 1 || pool_->published(last)) ++need;
+    }
+    return need;
+  };
+  // 1. Running sequences, oldest first. Blocks are reserved as the plan grows: `reserved`
+  // counts those promised to sequences planned before.
+  int reserved = 0;
+  const std::vector<int> running = running_;
+  for (int id : running) {
+    Seq& s = *seqs_[size_t(id)];
+    if (s.state != SeqState::Running) continue;  // preempted below for an older one
+    const int n = std::min(int(s.tokens.size()) - s.cache->length(), budget);
+    if (n <= 0) continue;
+    const int need = blocks_needed(s, n);
+    bool fits = true;
+    while (pool_->available() - reserved < need) {
+      // Preempt the newest running sequence; if that is this one, it waits.
+      Seq& victim = *seqs_[size_t(running_.back())];
+      preempt(victim, out);
+      if (&victim == &s) {
+        fits = false;
+        break;
+      }
+    }
+    if (!fits) continue;
+    reserved += need;
+    plan.push_back({&s, n});
+    budget -= n;
+  }
+  // 2. Waiting requests, first come first served.
+  while (!waiting_.empty() && int(running_.size()) < cfg_.max_seqs && budget > 0) {
+    Seq& s = *seqs_[size_t(waiting_.front())];
+    int hit = 0;
+    if (cfg_.prefix_caching && s.cache->length() == 0) {
+      // Full blocks of the tokens, all but the last token (whose logits are needed).
+      const int full = (int(s.tokens.size()) - 1) / B;
+      std::vector<int32_t> found;
+      uint64_t parent = 0;
+      for (int i = 0; i < full; ++i) {
+        const uint64_t h = pool_->chain_hash(parent, s.tokens.data() + size_t(i) * B, B, salt_);
+        const int b = pool_->lookup(h);
+        if (b < 0) break;
+        found.push_back(b);
+        parent = h;
+      }
+      if (!found.empty()) {
+        Status st = s.cache->adopt(found, int(found.size()) * B);
+        for (int32_t b : found) pool_->unref(b);  // adopt() took its own reference
+        KV_TRY(st);
+        hit = int(found.size()) * B;
+      }
+    }
+    const int left = int(s.tokens.size()) - s.cache->length();
+    int n = std::min(left, budget);
+    // What the pool can give beyond the blocks promised this step.
+    const int spare = pool_->available() - reserved;
+    const int len = s.cache->length(), table = int(s.cache->blocks().size());
+    // A shared or published last block is copied before the first write: one block less.
+    const bool copy_last = blocks_needed(s, 1) > kv_blocks_for(len + 1, B) - table;
+    const int room = (table + spare - int(copy_last)) * B - len;
+    if (blocks_needed(s, n) > spare) n = std::min(n, room);
+    if (n <= 0 || blocks_needed(s, n) > spare) {
+      s.cache->release();  // the blocks it found stay cached for later
+      break;
+    }
+    waiting_.erase(waiting_.begin());
+    running_.push_back(s.id);
+    s.state = SeqState::Running;
+    s.cow_seen = s.cache->cow_copies();
+    out.events.push_back({EventKind::Admit, s.id, int(s.tokens.size()), {}});
+    if (hit > 0) {
+      out.events.push_back({EventKind::PrefixHit, s.id, hit, {}});
+      stats_.prefix_hit_tokens += uint64_t(hit);
+      s.published = hit / B;
+      s.hashes.resize(size_t(hit / B));
+      uint64_t parent = 0;
+      for (int i = 0; i < hit / B; ++i)
+        parent = s.hashes[size_t(i)] =
+            pool_->chain_hash(parent, s.tokens.data() + size_t(i) * B, B, salt_);
+    }
+    if (n < left) out.events.push_back({EventKind::Chunk, s.id, n, {}});
+    reserved += blocks_needed(s, n);
+    plan.push_back({&s, n});
+    budget -= n;
+  }
+  out.running = int(running_.size());
+  out.waiting = int(waiting_.size());
+  if (plan.empty()) {
+    record_pool(out);
+    return Status::Ok();
+  }
+  // One-token rows first: their LM heads run as one product.
+  std::stable_partition(plan.begin(), plan.end(), [](const Planned& p) { return p.n == 1; });
+  std::vector<BatchSeq> batch;
+  for (const Planned& p : plan) {
+    const int len = p.s->cache->length();
+    BatchSeq b;
+    b.cache = p.s->cache.get();
+    b.tokens = p.s->tokens.data() + len;
+    b.T = p.n;
+    b.logits = len + p.n == int(p.s->tokens.size());
+    b.attention = cfg_.attention && b.logits;
+    batch.push_back(b);
+    out.batch_tokens += p.n;
+  }
+  std::vector<BatchSeqOutput> fo;
+  KV_TRY(forward_batch(*backend_, *model_, batch, fo));
+  const Tokenizer& tok = model_->tokenizer();
+  for (size_t i = 0; i < plan.size(); ++i) {
+    Seq& s = *plan[i].s;
+    StepRow row;
+    row.seq = s.id;
+    row.tokens = plan[i].n;
+    row.pos0 = s.cache->length() - plan[i].n;
+    row.is_prompt = plan[i].n > 1 || row.pos0 + 1 < int(s.tokens.size());
+    if (s.cache->cow_copies() > s.cow_seen) {
+      out.events.push_back({EventKind::Cow, s.id, s.cache->cow_copies() - s.cow_seen, {}});
+      stats_.cow_copies += s.cache->cow_copies() - s.cow_seen;
+      s.cow_seen = s.cache->cow_copies();
+    }
+    if (row.is_prompt) stats_.prefill_tokens += uint64_t(plan[i].n);
+    publish_full_blocks(s);
+    if (batch[i].logits) {
+      s.logits = std::move(fo[i].logits);
+      row.attention = std::move(fo[i].attention);
+      const int32_t t = s.sampler.sample(s.logits);
+      s.tokens.push_back(t);
+      s.gen.push_back(t);
+      row.token_id = t;
+      row.pos = int(s.tokens.size()) - 1;
+      row.text = s.stream.push(tok.token_bytes(t));
+      s.text += row.text;
+      ++stats_.decode_tokens;
+    }
+    row.table = s.cache->blocks();
+    row.blocks = int(row.table.size());
+    out.rows.push_back(std::move(row));
+    if (!batch[i].logits) continue;
+    const int32_t t = s.gen.back();
+    if (cfg_.stop_at_eos && tok.is_eog(t)) {
+      finish(s, StopReason::Eos, out);
+    } else if (int(s.gen.size()) >= s.req.max_tokens) {
+      finish(s, StopReason::MaxTokens, out);
+    } else if (int(s.tokens.size()) >= cfg_.context) {
+      finish(s, StopReason::ContextFull, out);
+    }
+  }
+  out.running = int(running_.size());
+  out.waiting = int(waiting_.size());
+  record_pool(out);
+  return Status::Ok();
+}
+
+}  // namespace kvscope

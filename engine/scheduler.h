@@ -1,0 +1,173 @@
+// scheduler.h — continuous batching: many requests served from one pool of KV blocks.
+//
+// Requests arrive (each at a step of its own), wait in a first-come-first-served queue,
+// run, and leave. Every step() is one forward_batch (engine/forward.h) over:
+//   1. the running sequences, oldest first: one decode token each, or the next chunk of a
+//      prompt that did not fit in one step;
+//   2. then waiting requests, admitted in arrival order while the step's token budget
+//      (max_batch_tokens) and the number of running sequences (max_seqs) allow. A prompt
+//      longer than the budget left is cut into chunks. A request's prompt first looks its
+//      full blocks up in the pool's prefix cache; the blocks found are adopted and their
+//      prefill skipped.
+// Blocks come from the pool as positions arrive. When the pool cannot give a running
+// sequence the block its next token needs, the newest running sequence is preempted by
+// recompute: its blocks go back (published ones stay cached), and it returns to the head
+// of the queue with its prompt and the tokens generated so far, to be prefilled again
+// (often from the prefix cache). A finished sequence leaves at once and frees its blocks.
+// Each sequence samples with its own Sampler (the request's seed), so its tokens do not
+// depend on what else runs; greedy, its tokens and logits are those of the same prompt
+// run alone (the forward is batch-invariant on the CPU).
+// Every decision is an Event in the step's trace. A Scheduler is used from one thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/backend.h"
+#include "engine/kv_pool.h"
+#include "engine/model.h"
+#include "engine/sampler.h"
+#include "engine/session.h"
+#include "engine/utf8.h"
+
+namespace kvscope {
+
+struct SchedulerConfig {
+  KvTypes kv_types;
+  int block_size = 16;
+  int pool_blocks = 0;         // 0: enough blocks for one full context
+  int context = 0;             // positions a sequence may hold; 0: the model's context
+  int max_batch_tokens = 512;  // tokens through one forward
+  int max_seqs = 16;           // sequences running at once
+  bool prefix_caching = true;
+  bool stop_at_eos = true;
+  // Attention rows of each sequence's newest query in its StepRow (for the scene).
+  bool attention = false;
+};
+
+struct Request {
+  std::vector<int32_t> prompt;  // token ids (tokenize_prompt)
+  int max_tokens = 64;
+  SamplerConfig sampler;
+  int arrival_step = 1;  // the step at which it joins the queue (1: the first step)
+};
+
+enum class SeqState { Pending, Waiting, Running, Finished, Cancelled, Failed };
+const char* seq_state_name(SeqState s);
+
+enum class EventKind { Arrive, Admit, PrefixHit, Chunk, Cow, Preempt, Finish, Cancel, Fail };
+const char* event_kind_name(EventKind k);  // "arrive", "admit", "prefix_hit", ...
+
+struct SchedEvent {
+  EventKind kind = EventKind::Arrive;
+  int seq = 0;
+  int n = 0;           // tokens (prefix_hit, chunk, preempt: tokens to recompute), blocks (cow)
+  std::string detail;  // finish: the stop reason; fail: the message
+};
+
+// One sequence's part of a step.
+struct StepRow {
+  int seq = 0;
+  int pos0 = 0;               // first position processed this step
+  int tokens = 0;             // tokens processed this step
+  bool is_prompt = false;     // the tokens were prompt (or recomputed) tokens
+  int32_t token_id = -1;      // the token sampled this step, -1 when none (mid-prompt chunk)
+  int pos = 0;                // position of the sampled token
+  std::string text;           // its streamed text (complete characters only)
+  int blocks = 0;             // block-table length after the step
+  std::vector<int32_t> table;  // the block table after the step
+  std::vector<float> attention;  // [L][H][pos0 + tokens] when SchedulerConfig::attention
+};
+
+struct PoolState {
+  KvPoolCounts counts;
+  int block_size = 0;
+  int held_positions = 0;    // positions the used blocks hold (a shared block counted once)
+  int allocated_slots = 0;   // used blocks x block size
+};
+
+struct BatchStep {
+  int step = 0;
+  std::vector<StepRow> rows;  // decode rows first, then prompt chunks
+  std::vector<SchedEvent> events;
+  PoolState pool;
+  int batch_tokens = 0;
+  int running = 0, waiting = 0;
+  double ms = 0;  // wall time of the forward and sampling
+};
+
+// Totals since the scheduler was made.
+struct SchedulerStats {
+  int steps = 0;
+  int finished = 0;
+  uint64_t peak_kv_bytes = 0;        // the pool's used blocks at their peak, in bytes
+  uint64_t contiguous_kv_bytes = 0;  // peak of (running sequences x context) positions, in bytes
+  double slot_utilization = 0;       // over all steps: held positions / allocated slots
+  double contiguous_utilization = 0;  // the same for contiguous per-sequence reservations
+  double internal_fragmentation = 0;  // empty slots in sequences' last blocks / allocated
+  uint64_t prefix_hit_tokens = 0;
+  uint64_t prefill_tokens = 0;       // prompt (and recomputed) tokens run through the forward
+  uint64_t decode_tokens = 0;        // tokens sampled
+  int preemptions = 0;
+  int cow_copies = 0;
+  double ms = 0;                     // total step time
+};
+
+class Scheduler {
+ public:
+  static Expected<std::unique_ptr<Scheduler>> create(std::shared_ptr<const Model> model,
+                                                     Backend& backend, SchedulerConfig config);
+  ~Scheduler();
+
+  // Queues a request; its id numbers requests from 0 in the order they were added. An
+  // error when the prompt is empty, has an id outside the vocabulary, or cannot fit in the
+  // context or the pool.
+  Expected<int> add(Request r);
+  // Takes a waiting or running request out; its blocks go back. Error for an unknown id.
+  Status cancel(int seq);
+  // Nothing pending, waiting or running.
+  bool idle() const;
+  // One step; the step counter advances even when nothing runs (arrivals are by step).
+  Expected<BatchStep> step();
+
+  const SchedulerConfig& config() const { return cfg_; }
+  const KvPool& pool() const { return *pool_; }
+  const SchedulerStats& stats() const { return stats_; }
+  int size() const;  // requests added
+  SeqState state(int seq) const;
+  StopReason stop_reason(int seq) const;
+  const std::vector<int32_t>& generated(int seq) const;
+  std::string text(int seq) const;  // the generated text so far
+  // Logits of the sequence's last sampled token (tests).
+  const std::vector<float>& last_logits(int seq) const;
+  // The pool's invariants against every live block table (KvPool::check).
+  Status check() const;
+
+ private:
+  struct Seq;
+  Scheduler() = default;
+  Status run_step(BatchStep& out);
+  void preempt(Seq& s, BatchStep& out);
+  void finish(Seq& s, StopReason r, BatchStep& out);
+  void publish_full_blocks(Seq& s);
+  void record_pool(BatchStep& out);
+
+  std::shared_ptr<const Model> model_;
+  Backend* backend_ = nullptr;
+  SchedulerConfig cfg_;
+  KvCacheConfig cache_cfg_;
+  uint64_t salt_ = 0;
+  std::shared_ptr<KvPool> pool_;
+  std::vector<std::unique_ptr<Seq>> seqs_;
+  std::vector<int> waiting_;  // ids, head first
+  std::vector<int> running_;  // ids, in admission order
+  int step_ = 0;
+  SchedulerStats stats_;
+  uint64_t held_sum_ = 0, alloc_sum_ = 0, last_empty_sum_ = 0, contiguous_sum_ = 0,
+           contiguous_held_sum_ = 0;
+};
+
+}  // namespace kvscope
