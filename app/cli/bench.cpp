@@ -13,6 +13,11 @@
 //          that speed, it runs at most t0 / (t0 + extra bytes / bandwidth) of decode
 //          from an empty cache (t0: that step's time). Rows still in a cache (a short
 //          context's few MB) can beat it; at long contexts it is the ceiling.
+// --batch 1,4,16,64 measures batched decode instead: for each batch size B, B sequences
+// with different 32-token prompts in paged caches on one block pool, then 32 steps that
+// each run one token of every sequence through one forward pass (forward_batch). It
+// prints the aggregate decode tokens/s, the step time, the speed-up over batch 1 and the
+// pool's KV bytes against contiguous caches reserving the model's context per sequence.
 // The prompt tokens are real text (a short story, repeated) so attention is realistic.
 // --kv-type / --kv-type-k / --kv-type-v choose the cache's element types (default f16),
 // so decode speed can be compared across cache types on one backend.
@@ -110,6 +115,60 @@ Expected<BenchRun> measure(Backend& backend, const Model& m, const std::vector<i
     run.kv_mb.push_back({depth, kv_bytes / kDecode / 1e6});
   }
   return run;
+}
+
+struct BatchRun {
+  int batch = 0;
+  double step_ms = 0;       // mean time of one decode step over the whole batch
+  uint64_t pool_bytes = 0;  // KV bytes of the pool's used blocks after the last step
+  uint64_t contiguous_bytes = 0;  // a contiguous cache of the full context per sequence
+};
+constexpr int kBatchPrompt = 32, kBatchSteps = 32;
+
+// Batched decode at each size in `sizes` (see the top).
+Expected<std::vector<BatchRun>> measure_batch(Backend& backend, const Model& m,
+                                              const std::vector<int32_t>& tokens, KvTypes types,
+                                              const std::vector<int>& sizes) {
+  const ModelConfig& c = m.config();
+  const KvCacheConfig cfg = kv_cache_config(m, types, KvPolicy::Full);
+  std::vector<BatchRun> out;
+  for (int B : sizes) {
+    const int per_seq = kBatchPrompt + kBatchSteps + 1;  // and the warm-up step
+    KvPoolConfig pc{cfg.shape, types, 16, B * kv_blocks_for(per_seq, 16)};
+    auto pool = backend.create_kv_pool(pc);
+    if (!pool.ok()) return pool.error();
+    std::vector<std::unique_ptr<KvCache>> caches;
+    std::vector<BatchSeq> seqs;
+    std::vector<BatchSeqOutput> res;
+    for (int i = 0; i < B; ++i) {
+      auto cache = backend.create_paged_kv_cache(cfg, *pool);
+      if (!cache.ok()) return cache.error();
+      caches.push_back(std::move(*cache));
+      // Sequence i reads the text from token 7i on: every prompt differs.
+      const size_t at = size_t(7 * i) % (tokens.size() - per_seq);
+      KV_TRY(forward_batch(backend, m,
+                           {BatchSeq{caches.back().get(), tokens.data() + at, kBatchPrompt}}, res));
+    }
+    double t0 = 0;
+    for (int g = -1; g < kBatchSteps; ++g) {  // step -1 warms up
+      if (g == 0) t0 = now_ms();
+      seqs.clear();
+      for (int i = 0; i < B; ++i) {
+        const size_t at = size_t(7 * i) % (tokens.size() - per_seq);
+        seqs.push_back(BatchSeq{caches[size_t(i)].get(),
+                                tokens.data() + at + caches[size_t(i)]->length(), 1});
+      }
+      KV_TRY(forward_batch(backend, m, seqs, res));
+    }
+    BatchRun r;
+    r.batch = B;
+    r.step_ms = (now_ms() - t0) / kBatchSteps;
+    r.pool_bytes = uint64_t((*pool)->counts().used) * kv_block_bytes(pc);
+    r.contiguous_bytes = uint64_t(B) * uint64_t(std::max(1, c.n_ctx)) * uint64_t(c.n_layer) *
+                         kv_position_bytes(cfg.shape, types);
+    out.push_back(r);
+  }
+  return out;
 }
 
 // GB/s at which n threads read a 256 MiB buffer, each summing its share in 16 lanes
@@ -213,6 +272,48 @@ void print_text(const std::string& model, const std::string& cpu, const std::vec
   }
 }
 
+double batch_tok_s(const BatchRun& r) { return r.batch / (r.step_ms / 1000.0); }
+
+void print_batch(const std::string& model, const std::string& cpu, bool json,
+                 const std::vector<std::pair<std::string, std::vector<BatchRun>>>& runs,
+                 const std::vector<int>& threads) {
+  if (json) {
+    JsonWriter j;
+    j.begin_object();
+    j.key("model").value(model);
+    j.key("cpu").value(cpu);
+    j.key("batches").begin_array();
+    for (size_t k = 0; k < runs.size(); ++k)
+      for (const BatchRun& r : runs[k].second) {
+        j.begin_object();
+        j.key("backend").value(runs[k].first);
+        j.key("threads").value(threads[k]);
+        j.key("batch").value(r.batch);
+        j.key("decode_tok_s").value(batch_tok_s(r));
+        j.key("step_ms").value(r.step_ms);
+        j.key("vs_batch_1").value(batch_tok_s(r) / batch_tok_s(runs[k].second.front()));
+        j.key("kv_pool_bytes").value(r.pool_bytes);
+        j.key("contiguous_kv_bytes").value(r.contiguous_bytes);
+        j.end_object();
+      }
+    j.end_array();
+    j.end_object();
+    std::printf("%s\n", j.str().c_str());
+    return;
+  }
+  std::printf("model    %s\ncpu      %s\n", model.c_str(), cpu.c_str());
+  for (const auto& [backend, rs] : runs) {
+    std::printf("backend  %s  (batched decode: %d-token prompts, then %d steps)\n", backend.c_str(),
+                kBatchPrompt, kBatchSteps);
+    for (const BatchRun& r : rs)
+      std::printf("  batch %3d: %8.1f tokens/s  (%.2fx batch %d), step %.1f ms; KV pool %.1f MiB, "
+                  "contiguous caches %.1f MiB\n",
+                  r.batch, batch_tok_s(r), batch_tok_s(r) / batch_tok_s(rs.front()),
+                  rs.front().batch, r.step_ms, double(r.pool_bytes) / 1048576.0,
+                  double(r.contiguous_bytes) / 1048576.0);
+  }
+}
+
 }  // namespace
 
 int run_bench(int argc, char** argv) {
@@ -225,6 +326,11 @@ int run_bench(int argc, char** argv) {
   add_thread_list_option(app, threads);
   add_kv_type_options(app, kv);
   app.add_flag("--json", json, "Print one JSON object");
+  std::vector<int> batches;
+  app.add_option("--batch", batches,
+                 "Measure batched decode at these batch sizes instead (comma-separated)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1024));
   if (int rc = parse_options(app, argc, argv); rc >= 0) return rc;
   KvTypes kv_types;
   if (Status st = parse_kv_type_options(kv, &kv_types); !st.ok()) return cli::fail(st.message());
@@ -249,6 +355,26 @@ int run_bench(int argc, char** argv) {
   if (m.config().n_ctx < kDepths[2] + kDecode)
     return fail(make_error("bench needs a context of ", kDepths[2] + kDecode,
                            " tokens; the model has ", m.config().n_ctx));
+
+  if (!batches.empty()) {
+    std::sort(batches.begin(), batches.end());
+    batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
+    std::vector<std::pair<std::string, std::vector<BatchRun>>> runs;
+    std::vector<int> used;
+    for (int n : threads) {
+      std::string note;
+      auto be = make_backend(engine.backend, m, n, &note);
+      if (!be.ok()) return fail(be.error());
+      if (!note.empty()) notice(note);
+      auto r = measure_batch(**be, m, tokens, kv_types, batches);
+      if (!r.ok()) return fail(r.error());
+      runs.push_back({(*be)->name(), std::move(*r)});
+      used.push_back(std::min(n, hw));
+      if (std::string_view((*be)->kind()) != "cpu") break;
+    }
+    print_batch(m.config().name, cpu_model_name(), json, runs, used);
+    return 0;
+  }
 
   std::vector<BenchRun> runs;
   for (int n : threads) {
