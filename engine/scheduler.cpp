@@ -179,7 +179,9 @@ void Scheduler::preempt(Seq& s, BatchStep& out) {
 
 void Scheduler::finish(Seq& s, StopReason r, BatchStep& out) {
   s.stop = r;
-  s.text += s.stream.flush();
+  const std::string tail = s.stream.flush();  // an unfinished character, as U+FFFD
+  s.text += tail;
+  if (!out.rows.empty() && out.rows.back().seq == s.id) out.rows.back().text += tail;
   s.state = SeqState::Finished;
   s.cache->release();
   std::erase(running_, s.id);

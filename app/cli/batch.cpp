@@ -198,12 +198,12 @@ int run_batch(int argc, char** argv) {
   app.add_option("--kv-block", block, "Positions per KV block")->check(CLI::IsMember({8, 16, 32}));
   app.add_option("--kv-pool-mib", pool_mib,
                  "Size of the KV block pool in MiB (default: blocks for one full context)")
-      ->check(CLI::Range(uint64_t(1), uint64_t(1) << 20));
+      ->check(cli::Range(1LL, 1LL << 20));
   app.add_option("--ctx", ctx, "Positions one sequence may hold (default: the model's context)")
-      ->check(CLI::Range(0, kMaxPositionsOption));
-  app.add_option("--max-seqs", max_seqs, "Sequences running at once")->check(CLI::Range(1, 4096));
+      ->check(cli::Range(0, kMaxPositionsOption));
+  app.add_option("--max-seqs", max_seqs, "Sequences running at once")->check(cli::Range(1, 4096));
   app.add_option("--max-batch-tokens", max_batch_tokens, "Tokens through one forward pass")
-      ->check(CLI::Range(1, kMaxBatchTokens));
+      ->check(cli::Range(1, kMaxBatchTokens));
   app.add_flag("--no-prefix-cache", no_prefix, "Do not reuse cached prompt blocks");
   app.add_flag("--json", json, "One JSON object per step, then a summary line");
   if (int rc = parse_options(app, argc, argv); rc >= 0) return rc;

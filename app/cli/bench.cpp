@@ -330,7 +330,7 @@ int run_bench(int argc, char** argv) {
   app.add_option("--batch", batches,
                  "Measure batched decode at these batch sizes instead (comma-separated)")
       ->delimiter(',')
-      ->check(CLI::Range(1, 1024));
+      ->check(cli::Range(1, 1024));
   if (int rc = parse_options(app, argc, argv); rc >= 0) return rc;
   KvTypes kv_types;
   if (Status st = parse_kv_type_options(kv, &kv_types); !st.ok()) return cli::fail(st.message());

@@ -29,6 +29,9 @@ declare -A bad=(
   [--compare-interleaved]==maybe [--view-step]=0 [--sections]=MISSING [--speed]=31
   [--look-at]=-1 [--anim-time]=61 [--kv-error]==maybe [--cache-quality]=0 [--play]==maybe
   [--window-shot]=MISSING [--measure]=0 [--ui-nice]=20
+  [--prompts-file]=MISSING [--prompts-dir]=MISSING [--arrival]=sometimes [--kv-block]=12
+  [--kv-pool-mib]=0 [--max-seqs]=0 [--max-batch-tokens]=0 [--no-prefix-cache]==maybe
+  [--batch]=0
 )
 for o in ctx ctx-full n-keep kv-sink kv-window kv-keep kv-type kv-type-k kv-type-v; do
   bad[--ref-$o]=${bad[--$o]}
@@ -42,9 +45,9 @@ declare -A differs=(
 declare -A base=(
   [app]="" [generate]="--prompt hi" [record]="--out $dir/r.kvs --prompt hi"
   [compare]="--prompt hi" [perplexity]="--file $dir/text.txt" [bench]="" [bench-render]=""
-  [export]="$dir/none.kvs"
+  [export]="$dir/none.kvs" [batch]="--prompts-file $dir/text.txt"
 )
-commands=(generate record compare perplexity bench export)
+commands=(generate record compare perplexity bench export batch)
 if env -u DISPLAY -u WAYLAND_DISPLAY "$kvscope" --list-options >/dev/null 2>&1; then
   commands=(app "${commands[@]}" bench-render)
 else

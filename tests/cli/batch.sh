@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# batch.sh KVSCOPE — `kvscope batch` on the default model: every sequence finishes with
+# the text that `kvscope generate` writes for the same prompt alone (greedy, every layer
+# holding every position, as the pool does), --json gives one JSON object per step and a
+# summary whose counts agree with the steps, prompts that share a prefix hit the prefix
+# cache, and bad input is one line and exit status 1.
+set -u
+kvscope=$1
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+prompts=("The capital of France is" "Once upon a time, in a small village by the sea,"
+         "List three colors:")
+printf '%s\n' "${prompts[@]}" > "$dir/p.txt"
+"$kvscope" batch --prompts-file "$dir/p.txt" --max-tokens 8 --threads 2 --arrival every:2 \
+  > "$dir/out.txt" 2> "$dir/err.txt" || fail "batch exited $?: $(cat "$dir/err.txt")"
+for i in 0 1 2; do
+  grep -q "^\[$i\] (max_tokens, 8 tokens)" "$dir/out.txt" || fail "no text for sequence $i"
+done
+"$kvscope" batch --prompts-file "$dir/p.txt" --max-tokens 8 --threads 2 --arrival every:2 \
+  --json > "$dir/texts.jsonl" 2> "$dir/err.txt" || fail "batch --json exited $?"
+for i in 0 1 2; do
+  "$kvscope" generate --prompt "${prompts[$i]}" --max-tokens 8 --threads 2 --kv-keep full \
+    > "$dir/want$i.txt" || fail "generate exited $?"
+  # The sequence's text: the "text" of its steps, in order.
+  python3 -c '
+import json, sys
+i = int(sys.argv[2])
+sys.stdout.write("".join(q.get("text", "") for l in open(sys.argv[1]) for q in json.loads(l).get("sequences", []) if q["seq"] == i))
+' "$dir/texts.jsonl" $i > "$dir/got$i.txt"
+  [ "$(cat "$dir/got$i.txt")" == "$(cat "$dir/want$i.txt")" ] ||
+    fail "sequence $i wrote '$(cat "$dir/got$i.txt")', generate alone '$(cat "$dir/want$i.txt")'"
+done
+
+"$kvscope" batch --prompts-file "$dir/p.txt" --max-tokens 4 --threads 2 --json \
+  > "$dir/out.jsonl" 2> "$dir/err.txt" || fail "batch --json exited $?"
+python3 - "$dir/out.jsonl" <<'PY' || fail "batch --json lines"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+steps, summary = lines[:-1], lines[-1]
+assert summary.get("summary") is True, summary
+assert summary["requests"] == 3 and summary["finished"] == 3, summary
+sampled = sum(1 for s in steps for q in s["sequences"] if q["token_id"] >= 0)
+assert sampled == summary["decode_tokens"] == 12, (sampled, summary)
+for s in steps:
+    p = s["pool"]
+    assert p["used"] + p["free"] + p["cached"] == p["total"], p
+    for q in s["sequences"]:
+        assert 0 <= q["seq"] < 3 and q["blocks"] == len(q["table"]), q
+finishes = [e for s in steps for e in s["events"] if e["kind"] == "finish"]
+assert sorted(e["seq"] for e in finishes) == [0, 1, 2], finishes
+PY
+
+# Four prompts with a shared 40-token start, one every 8 steps: the later ones find its
+# blocks in the prefix cache.
+shared="You are a helpful assistant who answers briefly and precisely. Always name the source of a fact, keep to the question, and say so when you do not know."
+for q in "What is tea?" "Who wrote Hamlet?" "Why is the sky blue?" "What is two plus two?"; do
+  echo "$shared $q"
+done > "$dir/shared.txt"
+"$kvscope" batch --prompts-file "$dir/shared.txt" --max-tokens 2 --threads 2 --json \
+  --arrival every:8 > "$dir/shared.jsonl" || fail "batch with a shared prefix exited $?"
+python3 - "$dir/shared.jsonl" <<'PY' || fail "prefix cache hits"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+hits = [e for s in lines[:-1] for e in s["events"] if e["kind"] == "prefix_hit"]
+assert len(hits) == 3 and all(e["n"] >= 16 for e in hits), hits
+assert lines[-1]["prefix_hit_tokens"] == sum(e["n"] for e in hits), lines[-1]
+PY
+
+# Bad input: one line on stderr starting with "kvscope:", nothing on stdout, status 1.
+expect_refusal() {
+  local what=$1; shift
+  "$kvscope" batch "$@" > "$dir/o" 2> "$dir/e"
+  local rc=$?
+  if [ $rc -ne 1 ] || [ -s "$dir/o" ] || [ "$(wc -l < "$dir/e")" -ne 1 ] ||
+     ! grep -q '^kvscope:' "$dir/e"; then
+    fail "$what: status $rc, stdout '$(head -c 200 "$dir/o")', stderr '$(cat "$dir/e")'"
+  fi
+}
+: > "$dir/empty.txt"
+printf 'ok prompt\n\xff\xfe broken\n' > "$dir/bad_utf8.txt"
+mkdir -p "$dir/nodir"
+expect_refusal "no prompts given"
+expect_refusal "missing file" --prompts-file "$dir/none.txt"
+expect_refusal "empty file" --prompts-file "$dir/empty.txt"
+expect_refusal "empty folder" --prompts-dir "$dir/nodir"
+expect_refusal "invalid UTF-8" --prompts-file "$dir/bad_utf8.txt"
+expect_refusal "bad arrival" --prompts-file "$dir/p.txt" --arrival poisson:0
+expect_refusal "pool too small" --prompts-file "$dir/p.txt" --kv-pool-mib 1 --max-tokens 2000
+
+[ $failures -eq 0 ] && echo "batch: all checks passed"
+exit $((failures > 0))
