@@ -236,7 +236,8 @@ Status KvCache::relocate(int layer, int n_slots, To to) {
     for (int s = 0; s < n_slots; ++s)
       if (from[size_t(s)] >= 0 && from[size_t(s)] != s)
         return make_error("kv cache: a paged cache cannot move rows (layer ", layer, ")");
-    return ensure_blocks(n_slots);
+    KV_TRY(ensure_blocks(n_slots));
+    return paged_changed();
   }
   return relayout(layer, n_slots, from);
 }
@@ -339,6 +340,7 @@ Status KvCache::copy_shared(int pos0, int end) {
     pool_->unref(old);
     blocks_[size_t(i)] = *fresh;
     ++cow_copies_;
+    KV_TRY(paged_changed());
   }
   return Status::Ok();
 }
@@ -362,7 +364,7 @@ Status KvCache::adopt(const std::vector<int32_t>& blocks, int n) {
     for (int p = 0; p < n; ++p) map[size_t(p)] = p;
   }
   length_ = n;
-  return Status::Ok();
+  return paged_changed();
 }
 
 void KvCache::release() {
@@ -392,6 +394,7 @@ Status KvCache::truncate(int n) {
       blocks_.pop_back();
     }
     for (auto& map : pos_) map.resize(keep * size_t(block_));
+    return paged_changed();
   }
   return Status::Ok();
 }

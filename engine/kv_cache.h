@@ -190,6 +190,10 @@ class KvCache {
   // new layout when this is called. Also called once per layer by the constructor's
   // owner through init_storage() to allocate the first layout.
   virtual Status relayout(int layer, int n_slots, const std::vector<int32_t>& from) = 0;
+  // Paged caches only, instead of relayout(): the block table or the slot maps changed
+  // (blocks taken, copied, adopted or given back; slot_pos() and blocks() show the new
+  // state). A backend that keeps its own copy of them refreshes it here.
+  virtual Status paged_changed() { return Status::Ok(); }
   // Allocates every layer with `slots` empty slots (call from the subclass's factory).
   Status init_storage(int slots);
 

@@ -47,8 +47,6 @@ __global__ void __launch_bounds__(128)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
   const float* qv = q + (int64_t(t) * sh.H + h) * D;
   const int64_t krb = KE::row_bytes(D), vrb = VE::row_bytes(D);
-  const uint8_t* K = kc + int64_t(hk) * n * krb;
-  const uint8_t* V = vc + int64_t(hk) * n * vrb;
 
   for (int j = warp; j < n; j += n_warps) {
     if (!kv_visible(kv, kv.pos[j], qp)) {  // the same for every lane of the warp
@@ -56,7 +54,7 @@ __global__ void __launch_bounds__(128)
       continue;
     }
     float acc = 0.0f;
-    const uint8_t* kj = K + int64_t(j) * krb;
+    const uint8_t* kj = kc + kv_row(kv, hk, j) * krb;
     for (int d = lane; d < D; d += 32) acc += qv[d] * KE::load(kj, d);
     acc = warp_sum(acc);
     if (lane == 0) scores[j] = acc * sh.scale;
@@ -87,7 +85,7 @@ __global__ void __launch_bounds__(128)
     float acc = 0.0f;
     for (int j = 0; j < n; ++j) {
       const float p = scores[j];
-      if (p != 0.0f) acc += p * VE::load(V + int64_t(j) * vrb, d);  // unseen: skipped
+      if (p != 0.0f) acc += p * VE::load(vc + kv_row(kv, hk, j) * vrb, d);  // unseen: skipped
     }
     o[d] = acc;
   }

@@ -57,8 +57,6 @@ __global__ void __launch_bounds__(kThreads)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int j0 = c * kDecodeChunk, len = n - j0 < kDecodeChunk ? n - j0 : kDecodeChunk;
   const int64_t krb = KE::row_bytes(D), vrb = VE::row_bytes(D);
-  const uint8_t* K = kc + (int64_t(hk) * n + j0) * krb;
-  const uint8_t* V = vc + (int64_t(hk) * n + j0) * vrb;
   for (int d = threadIdx.x; d < D; d += blockDim.x) qs[d] = q[int64_t(h) * D + d];
   __syncthreads();
   // Scores: warp w takes slots w, w + kWarps, ...; all its rows' loads are issued together
@@ -72,7 +70,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int i = 0; i < kPerWarp; ++i) {
       const int jl = warp + i * kWarps;
-      acc[i] += qd * KE::load(K + int64_t(jl < len ? jl : len - 1) * krb, d);
+      acc[i] += qd * KE::load(kc + kv_row(kv, hk, j0 + (jl < len ? jl : len - 1)) * krb, d);
     }
   }
 #pragma unroll
@@ -110,7 +108,7 @@ __global__ void __launch_bounds__(kThreads)
           const int j = jl + u * G;
           if (j < len) {
             const float pj = p[j];
-            const float v = VE::load(V + int64_t(j) * vrb, d);
+            const float v = VE::load(vc + kv_row(kv, hk, j0 + j) * vrb, d);
             a[u] += pj != 0.0f ? pj * v : 0.0f;
           }
         }

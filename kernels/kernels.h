@@ -81,6 +81,14 @@ struct KvLayer {
   int n_head_kv = 0, head_dim = 0, n_slots = 0;
   int sink = 0, window = 0;
   int32_t* pos = nullptr;
+  // Rows per kv head in k / v: n_slots for a contiguous cache (0 means n_slots); for a
+  // paged one (a cache over the engine's block pool, engine/kv_pool.h) the pool's
+  // n_blocks * block.
+  int stride = 0;
+  // Paged only: slot s of the layer is physical row blocks[s / block] * block + s % block
+  // (device memory, one entry per logical block); nullptr for a contiguous cache.
+  const int32_t* blocks = nullptr;
+  int block = 0;
 };
 // Stores k, v [T][Hkv*D] at positions pos0 .. pos0+T-1 (their slots) and records those
 // positions in kv.pos.

@@ -15,6 +15,13 @@ __device__ __forceinline__ int kv_slot(const KvLayer& kv, int p) {
   return p < kv.sink ? p : kv.sink + (p - kv.sink) % (kv.n_slots - kv.sink);
 }
 
+// Row index of slot `slot` of kv head h in the layer's K or V store (times the row
+// bytes: the row's offset): through the block table of a paged cache.
+__device__ __forceinline__ int64_t kv_row(const KvLayer& kv, int h, int slot) {
+  const int phys = kv.blocks ? kv.blocks[slot / kv.block] * kv.block + slot % kv.block : slot;
+  return int64_t(h) * (kv.stride > 0 ? kv.stride : kv.n_slots) + phys;
+}
+
 // Whether a query at position q sees the key at position k (k < 0: empty slot).
 __device__ __forceinline__ bool kv_visible(const KvLayer& kv, int k, int q) {
   return k >= 0 && k <= q && (kv.window == 0 || q - k < kv.window || k < kv.sink);

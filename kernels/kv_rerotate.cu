@@ -27,7 +27,7 @@ __global__ void __launch_bounds__(kThreads)
   const int D = kv.head_dim, half = r.n_rot / 2, lane = static_cast<int>(threadIdx.x % 32);
   const int64_t rb = KE::row_bytes(D);
   for (int h = 0; h < kv.n_head_kv; ++h) {
-    uint8_t* row = kc + (int64_t(h) * kv.n_slots + slot) * rb;
+    uint8_t* row = kc + kv_row(kv, h, slot) * rb;
     for (int d = threadIdx.x; d < D; d += blockDim.x) x[d] = KE::load(row, d);
     __syncthreads();
     for (int i = threadIdx.x; i < half; i += blockDim.x) {

@@ -23,7 +23,7 @@ __global__ void kv_row_errors_kernel(const float* k, const float* v, const uint8
   const int slot = kv_slot(kv, (pos0_dev != nullptr ? *pos0_dev : pos0) + t);
   float dk = 0.0f, rk = 0.0f, dv = 0.0f, rv = 0.0f;
   for (int e = threadIdx.x; e < W; e += blockDim.x) {
-    const int64_t row = int64_t(e / D) * kv.n_slots + slot;
+    const int64_t row = kv_row(kv, e / D, slot);
     const float xk = k[int64_t(t) * W + e], xv = v[int64_t(t) * W + e];
     const float ek = xk - KE::load(kc + row * KE::row_bytes(D), e % D);
     const float ev = xv - VE::load(vc + row * VE::row_bytes(D), e % D);

@@ -19,7 +19,7 @@ __global__ void kv_row_norms_kernel(const uint8_t* kc, const uint8_t* vc, KvLaye
   const int slot = kv_slot(kv, p);
   float sk = 0.0f, sv = 0.0f;
   for (int e = threadIdx.x; e < kv.n_head_kv * D; e += blockDim.x) {
-    const int64_t row = int64_t(e / D) * kv.n_slots + slot;
+    const int64_t row = kv_row(kv, e / D, slot);
     const float a = KE::load(kc + row * KE::row_bytes(D), e % D);
     const float b = VE::load(vc + row * VE::row_bytes(D), e % D);
     sk += a * a;

@@ -30,7 +30,7 @@ __global__ void kv_write_kernel(const float* k, const float* v, int T, KvLayer k
     const int pos = pos0 + static_cast<int>(t);
     const int slot = kv_slot(kv, pos);
     const int64_t src = (t * Hkv + h) * D + d;
-    const int64_t row = int64_t(h) * kv.n_slots + slot;
+    const int64_t row = kv_row(kv, h, slot);
     KE::store32(kc + row * krb, d0, valid ? k[src] : 0.0f, valid);
     VE::store32(vc + row * vrb, d0, valid ? v[src] : 0.0f, valid);
     if (r == 0 && lane == 0) kv.pos[slot] = pos;

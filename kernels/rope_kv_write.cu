@@ -48,7 +48,7 @@ __global__ void rope_kv_write_kernel(float* q, float* k, const float* v, int H, 
     const int r = is_k ? c : c - Hkv * nch;
     const int h = r / nch, d0 = (r % nch) * 32, d = d0 + lane;
     const bool valid = d < D;
-    const int64_t row = int64_t(h) * kv.n_slots + slot;
+    const int64_t row = kv_row(kv, h, slot);
     if (is_k)
       KE::store32(kc + row * krb, d0, valid ? kr[h * D + d] : 0.0f, valid);
     else

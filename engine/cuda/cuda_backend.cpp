@@ -77,6 +77,19 @@ Expected<std::unique_ptr<KvCache>> CudaBackend::do_create_kv_cache(const KvCache
   return made;
 }
 
+Expected<std::shared_ptr<KvPool>> CudaBackend::create_kv_pool(const KvPoolConfig& config) {
+  KV_TRY(graph_.flush());
+  return CudaKvPool::create(config, stream_);
+}
+
+Expected<std::unique_ptr<KvCache>> CudaBackend::create_paged_kv_cache(const KvCacheConfig& config,
+                                                                      std::shared_ptr<KvPool> pool) {
+  if (!dynamic_cast<const CudaKvPool*>(pool.get()))
+    return make_error("cuda: a paged cache needs a pool made by the cuda backend");
+  KV_TRY(graph_.flush());
+  return CudaKvCache::create_paged(config, std::move(pool), stream_);
+}
+
 Status CudaBackend::do_download(Tensor src, float* host) {
   KV_TRY(graph_.flush());
   if (src.size() == 0) return Status::Ok();

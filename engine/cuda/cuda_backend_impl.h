@@ -42,6 +42,9 @@ class CudaBackend final : public Backend {
   const char* kind() const override { return "cuda"; }
   int threads() const override { return 0; }  // the ops run on the GPU
   bool can_measure_kv_errors() const override { return true; }
+  Expected<std::shared_ptr<KvPool>> create_kv_pool(const KvPoolConfig& config) override;
+  Expected<std::unique_ptr<KvCache>> create_paged_kv_cache(const KvCacheConfig& config,
+                                                           std::shared_ptr<KvPool> pool) override;
   void begin_step() override;
   std::optional<double> end_step() override;
 

@@ -1,11 +1,15 @@
 // cuda_kv_cache.cpp — see cuda_kv_cache.h.
 #include "engine/cuda/cuda_kv_cache.h"
 
+#include <algorithm>
+
 namespace kvscope {
 
-CudaKvCache::CudaKvCache(const KvCacheConfig& config, cudaStream_t stream)
-    : KvCache(config),
+CudaKvCache::CudaKvCache(const KvCacheConfig& config, cudaStream_t stream,
+                         std::shared_ptr<KvPool> pool)
+    : KvCache(config, pool),
       stream_(stream),
+      cuda_pool_(static_cast<const CudaKvPool*>(pool.get())),
       k_(size_t(config.shape.n_layer)),
       v_(size_t(config.shape.n_layer)),
       pos_(size_t(config.shape.n_layer)),
@@ -22,6 +26,75 @@ Expected<std::unique_ptr<KvCache>> CudaKvCache::create(const KvCacheConfig& conf
   return std::unique_ptr<KvCache>(std::move(cache));
 }
 
+Expected<std::unique_ptr<KvCache>> CudaKvCache::create_paged(const KvCacheConfig& config,
+                                                             std::shared_ptr<KvPool> pool,
+                                                             cudaStream_t stream) {
+  auto cache = std::make_unique<CudaKvCache>(config, stream, std::move(pool));
+  KV_TRY(cache->init_storage(0));
+  return std::unique_ptr<KvCache>(std::move(cache));
+}
+
+Expected<std::shared_ptr<KvPool>> CudaKvPool::create(const KvPoolConfig& config,
+                                                     cudaStream_t stream) {
+  if (config.n_blocks < 1 || !kv_block_size_ok(config.block_size))
+    return make_error("kv pool: ", config.n_blocks, " blocks of ", config.block_size,
+                      " positions (block size one of ", kv_block_size_choices(), ")");
+  auto pool = std::shared_ptr<CudaKvPool>(new CudaKvPool(config, stream));
+  const KvShape& sh = config.shape;
+  for (int l = 0; l < sh.n_layer; ++l)
+    for (auto [side, type] : {std::pair{&pool->k_, config.types.k}, std::pair{&pool->v_, config.types.v}}) {
+      side->emplace_back();
+      KV_TRY(side->back().ensure(size_t(sh.n_head_kv) * size_t(pool->rows()) *
+                                     kv_row_bytes(type, sh.head_dim),
+                                 "the KV block pool"));
+    }
+  return std::shared_ptr<KvPool>(std::move(pool));
+}
+
+Status CudaKvPool::do_copy_block(int dst, int src) {
+  const KvShape& sh = config().shape;
+  const size_t B = size_t(block_size());
+  for (int l = 0; l < sh.n_layer; ++l)
+    for (auto [side, type] : {std::pair{&k_, config().types.k}, std::pair{&v_, config().types.v}}) {
+      const size_t rb = kv_row_bytes(type, sh.head_dim);
+      auto* base = static_cast<uint8_t*>((*side)[size_t(l)].p);
+      for (int h = 0; h < sh.n_head_kv; ++h)
+        KV_TRY(cuda_check(
+            cudaMemcpyAsync(base + (size_t(h) * size_t(rows()) + size_t(dst) * B) * rb,
+                            base + (size_t(h) * size_t(rows()) + size_t(src) * B) * rb, B * rb,
+                            cudaMemcpyDeviceToDevice, stream_),
+            "copying a KV block"));
+    }
+  return Status::Ok();
+}
+
+Status CudaKvCache::paged_changed() {
+  const auto& t = blocks();
+  if (!t.empty()) {
+    // Grown by half again, so a sequence's new blocks rarely reallocate it.
+    const size_t need = t.size() * sizeof(int32_t);
+    if (need > blocks_dev_.bytes)
+      KV_TRY(blocks_dev_.ensure(std::max(need, blocks_dev_.bytes + blocks_dev_.bytes / 2),
+                                "the KV block table"));
+    KV_TRY(cuda_check(cudaMemcpyAsync(blocks_dev_.p, t.data(), t.size() * sizeof(int32_t),
+                                      cudaMemcpyHostToDevice, stream_),
+                      "uploading the KV block table"));
+  }
+  for (int l = 0; l < shape().n_layer; ++l) {
+    const auto& map = slot_pos(l);
+    slots_[size_t(l)] = int(map.size());
+    if (map.empty()) continue;
+    const size_t need = map.size() * sizeof(int32_t);
+    DeviceBuffer& dev = pos_[size_t(l)];
+    if (need > dev.bytes)
+      KV_TRY(dev.ensure(std::max(need, dev.bytes + dev.bytes / 2), "the KV cache slot map"));
+    KV_TRY(cuda_check(cudaMemcpyAsync(pos_[size_t(l)].p, map.data(), map.size() * sizeof(int32_t),
+                                      cudaMemcpyHostToDevice, stream_),
+                      "uploading the KV cache slot map"));
+  }
+  return Status::Ok();
+}
+
 kvscope::cuda::KvLayer CudaKvCache::layer(int l) const {
   const KvShape& s = shape();
   kvscope::cuda::KvLayer kl;
@@ -35,6 +108,14 @@ kvscope::cuda::KvLayer CudaKvCache::layer(int l) const {
   kl.sink = rule(l).sink;
   kl.window = rule(l).window;
   kl.pos = static_cast<int32_t*>(pos_[size_t(l)].p);
+  kl.stride = kl.n_slots;
+  if (cuda_pool_) {
+    kl.k = cuda_pool_->k(l);
+    kl.v = cuda_pool_->v(l);
+    kl.stride = cuda_pool_->rows();
+    kl.blocks = static_cast<const int32_t*>(blocks_dev_.p);
+    kl.block = cuda_pool_->block_size();
+  }
   return kl;
 }
 

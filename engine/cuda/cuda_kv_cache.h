@@ -4,6 +4,9 @@
 // type, and the slot -> position map [n_slots] int32: a device copy of the engine's map. The K/V store kernels write the
 // entries of the positions they store (so a replayed decode graph keeps it current);
 // relayout() moves rows between slots with device copies and uploads the whole map.
+// A paged cache (over a CudaKvPool: per layer K and V, each [Hkv][n_blocks * B] rows)
+// keeps a device copy of its block table and slot maps, refreshed by paged_changed();
+// the kernels reach its rows through the table (kernels/kv_layout.cuh, kv_row).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,13 +16,36 @@
 
 #include "engine/cuda/cuda_util.h"
 #include "engine/kv_cache.h"
+#include "engine/kv_pool.h"
 #include "kernels/kernels.h"
 
 namespace kvscope {
 
+// The block pool's device storage.
+class CudaKvPool final : public KvPool {
+ public:
+  static Expected<std::shared_ptr<KvPool>> create(const KvPoolConfig& config, cudaStream_t stream);
+  void* k(int layer) const { return k_[size_t(layer)].p; }
+  void* v(int layer) const { return v_[size_t(layer)].p; }
+  int rows() const { return n_blocks() * block_size(); }  // rows per kv head
+
+ protected:
+  Status do_copy_block(int dst, int src) override;
+
+ private:
+  CudaKvPool(const KvPoolConfig& c, cudaStream_t stream) : KvPool(c), stream_(stream) {}
+  cudaStream_t stream_;
+  std::vector<DeviceBuffer> k_, v_;  // per layer [Hkv][rows][row bytes]
+};
+
 class CudaKvCache final : public KvCache {
  public:
-  CudaKvCache(const KvCacheConfig& config, cudaStream_t stream);
+  CudaKvCache(const KvCacheConfig& config, cudaStream_t stream,
+              std::shared_ptr<KvPool> pool = nullptr);
+  // A paged cache over `pool` (a CudaKvPool).
+  static Expected<std::unique_ptr<KvCache>> create_paged(const KvCacheConfig& config,
+                                                         std::shared_ptr<KvPool> pool,
+                                                         cudaStream_t stream);
   // f32, f16, q8_0 and q4_0 K/V types (the kernels read and write every combination);
   // others are an Error.
   static Expected<std::unique_ptr<KvCache>> create(const KvCacheConfig& config, int capacity,
@@ -29,9 +55,12 @@ class CudaKvCache final : public KvCache {
 
  protected:
   Status relayout(int layer, int n_slots, const std::vector<int32_t>& from) override;
+  Status paged_changed() override;
 
  private:
   cudaStream_t stream_;
+  const CudaKvPool* cuda_pool_ = nullptr;  // paged only
+  DeviceBuffer blocks_dev_;                // paged only: the block table
   std::vector<DeviceBuffer> k_, v_;  // per layer [Hkv][n_slots][D]
   std::vector<DeviceBuffer> pos_;    // per layer [n_slots] int32
   std::vector<int> slots_;

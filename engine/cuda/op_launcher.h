@@ -62,7 +62,8 @@ class OpLauncher {
            {int64_t(reinterpret_cast<uintptr_t>(a.k)), int64_t(reinterpret_cast<uintptr_t>(a.v)),
             int64_t(a.k_type), int64_t(a.v_type), int64_t(a.n_head_kv), int64_t(a.head_dim),
             int64_t(a.n_slots), int64_t(a.sink), int64_t(a.window),
-            int64_t(reinterpret_cast<uintptr_t>(a.pos))})
+            int64_t(reinterpret_cast<uintptr_t>(a.pos)), int64_t(a.stride),
+            int64_t(reinterpret_cast<uintptr_t>(a.blocks)), int64_t(a.block)})
         k.push_back(w);
     } else if constexpr (std::is_same_v<A, kvscope::cuda::RopeArgs>) {
       put(k, a.n_rot);
