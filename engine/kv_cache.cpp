@@ -254,7 +254,13 @@ Status KvCache::begin(int pos0, int T) {
     const int n = n_slots(l);
     if (r.keep == 0) {
       const int grown = pool_ ? kv_blocks_for(end, block_) * block_ : std::max({end, 2 * n, 64});
-      if (end > n) KV_TRY(resize(l, grown, [](int) { return true; }));
+      if (end > n) {
+        Status s = resize(l, grown, [](int) { return true; });
+        if (!s.ok()) {  // e.g. no block left in the pool: forget what earlier layers took
+          cancel();
+          return s;
+        }
+      }
     } else {
       // Ring positions query pos0 may still read: [lo, pos0), at most keep - 1 of them.
       const int lo = std::max(r.sink, pos0 - (r.keep - 1));
@@ -262,7 +268,11 @@ Status KvCache::begin(int pos0, int T) {
       const int need = std::min(r.sink, end) + ring_need;
       if (need > n) {
         const int target = std::max(need, std::min(std::max(2 * n, 64), r.sink + r.keep));
-        KV_TRY(resize(l, target, [&](int p) { return p < r.sink || p >= lo; }));
+        Status s = resize(l, target, [&](int p) { return p < r.sink || p >= lo; });
+        if (!s.ok()) {
+          cancel();
+          return s;
+        }
       }
     }
     auto& map = pos_[size_t(l)];
@@ -312,6 +322,20 @@ void KvCache::cancel() {
   for (auto& map : pos_)
     for (int32_t& p : map)
       if (p >= length_) p = -1;
+  // Paged: the blocks begin() took for the forgotten positions go back to the pool.
+  if (pool_) {
+    drop_blocks_past(length_);
+    (void)paged_changed();  // on the error path already; a failed refresh adds nothing
+  }
+}
+
+void KvCache::drop_blocks_past(int n) {
+  const size_t keep = size_t(kv_blocks_for(n, block_));
+  while (blocks_.size() > keep) {
+    pool_->unref(blocks_.back());
+    blocks_.pop_back();
+  }
+  for (auto& map : pos_) map.resize(keep * size_t(block_));
 }
 
 Status KvCache::ensure_blocks(int n_slots) {
@@ -388,12 +412,7 @@ Status KvCache::truncate(int n) {
     for (int32_t& p : map)
       if (p >= n) p = -1;
   if (pool_) {
-    const size_t keep = size_t(kv_blocks_for(n, block_));
-    while (blocks_.size() > keep) {
-      pool_->unref(blocks_.back());
-      blocks_.pop_back();
-    }
-    for (auto& map : pos_) map.resize(keep * size_t(block_));
+    drop_blocks_past(n);
     return paged_changed();
   }
   return Status::Ok();

@@ -155,8 +155,9 @@ class KvCache {
   // The forward's protocol (see the file comment). begin() fails when pos0 != length().
   Status begin(int pos0, int T);
   Status end();
-  // After a failed forward: forgets the positions begin() recorded. Rows a ring
-  // overwrote for them are gone, so the caller should treat the cache as lost.
+  // After a failed forward: forgets the positions begin() recorded (a paged cache gives
+  // back the blocks it took for them). Rows a ring overwrote for them are gone, so the
+  // caller should treat the cache as lost. A failed begin() does this itself.
   void cancel();
   // Context shift: forgets positions [first, first + n) in every layer and renumbers every
   // later position p as p - n (its rows move to that position's slot); length() drops by
@@ -209,6 +210,9 @@ class KvCache {
   Status ensure_blocks(int n_slots);
   // Paged: copies every shared block that positions [pos0, end) fall in.
   Status copy_shared(int pos0, int end);
+  // Paged: gives back the blocks wholly past position n; every layer keeps the slots of
+  // the blocks left.
+  void drop_blocks_past(int n);
 
   KvCacheConfig cfg_;
   std::shared_ptr<KvPool> pool_;  // paged only
