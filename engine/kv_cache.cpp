@@ -2,6 +2,7 @@
 #include "engine/kv_cache.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "engine/kv_pool.h"
 
@@ -100,6 +101,36 @@ KvCacheConfig kv_config_scratch(KvCacheConfig c) {
   return c;
 }
 
+KvLayerGroups kv_layer_groups(const KvCacheConfig& c) {
+  KvLayerGroups g;
+  const int L = int(c.layers.size());
+  std::vector<std::pair<int, int>> kinds;  // distinct (window, sink), first seen first
+  std::vector<std::vector<int>> members;
+  for (int l = 0; l < L; ++l) {
+    const std::pair<int, int> k{c.layers[size_t(l)].window, c.layers[size_t(l)].sink};
+    auto it = std::find(kinds.begin(), kinds.end(), k);
+    if (it == kinds.end()) {
+      kinds.push_back(k);
+      members.emplace_back();
+      it = kinds.end() - 1;
+    }
+    members[size_t(it - kinds.begin())].push_back(l);
+  }
+  for (const auto& m : members) g.size = std::gcd(g.size, int(m.size()));
+  g.group_of.assign(size_t(L), 0);
+  g.index_of.assign(size_t(L), 0);
+  for (size_t k = 0; k < kinds.size(); ++k)
+    for (size_t i = 0; i < members[k].size(); ++i) {
+      if (i % size_t(g.size) == 0) {
+        g.window.push_back(kinds[k].first);
+        g.sink.push_back(kinds[k].second);
+      }
+      g.group_of[size_t(members[k][i])] = g.count() - 1;
+      g.index_of[size_t(members[k][i])] = int(i % size_t(g.size));
+    }
+  return g;
+}
+
 KvCache::KvCache(KvCacheConfig config) : cfg_(std::move(config)) {
   cfg_.layers.resize(size_t(std::max(0, cfg_.shape.n_layer)));
   pos_.resize(cfg_.layers.size());
@@ -126,12 +157,14 @@ Status KvCache::init_storage(int slots) {
                         s.head_dim, " dims (use f16 or f32)");
   if (pool_) {
     const KvPoolConfig& pc = pool_->config();
-    if (pc.shape.n_layer != s.n_layer || pc.shape.n_head_kv != s.n_head_kv ||
+    groups_ = kv_layer_groups(cfg_);
+    if (pc.shape.n_layer != groups_.size || pc.shape.n_head_kv != s.n_head_kv ||
         pc.shape.head_dim != s.head_dim || !(pc.types == cfg_.types))
-      return make_error("kv cache: the pool holds ", pc.shape.n_layer, " layers x ",
+      return make_error("kv cache: the pool's blocks hold ", pc.shape.n_layer, " layers x ",
                         pc.shape.n_head_kv, " kv heads x ", pc.shape.head_dim, " dims in ",
-                        kv_types_name(pc.types), ", the cache wants ", s.n_layer, " x ",
-                        s.n_head_kv, " x ", s.head_dim, " in ", kv_types_name(cfg_.types));
+                        kv_types_name(pc.types), ", the cache's layer groups ", groups_.size,
+                        " x ", s.n_head_kv, " x ", s.head_dim, " in ", kv_types_name(cfg_.types));
+    tables_.assign(size_t(groups_.count()), {});
     for (int l = 0; l < s.n_layer; ++l)
       if (rule(l).keep != 0)
         return make_error("kv cache: layer ", l, " keeps only its last ", rule(l).keep,
@@ -331,70 +364,135 @@ void KvCache::cancel() {
 
 void KvCache::drop_blocks_past(int n) {
   const size_t keep = size_t(kv_blocks_for(n, block_));
-  while (blocks_.size() > keep) {
-    pool_->unref(blocks_.back());
-    blocks_.pop_back();
+  for (auto& t : tables_)
+    while (t.size() > keep) {
+      if (t.back() >= 0) pool_->unref(t.back());
+      t.pop_back();
+    }
+  for (auto& map : pos_) map.resize(keep * size_t(block_), -1);
+}
+
+void KvCache::clear_group_slots(int g, int first, int end) {
+  for (int l = 0; l < cfg_.shape.n_layer; ++l) {
+    if (groups_.group_of[size_t(l)] != g) continue;
+    auto& map = pos_[size_t(l)];
+    for (int p = first; p < end && p < int(map.size()); ++p) map[size_t(p)] = -1;
   }
-  for (auto& map : pos_) map.resize(keep * size_t(block_));
+}
+
+int KvCache::held_blocks() const {
+  if (!pool_) return 0;
+  int n = 0;
+  for (const auto& t : tables_)
+    for (int32_t b : t) n += b >= 0;
+  return n;
 }
 
 Status KvCache::ensure_blocks(int n_slots) {
   const size_t want = size_t(kv_blocks_for(n_slots, block_));
-  while (blocks_.size() < want) {
-    auto b = pool_->allocate();
-    if (!b.ok()) return b.error();
-    blocks_.push_back(*b);
-  }
+  for (auto& t : tables_)
+    while (t.size() < want) {
+      auto b = pool_->allocate();
+      if (!b.ok()) return b.error();
+      t.push_back(*b);
+    }
   return Status::Ok();
 }
 
 Status KvCache::copy_shared(int pos0, int end) {
-  for (int i = pos0 / block_; i <= (end - 1) / block_ && i < int(blocks_.size()); ++i) {
-    const int old = blocks_[size_t(i)];
-    // Shared with another table, or published for the prefix cache (whose rows must stay
-    // what the hash says): write into a copy.
-    if (pool_->ref_count(old) < 2 && !pool_->published(old)) continue;
-    auto fresh = pool_->allocate();
-    if (!fresh.ok()) return fresh.error();
-    Status s = pool_->copy_block(*fresh, old);
-    if (!s.ok()) {
-      pool_->unref(*fresh);
-      return s;
+  for (auto& t : tables_)
+    for (int i = pos0 / block_; i <= (end - 1) / block_ && i < int(t.size()); ++i) {
+      const int old = t[size_t(i)];
+      // Shared with another table, or published for the prefix cache (whose rows must stay
+      // what the hash says): write into a copy.
+      if (old < 0 || (pool_->ref_count(old) < 2 && !pool_->published(old))) continue;
+      auto fresh = pool_->allocate();
+      if (!fresh.ok()) return fresh.error();
+      Status s = pool_->copy_block(*fresh, old);
+      if (!s.ok()) {
+        pool_->unref(*fresh);
+        return s;
+      }
+      pool_->unref(old);
+      t[size_t(i)] = *fresh;
+      ++cow_copies_;
+      KV_TRY(paged_changed());
     }
-    pool_->unref(old);
-    blocks_[size_t(i)] = *fresh;
-    ++cow_copies_;
-    KV_TRY(paged_changed());
-  }
   return Status::Ok();
 }
 
 Status KvCache::adopt(const std::vector<int32_t>& blocks, int n) {
+  if (pool_ && tables_.size() != 1)
+    return make_error("kv cache: this cache has ", tables_.size(),
+                      " layer groups; adopt one block table per group");
+  return adopt_groups({blocks}, n);
+}
+
+Status KvCache::adopt_groups(const std::vector<std::vector<int32_t>>& tables, int n) {
   if (!pool_) return make_error("kv cache: only a paged cache can adopt blocks");
   if (pending_end_ >= 0 || length_ != 0)
     return make_error("kv cache: adopt() on a cache that already holds ", length_, " positions");
-  if (n < 0 || int(blocks.size()) != kv_blocks_for(n, block_))
-    return make_error("kv cache: ", blocks.size(), " blocks of ", block_, " cannot hold exactly ",
-                      n, " positions");
-  for (int32_t b : blocks)
-    if (b < 0 || b >= pool_->n_blocks() || pool_->ref_count(b) < 1)
-      return make_error("kv cache: block ", b, " is not a block in use");
+  if (tables.size() != tables_.size())
+    return make_error("kv cache: ", tables.size(), " block tables for ", tables_.size(),
+                      " layer groups");
+  for (size_t g = 0; g < tables.size(); ++g) {
+    if (n < 0 || int(tables[g].size()) != kv_blocks_for(n, block_))
+      return make_error("kv cache: ", tables[g].size(), " blocks of ", block_,
+                        " cannot hold exactly ", n, " positions");
+    // A hole may stand only for a block a query at n cannot see.
+    const int W = groups_.window[g], sink = groups_.sink[g];
+    for (size_t i = 0; i < tables[g].size(); ++i) {
+      const int32_t b = tables[g][i];
+      const bool unseen = W > 0 && int(i + 1) * block_ <= n - W + 1 && int(i) * block_ >= sink;
+      if (b < 0 && unseen) continue;
+      if (b < 0 || b >= pool_->n_blocks() || pool_->ref_count(b) < 1)
+        return make_error("kv cache: block ", b, " is not a block in use");
+    }
+  }
   release();
-  for (int32_t b : blocks) pool_->ref(b);
-  blocks_ = blocks;
-  const int slots = int(blocks.size()) * block_;
-  for (auto& map : pos_) {
+  for (const auto& t : tables)
+    for (int32_t b : t)
+      if (b >= 0) pool_->ref(b);
+  tables_ = tables;
+  const int slots = kv_blocks_for(n, block_) * block_;
+  for (int l = 0; l < cfg_.shape.n_layer; ++l) {
+    const auto& t = tables_[size_t(groups_.group_of[size_t(l)])];
+    auto& map = pos_[size_t(l)];
     map.assign(size_t(slots), -1);
-    for (int p = 0; p < n; ++p) map[size_t(p)] = p;
+    for (int p = 0; p < n; ++p)
+      if (t[size_t(p / block_)] >= 0) map[size_t(p)] = p;
   }
   length_ = n;
   return paged_changed();
 }
 
+Expected<int> KvCache::drop_outside_windows() {
+  if (!pool_ || pending_end_ >= 0) return 0;
+  int dropped = 0;
+  for (size_t g = 0; g < tables_.size(); ++g) {
+    const int W = groups_.window[g], sink = groups_.sink[g];
+    if (W <= 0) continue;
+    const int lo = length_ - W + 1;  // the oldest key a query at length() sees
+    auto& t = tables_[g];
+    for (int i = 0; i < int(t.size()) && (i + 1) * block_ <= lo; ++i) {
+      if (t[size_t(i)] < 0 || i * block_ < sink) continue;
+      pool_->unref(t[size_t(i)]);
+      t[size_t(i)] = -1;
+      clear_group_slots(int(g), i * block_, (i + 1) * block_);
+      ++dropped;
+    }
+  }
+  if (dropped > 0) KV_TRY(paged_changed());
+  return dropped;
+}
+
 void KvCache::release() {
   if (!pool_) return;
-  for (int32_t b : blocks_) pool_->unref(b);
-  blocks_.clear();
+  for (auto& t : tables_) {
+    for (int32_t b : t)
+      if (b >= 0) pool_->unref(b);
+    t.clear();
+  }
   for (auto& map : pos_) map.clear();
   length_ = 0;
   pending_end_ = -1;
@@ -407,6 +505,16 @@ Status KvCache::truncate(int n) {
   for (int l = 0; l < cfg_.shape.n_layer; ++l)
     if (rule(l).keep != 0)
       return make_error("kv cache: layer ", l, " is a ring and cannot be truncated");
+  for (size_t g = 0; pool_ && g < tables_.size(); ++g) {
+    const int W = groups_.window[g];
+    if (W <= 0) continue;
+    const int lo = std::max(groups_.sink[g], n - W + 1);
+    for (int i = std::max(0, lo) / block_; i < kv_blocks_for(n, block_); ++i)
+      if (tables_[g][size_t(i)] < 0)
+        return make_error("kv cache: cannot truncate to ", n, " positions: a windowed layer "
+                          "already gave back the block of positions ", i * block_, "..",
+                          (i + 1) * block_ - 1, " that a query there would see");
+  }
   length_ = n;
   for (auto& map : pos_)
     for (int32_t& p : map)

@@ -27,14 +27,19 @@
 //                   records the new positions in the map;
 //   backend kv_write / rope_kv_write store the rows at slot_of(l, p);
 //   end()           length() = pos0 + T; rings are trimmed to `keep` positions.
-// Paged (a cache made over a KvPool, engine/kv_pool.h): a logical slot s lives in
-// physical slot physical_slot(s) = blocks()[s / B] * B + s % B of the pool's storage, B
-// the pool's block size. Every layer of a paged cache holds every position it has seen
-// (rules with keep = 0; windows still mask), so one block table serves all layers:
-// begin() takes blocks from the pool as positions arrive and copies, before a write, any
-// block another table also points to (copy-on-write); adopt() shares blocks of a prefix
-// (another sequence's, or the pool's prefix cache) without computing them; release() and
-// the destructor return every block. A paged cache cannot be context-shifted.
+// Paged (a cache made over a KvPool, engine/kv_pool.h): the layers fall into groups
+// (kv_layer_groups: layers with the same window and sink, cut into groups of equal size,
+// the pool's layers per block), each with its own block table; a logical slot s of layer
+// l lives in physical slot physical_slot(l, s) = blocks(g)[s / B] * B + s % B of the
+// pool's storage, g the layer's group and B the block size. Slots are positions (no
+// rings: rules with keep = 0). begin() takes blocks from the pool as positions arrive and
+// copies, before a write, any block another table also points to or the prefix cache
+// holds (copy-on-write); adopt() shares blocks of a prefix (another sequence's, or the
+// pool's prefix cache) without computing them; drop_outside_windows() gives back the
+// blocks of windowed groups that no later query can see (a hole, -1, in their table);
+// release() and the destructor return every block. A paged cache cannot be
+// context-shifted. A model without windows has one group: a block id is then the same in
+// every layer.
 // Extension points (KV element types, sink + window, context shift): add the dtype to
 // KvDtype and kv_row_bytes() and teach the backends' row load/store; a policy fills
 // KvLayerRule (sink, window, keep) in kv_cache_config(); the context shift is shift()
@@ -116,6 +121,18 @@ struct KvRange {
 // A run of n rows copied from old slot src.. to new slot dst.. during a relayout.
 class KvPool;
 
+// How a paged cache's layers share blocks: layers with the same (window, sink) in groups
+// of `size` layers (the greatest common divisor of those counts), so that every block of
+// the pool holds the same bytes whatever group it serves.
+struct KvLayerGroups {
+  int size = 0;                  // layers per group (per block)
+  std::vector<int> group_of;     // [L] the layer's group
+  std::vector<int> index_of;     // [L] the layer's index within its group
+  std::vector<int> window, sink;  // [groups] the rule of the group's layers
+  int count() const { return int(window.size()); }
+};
+KvLayerGroups kv_layer_groups(const KvCacheConfig& c);
+
 struct KvMove {
   int dst = 0, src = 0, n = 0;
 };
@@ -166,23 +183,40 @@ class KvCache {
   // [0, length()).
   Status shift(int first, int n);
 
-  // --- Paged caches (the rest answer as one contiguous block).
+  // --- Paged caches (the rest answer as one contiguous block, one group).
   bool paged() const { return pool_ != nullptr; }
   KvPool* pool() const { return pool_.get(); }
-  // The block table: logical block i -> pool block.
-  const std::vector<int32_t>& blocks() const { return blocks_; }
-  int physical_slot(int slot) const {
-    return pool_ ? blocks_[size_t(slot / block_)] * block_ + slot % block_ : slot;
+  int n_groups() const { return pool_ ? int(tables_.size()) : 1; }
+  int group_of(int layer) const { return pool_ ? groups_.group_of[size_t(layer)] : 0; }
+  int layer_in_group(int layer) const { return pool_ ? groups_.index_of[size_t(layer)] : layer; }
+  const KvLayerGroups& groups() const { return groups_; }
+  // Group g's block table: logical block i -> pool block (-1: given back, outside the
+  // group's window).
+  const std::vector<int32_t>& blocks(int g = 0) const { return tables_[size_t(g)]; }
+  // Blocks the tables hold (holes not counted).
+  int held_blocks() const;
+  int physical_slot(int layer, int slot) const {
+    if (!pool_) return slot;
+    const int b = tables_[size_t(groups_.group_of[size_t(layer)])][size_t(slot / block_)];
+    return b < 0 ? -1 : b * block_ + slot % block_;
   }
+  int physical_slot(int slot) const { return physical_slot(0, slot); }
   // Copies-on-write done by begin() since the cache was made.
   int cow_copies() const { return cow_copies_; }
-  // On an empty paged cache: takes a reference on each of `blocks`, which hold positions
-  // [0, n) (the last one possibly in part), and makes them the cache's first n positions.
-  // A later write into a block still shared copies it first.
+  // On an empty paged cache: takes a reference on each block of `tables` (one per group),
+  // which hold positions [0, n) (the last block possibly in part; a windowed group may
+  // have holes, -1, for blocks no query after n can see), and makes them the cache's
+  // first n positions. A later write into a block still shared copies it first.
+  Status adopt_groups(const std::vector<std::vector<int32_t>>& tables, int n);
+  // The same for a cache of one group.
   Status adopt(const std::vector<int32_t>& blocks, int n);
+  // Windowed groups give back the blocks wholly outside what a query at length() or later
+  // can see (and not among the sinks). Returns the number of blocks given back.
+  Expected<int> drop_outside_windows();
   // Gives every block back to the pool; the cache is empty (length 0) afterwards.
   void release();
-  // Forgets positions [n, length()): blocks wholly past n go back to the pool.
+  // Forgets positions [n, length()): blocks wholly past n go back to the pool. An error
+  // on a ring, or when a windowed group already gave back blocks a query at n would see.
   Status truncate(int n);
 
  protected:
@@ -213,11 +247,14 @@ class KvCache {
   // Paged: gives back the blocks wholly past position n; every layer keeps the slots of
   // the blocks left.
   void drop_blocks_past(int n);
+  // Paged: the slot maps of group g's layers, positions [first, end) marked empty.
+  void clear_group_slots(int g, int first, int end);
 
   KvCacheConfig cfg_;
   std::shared_ptr<KvPool> pool_;  // paged only
   int block_ = 1;                 // the pool's block size (1 when not paged)
-  std::vector<int32_t> blocks_;   // paged only
+  KvLayerGroups groups_;          // paged only
+  std::vector<std::vector<int32_t>> tables_{1};  // per group; one empty table when not paged
   int cow_copies_ = 0;
   std::vector<std::vector<int32_t>> pos_;  // [L][n_slots]
   int length_ = 0;

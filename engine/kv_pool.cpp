@@ -140,6 +140,7 @@ Status KvPool::check(const std::vector<const std::vector<int32_t>*>& tables) con
   std::vector<int> seen(ref_.size(), 0);
   for (const auto* t : tables)
     for (int32_t b : *t) {
+      if (b == -1) continue;  // a hole: a windowed group gave the block back
       if (b < 0 || b >= cfg_.n_blocks)
         return make_error("kv pool: a block table points to block ", b, " of ", cfg_.n_blocks);
       ++seen[size_t(b)];

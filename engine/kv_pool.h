@@ -1,7 +1,9 @@
 // kv_pool.h — one pool of fixed-size KV blocks that many sequences' caches share.
 //
-// A block holds block_size consecutive positions of one sequence in every layer: block b
-// is the same block id in each layer's K and V store. The backend owns the storage
+// A block holds block_size consecutive positions of one sequence in one group of layers
+// (config.shape.n_layer of them; kv_layer_groups in engine/kv_cache.h): for a model
+// without attention windows, every layer, so block b is the same block id in each
+// layer's K and V store. The backend owns the storage
 // (KvPool is subclassed by each backend; the CPU's lays each layer's K and V out as
 // [Hkv][n_blocks * block_size][row bytes], so physical slot b * block_size + i is row i of
 // block b). This class keeps the bookkeeping, the same for every backend:
@@ -83,6 +85,11 @@ class KvPool {
   // The block published under `hash`, with a reference taken for the caller (a cached block
   // leaves the LRU list); -1 when there is none.
   int lookup(uint64_t hash);
+  // The block published under `hash` (-1: none), no reference taken.
+  int find(uint64_t hash) const {
+    auto it = by_hash_.find(hash);
+    return it == by_hash_.end() ? -1 : it->second;
+  }
   // Publishes a full, used block under `hash`. Nothing happens when the hash already names
   // another block or the block is already published.
   void publish(int block, uint64_t hash);
@@ -91,8 +98,8 @@ class KvPool {
   // Copies block src's rows to block dst in every layer (copy-on-write).
   Status copy_block(int dst, int src);
 
-  // The invariants, against every block table that exists: each block's count equals the
-  // number of table entries that point to it; every block is in exactly one state; the
+  // The invariants, against every block table that exists (-1 entries are holes): each
+  // block's count equals the number of table entries that point to it; every block is in exactly one state; the
   // hash index and the published flags agree. The first violation, as an error.
   Status check(const std::vector<const std::vector<int32_t>*>& tables) const;
 

@@ -68,12 +68,14 @@ Expected<std::unique_ptr<Scheduler>> Scheduler::create(std::shared_ptr<const Mod
   auto s = std::unique_ptr<Scheduler>(new Scheduler());
   s->model_ = std::move(model);
   s->backend_ = &backend;
-  // Every layer holds every position it has seen (windows still mask): one block table
-  // serves all layers.
+  // Slots are positions (no rings); windowed layers form their own groups, whose blocks
+  // go back to the pool once outside the window (KvCache::drop_outside_windows).
   s->cache_cfg_ = kv_cache_config(*s->model_, cfg.kv_types, KvPolicy::Full);
+  s->groups_ = kv_layer_groups(s->cache_cfg_);
   const ModelConfig& c = s->model_->config();
-  KvPoolConfig pc{s->cache_cfg_.shape, cfg.kv_types, cfg.block_size, cfg.pool_blocks};
-  if (pc.n_blocks <= 0) pc.n_blocks = kv_blocks_for(cfg.context, cfg.block_size);
+  KvPoolConfig pc{{s->groups_.size, c.n_head_kv, c.head_dim}, cfg.kv_types, cfg.block_size,
+                  cfg.pool_blocks};
+  if (pc.n_blocks <= 0) pc.n_blocks = s->groups_.count() * kv_blocks_for(cfg.context, cfg.block_size);
   cfg.pool_blocks = pc.n_blocks;
   auto pool = backend.create_kv_pool(pc);
   if (!pool.ok()) return pool.error();
@@ -104,9 +106,19 @@ Expected<int> Scheduler::add(Request r) {
                       " tokens but a sequence holds at most ", cfg_.context);
   if (r.max_tokens < 1) return make_error("request: max tokens ", r.max_tokens, " (at least 1)");
   const int most = std::min<int64_t>(int64_t(r.prompt.size()) + r.max_tokens, cfg_.context);
-  if (kv_blocks_for(most, cfg_.block_size) > pool_->n_blocks())
-    return make_error("request: ", most, " positions need ", kv_blocks_for(most, cfg_.block_size),
-                      " blocks of ", cfg_.block_size, " but the pool has ", pool_->n_blocks());
+  // The most blocks the sequence holds at once: every block in a full group; a windowed
+  // group's window and one step's tokens.
+  int need = 0;
+  for (int g = 0; g < groups_.count(); ++g) {
+    const int W = groups_.window[size_t(g)];
+    need += W == 0 ? kv_blocks_for(most, cfg_.block_size)
+                   : std::min(kv_blocks_for(most, cfg_.block_size),
+                              kv_blocks_for(W - 1 + cfg_.max_batch_tokens, cfg_.block_size) + 1 +
+                                  kv_blocks_for(groups_.sink[size_t(g)], cfg_.block_size));
+  }
+  if (need > pool_->n_blocks())
+    return make_error("request: ", most, " positions need ", need, " blocks of ",
+                      cfg_.block_size, " positions but the pool has ", pool_->n_blocks());
   auto s = std::make_unique<Seq>();
   s->id = int(seqs_.size());
   s->n_prompt = int(r.prompt.size());
@@ -151,7 +163,8 @@ const std::vector<float>& Scheduler::last_logits(int id) const {
 
 Status Scheduler::check() const {
   std::vector<const std::vector<int32_t>*> tables;
-  for (const auto& s : seqs_) tables.push_back(&s->cache->blocks());
+  for (const auto& s : seqs_)
+    for (int g = 0; g < s->cache->n_groups(); ++g) tables.push_back(&s->cache->blocks(g));
   return pool_->check(tables);
 }
 
@@ -189,6 +202,11 @@ void Scheduler::finish(Seq& s, StopReason r, BatchStep& out) {
   ++stats_.finished;
 }
 
+// Group g's block i is published under the token chain's hash of block i, salted with g.
+uint64_t Scheduler::group_hash(uint64_t chain, int g) const {
+  return g == 0 ? chain : pool_->chain_hash(chain, nullptr, 0, salt_ + uint64_t(g));
+}
+
 void Scheduler::publish_full_blocks(Seq& s) {
   if (!cfg_.prefix_caching) return;
   const int B = cfg_.block_size;
@@ -199,7 +217,10 @@ void Scheduler::publish_full_blocks(Seq& s) {
     s.hashes.push_back(pool_->chain_hash(parent, s.tokens.data() + i * size_t(B), B, salt_));
   }
   for (; s.published < full; ++s.published)
-    pool_->publish(s.cache->blocks()[size_t(s.published)], s.hashes[size_t(s.published)]);
+    for (int g = 0; g < s.cache->n_groups(); ++g) {
+      const int32_t b = s.cache->blocks(g)[size_t(s.published)];
+      if (b >= 0) pool_->publish(b, group_hash(s.hashes[size_t(s.published)], g));
+    }
 }
 
 void Scheduler::record_pool(BatchStep& out) {
@@ -210,26 +231,30 @@ void Scheduler::record_pool(BatchStep& out) {
   // Positions each used block holds: the most any table that points to it fills.
   std::vector<int> filled(size_t(pool_->n_blocks()), 0);
   uint64_t last_empty = 0, held_by_seqs = 0;
+  const int G = groups_.count();
   for (int id : running_) {
     const Seq& s = *seqs_[size_t(id)];
-    const auto& t = s.cache->blocks();
     const int len = s.cache->length();
-    held_by_seqs += uint64_t(len);
-    for (size_t i = 0; i < t.size(); ++i) {
-      const int in_block = std::clamp(len - int(i) * B, 0, B);
-      filled[size_t(t[i])] = std::max(filled[size_t(t[i])], in_block);
+    held_by_seqs += uint64_t(len) * uint64_t(G);
+    for (int g = 0; g < G; ++g) {
+      const auto& t = s.cache->blocks(g);
+      for (size_t i = 0; i < t.size(); ++i) {
+        if (t[i] < 0) continue;
+        const int in_block = std::clamp(len - int(i) * B, 0, B);
+        filled[size_t(t[i])] = std::max(filled[size_t(t[i])], in_block);
+      }
+      if (!t.empty() && t.back() >= 0) last_empty += uint64_t(int(t.size()) * B - len);
     }
-    if (!t.empty()) last_empty += uint64_t(int(t.size()) * B - len);
   }
   for (int f : filled) p.held_positions += f;
   p.allocated_slots = p.counts.used * B;
   held_sum_ += uint64_t(p.held_positions);
   alloc_sum_ += uint64_t(p.allocated_slots);
   last_empty_sum_ += last_empty;
-  contiguous_sum_ += uint64_t(running_.size()) * uint64_t(cfg_.context);
+  contiguous_sum_ += uint64_t(running_.size()) * uint64_t(cfg_.context) * uint64_t(G);
   contiguous_held_sum_ += held_by_seqs;
   const KvPoolConfig& pc = pool_->config();
-  const uint64_t per_pos = kv_block_bytes(pc) / uint64_t(B);
+  const uint64_t per_pos = kv_block_bytes(pc) / uint64_t(B) * uint64_t(G);  // all layers
   stats_.peak_kv_bytes =
       std::max(stats_.peak_kv_bytes, uint64_t(p.counts.used) * kv_block_bytes(pc));
   stats_.contiguous_kv_bytes = std::max(
@@ -238,6 +263,54 @@ void Scheduler::record_pool(BatchStep& out) {
   stats_.internal_fragmentation = alloc_sum_ ? double(last_empty_sum_) / double(alloc_sum_) : 0;
   stats_.contiguous_utilization =
       contiguous_sum_ ? double(contiguous_held_sum_) / double(contiguous_sum_) : 0;
+}
+
+Status Scheduler::adopt_prefix(Seq& s, int* hit) {
+  const int B = cfg_.block_size, G = groups_.count();
+  // Full blocks of the tokens, all but the last token (whose logits are needed).
+  const int full = (int(s.tokens.size()) - 1) / B;
+  s.hashes.clear();
+  uint64_t parent = 0;
+  for (int i = 0; i < full; ++i) {
+    parent = pool_->chain_hash(parent, s.tokens.data() + size_t(i) * B, B, salt_);
+    s.hashes.push_back(parent);
+  }
+  // The longest h such that every block a query at h * B sees is cached in every group
+  // (a windowed group needs only its window's blocks and its sinks).
+  const auto needed = [&](int g, int i, int h) {
+    const int W = groups_.window[size_t(g)];
+    return W == 0 || (i + 1) * B > h * B - W + 1 || i * B < groups_.sink[size_t(g)];
+  };
+  // Start from the leading hits of a full group (every block needed), else from all.
+  const auto g_full = std::find(groups_.window.begin(), groups_.window.end(), 0);
+  int h = full;
+  if (g_full != groups_.window.end()) {
+    const int g = int(g_full - groups_.window.begin());
+    h = 0;
+    while (h < full && pool_->find(group_hash(s.hashes[size_t(h)], g)) >= 0) ++h;
+  }
+  for (; h > 0; --h) {
+    bool all = true;
+    for (int g = 0; g < G && all; ++g)
+      for (int i = 0; i < h && all; ++i)
+        if (needed(g, i, h) && pool_->find(group_hash(s.hashes[size_t(i)], g)) < 0) all = false;
+    if (all) break;
+  }
+  s.hashes.resize(size_t(h));
+  s.published = h;
+  *hit = 0;
+  if (h == 0) return Status::Ok();
+  std::vector<std::vector<int32_t>> tables(size_t(G), std::vector<int32_t>(size_t(h), -1));
+  for (int g = 0; g < G; ++g)
+    for (int i = 0; i < h; ++i)
+      if (needed(g, i, h)) tables[size_t(g)][size_t(i)] = pool_->lookup(group_hash(s.hashes[size_t(i)], g));
+  Status st = s.cache->adopt_groups(tables, h * B);
+  for (const auto& t : tables)  // adopt() took its own references
+    for (int32_t b : t)
+      if (b >= 0) pool_->unref(b);
+  KV_TRY(st);
+  *hit = h * B;
+  return Status::Ok();
 }
 
 Status Scheduler::run_step(BatchStep& out) {
@@ -260,11 +333,14 @@ Status Scheduler::run_step(BatchStep& out) {
   // of a shared or published last block it would write into.
   const auto blocks_needed = [&](const Seq& s, int n) {
     const int len = s.cache->length();
-    const int table = int(s.cache->blocks().size());
-    int need = std::max(0, kv_blocks_for(len + n, B) - table);
-    if (len % B != 0 && len / B < table) {
-      const int last = s.cache->blocks()[size_t(len / B)];
-      if (pool_->ref_count(last) > 1 || pool_->published(last)) ++need;
+    int need = 0;
+    for (int g = 0; g < s.cache->n_groups(); ++g) {
+      const auto& t = s.cache->blocks(g);
+      need += std::max(0, kv_blocks_for(len + n, B) - int(t.size()));
+      if (len % B != 0 && len / B < int(t.size())) {
+        const int last = t[size_t(len / B)];
+        if (last >= 0 && (pool_->ref_count(last) > 1 || pool_->published(last))) ++need;
+      }
     }
     return need;
   };
@@ -298,32 +374,17 @@ Status Scheduler::run_step(BatchStep& out) {
     Seq& s = *seqs_[size_t(waiting_.front())];
     int hit = 0;
     if (cfg_.prefix_caching && s.cache->length() == 0) {
-      // Full blocks of the tokens, all but the last token (whose logits are needed).
-      const int full = (int(s.tokens.size()) - 1) / B;
-      std::vector<int32_t> found;
-      uint64_t parent = 0;
-      for (int i = 0; i < full; ++i) {
-        const uint64_t h = pool_->chain_hash(parent, s.tokens.data() + size_t(i) * B, B, salt_);
-        const int b = pool_->lookup(h);
-        if (b < 0) break;
-        found.push_back(b);
-        parent = h;
-      }
-      if (!found.empty()) {
-        Status st = s.cache->adopt(found, int(found.size()) * B);
-        for (int32_t b : found) pool_->unref(b);  // adopt() took its own reference
-        KV_TRY(st);
-        hit = int(found.size()) * B;
-      }
+      KV_TRY(adopt_prefix(s, &hit));
     }
     const int left = int(s.tokens.size()) - s.cache->length();
     int n = std::min(left, budget);
     // What the pool can give beyond the blocks promised this step.
     const int spare = pool_->available() - reserved;
     const int len = s.cache->length(), table = int(s.cache->blocks().size());
-    // A shared or published last block is copied before the first write: one block less.
-    const bool copy_last = blocks_needed(s, 1) > kv_blocks_for(len + 1, B) - table;
-    const int room = (table + spare - int(copy_last)) * B - len;
+    const int G = s.cache->n_groups();
+    // Shared or published last blocks are copied before the first write: blocks less.
+    const int copies = blocks_needed(s, 1) - G * (kv_blocks_for(len + 1, B) - table);
+    const int room = ((spare - copies) / G + table) * B - len;
     if (blocks_needed(s, n) > spare) n = std::min(n, room);
     if (n <= 0 || blocks_needed(s, n) > spare) {
       s.cache->release();  // the blocks it found stay cached for later
@@ -337,12 +398,6 @@ Status Scheduler::run_step(BatchStep& out) {
     if (hit > 0) {
       out.events.push_back({EventKind::PrefixHit, s.id, hit, {}});
       stats_.prefix_hit_tokens += uint64_t(hit);
-      s.published = hit / B;
-      s.hashes.resize(size_t(hit / B));
-      uint64_t parent = 0;
-      for (int i = 0; i < hit / B; ++i)
-        parent = s.hashes[size_t(i)] =
-            pool_->chain_hash(parent, s.tokens.data() + size_t(i) * B, B, salt_);
     }
     if (n < left) out.events.push_back({EventKind::Chunk, s.id, n, {}});
     reserved += blocks_needed(s, n);
@@ -386,6 +441,8 @@ Status Scheduler::run_step(BatchStep& out) {
     }
     if (row.is_prompt) stats_.prefill_tokens += uint64_t(plan[i].n);
     publish_full_blocks(s);
+    auto dropped = s.cache->drop_outside_windows();  // published ones stay cached
+    if (!dropped.ok()) return dropped.error();
     if (batch[i].logits) {
       s.logits = std::move(fo[i].logits);
       row.attention = std::move(fo[i].attention);
@@ -399,7 +456,11 @@ Status Scheduler::run_step(BatchStep& out) {
       ++stats_.decode_tokens;
     }
     row.table = s.cache->blocks();
-    row.blocks = int(row.table.size());
+    for (int g = 1; g < s.cache->n_groups(); ++g) {
+      if (row.tables.empty()) row.tables.push_back(row.table);
+      row.tables.push_back(s.cache->blocks(g));
+    }
+    row.blocks = s.cache->held_blocks();
     out.rows.push_back(std::move(row));
     if (!batch[i].logits) continue;
     const int32_t t = s.gen.back();

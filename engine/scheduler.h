@@ -77,8 +77,11 @@ struct StepRow {
   int32_t token_id = -1;      // the token sampled this step, -1 when none (mid-prompt chunk)
   int pos = 0;                // position of the sampled token
   std::string text;           // its streamed text (complete characters only)
-  int blocks = 0;             // block-table length after the step
-  std::vector<int32_t> table;  // the block table after the step
+  int blocks = 0;             // blocks the sequence holds after the step (all groups)
+  std::vector<int32_t> table;  // the (first group's) block table after the step
+  // Every group's table, when the model's windows split the layers into groups
+  // (KvLayerGroups); empty for one group. -1: a block given back outside the window.
+  std::vector<std::vector<int32_t>> tables;
   std::vector<float> attention;  // [L][H][pos0 + tokens] when SchedulerConfig::attention
 };
 
@@ -135,6 +138,9 @@ class Scheduler {
 
   const SchedulerConfig& config() const { return cfg_; }
   const KvPool& pool() const { return *pool_; }
+  const Model& model() const { return *model_; }
+  // How the layers share blocks (one group unless the model has attention windows).
+  const KvLayerGroups& layer_groups() const { return groups_; }
   const SchedulerStats& stats() const { return stats_; }
   int size() const;  // requests added
   SeqState state(int seq) const;
@@ -153,12 +159,17 @@ class Scheduler {
   void preempt(Seq& s, BatchStep& out);
   void finish(Seq& s, StopReason r, BatchStep& out);
   void publish_full_blocks(Seq& s);
+  uint64_t group_hash(uint64_t chain, int g) const;
+  // On an empty cache: adopts the longest prefix the pool's prefix cache holds in every
+  // group; *hit = positions adopted.
+  Status adopt_prefix(Seq& s, int* hit);
   void record_pool(BatchStep& out);
 
   std::shared_ptr<const Model> model_;
   Backend* backend_ = nullptr;
   SchedulerConfig cfg_;
   KvCacheConfig cache_cfg_;
+  KvLayerGroups groups_;
   uint64_t salt_ = 0;
   std::shared_ptr<KvPool> pool_;
   std::vector<std::unique_ptr<Seq>> seqs_;

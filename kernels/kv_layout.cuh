@@ -17,8 +17,14 @@ __device__ __forceinline__ int kv_slot(const KvLayer& kv, int p) {
 
 // Row index of slot `slot` of kv head h in the layer's K or V store (times the row
 // bytes: the row's offset): through the block table of a paged cache.
+// A hole in the table (a block a windowed layer gave back: its slots hold no position)
+// reads row 0 of the block's place instead; kernels never use what they read there.
 __device__ __forceinline__ int64_t kv_row(const KvLayer& kv, int h, int slot) {
-  const int phys = kv.blocks ? kv.blocks[slot / kv.block] * kv.block + slot % kv.block : slot;
+  int phys = slot;
+  if (kv.blocks) {
+    const int b = kv.blocks[slot / kv.block];
+    phys = (b < 0 ? 0 : b) * kv.block + slot % kv.block;
+  }
   return int64_t(h) * (kv.stride > 0 ? kv.stride : kv.n_slots) + phys;
 }
 

@@ -114,6 +114,15 @@ std::string step_json(const BatchStep& st, const std::vector<int>& index) {
     j.key("table").begin_array();
     for (int32_t b : r.table) j.value(b);
     j.end_array();
+    if (!r.tables.empty()) {  // one table per layer group (a model with windows)
+      j.key("tables").begin_array();
+      for (const auto& t : r.tables) {
+        j.begin_array();
+        for (int32_t b : t) j.value(b);
+        j.end_array();
+      }
+      j.end_array();
+    }
     if (r.token_id >= 0) j.key("text").value(r.text);
     j.end_object();
   }
@@ -154,6 +163,7 @@ std::string summary_json(const Scheduler& s, int requests) {
   j.key("steps").value(t.steps);
   j.key("block_size").value(s.config().block_size);
   j.key("pool_blocks").value(s.pool().n_blocks());
+  j.key("layer_groups").value(s.layer_groups().count());
   j.key("block_bytes").value(kv_block_bytes(s.pool().config()));
   j.key("peak_kv_bytes").value(t.peak_kv_bytes);
   j.key("contiguous_kv_bytes").value(t.contiguous_kv_bytes);

@@ -155,7 +155,7 @@ Status attention(ThreadPool& pool, Tensor q, const CpuKvCache& cache, int layer,
   for (int i = 0; i < n; ++i) scratch.key_pos[size_t(i)] = slot_pos[size_t(order[size_t(i)])];
   // The kernels index rows from the head's base: a paged cache's rows are at physical slots.
   if (cache.paged())
-    for (int32_t& s : order) s = cache.physical_slot(s);
+    for (int32_t& s : order) s = cache.physical_slot(layer, s);
   // Vector kernels for the usual head sizes, the scalar path for any other.
   const bool vector_ok = D == 64 || D == 128 || D == 256;
   // The queries times the score scale (the kernels then need no multiply per key).

@@ -27,7 +27,8 @@ inline Buffer alloc_bytes(size_t bytes) {
   return Buffer(static_cast<uint8_t*>(std::aligned_alloc(64, std::max<size_t>(64, rounded))));
 }
 
-// The pool's storage: per layer K and V, each [Hkv][n_blocks * B][row bytes].
+// The pool's storage: per layer of a group (config.shape.n_layer of them) K and V, each
+// [Hkv][n_blocks * B][row bytes]; layer l of a cache uses those of its index in its group.
 class CpuKvPool final : public KvPool {
  public:
   static Expected<std::shared_ptr<KvPool>> create(const KvPoolConfig& config) {
@@ -99,18 +100,20 @@ class CpuKvCache final : public KvCache {
 
   // Row of kv head h in slot s of layer l.
   uint8_t* k_row(int l, int h, int s) const {
-    return cpu_pool_ ? cpu_pool_->k_row(l, h, physical_slot(s)) : row(k_, types().k, l, h, s);
+    return cpu_pool_ ? cpu_pool_->k_row(layer_in_group(l), h, physical_slot(l, s))
+                     : row(k_, types().k, l, h, s);
   }
   uint8_t* v_row(int l, int h, int s) const {
-    return cpu_pool_ ? cpu_pool_->v_row(l, h, physical_slot(s)) : row(v_, types().v, l, h, s);
+    return cpu_pool_ ? cpu_pool_->v_row(layer_in_group(l), h, physical_slot(l, s))
+                     : row(v_, types().v, l, h, s);
   }
   // The row of physical slot 0 for kv head h of layer l: row s is at
-  // base + physical_slot(s) * row bytes (what the attention kernels index).
+  // base + physical_slot(l, s) * row bytes (what the attention kernels index).
   const uint8_t* k_base(int l, int h) const {
-    return cpu_pool_ ? cpu_pool_->k_row(l, h, 0) : row(k_, types().k, l, h, 0);
+    return cpu_pool_ ? cpu_pool_->k_row(layer_in_group(l), h, 0) : row(k_, types().k, l, h, 0);
   }
   const uint8_t* v_base(int l, int h) const {
-    return cpu_pool_ ? cpu_pool_->v_row(l, h, 0) : row(v_, types().v, l, h, 0);
+    return cpu_pool_ ? cpu_pool_->v_row(layer_in_group(l), h, 0) : row(v_, types().v, l, h, 0);
   }
 
  protected:

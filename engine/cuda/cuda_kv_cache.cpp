@@ -69,15 +69,16 @@ Status CudaKvPool::do_copy_block(int dst, int src) {
 }
 
 Status CudaKvCache::paged_changed() {
-  const auto& t = blocks();
-  if (!t.empty()) {
+  blocks_dev_.resize(size_t(n_groups()));
+  for (int g = 0; g < n_groups(); ++g) {
+    const auto& t = blocks(g);
+    if (t.empty()) continue;
     // Grown by half again, so a sequence's new blocks rarely reallocate it.
+    DeviceBuffer& dev = blocks_dev_[size_t(g)];
     const size_t need = t.size() * sizeof(int32_t);
-    if (need > blocks_dev_.bytes)
-      KV_TRY(blocks_dev_.ensure(std::max(need, blocks_dev_.bytes + blocks_dev_.bytes / 2),
-                                "the KV block table"));
-    KV_TRY(cuda_check(cudaMemcpyAsync(blocks_dev_.p, t.data(), t.size() * sizeof(int32_t),
-                                      cudaMemcpyHostToDevice, stream_),
+    if (need > dev.bytes)
+      KV_TRY(dev.ensure(std::max(need, dev.bytes + dev.bytes / 2), "the KV block table"));
+    KV_TRY(cuda_check(cudaMemcpyAsync(dev.p, t.data(), need, cudaMemcpyHostToDevice, stream_),
                       "uploading the KV block table"));
   }
   for (int l = 0; l < shape().n_layer; ++l) {
@@ -110,10 +111,12 @@ kvscope::cuda::KvLayer CudaKvCache::layer(int l) const {
   kl.pos = static_cast<int32_t*>(pos_[size_t(l)].p);
   kl.stride = kl.n_slots;
   if (cuda_pool_) {
-    kl.k = cuda_pool_->k(l);
-    kl.v = cuda_pool_->v(l);
+    kl.k = cuda_pool_->k(layer_in_group(l));
+    kl.v = cuda_pool_->v(layer_in_group(l));
     kl.stride = cuda_pool_->rows();
-    kl.blocks = static_cast<const int32_t*>(blocks_dev_.p);
+    kl.blocks = size_t(group_of(l)) < blocks_dev_.size()
+                    ? static_cast<const int32_t*>(blocks_dev_[size_t(group_of(l))].p)
+                    : nullptr;
     kl.block = cuda_pool_->block_size();
   }
   return kl;

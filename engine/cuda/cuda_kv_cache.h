@@ -60,7 +60,7 @@ class CudaKvCache final : public KvCache {
  private:
   cudaStream_t stream_;
   const CudaKvPool* cuda_pool_ = nullptr;  // paged only
-  DeviceBuffer blocks_dev_;                // paged only: the block table
+  std::vector<DeviceBuffer> blocks_dev_;   // paged only: each group's block table
   std::vector<DeviceBuffer> k_, v_;  // per layer [Hkv][n_slots][D]
   std::vector<DeviceBuffer> pos_;    // per layer [n_slots] int32
   std::vector<int> slots_;

@@ -585,6 +585,63 @@ TEST_F(CudaBackendParity, PagedBatchMatchesCpu) {
   }
 }
 
+// The tiny gemma3 (local, local, global; window 5) on paged caches: three layer groups,
+// the local ones giving back blocks outside the window after every step (holes in their
+// tables that the kernels must step over). CUDA equals the CPU step by step for 30 steps.
+TEST_F(CudaBackendParity, PagedWindowedGroupsMatchCpu) {
+  const std::string path = tiny_path("pagedwin");
+  ASSERT_TRUE(test::write_tiny_model(test::tiny_family("gemma3", 21), path).ok());
+  auto loaded = Model::load(path);
+  std::filesystem::remove(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  std::shared_ptr<const Model> model = std::move(loaded.value());
+  const KvCacheConfig cfg = kv_cache_config(*model, {}, KvPolicy::Full);
+  const KvLayerGroups groups = kv_layer_groups(cfg);
+  ASSERT_EQ(groups.count(), 3);
+  const KvPoolConfig pc{{groups.size, model->config().n_head_kv, model->config().head_dim},
+                        cfg.types, 8, 32};
+  auto cuda = make_cuda_backend(*model);
+  ASSERT_TRUE(cuda.ok()) << cuda.error().message;
+  auto cpu = make_cpu_backend(1);
+  Backend* be[2] = {cpu.get(), cuda->get()};
+  std::shared_ptr<KvPool> pool[2];
+  std::unique_ptr<KvCache> cache[2];
+  for (int b = 0; b < 2; ++b) {
+    auto p = be[b]->create_kv_pool(pc);
+    ASSERT_TRUE(p.ok()) << p.error().message;
+    pool[b] = *p;
+    auto k = be[b]->create_paged_kv_cache(cfg, pool[b]);
+    ASSERT_TRUE(k.ok()) << k.error().message;
+    cache[b] = std::move(*k);
+  }
+  std::vector<int32_t> toks = {1, 40, 41, 72, 100, 101, 102, 33, 3, 90, 91};
+  int given_back = 0;
+  for (int step = 0; step < 30; ++step) {
+    std::vector<BatchSeqOutput> out[2];
+    for (int b = 0; b < 2; ++b) {
+      const int len = cache[b]->length();
+      Status st = forward_batch(*be[b], *model,
+                                {BatchSeq{cache[b].get(), toks.data() + len,
+                                          int(toks.size()) - len, true, true}},
+                                out[b]);
+      ASSERT_TRUE(st.ok()) << "step " << step << ": " << st.message();
+      auto dropped = cache[b]->drop_outside_windows();
+      ASSERT_TRUE(dropped.ok()) << dropped.error().message;
+      if (b == 0) given_back += *dropped;
+      std::vector<const std::vector<int32_t>*> tables;
+      for (int g = 0; g < cache[b]->n_groups(); ++g) tables.push_back(&cache[b]->blocks(g));
+      ASSERT_TRUE(pool[b]->check(tables).ok());
+    }
+    EXPECT_LE(max_abs_diff(out[0][0].logits, out[1][0].logits), kLogitTol) << "step " << step;
+    EXPECT_LE(max_abs_diff(out[0][0].attention, out[1][0].attention), kProbTol) << "step " << step;
+    const auto& l = out[0][0].logits;
+    toks.push_back(int32_t(std::max_element(l.begin(), l.end()) - l.begin()));
+  }
+  // 41 positions: each local group gave back the blocks of positions 0..31.
+  EXPECT_EQ(given_back, 2 * 4);
+  EXPECT_EQ(cache[0]->blocks(0), cache[1]->blocks(0));
+}
+
 TEST_F(CudaBackendParity, OutOfMemoryIsAClearError) {
   test::TinyModelSpec spec;
   auto model = load_tiny(spec, "oom");
