@@ -24,6 +24,9 @@ struct Scheduler::Seq {
   std::vector<uint64_t> hashes;  // chain hashes of the full blocks of `tokens`
   int published = 0;             // leading blocks published to the prefix cache
   int cow_seen = 0;
+  std::chrono::steady_clock::time_point arrived;
+  bool first_token = false;
+  int first_hit = -1;  // prefix-cache tokens at the first admission (-1: not admitted yet)
 };
 
 const char* seq_state_name(SeqState s) {
@@ -171,6 +174,7 @@ Status Scheduler::check() const {
 Expected<BatchStep> Scheduler::step() {
   BatchStep out;
   const auto t0 = std::chrono::steady_clock::now();
+  step_start_ = t0;
   Status st = run_step(out);
   if (!st.ok()) return st.error();
   out.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -322,6 +326,7 @@ Status Scheduler::run_step(BatchStep& out) {
       sp->state = SeqState::Waiting;
       waiting_.push_back(sp->id);
       out.events.push_back({EventKind::Arrive, sp->id, int(sp->tokens.size()), {}});
+      sp->arrived = step_start_;
     }
   int budget = cfg_.max_batch_tokens;
   struct Planned {
@@ -399,6 +404,7 @@ Status Scheduler::run_step(BatchStep& out) {
       out.events.push_back({EventKind::PrefixHit, s.id, hit, {}});
       stats_.prefix_hit_tokens += uint64_t(hit);
     }
+    if (s.first_hit < 0) s.first_hit = hit;
     if (n < left) out.events.push_back({EventKind::Chunk, s.id, n, {}});
     reserved += blocks_needed(s, n);
     plan.push_back({&s, n});
@@ -454,6 +460,15 @@ Status Scheduler::run_step(BatchStep& out) {
       row.text = s.stream.push(tok.token_bytes(t));
       s.text += row.text;
       ++stats_.decode_tokens;
+      if (!s.first_token) {
+        s.first_token = true;
+        const double ms = std::chrono::duration<double, std::milli>(
+                              std::chrono::steady_clock::now() - s.arrived).count();
+        const bool hit = s.first_hit > 0;
+        double& mean = hit ? stats_.ttft_hit_ms : stats_.ttft_miss_ms;
+        int& n = hit ? stats_.ttft_hits : stats_.ttft_misses;
+        mean += (ms - mean) / ++n;
+      }
     }
     row.table = s.cache->blocks();
     for (int g = 1; g < s.cache->n_groups(); ++g) {

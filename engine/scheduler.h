@@ -20,6 +20,7 @@
 // Every decision is an Event in the step's trace. A Scheduler is used from one thread.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -117,6 +118,11 @@ struct SchedulerStats {
   int preemptions = 0;
   int cow_copies = 0;
   double ms = 0;                     // total step time
+  // Time to first token (from the start of the step a request arrived in to the end of
+  // the step that sampled its first token), mean over requests whose first admission
+  // found blocks in the prefix cache (hits) and over the others (misses).
+  double ttft_hit_ms = 0, ttft_miss_ms = 0;
+  int ttft_hits = 0, ttft_misses = 0;
 };
 
 class Scheduler {
@@ -176,6 +182,7 @@ class Scheduler {
   std::vector<int> waiting_;  // ids, head first
   std::vector<int> running_;  // ids, in admission order
   int step_ = 0;
+  std::chrono::steady_clock::time_point step_start_;
   SchedulerStats stats_;
   uint64_t held_sum_ = 0, alloc_sum_ = 0, last_empty_sum_ = 0, contiguous_sum_ = 0,
            contiguous_held_sum_ = 0;

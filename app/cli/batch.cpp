@@ -175,6 +175,10 @@ std::string summary_json(const Scheduler& s, int requests) {
   j.key("decode_tokens").value(t.decode_tokens);
   j.key("preemptions").value(t.preemptions);
   j.key("cow_copies").value(t.cow_copies);
+  j.key("ttft_hit_ms").value(t.ttft_hit_ms);
+  j.key("ttft_hits").value(t.ttft_hits);
+  j.key("ttft_miss_ms").value(t.ttft_miss_ms);
+  j.key("ttft_misses").value(t.ttft_misses);
   j.key("ms").value(t.ms);
   j.key("decode_tok_s").value(t.ms > 0 ? double(t.decode_tokens) * 1000.0 / t.ms : 0.0);
   j.end_object();
@@ -295,6 +299,11 @@ int run_batch(int argc, char** argv) {
         t.ms > 0 ? double(t.decode_tokens) * 1000.0 / t.ms : 0.0, t.preemptions,
         double(t.peak_kv_bytes) / 1048576.0, double(t.contiguous_kv_bytes) / 1048576.0,
         100.0 * t.slot_utilization, 100.0 * t.contiguous_utilization);
+    if (t.ttft_hits > 0)
+      std::printf("time to first token: %.1f ms with a prefix-cache hit (%d), %.1f ms without (%d)\n",
+                  t.ttft_hit_ms, t.ttft_hits, t.ttft_miss_ms, t.ttft_misses);
+    else if (t.ttft_misses > 0)
+      std::printf("time to first token: %.1f ms (%d)\n", t.ttft_miss_ms, t.ttft_misses);
   }
   return 0;
 }
