@@ -103,13 +103,17 @@ Status forward(Backend& be, const Model& model, const int32_t* tokens, int T, in
   const bool errs = out.want_kv_errors && be.can_measure_kv_errors();
   out.k_err.assign(errs ? size_t(L) * T : 0, 0.0f);
   out.v_err.assign(errs ? size_t(L) * T : 0, 0.0f);
-  std::vector<BatchSeqOutput> part;
+  std::vector<BatchSeqOutput> part(1);
   for (int t0 = 0; t0 < T; t0 += kMaxBatch) {
     const int n = std::min(kMaxBatch, T - t0);
     const bool last = t0 + kMaxBatch >= T;
     BatchSeq seq{&cache, tokens + t0, n, last, last, true, errs};
-    KV_TRY(forward_batch(be, model, {seq}, part));
     BatchSeqOutput& p = part[0];
+    if (last) {  // the caller's vectors, so that their capacity is reused
+      p.logits.swap(out.logits);
+      p.attention.swap(out.attention);
+    }
+    KV_TRY(forward_batch(be, model, {seq}, part));
     for (int l = 0; l < L; ++l) {
       const auto at = [&](const std::vector<float>& v) { return v.begin() + int64_t(l) * n; };
       const int64_t dst = int64_t(l) * T + t0;
@@ -120,8 +124,8 @@ Status forward(Backend& be, const Model& model, const int32_t* tokens, int T, in
       std::copy_n(at(p.v_err), n, out.v_err.begin() + dst);
     }
     if (last) {
-      out.logits = std::move(p.logits);
-      out.attention = std::move(p.attention);
+      out.logits.swap(p.logits);
+      out.attention.swap(p.attention);
     }
   }
   std::vector<KvLayerRule> rules;
@@ -309,25 +313,32 @@ Status run_batch(Backend& be, const Model& model, const std::vector<BatchSeq>& s
     i = j;
   }
   // Every launch before the first download (a decode step's CUDA graph ends there).
-  out.assign(N, {});
-  if (n_logits > 0) {
+  // Each sequence's results go straight into its own vectors, whose capacity a caller
+  // may hand in (forward() does: a decode step then allocates nothing).
+  out.resize(N);
+  for (size_t i = 0; i < N; ++i) {
+    BatchSeqOutput& o = out[i];
+    o.logits.resize(rows[i].logit_row >= 0 ? size_t(V) : 0);
+    o.attention.resize(rows[i].probs_at >= 0 ? size_t(L) * H * (rows[i].pos0 + rows[i].T) : 0);
+    o.k_norm.clear();
+    o.v_norm.clear();
+    o.k_err.clear();
+    o.v_err.clear();
+  }
+  if (n_logits == 1) {
+    for (size_t i = 0; i < N; ++i)
+      if (rows[i].logit_row >= 0) KV_TRY(be.download(logits->row(0), out[i].logits.data()));
+  } else if (n_logits > 1) {
     std::vector<float> host(size_t(n_logits) * size_t(V));
     KV_TRY(be.download(logits->row_range(0, n_logits), host.data()));
     for (size_t i = 0; i < N; ++i)
       if (rows[i].logit_row >= 0)
-        out[i].logits.assign(host.begin() + int64_t(rows[i].logit_row) * V,
-                             host.begin() + int64_t(rows[i].logit_row + 1) * V);
+        std::copy_n(host.begin() + int64_t(rows[i].logit_row) * V, V, out[i].logits.begin());
   }
-  if (n_probs > 0) {
-    std::vector<float> host(static_cast<size_t>(n_probs));
-    KV_TRY(be.download(Tensor{probs->data, 1, n_probs}, host.data()));
-    for (size_t i = 0; i < N; ++i)
-      if (rows[i].probs_at >= 0) {
-        const int64_t n = int64_t(L) * H * (rows[i].pos0 + rows[i].T);
-        out[i].attention.assign(host.begin() + rows[i].probs_at,
-                                host.begin() + rows[i].probs_at + n);
-      }
-  }
+  for (size_t i = 0; i < N; ++i)
+    if (rows[i].probs_at >= 0)
+      KV_TRY(be.download(Tensor{probs->data + rows[i].probs_at, 1, int64_t(out[i].attention.size())},
+                         out[i].attention.data()));
   bool any_norms = false;
   for (const BatchSeq& s : seqs) any_norms = any_norms || s.norms || s.kv_errors;
   if (!any_norms) return Status::Ok();
