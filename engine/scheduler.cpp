@@ -479,7 +479,8 @@ Status Scheduler::run_step(BatchStep& out) {
     out.rows.push_back(std::move(row));
     if (!batch[i].logits) continue;
     const int32_t t = s.gen.back();
-    if (cfg_.stop_at_eos && tok.is_eog(t)) {
+    // Session's rule: an end-of-generation token, or any other control token but BOS.
+    if (cfg_.stop_at_eos && (tok.is_eog(t) || (tok.is_control(t) && t != tok.bos_id()))) {
       finish(s, StopReason::Eos, out);
     } else if (int(s.gen.size()) >= s.req.max_tokens) {
       finish(s, StopReason::MaxTokens, out);
