@@ -4,9 +4,13 @@
 //               alignment, and a file with the other supported block types;
 //   model/      small but complete llama models (tests/util/tiny_model) that load and run a
 //               step: Q4_0 / Q4_1 / Q8_0 / F16 matrices, one and two layers, GQA and MHA;
-//   tokenizer/  texts: ASCII, multi-byte UTF-8, special-token markers, digits, whitespace.
+//   tokenizer/  texts: ASCII, multi-byte UTF-8, special-token markers, digits, whitespace;
+//   scheduler/  scheduler workloads in fuzz_scheduler.cpp's byte layout: a plain batch,
+//               pool pressure (preemption), shared prefixes, cancels, invalid requests.
 // Each file is a few KB so mutation runs stay fast. Regenerate after changing the writers:
 //   build/tests/fuzz/make_fuzz_seeds tests/fuzz/corpus
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -174,6 +178,53 @@ const std::pair<const char*, const char*> kTexts[] = {
     {"digits.txt", "3.14159265358979 1,000,000 \xd9\xa3\xd9\xa4 \xe2\x85\xa7"},
 };
 
+// One fuzz_scheduler request: length, share, arrival, max tokens, sampling, then ids.
+void sched_request(std::vector<uint8_t>& b, int len, int share, int arrival, int max_tokens,
+                   int sampling, int first_id) {
+  for (int v : {len, share, arrival, max_tokens, sampling}) b.push_back(static_cast<uint8_t>(v));
+  const int own = (share & 0x80) ? len - std::min(len, share & 0x7f) : len;
+  for (int i = 0; i < own; ++i) b.push_back(static_cast<uint8_t>((first_id + i * 37) % 250));
+}
+
+// Workloads for fuzz_scheduler (see the byte layout at the top of fuzz_scheduler.cpp).
+std::vector<std::pair<std::string, std::vector<uint8_t>>> scheduler_seeds() {
+  std::vector<std::pair<std::string, std::vector<uint8_t>>> out;
+  // Block 16, 16 blocks, budget 32, 4 sequences, prefix caching + EOS: three requests,
+  // one chunked, one sampled.
+  std::vector<uint8_t> b = {1, 15, 31, 3, 0x3, 0, 3};
+  sched_request(b, 10, 0, 0, 8, 0, 5);
+  sched_request(b, 40, 0, 2, 6, 0, 60);
+  sched_request(b, 5, 0, 4, 10, 1 | (7 << 1), 120);
+  out.push_back({"basic.bin", b});
+  // Block 8, 5 blocks for four requests that each grow to 4: preemption.
+  b = {0, 4, 63, 7, 0x0, 0, 4};
+  for (int i = 0; i < 4; ++i) sched_request(b, 12, 0, 0, 20, 0, 10 + 20 * i);
+  out.push_back({"preempt.bin", b});
+  // Block 8, 32 blocks, budget 16: later prompts start with the earlier ones' blocks.
+  b = {0, 31, 15, 5, 0x1, 0, 4};
+  sched_request(b, 30, 0, 0, 4, 0, 3);
+  sched_request(b, 34, 0x80 | 24, 6, 4, 0, 90);
+  sched_request(b, 26, 0x80 | 26, 12, 4, 0, 140);
+  sched_request(b, 40, 0x80 | 16, 2, 5, 0, 200);
+  out.push_back({"prefix_cache.bin", b});
+  // Five requests, three cancels (pending, running, unknown id).
+  b = {2, 20, 40, 2, 0x3, 0, 5};
+  for (int i = 0; i < 5; ++i) sched_request(b, 8 + 6 * i, 0, 1 + 3 * i, 12, 0, 30 * i);
+  for (int v : {4, 2, 1, 4, 5, 6}) b.push_back(static_cast<uint8_t>(v));
+  out.push_back({"cancel.bin", b});
+  // A 24-position context: an empty prompt, an id outside the vocabulary, a prompt as long
+  // as the context, no tokens to generate, more blocks than the pool; then a valid one.
+  b = {0, 1, 8, 1, 0x4, 22, 6};
+  sched_request(b, 0, 0, 0, 4, 0, 0);
+  b.insert(b.end(), {3, 0, 0, 4, 0, 7, 255, 9});
+  sched_request(b, 24, 0, 0, 4, 0, 11);
+  sched_request(b, 4, 0, 0, 0, 0, 12);
+  sched_request(b, 10, 0, 0, 10, 0, 13);
+  sched_request(b, 6, 0, 0, 10, 0, 14);
+  out.push_back({"invalid.bin", b});
+  return out;
+}
+
 bool write_seeds(const std::filesystem::path& dir,
                  const std::vector<std::pair<std::string, GgufWriter>>& seeds) {
   std::error_code ec;
@@ -215,5 +266,13 @@ int main(int argc, char** argv) {
   }
   std::printf("wrote %zu texts to %s\n", sizeof(kTexts) / sizeof(kTexts[0]),
               (root / "tokenizer").c_str());
+  std::filesystem::create_directories(root / "scheduler");
+  const auto sched = scheduler_seeds();
+  for (const auto& [name, bytes] : sched) {
+    std::ofstream f(root / "scheduler" / name, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    if (!f) return 1;
+  }
+  std::printf("wrote %zu workloads to %s\n", sched.size(), (root / "scheduler").c_str());
   return 0;
 }
