@@ -84,8 +84,8 @@ struct Reader {
 };
 
 // The generated tokens of a prompt run alone, memoized across inputs.
-const std::vector<int32_t>& solo(const std::vector<int32_t>& prompt, int max_tokens,
-                                 int context, bool stop_at_eos, const SamplerConfig& sc) {
+const std::vector<int32_t>& solo(const std::vector<int32_t>& prompt, int max_tokens, int context,
+                                 bool stop_at_eos, const SamplerConfig& sc) {
   using Key = std::tuple<std::vector<int32_t>, int, int, bool, float, uint64_t>;
   static std::map<Key, std::vector<int32_t>> memo;
   if (memo.size() > 20000) memo.clear();
@@ -156,16 +156,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     if (share & 0x80)
       r.prompt.assign(previous.begin(),
-                      previous.begin() + std::min<size_t>({previous.size(), size_t(share & 0x7f),
-                                                           size_t(len)}));
+                      previous.begin() +
+                          std::min<size_t>({previous.size(), size_t(share & 0x7f), size_t(len)}));
     while (int(r.prompt.size()) < len) {
       const uint8_t b = in.next();
       r.prompt.push_back(b == 255 ? V : b % V);
     }
     if (!r.prompt.empty()) previous = r.prompt;
     // The scheduler's rules, written out independently.
-    const bool in_vocab = std::all_of(r.prompt.begin(), r.prompt.end(),
-                                      [&](int32_t t) { return t >= 0 && t < V; });
+    const bool in_vocab =
+        std::all_of(r.prompt.begin(), r.prompt.end(), [&](int32_t t) { return t >= 0 && t < V; });
     const int most = std::min(len + r.max_tokens, ctx);
     const bool valid = len > 0 && in_vocab && len < ctx && r.max_tokens >= 1 &&
                        kv_blocks_for(most, cfg.block_size) <= cfg.pool_blocks;

@@ -270,7 +270,8 @@ int main(int argc, char** argv) {
   const auto sched = scheduler_seeds();
   for (const auto& [name, bytes] : sched) {
     std::ofstream f(root / "scheduler" / name, std::ios::binary);
-    f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    f.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
     if (!f) return 1;
   }
   std::printf("wrote %zu workloads to %s\n", sched.size(), (root / "scheduler").c_str());
