@@ -45,9 +45,11 @@ struct Solo {
 };
 
 Solo run_solo(const std::shared_ptr<const Model>& model, const std::vector<int32_t>& prompt,
-              int max_tokens, int context, bool stop_at_eos, const SamplerConfig& sampler = {}) {
+              int max_tokens, int context, bool stop_at_eos, const SamplerConfig& sampler = {},
+              KvTypes kv_types = {}) {
   SessionConfig c;
   c.mode = CacheMode::Cache;
+  c.kv_types = kv_types;
   c.kv_policy = KvPolicy::Full;
   c.limits.n_ctx = context;
   c.max_tokens = max_tokens;
@@ -351,9 +353,9 @@ class TinySchedulerTest : public ::testing::Test {
 
 // Random rounds: each a random configuration (block size, pool size down to the least
 // one request needs, token budget down to 1, sequence limit down to 1, prefix caching,
-// EOS, context) and random requests (random ids, often sharing a prefix with an earlier
-// prompt or repeating it, greedy or seeded sampling, random arrivals), with random
-// cancels of pending, waiting and running requests between steps.
+// EOS, context, K/V types, attention rows) and random requests (random ids, often sharing
+// a prefix with an earlier prompt or repeating it, greedy or seeded sampling, random
+// arrivals), with random cancels of pending, waiting and running requests between steps.
 TEST_F(TinySchedulerTest, RandomWorkloadsKeepThePoolSoundAndMatchSoloRuns) {
   const int V = model_->config().n_vocab;
   // KVSCOPE_SCHED_ROUNDS and KVSCOPE_SCHED_SEED run it longer or differently by hand.
@@ -364,7 +366,8 @@ TEST_F(TinySchedulerTest, RandomWorkloadsKeepThePoolSoundAndMatchSoloRuns) {
   auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   auto chance = [&](double p) { return std::bernoulli_distribution(p)(rng); };
   // Solo runs, once per (prompt, max tokens, context, EOS, sampler).
-  std::map<std::tuple<std::vector<int32_t>, int, int, bool, float, int, uint64_t>, Solo> memo;
+  std::map<std::tuple<std::vector<int32_t>, int, int, bool, float, int, uint64_t, int, int>, Solo>
+      memo;
   auto backend = make_cpu_backend(2);
   int total_steps = 0, preemptions = 0, hits = 0, cancels = 0, finished = 0, chunks = 0;
   for (int round = 0; round < rounds; ++round) {
@@ -376,6 +379,10 @@ TEST_F(TinySchedulerTest, RandomWorkloadsKeepThePoolSoundAndMatchSoloRuns) {
     c.max_seqs = uniform(1, 8);
     c.prefix_caching = chance(0.7);
     c.stop_at_eos = chance(0.5);
+    c.attention = chance(0.3);
+    if (chance(0.3))
+      c.kv_types =
+          chance(0.5) ? KvTypes{KvDtype::F32, KvDtype::F32} : KvTypes{KvDtype::F16, KvDtype::F32};
     const int ctx = c.context > 0 ? c.context : model_->config().n_ctx;
     // Requests first: the pool is sized against the largest.
     const int n_req = uniform(2, 10);
@@ -405,10 +412,10 @@ TEST_F(TinySchedulerTest, RandomWorkloadsKeepThePoolSoundAndMatchSoloRuns) {
     }
     c.pool_blocks = most_blocks + (chance(0.5) ? uniform(0, 2) : uniform(0, 30));
     SCOPED_TRACE("block " + std::to_string(c.block_size) + ", pool " +
-                 std::to_string(c.pool_blocks) + ", budget " +
-                 std::to_string(c.max_batch_tokens) + ", seqs " + std::to_string(c.max_seqs) +
-                 ", context " + std::to_string(ctx) + (c.prefix_caching ? ", prefix" : "") +
-                 (c.stop_at_eos ? ", eos" : ""));
+                 std::to_string(c.pool_blocks) + ", budget " + std::to_string(c.max_batch_tokens) +
+                 ", seqs " + std::to_string(c.max_seqs) + ", context " + std::to_string(ctx) +
+                 ", kv " + kv_types_name(c.kv_types) + (c.prefix_caching ? ", prefix" : "") +
+                 (c.stop_at_eos ? ", eos" : "") + (c.attention ? ", attention" : ""));
     auto made = Scheduler::create(model_, *backend, c);
     ASSERT_TRUE(made.ok()) << made.error().message;
     Scheduler& s = **made;
@@ -446,6 +453,12 @@ TEST_F(TinySchedulerTest, RandomWorkloadsKeepThePoolSoundAndMatchSoloRuns) {
         row_tokens += row.tokens;
         EXPECT_GE(row.blocks * c.block_size, row.pos0 + row.tokens) << "seq " << row.seq;
         EXPECT_LE(row.pos0 + row.tokens, ctx);
+        const ModelConfig& mc = model_->config();
+        if (c.attention && row.token_id >= 0) {
+          EXPECT_EQ(row.attention.size(), size_t(mc.n_layer) * mc.n_head * (row.pos0 + row.tokens));
+        } else {
+          EXPECT_TRUE(row.attention.empty());
+        }
       }
       EXPECT_EQ(row_tokens, st->batch_tokens);
       EXPECT_EQ(st->pool.counts.used + st->pool.counts.free + st->pool.counts.cached,
@@ -463,12 +476,13 @@ TEST_F(TinySchedulerTest, RandomWorkloadsKeepThePoolSoundAndMatchSoloRuns) {
     EXPECT_EQ(n.free + n.cached, n.total);
     for (int i = 0; i < n_req; ++i) {
       const Request& r = reqs[size_t(i)];
-      const auto key = std::make_tuple(r.prompt, r.max_tokens, ctx, c.stop_at_eos,
-                                       r.sampler.temperature, r.sampler.top_k, r.sampler.seed);
+      const auto key =
+          std::make_tuple(r.prompt, r.max_tokens, ctx, c.stop_at_eos, r.sampler.temperature,
+                          r.sampler.top_k, r.sampler.seed, int(c.kv_types.k), int(c.kv_types.v));
       auto it = memo.find(key);
       if (it == memo.end())
         it = memo.emplace(key, run_solo(model_, r.prompt, r.max_tokens, ctx, c.stop_at_eos,
-                                        r.sampler))
+                                        r.sampler, c.kv_types))
                  .first;
       const Solo& want = it->second;
       if (cancelled[size_t(i)]) {
@@ -488,9 +502,10 @@ TEST_F(TinySchedulerTest, RandomWorkloadsKeepThePoolSoundAndMatchSoloRuns) {
       EXPECT_TRUE(same_bits(s.last_logits(i), want.logits)) << "request " << i;
     }
   }
-  std::printf("%d rounds, %d steps: %d finished, %d cancelled, %d preemptions, %d prefix hits, "
-              "%d chunks\n",
-              rounds, total_steps, finished, cancels, preemptions, hits, chunks);
+  std::printf(
+      "%d rounds, %d steps: %d finished, %d cancelled, %d preemptions, %d prefix hits, "
+      "%d chunks\n",
+      rounds, total_steps, finished, cancels, preemptions, hits, chunks);
   // The workload must reach what it is meant to test.
   if (env_rounds) return;
   EXPECT_GT(total_steps, test::kAddressSanitizer ? 1000 : 5000);
@@ -527,7 +542,8 @@ TEST_F(TinySchedulerTest, BadRequestsAreRefusedAndTheSchedulerStaysUsable) {
   refused({}, 4, "no tokens");
   refused({5, V, 7}, 4, "token 1 has id " + std::to_string(V) + ", outside the vocabulary");
   refused({5, -1}, 4, "token 1 has id -1, outside the vocabulary");
-  refused(std::vector<int32_t>(64, 9), 1, "the prompt has 64 tokens but a sequence holds at most 64");
+  refused(std::vector<int32_t>(64, 9), 1,
+          "the prompt has 64 tokens but a sequence holds at most 64");
   refused(std::vector<int32_t>(200, 9), 1, "the prompt has 200 tokens");
   refused(std::vector<int32_t>(20, 9), 13, "33 positions need 5 blocks of 8 but the pool has 4");
   refused({5, 6}, 0, "max tokens 0");
