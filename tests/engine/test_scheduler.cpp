@@ -202,19 +202,20 @@ TEST_F(SchedulerTest, EverySequenceEqualsItsSoloRunBitForBit) {
   EXPECT_EQ(s->pool().counts().used, 0);
 }
 
-// Six blocks of 8 positions for four sequences that each grow to 4 blocks: the newest
-// running sequence is preempted when an older one needs a block, recomputed later (from
-// the prefix cache or not), and every sequence still ends with its solo tokens.
+// Nine blocks of 8 positions for four sequences that grow to 6, 4, 3 and 3 blocks: the
+// newest running sequence is preempted when an older one needs a block and recomputed
+// later (with prefix caching, starting from the blocks it had published), and every
+// sequence still ends with its solo tokens and logits.
 TEST_F(SchedulerTest, PreemptedSequencesStillEqualTheirSoloRuns) {
   const int kMax = 14;
   std::vector<std::vector<int32_t>> prompts;
-  for (int i : {1, 3, 5, 7}) prompts.push_back(tokens(kPrompts[i]));
+  for (int i : {2, 4, 1, 3}) prompts.push_back(tokens(kPrompts[i]));
   for (bool prefix : {false, true}) {
     SCOPED_TRACE(prefix ? "prefix caching" : "no prefix caching");
     auto be = make_cpu_backend(2);
     SchedulerConfig c = config();
     c.block_size = 8;
-    c.pool_blocks = 6;
+    c.pool_blocks = 9;
     c.max_batch_tokens = 64;
     c.prefix_caching = prefix;
     auto s = make(c, *be);
@@ -223,7 +224,7 @@ TEST_F(SchedulerTest, PreemptedSequencesStillEqualTheirSoloRuns) {
       Request r;
       r.prompt = p;
       r.max_tokens = kMax;
-      ASSERT_LE(kv_blocks_for(int(p.size()) + kMax, 8), 6);
+      ASSERT_LE(kv_blocks_for(int(p.size()) + kMax, 8), c.pool_blocks);
       ASSERT_TRUE(s->add(r).ok());
     }
     const auto steps = run_to_idle(*s);
@@ -238,8 +239,12 @@ TEST_F(SchedulerTest, PreemptedSequencesStillEqualTheirSoloRuns) {
     const KvPoolCounts n = s->pool().counts();
     EXPECT_EQ(n.used, 0) << "blocks leaked";
     EXPECT_EQ(n.free + n.cached, n.total);
-    if (!prefix) {
+    if (prefix) {
+      // Recomputes start from the blocks their sequence published before it was preempted.
+      EXPECT_GT(s->stats().prefix_hit_tokens, 0u);
+    } else {
       EXPECT_EQ(n.cached, 0);
+      EXPECT_EQ(s->stats().prefix_hit_tokens, 0u);
     }
   }
 }
