@@ -550,7 +550,7 @@ TEST_F(TinySchedulerTest, BadRequestsAreRefusedAndTheSchedulerStaysUsable) {
   refused(std::vector<int32_t>(64, 9), 1,
           "the prompt has 64 tokens but a sequence holds at most 64");
   refused(std::vector<int32_t>(200, 9), 1, "the prompt has 200 tokens");
-  refused(std::vector<int32_t>(20, 9), 13, "33 positions need 5 blocks of 8 but the pool has 4");
+  refused(std::vector<int32_t>(20, 9), 13, "33 positions need 5 blocks of 8 positions but the pool has 4");
   refused({5, 6}, 0, "max tokens 0");
   EXPECT_EQ(s.pool().counts().used, 0);
   EXPECT_FALSE(s.cancel(0).ok());
