@@ -27,6 +27,7 @@
 #include <tuple>
 
 #include "engine/cpu/cpu_backend.h"
+#include "engine/forward.h"
 #include "engine/scheduler.h"
 #include "engine/session.h"
 #include "tests/util/model_fixture.h"
@@ -318,21 +319,45 @@ TEST_F(SchedulerTest, PrefixCacheSkipsTheSharedBlocksAndChangesNothing) {
 
 // --- A tiny model: fast enough for thousands of random steps.
 
+// The blocks a request may hold at once in a scheduler over `model`: every block of its
+// positions in a group of global layers; in a windowed group, what one step's queries see
+// (the window and a step's tokens) and the sinks.
+int blocks_held_at_most(const Model& model, KvTypes types, int positions, int block, int budget) {
+  const KvLayerGroups g = kv_layer_groups(kv_cache_config(model, types, KvPolicy::Full));
+  int need = 0;
+  for (int i = 0; i < g.count(); ++i) {
+    const int W = g.window[size_t(i)], all = kv_blocks_for(positions, block);
+    need += W == 0 ? all
+                   : std::min(all, kv_blocks_for(W - 1 + budget, block) + 1 +
+                                       kv_blocks_for(g.sink[size_t(i)], block));
+  }
+  return need;
+}
+
 class TinySchedulerTest : public ::testing::Test {
  protected:
-  // The tiny llama with its BOS id moved from <|im_start|> (1) to <|endoftext|> (0): like
-  // SmolLM2's <file_sep> or <jupyter_code>, <|im_start|> is then a control token that is
-  // neither BOS nor end-of-generation, which ends a Session's run under stop_at_eos.
+  // Two tiny models with their BOS id moved from <|im_start|> (1) to <|endoftext|> (0):
+  // like SmolLM2's <file_sep> or <jupyter_code>, <|im_start|> is then a control token that
+  // is neither BOS nor end-of-generation, which ends a Session's run under stop_at_eos.
+  // The llama has one group of layers; the gemma3 (local, local, global layers, window 13)
+  // three, whose local ones give their blocks back outside the window.
   static void SetUpTestSuite() {
     test::TinyModelSpec spec;
     spec.seed = 11;
     spec.n_ctx = 192;
-    std::vector<uint8_t> bytes = test::tiny_llama(spec).build();
+    model_ = load(test::tiny_llama(spec).build());
+    test::TinyModelSpec gs = test::tiny_family("gemma3", 23);
+    gs.n_ctx = 192;
+    gs.window = 13;
+    gemma_ = load(test::tiny_model(gs).build());
+  }
+  static std::shared_ptr<Model> load(std::vector<uint8_t> bytes) {
     const std::string key = "tokenizer.ggml.bos_token_id";
     auto at = std::search(bytes.begin(), bytes.end(), key.begin(), key.end());
-    ASSERT_NE(at, bytes.end());
+    EXPECT_NE(at, bytes.end());
+    if (at == bytes.end()) return nullptr;
     const size_t value = size_t(at - bytes.begin()) + key.size() + 4;  // after the u32 type
-    ASSERT_EQ(bytes[value], 1);
+    EXPECT_EQ(bytes[value], 1);
     bytes[value] = 0;
     const std::string path = (std::filesystem::temp_directory_path() /
                               ("kvscope_sched_" + std::to_string(getpid()) + ".gguf"))
@@ -340,27 +365,35 @@ class TinySchedulerTest : public ::testing::Test {
     {
       std::ofstream f(path, std::ios::binary);
       f.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
-      ASSERT_TRUE(bool(f));
+      EXPECT_TRUE(bool(f));
     }
     auto m = Model::load(path);
     std::filesystem::remove(path);
-    ASSERT_TRUE(m.ok()) << m.error().message;
-    model_ = std::move(*m);
-    const Tokenizer& tok = model_->tokenizer();
-    ASSERT_EQ(tok.bos_id(), 0);
-    ASSERT_TRUE(tok.is_control(kControl) && !tok.is_eog(kControl));
+    EXPECT_TRUE(m.ok()) << m.error().message;
+    if (!m.ok()) return nullptr;
+    const Tokenizer& tok = (*m)->tokenizer();
+    EXPECT_EQ(tok.bos_id(), 0);
+    EXPECT_TRUE(tok.is_control(kControl) && !tok.is_eog(kControl));
+    return std::move(*m);
   }
-  static void TearDownTestSuite() { model_.reset(); }
-  void SetUp() override { ASSERT_TRUE(model_); }
+  static void TearDownTestSuite() {
+    model_.reset();
+    gemma_.reset();
+  }
+  void SetUp() override {
+    ASSERT_TRUE(model_);
+    ASSERT_TRUE(gemma_);
+  }
   static constexpr int32_t kControl = 1;  // <|im_start|>
-  static inline std::shared_ptr<Model> model_;
+  static inline std::shared_ptr<Model> model_, gemma_;
 };
 
-// Random rounds: each a random configuration (block size, pool size down to the least
-// one request needs, token budget down to 1, sequence limit down to 1, prefix caching,
-// EOS, context, K/V types, attention rows) and random requests (random ids, often sharing
-// a prefix with an earlier prompt or repeating it, greedy or seeded sampling, random
-// arrivals), with random cancels of pending, waiting and running requests between steps.
+// Random rounds: each on one of the two tiny models, with a random configuration (block
+// size, pool size down to the least one request needs, token budget down to 1, sequence
+// limit down to 1, prefix caching, EOS, context, K/V types, attention rows) and random
+// requests (random ids, often sharing a prefix with an earlier prompt or repeating it,
+// greedy or seeded sampling, random arrivals), with random cancels of pending, waiting and
+// running requests between steps.
 TEST_F(TinySchedulerTest, RandomWorkloadsKeepThePoolSoundAndMatchSoloRuns) {
   const int V = model_->config().n_vocab;
   // KVSCOPE_SCHED_ROUNDS and KVSCOPE_SCHED_SEED run it longer or differently by hand.
@@ -371,12 +404,17 @@ TEST_F(TinySchedulerTest, RandomWorkloadsKeepThePoolSoundAndMatchSoloRuns) {
   auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   auto chance = [&](double p) { return std::bernoulli_distribution(p)(rng); };
   // Solo runs, once per (prompt, max tokens, context, EOS, sampler).
-  std::map<std::tuple<std::vector<int32_t>, int, int, bool, float, int, uint64_t, int, int>, Solo>
+  std::map<std::tuple<bool, std::vector<int32_t>, int, int, bool, float, int, uint64_t, int, int>,
+           Solo>
       memo;
   auto backend = make_cpu_backend(2);
   int total_steps = 0, preemptions = 0, hits = 0, cancels = 0, finished = 0, chunks = 0;
+  int windowed_rounds = 0, given_back = 0;
   for (int round = 0; round < rounds; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
+    const bool windowed = chance(0.4);
+    windowed_rounds += windowed;
+    const std::shared_ptr<Model>& model = windowed ? gemma_ : model_;
     SchedulerConfig c;
     c.block_size = std::array{8, 16, 32}[size_t(uniform(0, 2))];
     c.context = chance(0.5) ? 0 : uniform(24, 192);
@@ -388,7 +426,7 @@ TEST_F(TinySchedulerTest, RandomWorkloadsKeepThePoolSoundAndMatchSoloRuns) {
     if (chance(0.3))
       c.kv_types =
           chance(0.5) ? KvTypes{KvDtype::F32, KvDtype::F32} : KvTypes{KvDtype::F16, KvDtype::F32};
-    const int ctx = c.context > 0 ? c.context : model_->config().n_ctx;
+    const int ctx = c.context > 0 ? c.context : model->config().n_ctx;
     // Requests first: the pool is sized against the largest.
     const int n_req = uniform(2, 10);
     std::vector<Request> reqs;
@@ -412,16 +450,18 @@ TEST_F(TinySchedulerTest, RandomWorkloadsKeepThePoolSoundAndMatchSoloRuns) {
       }
       r.arrival_step = chance(0.3) ? 1 : uniform(1, 40);
       const int most = std::min(int(r.prompt.size()) + r.max_tokens, ctx);
-      most_blocks = std::max(most_blocks, kv_blocks_for(most, c.block_size));
+      most_blocks = std::max(most_blocks, blocks_held_at_most(*model, c.kv_types, most,
+                                                              c.block_size, c.max_batch_tokens));
       reqs.push_back(std::move(r));
     }
     c.pool_blocks = most_blocks + (chance(0.5) ? uniform(0, 2) : uniform(0, 30));
-    SCOPED_TRACE("block " + std::to_string(c.block_size) + ", pool " +
-                 std::to_string(c.pool_blocks) + ", budget " + std::to_string(c.max_batch_tokens) +
-                 ", seqs " + std::to_string(c.max_seqs) + ", context " + std::to_string(ctx) +
-                 ", kv " + kv_types_name(c.kv_types) + (c.prefix_caching ? ", prefix" : "") +
+    SCOPED_TRACE(std::string(windowed ? "gemma3, " : "llama, ") + "block " +
+                 std::to_string(c.block_size) + ", pool " + std::to_string(c.pool_blocks) +
+                 ", budget " + std::to_string(c.max_batch_tokens) + ", seqs " +
+                 std::to_string(c.max_seqs) + ", context " + std::to_string(ctx) + ", kv " +
+                 kv_types_name(c.kv_types) + (c.prefix_caching ? ", prefix" : "") +
                  (c.stop_at_eos ? ", eos" : "") + (c.attention ? ", attention" : ""));
-    auto made = Scheduler::create(model_, *backend, c);
+    auto made = Scheduler::create(model, *backend, c);
     ASSERT_TRUE(made.ok()) << made.error().message;
     Scheduler& s = **made;
     for (const Request& r : reqs) {
@@ -456,9 +496,10 @@ TEST_F(TinySchedulerTest, RandomWorkloadsKeepThePoolSoundAndMatchSoloRuns) {
       int row_tokens = 0;
       for (const StepRow& row : st->rows) {
         row_tokens += row.tokens;
-        EXPECT_GE(row.blocks * c.block_size, row.pos0 + row.tokens) << "seq " << row.seq;
+        EXPECT_GE(int(row.table.size()) * c.block_size, row.pos0 + row.tokens) << "seq " << row.seq;
+        for (const auto& t : row.tables) given_back += int(std::count(t.begin(), t.end(), -1));
         EXPECT_LE(row.pos0 + row.tokens, ctx);
-        const ModelConfig& mc = model_->config();
+        const ModelConfig& mc = model->config();
         if (c.attention && row.token_id >= 0) {
           EXPECT_EQ(row.attention.size(), size_t(mc.n_layer) * mc.n_head * (row.pos0 + row.tokens));
         } else {
@@ -481,12 +522,12 @@ TEST_F(TinySchedulerTest, RandomWorkloadsKeepThePoolSoundAndMatchSoloRuns) {
     EXPECT_EQ(n.free + n.cached, n.total);
     for (int i = 0; i < n_req; ++i) {
       const Request& r = reqs[size_t(i)];
-      const auto key =
-          std::make_tuple(r.prompt, r.max_tokens, ctx, c.stop_at_eos, r.sampler.temperature,
-                          r.sampler.top_k, r.sampler.seed, int(c.kv_types.k), int(c.kv_types.v));
+      const auto key = std::make_tuple(windowed, r.prompt, r.max_tokens, ctx, c.stop_at_eos,
+                                       r.sampler.temperature, r.sampler.top_k, r.sampler.seed,
+                                       int(c.kv_types.k), int(c.kv_types.v));
       auto it = memo.find(key);
       if (it == memo.end())
-        it = memo.emplace(key, run_solo(model_, r.prompt, r.max_tokens, ctx, c.stop_at_eos,
+        it = memo.emplace(key, run_solo(model, r.prompt, r.max_tokens, ctx, c.stop_at_eos,
                                         r.sampler, c.kv_types))
                  .first;
       const Solo& want = it->second;
@@ -508,9 +549,10 @@ TEST_F(TinySchedulerTest, RandomWorkloadsKeepThePoolSoundAndMatchSoloRuns) {
     }
   }
   std::printf(
-      "%d rounds, %d steps: %d finished, %d cancelled, %d preemptions, %d prefix hits, "
-      "%d chunks\n",
-      rounds, total_steps, finished, cancels, preemptions, hits, chunks);
+      "%d rounds (%d windowed), %d steps: %d finished, %d cancelled, %d preemptions, "
+      "%d prefix hits, %d chunks, %d blocks given back outside a window\n",
+      rounds, windowed_rounds, total_steps, finished, cancels, preemptions, hits, chunks,
+      given_back);
   // The workload must reach what it is meant to test.
   if (env_rounds) return;
   EXPECT_GT(total_steps, test::kAddressSanitizer ? 2500 : 5000);
@@ -518,6 +560,7 @@ TEST_F(TinySchedulerTest, RandomWorkloadsKeepThePoolSoundAndMatchSoloRuns) {
   EXPECT_GT(hits, 0);
   EXPECT_GT(cancels, 0);
   EXPECT_GT(chunks, 0);
+  EXPECT_GT(given_back, 0);
 }
 
 // Requests the scheduler must refuse, each with a message naming the problem; the
@@ -550,7 +593,8 @@ TEST_F(TinySchedulerTest, BadRequestsAreRefusedAndTheSchedulerStaysUsable) {
   refused(std::vector<int32_t>(64, 9), 1,
           "the prompt has 64 tokens but a sequence holds at most 64");
   refused(std::vector<int32_t>(200, 9), 1, "the prompt has 200 tokens");
-  refused(std::vector<int32_t>(20, 9), 13, "33 positions need 5 blocks of 8 positions but the pool has 4");
+  refused(std::vector<int32_t>(20, 9), 13,
+          "33 positions need 5 blocks of 8 positions but the pool has 4");
   refused({5, 6}, 0, "max tokens 0");
   EXPECT_EQ(s.pool().counts().used, 0);
   EXPECT_FALSE(s.cancel(0).ok());
