@@ -1,7 +1,8 @@
 // fuzz_scheduler.cpp — fuzz target for the continuous-batching scheduler (engine/scheduler.h)
-// on a tiny llama (tests/util/tiny_model.h, built once in memory): the input bytes choose
-// the configuration (block size, pool size, token budget, sequence limit, context, prefix
-// caching, EOS), the requests (prompt ids and lengths, prefixes shared with earlier
+// on two tiny models (tests/util/tiny_model.h, built once in memory: a llama, and a gemma3
+// whose windowed layers give their blocks back outside the window): the input bytes choose
+// the model and the configuration (block size, pool size, token budget, sequence limit,
+// context, prefix caching, EOS), the requests (prompt ids and lengths, prefixes shared with earlier
 // prompts, arrivals, max tokens, greedy or seeded sampling, some invalid) and when which
 // request is cancelled. The scheduler then runs until idle.
 //
@@ -13,7 +14,8 @@
 //
 // Input layout (missing bytes read as 0):
 //   [0] block size (8, 16, 32)  [1] pool blocks  [2] token budget  [3] max sequences
-//   [4] flags: bit 0 prefix caching, bit 1 stop at EOS, bit 2 a context of its own, in [5]
+//   [4] flags: bit 0 prefix caching, bit 1 stop at EOS, bit 2 a context of its own, in [5],
+//       bit 3 the gemma3
 //   [6] number of requests (0 to 8), then per request:
 //       length (0: an empty prompt), share (bit 7: start with the previous prompt's first
 //       share & 127 tokens), arrival step, max tokens (0: invalid), sampling (bit 0:
@@ -48,9 +50,20 @@ using namespace kvscope;
   std::abort();
 }
 
-// The tiny llama, loaded once: one layer, 32 wide, a 96-position context.
-const std::shared_ptr<const Model>& tiny_model() {
-  static const std::shared_ptr<const Model> model = [] {
+std::shared_ptr<const Model> load(const std::vector<uint8_t>& bytes) {
+  const int fd = memfd_create("fuzz_scheduler.gguf", MFD_CLOEXEC);
+  if (fd < 0 || write(fd, bytes.data(), bytes.size()) != ssize_t(bytes.size()))
+    fail("cannot write a tiny model");
+  auto m = Model::load("/proc/self/fd/" + std::to_string(fd));
+  close(fd);
+  if (!m.ok()) fail("a tiny model does not load:", m.error().message);
+  return std::shared_ptr<const Model>(std::move(*m));
+}
+
+// The tiny models, loaded once, both with a 96-position context: a llama of one layer, 32
+// wide; the family's gemma3 (local, local, global layers) with a window of 11.
+const std::shared_ptr<const Model>& tiny_model(bool windowed) {
+  static const std::shared_ptr<const Model> llama = [] {
     test::TinyModelSpec spec;
     spec.n_layer = 1;
     spec.n_embd = 32;
@@ -59,16 +72,15 @@ const std::shared_ptr<const Model>& tiny_model() {
     spec.n_ff = 32;
     spec.n_ctx = 96;
     spec.seed = 3;
-    const std::vector<uint8_t> bytes = test::tiny_llama(spec).build();
-    const int fd = memfd_create("fuzz_scheduler.gguf", MFD_CLOEXEC);
-    if (fd < 0 || write(fd, bytes.data(), bytes.size()) != ssize_t(bytes.size()))
-      fail("cannot write the tiny model");
-    auto m = Model::load("/proc/self/fd/" + std::to_string(fd));
-    close(fd);
-    if (!m.ok()) fail("the tiny model does not load:", m.error().message);
-    return std::shared_ptr<const Model>(std::move(*m));
+    return load(test::tiny_llama(spec).build());
   }();
-  return model;
+  static const std::shared_ptr<const Model> gemma = [] {
+    test::TinyModelSpec spec = test::tiny_family("gemma3", 5);
+    spec.n_ctx = 96;
+    spec.window = 11;
+    return load(test::tiny_model(spec).build());
+  }();
+  return windowed ? gemma : llama;
 }
 
 Backend& backend() {
@@ -84,12 +96,12 @@ struct Reader {
 };
 
 // The generated tokens of a prompt run alone, memoized across inputs.
-const std::vector<int32_t>& solo(const std::vector<int32_t>& prompt, int max_tokens, int context,
-                                 bool stop_at_eos, const SamplerConfig& sc) {
-  using Key = std::tuple<std::vector<int32_t>, int, int, bool, float, uint64_t>;
+const std::vector<int32_t>& solo(bool windowed, const std::vector<int32_t>& prompt, int max_tokens,
+                                 int context, bool stop_at_eos, const SamplerConfig& sc) {
+  using Key = std::tuple<bool, std::vector<int32_t>, int, int, bool, float, uint64_t>;
   static std::map<Key, std::vector<int32_t>> memo;
   if (memo.size() > 20000) memo.clear();
-  Key key{prompt, max_tokens, context, stop_at_eos, sc.temperature, sc.seed};
+  Key key{windowed, prompt, max_tokens, context, stop_at_eos, sc.temperature, sc.seed};
   if (auto it = memo.find(key); it != memo.end()) return it->second;
   SessionConfig c;
   c.kv_policy = KvPolicy::Full;
@@ -97,7 +109,7 @@ const std::vector<int32_t>& solo(const std::vector<int32_t>& prompt, int max_tok
   c.max_tokens = max_tokens;
   c.stop_at_eos = stop_at_eos;
   c.top_candidates = 1;
-  auto s = Session::create(tiny_model(), make_cpu_backend(1), c);
+  auto s = Session::create(tiny_model(windowed), make_cpu_backend(1), c);
   if (!s.ok()) fail("Session::create failed:", s.error().message);
   (*s)->set_sampler(sc);
   if (Status st = (*s)->reset_tokens(prompt); !st.ok()) fail("solo reset failed:", st.message());
@@ -118,8 +130,6 @@ void check_pool(const Scheduler& s, const char* when, int step) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::shared_ptr<const Model>& model = tiny_model();
-  const int V = model->config().n_vocab, n_ctx = model->config().n_ctx;
   Reader in{data, size};
   SchedulerConfig cfg;
   cfg.block_size = 8 << (in.next() % 3);
@@ -127,6 +137,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   cfg.max_batch_tokens = 1 + in.next() % 64;
   cfg.max_seqs = 1 + in.next() % 8;
   const uint8_t flags = in.next();
+  const bool windowed = flags & 8;
+  const std::shared_ptr<const Model>& model = tiny_model(windowed);
+  const int V = model->config().n_vocab, n_ctx = model->config().n_ctx;
   cfg.prefix_caching = flags & 1;
   cfg.stop_at_eos = flags & 2;
   const uint8_t ctx_byte = in.next();
@@ -135,6 +148,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto made = Scheduler::create(model, backend(), cfg);
   if (!made.ok()) fail("Scheduler::create refused a valid configuration:", made.error().message);
   Scheduler& s = **made;
+  // The most blocks a request holds at once: all of its positions' in a group of global
+  // layers; in a windowed group, what one step's queries see, and the sinks.
+  const KvLayerGroups& groups = s.layer_groups();
+  const auto blocks_at_most = [&](int positions) {
+    int need = 0;
+    for (int g = 0; g < groups.count(); ++g) {
+      const int W = groups.window[size_t(g)], all = kv_blocks_for(positions, cfg.block_size);
+      need += W == 0 ? all
+                     : std::min(all, kv_blocks_for(W - 1 + cfg.max_batch_tokens, cfg.block_size) +
+                                         1 + kv_blocks_for(groups.sink[size_t(g)], cfg.block_size));
+    }
+    return need;
+  };
 
   struct Added {
     Request r;
@@ -168,7 +194,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         std::all_of(r.prompt.begin(), r.prompt.end(), [&](int32_t t) { return t >= 0 && t < V; });
     const int most = std::min(len + r.max_tokens, ctx);
     const bool valid = len > 0 && in_vocab && len < ctx && r.max_tokens >= 1 &&
-                       kv_blocks_for(most, cfg.block_size) <= cfg.pool_blocks;
+                       blocks_at_most(most) <= cfg.pool_blocks;
     auto id = s.add(r);
     if (id.ok() != valid)
       fail(valid ? "add() refused a valid request:" : "add() accepted an invalid request",
@@ -219,7 +245,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const Added& a : added) {
     const auto& gen = s.generated(a.id);
     const SeqState state = s.state(a.id);
-    const auto& want = solo(a.r.prompt, a.r.max_tokens, ctx, cfg.stop_at_eos, a.r.sampler);
+    const auto& want =
+        solo(windowed, a.r.prompt, a.r.max_tokens, ctx, cfg.stop_at_eos, a.r.sampler);
     if (cancelled[size_t(a.id)]) {
       if (state != SeqState::Cancelled) fail("a cancelled request is", seq_state_name(state));
       if (gen.size() > want.size() || !std::equal(gen.begin(), gen.end(), want.begin()))

@@ -6,7 +6,8 @@
 //               step: Q4_0 / Q4_1 / Q8_0 / F16 matrices, one and two layers, GQA and MHA;
 //   tokenizer/  texts: ASCII, multi-byte UTF-8, special-token markers, digits, whitespace;
 //   scheduler/  scheduler workloads in fuzz_scheduler.cpp's byte layout: a plain batch,
-//               pool pressure (preemption), shared prefixes, cancels, invalid requests.
+//               pool pressure (preemption), shared prefixes, cancels, invalid requests, a
+//               model with attention windows.
 // Each file is a few KB so mutation runs stay fast. Regenerate after changing the writers:
 //   build/tests/fuzz/make_fuzz_seeds tests/fuzz/corpus
 #include <algorithm>
@@ -222,6 +223,14 @@ std::vector<std::pair<std::string, std::vector<uint8_t>>> scheduler_seeds() {
   sched_request(b, 10, 0, 0, 10, 0, 13);
   sched_request(b, 6, 0, 0, 10, 0, 14);
   out.push_back({"invalid.bin", b});
+  // The windowed gemma3, block 8, budget 12: long prompts in chunks, the local groups giving
+  // blocks back, a later prompt with the same start, a tight pool.
+  b = {0, 17, 11, 3, 0x9, 0, 4};
+  sched_request(b, 40, 0, 0, 16, 0, 21);
+  sched_request(b, 44, 0x80 | 32, 8, 8, 0, 77);
+  sched_request(b, 9, 0, 2, 20, 0, 130);
+  sched_request(b, 30, 0x80 | 24, 30, 6, 1 | (3 << 1), 170);
+  out.push_back({"windowed.bin", b});
   return out;
 }
 
