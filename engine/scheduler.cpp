@@ -352,30 +352,38 @@ Status Scheduler::run_step(BatchStep& out) {
   // 1. Running sequences, oldest first. Blocks are reserved as the plan grows: `reserved`
   // counts those promised to sequences planned before.
   int reserved = 0;
+  bool preempted = false;
   const std::vector<int> running = running_;
   for (int id : running) {
     Seq& s = *seqs_[size_t(id)];
     if (s.state != SeqState::Running) continue;  // preempted below for an older one
-    const int n = std::min(int(s.tokens.size()) - s.cache->length(), budget);
+    int n = std::min(int(s.tokens.size()) - s.cache->length(), budget);
     if (n <= 0) continue;
+    // A prompt chunk the pool cannot hold whole shrinks to what it can (at least one
+    // token) before anyone is preempted for it.
+    while (n > 1 && blocks_needed(s, n) > pool_->available() - reserved) --n;
     const int need = blocks_needed(s, n);
     bool fits = true;
     while (pool_->available() - reserved < need) {
       // Preempt the newest running sequence; if that is this one, it waits.
       Seq& victim = *seqs_[size_t(running_.back())];
       preempt(victim, out);
+      preempted = true;
       if (&victim == &s) {
         fits = false;
         break;
       }
     }
     if (!fits) continue;
+    if (n < int(s.tokens.size()) - s.cache->length())
+      out.events.push_back({EventKind::Chunk, s.id, n, {}});
     reserved += need;
     plan.push_back({&s, n});
     budget -= n;
   }
-  // 2. Waiting requests, first come first served.
-  while (!waiting_.empty() && int(running_.size()) < cfg_.max_seqs && budget > 0) {
+  // 2. Waiting requests, first come first served; none in a step that had to preempt
+  // (the pool is short: a preempted sequence would be taken back at once).
+  while (!preempted && !waiting_.empty() && int(running_.size()) < cfg_.max_seqs && budget > 0) {
     Seq& s = *seqs_[size_t(waiting_.front())];
     int hit = 0;
     if (cfg_.prefix_caching && s.cache->length() == 0) {

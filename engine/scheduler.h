@@ -9,9 +9,10 @@
 //      longer than the budget left is cut into chunks. A request's prompt first looks its
 //      full blocks up in the pool's prefix cache; the blocks found are adopted and their
 //      prefill skipped.
-// Blocks come from the pool as positions arrive. When the pool cannot give a running
-// sequence the block its next token needs, the newest running sequence is preempted by
-// recompute: its blocks go back (published ones stay cached), and it returns to the head
+// Blocks come from the pool as positions arrive. A prompt chunk the pool cannot hold
+// whole shrinks to what it can. When the pool cannot give a running sequence the block
+// its next token needs, the newest running sequence is preempted by recompute (and no
+// waiting request is admitted in that step): its blocks go back (published ones stay cached), and it returns to the head
 // of the queue with its prompt and the tokens generated so far, to be prefilled again
 // (often from the prefix cache). A finished sequence leaves at once and frees its blocks.
 // Each sequence samples with its own Sampler (the request's seed), so its tokens do not
