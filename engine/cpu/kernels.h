@@ -54,11 +54,15 @@ struct AttnCombine {
 // Products of up to this many tokens stream the weights (gemv); more tokens use the
 // panel kernel, which reads x transposed by transpose_x.
 constexpr int kGemvMaxT = 4;
+// Products of kGemvMaxT + 1 up to this many rows (a batch of decode rows) run gemv over
+// slices of rows rather than the panel: at these T, decoding each weight group once per
+// slice in registers beats decoding it once into an fp32 panel and reading that back.
+constexpr int kGemvSlicesMaxT = 16;
 
 struct IsaKernels {
   Isa isa;
   // Row groups [g0, g1) (16 rows each) of out [T][w.n_out] = x [T][w.n_in] · Wᵀ; see
-  // kernels_impl.h for the fixed arithmetic. For T > kGemvMaxT, xt is x as transpose_x
+  // kernels_impl.h for the fixed arithmetic. For T > kGemvSlicesMaxT, xt is x as transpose_x
   // lays it out (made once per product and shared by every call); else it is unused.
   void (*matmul_groups)(const PackedWeight& w, int64_t g0, int64_t g1, const float* x,
                         const float* xt, int64_t T, float* out);

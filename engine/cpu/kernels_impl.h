@@ -14,7 +14,9 @@
 //  - gemv (T ≤ kGemvMaxT, the decode step): each packed group is streamed once and decoded in
 //    registers straight into the token accumulators, kGemvG groups at a time so that
 //    their multiply-add chains overlap;
-//  - panel (T > kGemvMaxT, prefill and NO CACHE): a few groups are decoded once into an fp32
+//  - gemv slices (kGemvMaxT < T <= kGemvSlicesMaxT, a batch of decode rows): gemv over
+//    slices of 16 rows (AVX-512), 8, then 4 or fewer;
+//  - panel (T > kGemvSlicesMaxT, prefill and NO CACHE): a few groups are decoded once into an fp32
 //    panel [k][16] that stays in L2, then swept by register tiles of kTileG groups ×
 //    kTileT tokens (x broadcast from its transposed copy, made once per product by
 //    transpose_x), so every decoded value serves every token.
@@ -403,6 +405,37 @@ struct Kernels {
     }
   }
 
+  // T rows as gemv over slices of kSliceT rows (then 8, then 4 or fewer): each slice
+  // decodes every weight group once, in registers, for all its rows. The arithmetic per
+  // output is gemv's (and panel's), so the slicing changes no bit.
+  static constexpr int kSliceT = H == 1 ? 16 : 4;
+  template <class Dec>
+  static void gemv_slices(const PackedWeight& p, int64_t g0, int64_t g1, const float* x,
+                          int64_t T, float* out) {
+    for (int64_t t0 = 0; t0 < T;) {
+      const float* xs = x + t0 * p.n_in;
+      float* os = out + t0 * p.n_out;
+      const int64_t left = T - t0;
+      int64_t n = std::min<int64_t>(4, left);
+      if (kSliceT >= 16 && left >= 16) {
+        gemv<Dec, 16>(p, g0, g1, xs, os);
+        n = 16;
+      } else if (kSliceT >= 8 && left >= 8) {
+        gemv<Dec, 8>(p, g0, g1, xs, os);
+        n = 8;
+      } else if (n == 4) {
+        gemv<Dec, 4>(p, g0, g1, xs, os);
+      } else if (n == 3) {
+        gemv<Dec, 3>(p, g0, g1, xs, os);
+      } else if (n == 2) {
+        gemv<Dec, 2>(p, g0, g1, xs, os);
+      } else {
+        gemv<Dec, 1>(p, g0, g1, xs, os);
+      }
+      t0 += n;
+    }
+  }
+
   template <class Dec>
   static void run(const PackedWeight& p, int64_t g0, int64_t g1, const float* x,
                   const float* xt, int64_t T, float* out) {
@@ -420,6 +453,10 @@ struct Kernels {
         gemv<Dec, 4>(p, g0, g1, x, out);
         return;
       default:
+        if (T <= kGemvSlicesMaxT) {  // a batch of decode rows
+          gemv_slices<Dec>(p, g0, g1, x, T, out);
+          return;
+        }
         panel<Dec>(p, g0, g1, xt, T, out);
         return;
     }

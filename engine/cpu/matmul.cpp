@@ -23,7 +23,7 @@ void matmul_many(ThreadPool& pool, const MatmulJob* jobs, int n_jobs, const floa
   }
   // Every job reads the same x, so the jobs share one n_in.
   const float* xt = nullptr;
-  if (T > kGemvMaxT) {
+  if (T > kGemvSlicesMaxT) {  // the panel path reads x transposed
     thread_local std::vector<float> buf;
     const int64_t n = jobs[0].w->n_in;
     if (buf.size() < size_t(k.xt_floats(T, n))) buf.resize(size_t(k.xt_floats(T, n)));

@@ -220,7 +220,8 @@ TEST_F(Matmul, EveryPathAndTypeEqualsTheExactReferenceBitForBit) {
           const Matrix m = random_matrix(t, n_in, n_out, uint32_t(n_in * 131 + n_out));
           auto packed = cpu::pack_weight(m.weight(), pool);
           ASSERT_TRUE(packed) << ggml_type_name(t);
-          for (int64_t T : {1, 3, 17, 64, 513}) {
+          // 5..16: a batch of decode rows, gemv over slices of 16, 8 and up to 4 rows.
+          for (int64_t T : {1, 3, 5, 8, 12, 16, 17, 64, 513}) {
             const auto x = random_x(T, n_in, uint32_t(T + n_in));
             const auto want = exact_reference(m, x, T);
             std::vector<float> got(want.size(), NAN);
