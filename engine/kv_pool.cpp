@@ -31,6 +31,14 @@ const char* kv_block_size_choices() { return "8, 16, 32"; }
 
 bool kv_block_size_ok(int b) { return b == 8 || b == 16 || b == 32; }
 
+Status kv_pool_config_check(const KvPoolConfig& c) {
+  if (c.n_blocks < 1 || !kv_block_size_ok(c.block_size))
+    return make_error("kv pool: ", c.n_blocks, " blocks of ", c.block_size,
+                      " positions (at least one block; block size one of ",
+                      kv_block_size_choices(), ")");
+  return Status::Ok();
+}
+
 uint64_t kv_block_bytes(const KvPoolConfig& c) {
   return uint64_t(c.block_size) * uint64_t(std::max(0, c.shape.n_layer)) *
          kv_position_bytes(c.shape, c.types);

@@ -47,6 +47,9 @@ bool kv_block_size_ok(int block_size);
 uint64_t kv_block_bytes(const KvPoolConfig& c);
 // Blocks that fit in `mib` MiB (at least 0).
 int kv_pool_blocks_for_mib(const KvPoolConfig& c, uint64_t mib);
+// An error unless `c` has at least one block of an accepted size (what every backend's
+// pool checks before it allocates).
+Status kv_pool_config_check(const KvPoolConfig& c);
 // Blocks that hold `positions` positions.
 inline int kv_blocks_for(int positions, int block_size) {
   return (positions + block_size - 1) / block_size;

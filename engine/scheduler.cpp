@@ -13,7 +13,6 @@ struct Scheduler::Seq {
   Request req;
   SeqState state = SeqState::Pending;
   std::vector<int32_t> tokens;  // prompt, then the generated tokens
-  int n_prompt = 0;
   std::vector<int32_t> gen;
   std::unique_ptr<KvCache> cache;
   Sampler sampler;
@@ -124,7 +123,6 @@ Expected<int> Scheduler::add(Request r) {
                       cfg_.block_size, " positions but the pool has ", pool_->n_blocks());
   auto s = std::make_unique<Seq>();
   s->id = int(seqs_.size());
-  s->n_prompt = int(r.prompt.size());
   s->tokens = r.prompt;
   s->sampler.configure(r.sampler);
   s->req = std::move(r);

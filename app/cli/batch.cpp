@@ -98,14 +98,14 @@ Expected<std::vector<int>> arrival_steps(const std::string& spec, int n, uint64_
   return make_error("--arrival: '", spec, "' (choose all, every:N with N >= 1, or poisson:RATE with RATE > 0 per step)");
 }
 
-std::string step_json(const BatchStep& st, const std::vector<int>& index) {
+std::string step_json(const BatchStep& st) {
   JsonWriter j;
   j.begin_object();
   j.key("step").value(st.step);
   j.key("sequences").begin_array();
   for (const StepRow& r : st.rows) {
     j.begin_object();
-    j.key("seq").value(index[size_t(r.seq)]);
+    j.key("seq").value(r.seq);
     j.key("token_id").value(r.token_id);
     j.key("pos").value(r.token_id >= 0 ? r.pos : r.pos0 + r.tokens - 1);
     j.key("is_prompt").value(r.is_prompt);
@@ -139,7 +139,7 @@ std::string step_json(const BatchStep& st, const std::vector<int>& index) {
   for (const SchedEvent& e : st.events) {
     j.begin_object();
     j.key("kind").value(event_kind_name(e.kind));
-    j.key("seq").value(index[size_t(e.seq)]);
+    j.key("seq").value(e.seq);
     j.key("n").value(e.n);
     if (!e.detail.empty()) j.key("detail").value(e.detail);
     j.end_object();
@@ -253,8 +253,7 @@ int run_batch(int argc, char** argv) {
   auto sched = Scheduler::create(*model, **backend, cfg);
   if (!sched.ok()) return fail(sched.error().message);
   Scheduler& s = **sched;
-  // Requests are numbered in file order; the scheduler's ids match (added in order).
-  std::vector<int> index;
+  // Requests are added in file order, so the scheduler's ids number them from 0.
   for (size_t i = 0; i < prompts->size(); ++i) {
     auto ids = tokenize_prompt(**model, PromptSpec{(*prompts)[i], chat, false});
     if (!ids.ok()) return fail("prompt " + std::to_string(i) + ": " + ids.error().message);
@@ -266,7 +265,6 @@ int run_batch(int argc, char** argv) {
     r.arrival_step = (*arrivals)[i];
     auto id = s.add(std::move(r));
     if (!id.ok()) return fail("prompt " + std::to_string(i) + ": " + id.error().message);
-    index.push_back(int(i));
   }
   if (!note.empty()) notice(note);
   int idle_steps = 0;
@@ -276,12 +274,12 @@ int run_batch(int argc, char** argv) {
     idle_steps = st->rows.empty() ? idle_steps + 1 : 0;
     if (idle_steps > (1 << 22)) return fail("batch: no request could run (internal error)");
     if (json) {
-      std::printf("%s\n", step_json(*st, index).c_str());
+      std::printf("%s\n", step_json(*st).c_str());
       continue;
     }
     for (const SchedEvent& e : st->events)
       if (e.kind == EventKind::Finish)
-        std::printf("[%d] (%s, %d tokens) %s\n\n", index[size_t(e.seq)], e.detail.c_str(), e.n,
+        std::printf("[%d] (%s, %d tokens) %s\n\n", e.seq, e.detail.c_str(), e.n,
                     s.text(e.seq).c_str());
     std::fflush(stdout);
   }

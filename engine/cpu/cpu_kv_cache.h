@@ -32,9 +32,7 @@ inline Buffer alloc_bytes(size_t bytes) {
 class CpuKvPool final : public KvPool {
  public:
   static Expected<std::shared_ptr<KvPool>> create(const KvPoolConfig& config) {
-    if (config.n_blocks < 1 || !kv_block_size_ok(config.block_size))
-      return make_error("kv pool: ", config.n_blocks, " blocks of ", config.block_size,
-                        " positions (block size one of ", kv_block_size_choices(), ")");
+    KV_TRY(kv_pool_config_check(config));
     auto pool = std::shared_ptr<CpuKvPool>(new CpuKvPool(config));
     const KvShape& sh = config.shape;
     const size_t slots = size_t(config.n_blocks) * size_t(config.block_size);

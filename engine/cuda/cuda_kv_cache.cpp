@@ -36,9 +36,7 @@ Expected<std::unique_ptr<KvCache>> CudaKvCache::create_paged(const KvCacheConfig
 
 Expected<std::shared_ptr<KvPool>> CudaKvPool::create(const KvPoolConfig& config,
                                                      cudaStream_t stream) {
-  if (config.n_blocks < 1 || !kv_block_size_ok(config.block_size))
-    return make_error("kv pool: ", config.n_blocks, " blocks of ", config.block_size,
-                      " positions (block size one of ", kv_block_size_choices(), ")");
+  KV_TRY(kv_pool_config_check(config));
   auto pool = std::shared_ptr<CudaKvPool>(new CudaKvPool(config, stream));
   const KvShape& sh = config.shape;
   for (int l = 0; l < sh.n_layer; ++l)
