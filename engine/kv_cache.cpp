@@ -2,6 +2,7 @@
 #include "engine/kv_cache.h"
 
 #include <algorithm>
+#include <array>
 #include <numeric>
 
 #include "engine/kv_pool.h"
@@ -104,10 +105,11 @@ KvCacheConfig kv_config_scratch(KvCacheConfig c) {
 KvLayerGroups kv_layer_groups(const KvCacheConfig& c) {
   KvLayerGroups g;
   const int L = int(c.layers.size());
-  std::vector<std::pair<int, int>> kinds;  // distinct (window, sink), first seen first
+  std::vector<std::array<int, 3>> kinds;  // distinct (window, sink, keep), first seen first
   std::vector<std::vector<int>> members;
   for (int l = 0; l < L; ++l) {
-    const std::pair<int, int> k{c.layers[size_t(l)].window, c.layers[size_t(l)].sink};
+    const KvLayerRule& r = c.layers[size_t(l)];
+    const std::array<int, 3> k{r.window, r.sink, r.keep};
     auto it = std::find(kinds.begin(), kinds.end(), k);
     if (it == kinds.end()) {
       kinds.push_back(k);
@@ -122,8 +124,9 @@ KvLayerGroups kv_layer_groups(const KvCacheConfig& c) {
   for (size_t k = 0; k < kinds.size(); ++k)
     for (size_t i = 0; i < members[k].size(); ++i) {
       if (i % size_t(g.size) == 0) {
-        g.window.push_back(kinds[k].first);
-        g.sink.push_back(kinds[k].second);
+        g.window.push_back(kinds[k][0]);
+        g.sink.push_back(kinds[k][1]);
+        g.keep.push_back(kinds[k][2]);
       }
       g.group_of[size_t(members[k][i])] = g.count() - 1;
       g.index_of[size_t(members[k][i])] = int(i % size_t(g.size));
@@ -165,11 +168,6 @@ Status KvCache::init_storage(int slots) {
                         kv_types_name(pc.types), ", the cache's layer groups ", groups_.size,
                         " x ", s.n_head_kv, " x ", s.head_dim, " in ", kv_types_name(cfg_.types));
     tables_.assign(size_t(groups_.count()), {});
-    for (int l = 0; l < s.n_layer; ++l)
-      if (rule(l).keep != 0)
-        return make_error("kv cache: layer ", l, " keeps only its last ", rule(l).keep,
-                          " positions, which a paged cache does not do (use the full policy)");
-    if (!cfg_.trim) return make_error("kv cache: a paged cache cannot be a scratch cache");
   }
   for (int l = 0; l < s.n_layer; ++l) {
     const KvLayerRule& r = rule(l);
@@ -192,6 +190,7 @@ Status KvCache::init_storage(int slots) {
 }
 
 int KvCache::slot_of(int layer, int pos) const {
+  if (pool_) return pos;  // paged: slots are positions
   return place(rule(layer), n_slots(layer), pos);
 }
 
@@ -228,6 +227,11 @@ std::vector<KvRange> KvCache::held_ranges(int layer) const {
 }
 
 uint64_t KvCache::layer_bytes(int layer) const {
+  if (pool_) {
+    uint64_t blocks = 0;
+    for (int32_t b : tables_[size_t(groups_.group_of[size_t(layer)])]) blocks += b >= 0;
+    return blocks * uint64_t(block_) * kv_position_bytes(cfg_.shape, cfg_.types);
+  }
   return uint64_t(held(layer)) * kv_position_bytes(cfg_.shape, cfg_.types);
 }
 
@@ -235,6 +239,12 @@ uint64_t KvCache::bytes_used() const {
   uint64_t b = 0;
   for (int l = 0; l < cfg_.shape.n_layer; ++l) b += layer_bytes(l);
   return b;
+}
+
+uint64_t KvCache::rows_bytes() const {
+  uint64_t n = 0;
+  for (int l = 0; l < cfg_.shape.n_layer; ++l) n += uint64_t(held(l));
+  return n * kv_position_bytes(cfg_.shape, cfg_.types);
 }
 
 uint64_t KvCache::bytes_allocated() const {
@@ -285,7 +295,7 @@ Status KvCache::begin(int pos0, int T) {
   for (int l = 0; l < cfg_.shape.n_layer; ++l) {
     const KvLayerRule& r = rule(l);
     const int n = n_slots(l);
-    if (r.keep == 0) {
+    if (r.keep == 0 || pool_) {  // paged: slots are positions, whatever the rule
       const int grown = pool_ ? kv_blocks_for(end, block_) * block_ : std::max({end, 2 * n, 64});
       if (end > n) {
         Status s = resize(l, grown, [](int) { return true; });
@@ -327,6 +337,10 @@ Status KvCache::end() {
   length_ = pending_end_;
   pending_end_ = -1;
   if (!cfg_.trim) return Status::Ok();
+  if (pool_) {
+    auto dropped = drop_outside(/*keeping_only=*/true);
+    return dropped.ok() ? Status::Ok() : Status(dropped.error());
+  }
   for (int l = 0; l < cfg_.shape.n_layer; ++l) {
     const KvLayerRule& r = rule(l);
     if (r.keep == 0 || n_slots(l) <= r.sink + r.keep) continue;
@@ -338,10 +352,10 @@ Status KvCache::end() {
 
 Status KvCache::shift(int first, int n) {
   if (pending_end_ >= 0) return make_error("kv cache: shift inside a begin()/end()");
-  if (pool_) return make_error("kv cache: a paged cache cannot be context-shifted");
   if (first < 0 || n <= 0 || first + n > length_)
     return make_error("kv cache: shift of positions [", first, ", ", first + n,
                       ") outside the positions held [0, ", length_, ")");
+  if (pool_) return shift_paged(first, n);
   for (int l = 0; l < cfg_.shape.n_layer; ++l)
     KV_TRY(relocate(l, n_slots(l), [&](int p) {
       return p < first ? p : p < first + n ? -1 : p - n;
@@ -399,26 +413,74 @@ Status KvCache::ensure_blocks(int n_slots) {
   return Status::Ok();
 }
 
-Status KvCache::copy_shared(int pos0, int end) {
-  for (auto& t : tables_)
-    for (int i = pos0 / block_; i <= (end - 1) / block_ && i < int(t.size()); ++i) {
-      const int old = t[size_t(i)];
-      // Shared with another table, or published for the prefix cache (whose rows must stay
-      // what the hash says): write into a copy.
-      if (old < 0 || (pool_->ref_count(old) < 2 && !pool_->published(old))) continue;
-      auto fresh = pool_->allocate();
-      if (!fresh.ok()) return fresh.error();
-      Status s = pool_->copy_block(*fresh, old);
-      if (!s.ok()) {
-        pool_->unref(*fresh);
-        return s;
-      }
-      pool_->unref(old);
-      t[size_t(i)] = *fresh;
-      ++cow_copies_;
-      KV_TRY(paged_changed());
+Status KvCache::own_block(int g, int i, bool fill_hole) {
+  int32_t& entry = tables_[size_t(g)][size_t(i)];
+  const int old = entry;
+  if (old < 0 && !fill_hole) return Status::Ok();
+  // Shared with another table, or published for the prefix cache (whose rows must stay
+  // what the hash says): write into a copy.
+  if (old >= 0 && pool_->ref_count(old) < 2 && !pool_->published(old)) return Status::Ok();
+  auto fresh = pool_->allocate();
+  if (!fresh.ok()) return fresh.error();
+  if (old >= 0) {
+    Status s = pool_->copy_block(*fresh, old);
+    if (!s.ok()) {
+      pool_->unref(*fresh);
+      return s;
     }
+    pool_->unref(old);
+    ++cow_copies_;
+  }
+  entry = *fresh;
+  return paged_changed();
+}
+
+Status KvCache::copy_shared(int pos0, int end) {
+  for (int g = 0; g < int(tables_.size()); ++g)
+    for (int i = pos0 / block_; i <= (end - 1) / block_ && i < int(tables_[size_t(g)].size()); ++i)
+      KV_TRY(own_block(g, i, /*fill_hole=*/false));
   return Status::Ok();
+}
+
+Status KvCache::shift_paged(int first, int n) {
+  const int len = length_, kept = len - n;
+  // Position p's rows exist in group g when the slot map of the group's layers says so.
+  std::vector<int> first_layer(tables_.size(), -1);
+  for (int l = cfg_.shape.n_layer - 1; l >= 0; --l)
+    first_layer[size_t(groups_.group_of[size_t(l)])] = l;
+  // Every later position p moves to p - n: its block there must be this table's alone
+  // (copied if shared, taken from the pool if a hole) before any row moves.
+  std::vector<KvPool::RowMove> moves;
+  for (int g = 0; g < int(tables_.size()); ++g) {
+    const auto& map = pos_[size_t(first_layer[size_t(g)])];
+    for (int s = first; s < kept; ++s)
+      if (map[size_t(s + n)] == s + n) KV_TRY(own_block(g, s / block_, /*fill_hole=*/true));
+    for (int s = first; s < kept; ++s) {
+      if (map[size_t(s + n)] != s + n) continue;
+      const int dst = physical_slot(first_layer[size_t(g)], s);
+      const int src = physical_slot(first_layer[size_t(g)], s + n);
+      KvPool::RowMove* last = moves.empty() ? nullptr : &moves.back();
+      // A move stays inside one block on each side and never overlaps itself (n rows at most).
+      if (last && last->dst + last->n == dst && last->src + last->n == src && dst % block_ != 0 &&
+          src % block_ != 0 && last->n < n)
+        ++last->n;
+      else
+        moves.push_back({dst, src, 1});
+    }
+  }
+  KV_TRY(pool_->move_rows(moves));
+  for (int l = 0; l < cfg_.shape.n_layer; ++l) {
+    auto& map = pos_[size_t(l)];
+    for (int s = first; s < kept; ++s) map[size_t(s)] = map[size_t(s + n)] == s + n ? s : -1;
+    for (int s = kept; s < int(map.size()); ++s) map[size_t(s)] = -1;
+  }
+  length_ = kept;
+  drop_blocks_past(kept);
+  if (cfg_.trim) {
+    auto dropped = drop_outside(/*keeping_only=*/true);
+    if (!dropped.ok()) return dropped.error();
+  }
+  return paged_changed();
 }
 
 Status KvCache::adopt(const std::vector<int32_t>& blocks, int n) {
@@ -466,12 +528,14 @@ Status KvCache::adopt_groups(const std::vector<std::vector<int32_t>>& tables, in
   return paged_changed();
 }
 
-Expected<int> KvCache::drop_outside_windows() {
+Expected<int> KvCache::drop_outside_windows() { return drop_outside(/*keeping_only=*/false); }
+
+Expected<int> KvCache::drop_outside(bool keeping_only) {
   if (!pool_ || pending_end_ >= 0) return 0;
   int dropped = 0;
   for (size_t g = 0; g < tables_.size(); ++g) {
     const int W = groups_.window[g], sink = groups_.sink[g];
-    if (W <= 0) continue;
+    if (W <= 0 || (keeping_only && groups_.keep[g] == 0)) continue;
     const int lo = length_ - W + 1;  // the oldest key a query at length() sees
     auto& t = tables_[g];
     for (int i = 0; i < int(t.size()) && (i + 1) * block_ <= lo; ++i) {
@@ -502,7 +566,7 @@ Status KvCache::truncate(int n) {
   if (pending_end_ >= 0) return make_error("kv cache: truncate inside a begin()/end()");
   if (n < 0 || n > length_)
     return make_error("kv cache: truncate to ", n, " positions of ", length_);
-  for (int l = 0; l < cfg_.shape.n_layer; ++l)
+  for (int l = 0; l < cfg_.shape.n_layer && !pool_; ++l)
     if (rule(l).keep != 0)
       return make_error("kv cache: layer ", l, " is a ring and cannot be truncated");
   for (size_t g = 0; pool_ && g < tables_.size(); ++g) {

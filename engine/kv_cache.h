@@ -31,15 +31,18 @@
 // (kv_layer_groups: layers with the same window and sink, cut into groups of equal size,
 // the pool's layers per block), each with its own block table; a logical slot s of layer
 // l lives in physical slot physical_slot(l, s) = blocks(g)[s / B] * B + s % B of the
-// pool's storage, g the layer's group and B the block size. Slots are positions (no
-// rings: rules with keep = 0). begin() takes blocks from the pool as positions arrive and
-// copies, before a write, any block another table also points to or the prefix cache
-// holds (copy-on-write); adopt() shares blocks of a prefix (another sequence's, or the
-// pool's prefix cache) without computing them; drop_outside_windows() gives back the
-// blocks of windowed groups that no later query can see (a hole, -1, in their table);
-// release() and the destructor return every block. A paged cache cannot be
-// context-shifted. A model without windows has one group: a block id is then the same in
-// every layer.
+// pool's storage, g the layer's group and B the block size. Slots are positions: there
+// are no rings. A rule with keep > 0 (a windowed layer that keeps only what its window
+// sees) makes end() give back the blocks of its group wholly outside the window, so such
+// a layer holds its window plus at most two partly used blocks. begin() takes blocks from
+// the pool as positions arrive and copies, before a write, any block another table also
+// points to or the prefix cache holds (copy-on-write); adopt() shares blocks of a prefix
+// (another sequence's, or the pool's prefix cache) without computing them;
+// drop_outside_windows() gives back the blocks of every windowed group that no later
+// query can see (a hole, -1, in their table); release() and the destructor return every
+// block. shift() moves rows inside the pool's blocks (KvPool::move_rows). KV_CACHE
+// (bytes_used) counts the bytes of the blocks held, partly used ones whole. A model
+// without windows has one group: a block id is then the same in every layer.
 // Extension points (KV element types, sink + window, context shift): add the dtype to
 // KvDtype and kv_row_bytes() and teach the backends' row load/store; a policy fills
 // KvLayerRule (sink, window, keep) in kv_cache_config(); the context shift is shift()
@@ -121,14 +124,14 @@ struct KvRange {
 // A run of n rows copied from old slot src.. to new slot dst.. during a relayout.
 class KvPool;
 
-// How a paged cache's layers share blocks: layers with the same (window, sink) in groups
+// How a paged cache's layers share blocks: layers with the same (window, sink, keep) in groups
 // of `size` layers (the greatest common divisor of those counts), so that every block of
 // the pool holds the same bytes whatever group it serves.
 struct KvLayerGroups {
   int size = 0;                  // layers per group (per block)
   std::vector<int> group_of;     // [L] the layer's group
   std::vector<int> index_of;     // [L] the layer's index within its group
-  std::vector<int> window, sink;  // [groups] the rule of the group's layers
+  std::vector<int> window, sink, keep;  // [groups] the rule of the group's layers
   int count() const { return int(window.size()); }
 };
 KvLayerGroups kv_layer_groups(const KvCacheConfig& c);
@@ -165,8 +168,13 @@ class KvCache {
   int held(int layer) const;                          // slots holding a position
   std::vector<KvRange> held_ranges(int layer) const;  // ascending, disjoint
 
-  uint64_t layer_bytes(int layer) const;  // bytes of the rows `layer` holds
+  // Bytes of the rows `layer` holds; paged: of the blocks its group holds (a partly used
+  // block counts whole), the layer's share of them.
+  uint64_t layer_bytes(int layer) const;
   uint64_t bytes_used() const;            // all layers: what KV_CACHE shows
+  // The rows of the positions held, without the unused rest of their blocks (for a cache
+  // that is not paged, bytes_used()).
+  uint64_t rows_bytes() const;
   uint64_t bytes_allocated() const;       // every slot, held or not
 
   // The forward's protocol (see the file comment). begin() fails when pos0 != length().
@@ -242,8 +250,16 @@ class KvCache {
 
   // Paged: blocks for n_slots slots in the table (taken from the pool as needed).
   Status ensure_blocks(int n_slots);
+  // Paged: makes block i of group g's table this cache's alone: a copy when another table
+  // shares it or the prefix cache holds it; a fresh block for a hole when fill_hole.
+  Status own_block(int g, int i, bool fill_hole);
   // Paged: copies every shared block that positions [pos0, end) fall in.
   Status copy_shared(int pos0, int end);
+  // Paged shift(): rows move inside the pool's blocks.
+  Status shift_paged(int first, int n);
+  // Paged: drop_outside_windows(), for every windowed group or only those whose layers
+  // keep just their window (keep > 0).
+  Expected<int> drop_outside(bool keeping_only);
   // Paged: gives back the blocks wholly past position n; every layer keeps the slots of
   // the blocks left.
   void drop_blocks_past(int n);

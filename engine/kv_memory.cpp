@@ -55,7 +55,25 @@ int64_t kv_positions_held(const KvMemoryShape& s, const KvMemoryOptions& o, int 
 uint64_t kv_bytes(const KvMemoryShape& s, const KvMemoryOptions& o, int64_t tokens) {
   const uint64_t per = kv_bytes_per_position(s, o);
   uint64_t total = 0;
-  for (int l = 0; l < s.n_layer; ++l) total += uint64_t(kv_positions_held(s, o, l, tokens)) * per;
+  tokens = std::max<int64_t>(tokens, 0);
+  for (int l = 0; l < s.n_layer; ++l) {
+    if (o.block <= 0) {
+      total += uint64_t(kv_positions_held(s, o, l, tokens)) * per;
+      continue;
+    }
+    const int64_t B = o.block, all = (tokens + B - 1) / B;
+    const bool own =
+        size_t(l) < s.layer_window.size() && s.layer_window[size_t(l)] > 0;
+    int64_t w = own ? s.layer_window[size_t(l)] : 0;
+    if (o.window > 0) w = w > 0 ? std::min<int64_t>(w, o.window) : o.window;
+    int64_t blocks = all;
+    if (w > 0) {
+      const int64_t first = std::max<int64_t>(0, tokens - w + 1) / B;
+      const int64_t sinks = (std::min<int64_t>(own ? 0 : o.sink, tokens) + B - 1) / B;
+      blocks = first <= sinks ? all : sinks + all - first;
+    }
+    total += uint64_t(blocks * B) * per;
+  }
   return total;
 }
 

@@ -46,6 +46,10 @@ struct KvMemoryOptions {
   int window = 0;  // > 0: each layer keeps at most sink + window positions (window alone
                    // in a layer with its own window: no sinks there)
   bool one_kv_head_per_query_head = false;  // Hkv = H (what GQA/MQA saves against)
+  // > 0: the cache holds whole blocks of this many positions (a paged cache over the KV
+  // pool): a layer holds the blocks of its positions, a windowed one from the block of
+  // the oldest key the next query sees (tokens - window + 1) on, and its sinks' blocks.
+  int block = 0;
 };
 
 // Bytes one position costs in one layer (K and V rows of every kv head); 0 when D does
@@ -57,7 +61,8 @@ uint64_t kv_bytes_per_token(const KvMemoryShape& s, const KvMemoryOptions& o);
 // sink + window).
 int64_t kv_positions_held(const KvMemoryShape& s, const KvMemoryOptions& o, int layer,
                           int64_t tokens);
-// Bytes the whole cache holds after `tokens` tokens (sum over layers).
+// Bytes the whole cache holds after `tokens` tokens (sum over layers; in whole blocks when
+// o.block > 0).
 uint64_t kv_bytes(const KvMemoryShape& s, const KvMemoryOptions& o, int64_t tokens);
 
 }  // namespace kvscope

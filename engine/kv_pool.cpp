@@ -144,6 +144,20 @@ Status KvPool::copy_block(int dst, int src) {
   return do_copy_block(dst, src);
 }
 
+Status KvPool::move_rows(const std::vector<RowMove>& moves) {
+  const int B = cfg_.block_size, slots = cfg_.n_blocks * B;
+  for (const RowMove& m : moves) {
+    const bool inside = m.n > 0 && m.dst >= 0 && m.src >= 0 && m.dst + m.n <= slots &&
+                        m.src + m.n <= slots && m.dst / B == (m.dst + m.n - 1) / B &&
+                        m.src / B == (m.src + m.n - 1) / B &&
+                        (m.dst + m.n <= m.src || m.src + m.n <= m.dst);
+    if (!inside)
+      return make_error("kv pool: a move of ", m.n, " rows from slot ", m.src, " to slot ", m.dst,
+                        " does not lie within blocks of the pool's ", slots, " slots");
+  }
+  return moves.empty() ? Status::Ok() : do_move_rows(moves);
+}
+
 Status KvPool::check(const std::vector<const std::vector<int32_t>*>& tables) const {
   std::vector<int> seen(ref_.size(), 0);
   for (const auto* t : tables)

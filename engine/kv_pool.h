@@ -100,6 +100,14 @@ class KvPool {
 
   // Copies block src's rows to block dst in every layer (copy-on-write).
   Status copy_block(int dst, int src);
+  // A row move: n consecutive physical slots from src.. to dst.. (within one block each).
+  struct RowMove {
+    int dst = 0, src = 0, n = 0;
+  };
+  // Copies the K and V rows of each move in every layer, one move after the other, in
+  // order (a later move may read what an earlier one wrote; the slots of one move do not
+  // overlap). A context shift moves rows this way.
+  Status move_rows(const std::vector<RowMove>& moves);
 
   // The invariants, against every block table that exists (-1 entries are holes): each
   // block's count equals the number of table entries that point to it; every block is in exactly one state; the
@@ -110,6 +118,8 @@ class KvPool {
   explicit KvPool(KvPoolConfig cfg);
   // Storage: copy block src's K and V rows to block dst in every layer.
   virtual Status do_copy_block(int dst, int src) = 0;
+  // Storage: move_rows() (moves already checked to lie inside the pool).
+  virtual Status do_move_rows(const std::vector<RowMove>& moves) = 0;
 
  private:
   KvPoolConfig cfg_;

@@ -44,6 +44,9 @@ Expected<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Model> 
                         " stores blocks of 32 values along the head dimension, but this model's "
                         "heads have ", model->config().head_dim, " dims (use f16 or f32)");
   KV_TRY(kv_limits_check(config.limits, model->config().n_ctx));
+  if (!kv_block_size_ok(config.kv_block))
+    return make_error("kv-block: ", config.kv_block, " positions per block is not one of ",
+                      kv_block_size_choices());
   if (config.limits.on_full == ContextPolicy::Shift && config.limits.n_keep > 0 &&
       config.kv_policy == KvPolicy::ModelWindow) {
     // A windowed layer's ring has evicted the first positions long before the context
@@ -140,6 +143,22 @@ Status Session::set_mode(CacheMode mode) {
   return Status::Ok();
 }
 
+Status Session::ensure_pool(const KvCacheConfig& cfg) {
+  if (pool_) return Status::Ok();
+  const KvLayerGroups groups = kv_layer_groups(cfg);
+  KvPoolConfig pc;
+  pc.shape = {groups.size, cfg.shape.n_head_kv, cfg.shape.head_dim};
+  pc.types = cfg.types;
+  pc.block_size = config_.kv_block;
+  // Every position of the context in every group: what NO CACHE's scratch cache holds at
+  // the end of a full context (a cache never holds more).
+  pc.n_blocks = kv_blocks_for(context_limit(), pc.block_size) * groups.count();
+  auto pool = backend_->create_kv_pool(pc);
+  if (!pool.ok()) return pool.error();
+  pool_ = std::move(*pool);
+  return Status::Ok();
+}
+
 uint64_t Session::kv_bytes() const { return cache_ ? cache_->bytes_used() : 0; }
 
 std::string Session::generated_text() const { return display_text(gen_bytes_); }
@@ -192,9 +211,9 @@ Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
   } else {
     // A new cache (CACHE) or the scratch cache of NO CACHE, which has the same masks and
     // holds every position it computes: the whole history, shifts replayed.
-    auto made = config_.mode == CacheMode::Cache
-                    ? backend_->create_kv_cache(kv_cfg, std::max(seq + 64, 256))
-                    : backend_->create_kv_cache(kv_config_scratch(kv_cfg), seq);
+    KV_TRY(ensure_pool(kv_cfg));
+    auto made = backend_->create_paged_kv_cache(
+        config_.mode == CacheMode::Cache ? kv_cfg : kv_config_scratch(kv_cfg), pool_);
     if (!made.ok()) return made.error();
     (config_.mode == CacheMode::Cache ? cache_ : scratch) = std::move(made.value());
     fs = replay(cache_ ? *cache_ : *scratch, fo, &pos0, &T);
@@ -274,7 +293,7 @@ Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
     }
   }
   tr.kv_bytes = cache_ ? cache_->bytes_used() : 0;
-  tr.kv_transient_bytes = scratch ? scratch->bytes_used() : 0;
+  tr.kv_transient_bytes = scratch ? scratch->rows_bytes() : 0;
   scratch.reset();
 
   // Commit the token and check the stop conditions.

@@ -1,11 +1,14 @@
 // session.h — the step-by-step generation loop and what each step reports.
 //
-// A Session owns a backend and (in CACHE mode) a KV cache. reset() tokenizes a prompt;
+// A Session owns a backend, a pool of KV blocks (engine/kv_pool.h: enough for the whole
+// context, its memory touched only as blocks are used) and, in CACHE mode, a paged KV
+// cache over it: one sequence served from the same kind of pool a batch is (a batch of
+// one). reset() tokenizes a prompt;
 // each step() runs one forward pass and samples one token:
 //   CACHE:    the forward processes every token not yet in the cache (the whole prompt
 //             on the first step, one token afterwards) and appends their K/V.
-//   NO_CACHE: the forward processes the whole sequence into a scratch cache that is
-//             discarded afterwards — the real quadratic loop.
+//   NO_CACHE: the forward processes the whole sequence into a scratch cache (blocks of
+//             the same pool) that is discarded afterwards — the real quadratic loop.
 // Switching NO_CACHE -> CACHE rebuilds the cache with one prefill on the next step;
 // CACHE -> NO_CACHE frees it. Both modes give the same tokens (greedy).
 //
@@ -55,6 +58,7 @@ struct SessionConfig {
   KvTypes kv_types;                       // K and V element types of the cache
   KvPolicy kv_policy = KvPolicy::ModelWindow;  // which positions windowed layers keep
   KvLimits limits;  // context size, what happens when it is full, sink + window (kv_policy.h)
+  int kv_block = 16;  // positions per block of the KV pool (kv_block_size_ok)
   int max_tokens = 256;                   // generated tokens, then StopReason::MaxTokens
   std::vector<std::string> stop_strings;  // stop when the generated text contains one
   bool stop_at_eos = true;
@@ -126,8 +130,10 @@ struct StepTrace {
   CacheMode mode = CacheMode::Cache;
   uint64_t flops = 0, flops_total = 0;      // multiply-adds x2 of this step / since reset
   uint64_t kv_rows = 0, kv_rows_total = 0;  // K/V rows computed (tokens processed x layers)
-  uint64_t kv_bytes = 0;            // bytes held by the KV cache after the step (0 in NO_CACHE)
-  uint64_t kv_transient_bytes = 0;  // K/V bytes computed this step and thrown away (NO_CACHE)
+  // Bytes of the KV blocks the cache holds after the step, partly used ones whole (0 in
+  // NO_CACHE).
+  uint64_t kv_bytes = 0;
+  uint64_t kv_transient_bytes = 0;  // K/V rows' bytes computed this step and thrown away (NO_CACHE)
   int seq_len = 0;                  // tokens in the sequence after the step
   int tokens_processed = 0;         // tokens through the forward this step
   double ms = 0;                    // wall time of the step (forward + sampling)
@@ -200,6 +206,9 @@ class Session {
   SessionConfig config_;
   SamplerConfig sampler_cfg_;
   Sampler sampler_;
+  // The pool for the cache's configuration `cfg` (made on first use).
+  Status ensure_pool(const KvCacheConfig& cfg);
+  std::shared_ptr<KvPool> pool_;    // made by the first step
   std::unique_ptr<KvCache> cache_;  // CACHE mode only
   std::vector<int32_t> tokens_;
   std::vector<int32_t> history_;

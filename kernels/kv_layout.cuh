@@ -10,8 +10,10 @@
 
 namespace kvscope::cuda {
 
-// Slot of position p: p itself below the sinks, then a ring over the other slots.
+// Slot of position p: p itself below the sinks, then a ring over the other slots; in a
+// paged cache (no rings) always p.
 __device__ __forceinline__ int kv_slot(const KvLayer& kv, int p) {
+  if (kv.blocks) return p;
   return p < kv.sink ? p : kv.sink + (p - kv.sink) % (kv.n_slots - kv.sink);
 }
 

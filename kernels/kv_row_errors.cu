@@ -47,7 +47,7 @@ __global__ void kv_row_errors_kernel(const float* k, const float* v, const uint8
 cudaError_t kv_row_errors(KvLayer kv, const float* k, const float* v, int T, int pos0,
                           const int* pos0_dev, float* k_err, float* v_err, cudaStream_t s) {
   if (T <= 0) return cudaSuccess;
-  if (kv.n_slots <= kv.sink) return cudaErrorInvalidValue;
+  if (kv.blocks == nullptr && kv.n_slots <= kv.sink) return cudaErrorInvalidValue;
   return kv_dispatch(kv, [&](auto kt, auto vt) {
     using KE = typename decltype(kt)::type;
     using VE = typename decltype(vt)::type;

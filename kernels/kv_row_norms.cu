@@ -38,7 +38,7 @@ __global__ void kv_row_norms_kernel(const uint8_t* kc, const uint8_t* vc, KvLaye
 cudaError_t kv_row_norms(KvLayer kv, int pos0, const int* pos0_dev, int T, float* k_norm,
                      float* v_norm, cudaStream_t s) {
   if (T <= 0) return cudaSuccess;
-  if (kv.n_slots <= kv.sink) return cudaErrorInvalidValue;
+  if (kv.blocks == nullptr && kv.n_slots <= kv.sink) return cudaErrorInvalidValue;
   return kv_dispatch(kv, [&](auto kt, auto vt) {
     using KE = typename decltype(kt)::type;
     using VE = typename decltype(vt)::type;

@@ -42,7 +42,7 @@ __global__ void kv_write_kernel(const float* k, const float* v, int T, KvLayer k
 cudaError_t kv_write(KvLayer kv, const float* k, const float* v, int T, int pos0, cudaStream_t s) {
   const int64_t chunks = int64_t(T) * kv.n_head_kv * ((kv.head_dim + 31) / 32);
   if (chunks <= 0) return cudaSuccess;
-  if (kv.pos == nullptr || kv.n_slots <= kv.sink) return cudaErrorInvalidValue;
+  if (kv.pos == nullptr || (kv.blocks == nullptr && kv.n_slots <= kv.sink)) return cudaErrorInvalidValue;
   const int64_t blocks = (chunks + kThreads / 32 - 1) / (kThreads / 32);
   const dim3 grid(unsigned(blocks < 4096 ? blocks : 4096));
   return kv_dispatch(kv, [&](auto kt, auto vt) {

@@ -63,7 +63,7 @@ cudaError_t rope_kv_write(float* q, float* k, const float* v, int T, int n_head,
                           KvLayer kv, int pos0, const int* pos0_dev, cudaStream_t s) {
   if (T <= 0) return cudaSuccess;
   if (r.n_rot < 0 || r.n_rot % 2 != 0 || r.n_rot > kv.head_dim || n_head <= 0 ||
-      kv.n_head_kv <= 0 || kv.pos == nullptr || kv.n_slots <= kv.sink)
+      kv.n_head_kv <= 0 || kv.pos == nullptr || (kv.blocks == nullptr && kv.n_slots <= kv.sink))
     return cudaErrorInvalidValue;
   // One rotation per thread at decode, and at least one warp per stored chunk up to 512.
   const int rot = (n_head + kv.n_head_kv) * (r.n_rot / 2);

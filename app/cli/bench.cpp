@@ -84,6 +84,13 @@ Expected<BenchRun> measure(Backend& backend, const Model& m, const std::vector<i
                            KvTypes types) {
   const KvCacheConfig kv_cfg = kv_cache_config(m, types, KvPolicy::ModelWindow);
   const KvCacheConfig scratch_cfg = kv_config_scratch(kv_cfg);  // NO CACHE's
+  // The caches a session uses: paged, over one pool with room for the longest run.
+  const KvLayerGroups groups = kv_layer_groups(kv_cfg);
+  KvPoolConfig pc{{groups.size, kv_cfg.shape.n_head_kv, kv_cfg.shape.head_dim}, types, 16, 0};
+  pc.n_blocks = kv_blocks_for(std::max(std::end(kNoCache)[-1], std::end(kDepths)[-1] + kDecode), 16) *
+                groups.count();
+  auto pool = backend.create_kv_pool(pc);
+  if (!pool.ok()) return pool.error();
   BenchRun run;
   run.backend = backend.name();
   run.kv_types = types;
@@ -91,7 +98,7 @@ Expected<BenchRun> measure(Backend& backend, const Model& m, const std::vector<i
   for (int len : kNoCache) {
     double best = 1e30;
     for (int rep = 0; rep < 3; ++rep) {
-      auto cache = backend.create_kv_cache(scratch_cfg, len);
+      auto cache = backend.create_paged_kv_cache(scratch_cfg, *pool);
       if (!cache.ok()) return cache.error();
       ForwardOutput out;
       const double t0 = now_ms();
@@ -101,7 +108,7 @@ Expected<BenchRun> measure(Backend& backend, const Model& m, const std::vector<i
     run.nocache_ms.push_back({len, best});
   }
   for (int depth : kDepths) {
-    auto cache = backend.create_kv_cache(kv_cfg, depth + kDecode);
+    auto cache = backend.create_paged_kv_cache(kv_cfg, *pool);
     if (!cache.ok()) return cache.error();
     ForwardOutput out;
     if (depth > 0) KV_TRY(forward(backend, m, tokens.data(), depth, 0, **cache, out));

@@ -24,6 +24,7 @@ Expected<EngineHandle> open_engine(const EngineOptions& opts) {
   cfg.kv_types = opts.kv_types;
   cfg.limits = opts.limits;
   cfg.kv_policy = opts.kv_policy;
+  cfg.kv_block = opts.kv_block;
   cfg.kv_errors = opts.kv_errors;
   auto session = Session::create(h.model, std::move(backend.value()), cfg);
   if (!session.ok()) return session.error();
@@ -33,7 +34,8 @@ Expected<EngineHandle> open_engine(const EngineOptions& opts) {
 
 bool kv_cache_differs(const EngineOptions& a, const EngineOptions& b) {
   const KvLimits &x = a.limits, &y = b.limits;
-  return !(a.kv_types == b.kv_types) || a.kv_policy != b.kv_policy || x.n_ctx != y.n_ctx ||
+  return !(a.kv_types == b.kv_types) || a.kv_policy != b.kv_policy || a.kv_block != b.kv_block ||
+         x.n_ctx != y.n_ctx ||
          x.on_full != y.on_full || x.n_keep != y.n_keep || x.sink != y.sink || x.window != y.window;
 }
 
@@ -41,6 +43,7 @@ EngineOptions with_kv_cache_of(EngineOptions current, const EngineOptions& edit)
   current.kv_types = edit.kv_types;
   current.limits = edit.limits;
   current.kv_policy = edit.kv_policy;
+  current.kv_block = edit.kv_block;
   return current;
 }
 

@@ -22,6 +22,7 @@ struct EngineOptions {
   // What the model's own sliding-window layers keep (Gemma 3): their window, or every
   // position (the CLI's --kv-keep window|full).
   KvPolicy kv_policy = KvPolicy::ModelWindow;
+  int kv_block = 16;  // positions per block of the KV pool (the CLI's --kv-block)
   // Measure each written K/V row's quantization error (the error colouring of the KV blocks).
   bool kv_errors = false;
 };

@@ -9,6 +9,7 @@ KvMemoryOptions whatif_options(const WhatIfChoice& c) {
   o.window = c.window;
   o.sink = c.window > 0 ? c.sink : 0;
   o.one_kv_head_per_query_head = c.one_kv_head_per_query_head;
+  o.block = c.block;
   return o;
 }
 
@@ -43,9 +44,10 @@ std::vector<WhatIfRow> whatif_types(const KvMemoryShape& model, const WhatIfChoi
   return rows;
 }
 
-WhatIfChoice run_kv_choice(KvTypes types, const KvLimits& limits) {
+WhatIfChoice run_kv_choice(KvTypes types, const KvLimits& limits, int block) {
   WhatIfChoice c;
   c.types = types;
+  c.block = block;
   c.window = limits.window;
   c.sink = limits.window > 0 ? limits.sink : 0;
   return c;
@@ -57,7 +59,10 @@ LiveKv live_kv(const KvMemoryShape& model, const WhatIfChoice& run, int position
   l.positions = positions;
   l.held = held;
   const KvMemoryOptions o = whatif_options(run);
-  l.formula = kv_bytes(whatif_shape(model, run), o, seq_len);
+  l.in_blocks = kv_bytes(whatif_shape(model, run), o, seq_len);
+  KvMemoryOptions exact = o;
+  exact.block = 0;
+  l.formula = kv_bytes(whatif_shape(model, run), exact, seq_len);
   WhatIfChoice all = run;
   all.model_window = false;
   all.window = all.sink = 0;

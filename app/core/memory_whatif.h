@@ -23,6 +23,7 @@ struct WhatIfChoice {
   bool model_window = true;  // the model's own windowed layers keep only their window
   int sink = 0, window = 0;  // sink + window on every layer (window 0: off)
   bool one_kv_head_per_query_head = false;
+  int block = 0;  // > 0: the cache holds whole blocks of this many positions (the KV pool)
   bool operator==(const WhatIfChoice&) const = default;
 };
 
@@ -44,14 +45,17 @@ std::vector<WhatIfRow> whatif_models(const KvMemoryShape& model, const WhatIfCho
 std::vector<WhatIfRow> whatif_types(const KvMemoryShape& model, const WhatIfChoice& c, int64_t ctx);
 
 // A run's own settings as a choice (the model's windows on, as the engine runs it).
-WhatIfChoice run_kv_choice(KvTypes types, const KvLimits& limits);
+WhatIfChoice run_kv_choice(KvTypes types, const KvLimits& limits, int block = 16);
 
 // The run as it stands, next to the formula for its own settings.
 struct LiveKv {
   int positions = 0;            // positions that went through the cache
   uint64_t held = 0;            // bytes the run's cache really holds (StepTrace::kv_bytes)
   uint64_t formula = 0;         // the formula for the run's settings at `positions`
-  uint64_t without_window = 0;  // the same with no window at all (every position held)
+  // The same in the whole blocks a paged cache holds (equal to formula when block is 0);
+  // what `held` must equal.
+  uint64_t in_blocks = 0;
+  uint64_t without_window = 0;  // in_blocks with no window at all (every position held)
   uint64_t per_token = 0;       // bytes per position, every layer (GQA as the model has it)
   uint64_t per_token_mha = 0;   // the same with one KV head per query head
 };

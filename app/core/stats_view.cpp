@@ -5,7 +5,8 @@
 
 namespace kvscope::app {
 
-StatsView make_stats_view(const Timeline& tl, double target_tok_s, bool playing) {
+StatsView make_stats_view(const Timeline& tl, double target_tok_s, bool playing,
+                          uint64_t kv_bytes_per_token) {
   StatsView v;
   v.steps = tl.step_count();
   v.live = tl.live();
@@ -44,15 +45,15 @@ StatsView make_stats_view(const Timeline& tl, double target_tok_s, bool playing)
       v.kv_positions = hi;
       v.kv_positions_min = lo;
       v.kv_layer_rows = rows;
-      v.kv_bytes_per_row = t->kv_bytes / rows;
+    }
+    const uint64_t L = t->kv_layers.size();
+    if (kv_bytes_per_token > 0 && kv_bytes_per_token % L == 0) {
+      v.kv_bytes_per_position = kv_bytes_per_token;
+      v.kv_bytes_per_row = kv_bytes_per_token / L;
+      v.kv_layer_slots = t->kv_bytes / v.kv_bytes_per_row;
+      v.kv_slots = int(v.kv_layer_slots / L);
     }
   }
-  // Every layer holds the same positions: bytes per position is exact; else it is per
-  // position held in every layer (the model's K+V bytes per token).
-  v.kv_bytes_per_position =
-      v.kv_layer_rows > 0
-          ? v.kv_bytes_per_row * t->kv_layers.size()
-          : (v.kv_positions > 0 ? t->kv_bytes / uint64_t(v.kv_positions) : 0);
   v.device_time = t->device_ms >= 0;
   v.step_ms = v.device_time ? t->device_ms : t->ms;
   v.tokens_processed = t->tokens_processed;

@@ -3,11 +3,11 @@
 //
 // - Positions are 0-based everywhere: step k writes position `write_pos` (its sampled
 //   token); its query is the token at write_pos − 1; SEQ_LEN counts positions 0..write_pos.
-// - KV_CACHE per position = bytes held / positions held (the newest token has no K/V yet),
-//   which is the model's K+V bytes per token exactly; it never drifts with SEQ_LEN. When
-//   layers hold different positions (sliding-window layers, sink + window), the count is
-//   per layer (fullest and emptiest) and the size is bytes held / (layer, position) pairs
-//   held, times the layers.
+// - KV_CACHE counts the blocks of the KV pool the cache holds, each a fixed number of
+//   positions in every layer of its group, the last partly used; so bytes held = slots x
+//   the model's K+V bytes per (layer, position), where slots >= the positions held (the
+//   newest token has no K/V yet). When layers hold different positions (sliding-window
+//   layers, sink + window), the count is per layer (fullest and emptiest).
 // - Speed: time to first token and prefill tokens/s come from step 1 alone; decode rates from
 //   the later steps. "engine" = tokens per second of engine time; "delivered" = per second of
 //   wall time over the same steps, so delivered <= engine by construction. When playing at a
@@ -33,8 +33,12 @@ struct StatsView {
   int kv_positions = 0;      // positions whose K/V the cache holds (the fullest layer)
   int kv_positions_min = 0;  // the same in the layer holding the fewest (windowed layers)
   uint64_t kv_layer_rows = 0;     // (layer, position) pairs held, 0 when not reported
-  uint64_t kv_bytes_per_row = 0;  // K+V bytes of one layer at one position
+  uint64_t kv_bytes_per_row = 0;  // K+V bytes of one layer at one position (0: not known)
   uint64_t kv_bytes_per_position = 0;  // K+V bytes of one position in every layer
+  // (layer, slot) pairs of the blocks held: kv_bytes / kv_bytes_per_row (>= kv_layer_rows);
+  // per layer on average, kv_slots.
+  uint64_t kv_layer_slots = 0;
+  int kv_slots = 0;
   double step_ms = 0;
   bool device_time = false;
   int tokens_processed = 0;
@@ -44,7 +48,10 @@ struct StatsView {
   std::string finish_reason;
 };
 
-// `target_tok_s` is the speed setting (0 = as fast as possible); `playing` the controller's.
-StatsView make_stats_view(const Timeline& tl, double target_tok_s, bool playing);
+// `target_tok_s` is the speed setting (0 = as fast as possible); `playing` the controller's;
+// `kv_bytes_per_token` the model's K+V bytes of one position in every layer
+// (ModelFacts::kv_bytes_per_token; 0: not known, and the slots are not counted).
+StatsView make_stats_view(const Timeline& tl, double target_tok_s, bool playing,
+                          uint64_t kv_bytes_per_token = 0);
 
 }  // namespace kvscope::app

@@ -54,6 +54,8 @@ void add_kv_options(CLI::App& app, KvOptions& o, const std::string& prefix) {
   app.add_option("--" + prefix + "kv-keep", o.kv_keep,
                  "What the model's sliding-window layers keep: window (only the positions their "
                  "window sees, the default) or full (every position; the window still masks)");
+  app.add_option("--" + prefix + "kv-block", o.block, "Positions per KV block")
+      ->check(CLI::IsMember({8, 16, 32}));
 }
 
 Status apply_kv_options(const KvOptions& o, SessionConfig& cfg, const std::string& prefix) {
@@ -66,6 +68,10 @@ Status apply_kv_options(const KvOptions& o, SessionConfig& cfg, const std::strin
   cfg.limits.n_keep = o.n_keep;
   cfg.limits.sink = o.sink;
   cfg.limits.window = o.window;
+  if (!kv_block_size_ok(o.block))
+    return make_error(p, "kv-block: ", o.block, " positions per block is not one of ",
+                      kv_block_size_choices());
+  cfg.kv_block = o.block;
   if (o.kv_keep == "window")
     cfg.kv_policy = KvPolicy::ModelWindow;
   else if (o.kv_keep == "full")

@@ -1,5 +1,5 @@
-// kv_options.h — the KV cache options shared by generate, record, compare and
-// perplexity: element types of K and V, the context size, what a full context does (stop or shift,
+// kv_options.h — the KV cache options shared by generate, record, compare, perplexity and
+// the app: element types of K and V, the block size of the KV pool, the context size, what a full context does (stop or shift,
 // keeping n_keep positions), sink + window (engine/kv_policy.h) and what the model's own
 // sliding-window layers keep (engine/kv_cache.h KvPolicy). Values are
 // checked here and by the engine (Session::create), and a bad one is one clear error line.
@@ -32,6 +32,7 @@ struct KvOptions : KvTypeOptions {
   int n_keep = 0;
   int sink = 0, window = 0;
   std::string kv_keep = "window";  // windowed layers keep their window ("window") or all ("full")
+  int block = 16;  // positions per block of the KV pool
 };
 
 // Adds --kv-type, --kv-type-k and --kv-type-v to `app`, with `prefix` before each name.
@@ -42,7 +43,7 @@ void add_kv_type_options(CLI::App& app, KvTypeOptions& o, const std::string& pre
 Status parse_kv_type_options(const KvTypeOptions& o, KvTypes* out, const std::string& prefix = "");
 
 // Adds --kv-type, --kv-type-k, --kv-type-v, --ctx, --ctx-full, --n-keep, --kv-sink,
-// --kv-window and --kv-keep to `app`,
+// --kv-window, --kv-keep and --kv-block to `app`,
 // with `prefix` before each name (e.g. "ref-").
 void add_kv_options(CLI::App& app, KvOptions& o, const std::string& prefix = "");
 // Writes the options into `cfg`; an unknown type or a bad size is an Error naming the

@@ -16,6 +16,7 @@ EngineOptions engine_options(const CaptureOptions& cap, CacheMode mode, int max_
   eo.kv_types = cap.kv_types;
   eo.limits = cap.limits;
   eo.kv_policy = cap.kv_policy;
+  eo.kv_block = cap.kv_block;
   eo.kv_errors = cap.kv_errors;
   return eo;
 }

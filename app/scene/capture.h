@@ -38,6 +38,7 @@ struct CaptureOptions {
   KvTypes kv_types;          // the KV cache: element types, context size, sink + window
   KvLimits limits;
   KvPolicy kv_policy = KvPolicy::ModelWindow;  // --kv-keep window|full
+  int kv_block = 16;                           // --kv-block
   bool kv_errors = false;  // --kv-error: measure the rows' quantization error (and colour by it)
   // > 0 (screenshot): run the Cache quality comparison of this cache against the f16
   // full-context reference for this many steps and show that section alone (unless

@@ -211,7 +211,8 @@ void screenshot_ui(UiState& ui, const CaptureOptions& opts, const ShotRun& run,
   ui.rss_bytes = process_resident_bytes();
   ui.replay = !opts.replay_path.empty();
   ui.replay_path = opts.replay_path;
-  ui.run_kv = run_kv_choice(ui.facts.kv_types, opts.replay_path.empty() ? opts.limits : KvLimits{});
+  ui.run_kv = run_kv_choice(ui.facts.kv_types, opts.replay_path.empty() ? opts.limits : KvLimits{},
+                            opts.replay_path.empty() ? opts.kv_block : 0);
   // What the Cache quality section opens.
   ui.engine_options = engine_options(opts, ui.engine_options.mode, ui.engine_options.max_tokens);
   ui.view = opts.view;

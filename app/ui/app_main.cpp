@@ -44,6 +44,7 @@ Status apply(const CLI::App& app, const cli::EngineArgs& engine, const cli::KvOp
   cap.kv_types = cfg.kv_types;
   cap.limits = cfg.limits;
   cap.kv_policy = cfg.kv_policy;
+  cap.kv_block = cfg.kv_block;
   cap.kv_errors = c.kv_error;
   cap.view.color_by_error = c.kv_error;
 

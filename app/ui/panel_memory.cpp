@@ -41,13 +41,22 @@ void live_section(const UiState& ui, const Timeline& tl, const KvMemoryShape& sh
   } else {
     ImGui::TextColored(accent, "held      %s for %d positions", format_bytes(l.held).c_str(),
                        l.positions);
-    ImGui::Text("formula   %s%s", format_bytes(l.formula).c_str(),
-                l.formula == l.held ? "  (equal)" : "  (differs)");
+    ImGui::Text("formula   %s", format_bytes(l.formula).c_str());
     if (ImGui::IsItemHovered())
       ImGui::SetTooltip(
           "2 x %d layers x %d KV heads x %d dims x bytes per value (%s)\n"
           "x positions each layer holds, summed over layers",
           shape.n_layer, shape.n_head_kv, shape.head_dim, kv_types_name(ui.run_kv.types).c_str());
+    if (ui.run_kv.block > 0) {
+      ImGui::Text("in blocks %s%s", format_bytes(l.in_blocks).c_str(),
+                  l.in_blocks == l.held ? "  (equal)" : "  (differs)");
+      if (ImGui::IsItemHovered())
+        ImGui::SetTooltip(
+            "The same rows in the whole blocks of %d positions the cache takes from the\n"
+            "KV pool: each layer's last block is partly used, and a windowed layer gives a\n"
+            "block back only once no later query sees any of it.",
+            ui.run_kv.block);
+    }
   }
   if (l.without_window != l.formula)
     ImGui::Text("no window %s (%.1fx)", format_bytes(l.without_window).c_str(),

@@ -19,7 +19,7 @@ void panel_stats(const UiState& ui, const ControllerState& cs, const Timeline& t
   ImGuiIO& io = ImGui::GetIO();
   const ImVec4 accent(1.0f, 0.62f, 0.35f, 1.0f), warn(1.0f, 0.8f, 0.3f, 1.0f);
   const double target = cs.speed <= kSpeedMax ? 0.0 : double(cs.speed);
-  const StatsView v = make_stats_view(tl, target, cs.playing);
+  const StatsView v = make_stats_view(tl, target, cs.playing, ui.facts.kv_bytes_per_token);
   const bool nocache = v.mode == CacheMode::NoCache;
 
   ImGui::TextColored(accent, "MODE      %s", nocache ? "NO CACHE" : "KV CACHE");
@@ -39,15 +39,23 @@ void panel_stats(const UiState& ui, const ControllerState& cs, const Timeline& t
     if (!nocache) {
       ImGui::TextColored(accent, "KV_CACHE  %s", format_bytes(v.kv_bytes).c_str());
       if (v.kv_positions_min == v.kv_positions) {
-        ImGui::Text("          %d positions x %s", v.kv_positions,
-                    format_bytes(v.kv_bytes_per_position).c_str());
+        if (v.kv_slots > 0 && v.kv_slots != v.kv_positions)
+          ImGui::Text("          %d positions in %d slots x %s", v.kv_positions, v.kv_slots,
+                      format_bytes(v.kv_bytes_per_position).c_str());
+        else
+          ImGui::Text("          %d positions x %s", v.kv_positions,
+                      format_bytes(v.kv_bytes_per_position).c_str());
       } else {
         ImGui::Text("          %d-%d positions per layer", v.kv_positions_min, v.kv_positions);
-        hover_tooltip(
-            "Windowed layers keep only their recent positions: the emptiest layer\n"
-            "holds %d, the fullest %d. %s per layer and position.",
-            v.kv_positions_min, v.kv_positions, format_bytes(v.kv_bytes_per_row).c_str());
       }
+      hover_tooltip(
+          "The cache takes its K/V rows from a pool in blocks of a fixed number of positions\n"
+          "(--kv-block, 16 by default); KV_CACHE counts the blocks held, the last one partly\n"
+          "used. Windowed layers give a block back once no later query sees any of it.\n"
+          "Positions held per layer: %d to %d; slots in the blocks held: %llu (layer x\n"
+          "position pairs); %s per layer and position.",
+          v.kv_positions_min, v.kv_positions, static_cast<unsigned long long>(v.kv_layer_slots),
+          format_bytes(v.kv_bytes_per_row).c_str());
     } else {
       ImGui::TextColored(accent, "KV_CACHE  0 B held");
       ImGui::Text("          %s recomputed, discarded", format_bytes(v.kv_transient_bytes).c_str());

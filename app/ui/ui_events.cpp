@@ -44,7 +44,8 @@ void apply_event(UiState& ui, Controller& ctl, Timeline& tl, const Event& e, dou
       ui.mode = e.mode;
       // The KV memory section compares against this source's own cache settings.
       ui.run_kv =
-          run_kv_choice(ui.facts.kv_types, e.replay ? KvLimits{} : ui.engine_options.limits);
+          run_kv_choice(ui.facts.kv_types, e.replay ? KvLimits{} : ui.engine_options.limits,
+                        e.replay ? 0 : ui.engine_options.kv_block);
       ui.whatif_set = false;
       if (ui.view.layer == kMiddleLayer || ui.view.layer >= ui.facts.n_layer)
         ui.view.layer = ui.facts.n_layer / 2;

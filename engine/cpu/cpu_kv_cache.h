@@ -61,6 +61,18 @@ class CpuKvPool final : public KvPool {
       }
     return Status::Ok();
   }
+  Status do_move_rows(const std::vector<RowMove>& moves) override {
+    const KvShape& sh = config().shape;
+    for (const RowMove& m : moves)
+      for (int l = 0; l < sh.n_layer; ++l)
+        for (int h = 0; h < sh.n_head_kv; ++h) {
+          std::memcpy(k_row(l, h, m.dst), k_row(l, h, m.src),
+                      size_t(m.n) * kv_row_bytes(config().types.k, sh.head_dim));
+          std::memcpy(v_row(l, h, m.dst), v_row(l, h, m.src),
+                      size_t(m.n) * kv_row_bytes(config().types.v, sh.head_dim));
+        }
+    return Status::Ok();
+  }
 
  private:
   explicit CpuKvPool(const KvPoolConfig& c) : KvPool(c) {}

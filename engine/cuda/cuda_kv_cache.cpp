@@ -49,6 +49,26 @@ Expected<std::shared_ptr<KvPool>> CudaKvPool::create(const KvPoolConfig& config,
   return std::shared_ptr<KvPool>(std::move(pool));
 }
 
+Status CudaKvPool::do_move_rows(const std::vector<RowMove>& moves) {
+  // One copy per move, layer, side and kv head. Copies on one stream run in order, as
+  // move_rows() promises. (A context shift is rare: a few thousand small copies.)
+  const KvShape& sh = config().shape;
+  for (const RowMove& m : moves)
+    for (int l = 0; l < sh.n_layer; ++l)
+      for (auto [side, type] : {std::pair{&k_, config().types.k}, std::pair{&v_, config().types.v}}) {
+        const size_t rb = kv_row_bytes(type, sh.head_dim);
+        auto* base = static_cast<uint8_t*>((*side)[size_t(l)].p);
+        for (int h = 0; h < sh.n_head_kv; ++h) {
+          const size_t head = size_t(h) * size_t(rows());
+          KV_TRY(cuda_check(cudaMemcpyAsync(base + (head + size_t(m.dst)) * rb,
+                                            base + (head + size_t(m.src)) * rb, size_t(m.n) * rb,
+                                            cudaMemcpyDeviceToDevice, stream_),
+                            "moving KV rows"));
+        }
+      }
+  return Status::Ok();
+}
+
 Status CudaKvPool::do_copy_block(int dst, int src) {
   const KvShape& sh = config().shape;
   const size_t B = size_t(block_size());
@@ -67,28 +87,39 @@ Status CudaKvPool::do_copy_block(int dst, int src) {
 }
 
 Status CudaKvCache::paged_changed() {
+  // The device copies have room for more slots than the cache holds (grown by half again,
+  // padded with empty slots and holes), so a sequence's new blocks rarely reallocate them:
+  // the kernels' arguments (pointers, slot count) then stay the same from step to step,
+  // and a decode step keeps replaying one CUDA graph.
+  const int B = pool()->block_size();
   blocks_dev_.resize(size_t(n_groups()));
+  group_slots_.resize(size_t(n_groups()), 0);
   for (int g = 0; g < n_groups(); ++g) {
     const auto& t = blocks(g);
-    if (t.empty()) continue;
-    // Grown by half again, so a sequence's new blocks rarely reallocate it.
+    int& cap = group_slots_[size_t(g)];
+    const int need = int(t.size()) * B;
+    if (need > cap) cap = std::max(need, (cap + cap / 2 + B - 1) / B * B);
+    if (cap == 0) continue;
     DeviceBuffer& dev = blocks_dev_[size_t(g)];
-    const size_t need = t.size() * sizeof(int32_t);
-    if (need > dev.bytes)
-      KV_TRY(dev.ensure(std::max(need, dev.bytes + dev.bytes / 2), "the KV block table"));
-    KV_TRY(cuda_check(cudaMemcpyAsync(dev.p, t.data(), need, cudaMemcpyHostToDevice, stream_),
+    const size_t bytes = size_t(cap / B) * sizeof(int32_t);
+    if (bytes > dev.bytes) KV_TRY(dev.ensure(bytes, "the KV block table"));
+    staging_.assign(t.begin(), t.end());
+    staging_.resize(size_t(cap / B), -1);
+    KV_TRY(cuda_check(cudaMemcpyAsync(dev.p, staging_.data(), bytes, cudaMemcpyHostToDevice, stream_),
                       "uploading the KV block table"));
   }
   for (int l = 0; l < shape().n_layer; ++l) {
+    const int cap = group_slots_[size_t(group_of(l))];
+    slots_[size_t(l)] = cap;
+    if (cap == 0) continue;
     const auto& map = slot_pos(l);
-    slots_[size_t(l)] = int(map.size());
-    if (map.empty()) continue;
-    const size_t need = map.size() * sizeof(int32_t);
+    const size_t bytes = size_t(cap) * sizeof(int32_t);
     DeviceBuffer& dev = pos_[size_t(l)];
-    if (need > dev.bytes)
-      KV_TRY(dev.ensure(std::max(need, dev.bytes + dev.bytes / 2), "the KV cache slot map"));
-    KV_TRY(cuda_check(cudaMemcpyAsync(pos_[size_t(l)].p, map.data(), map.size() * sizeof(int32_t),
-                                      cudaMemcpyHostToDevice, stream_),
+    if (bytes > dev.bytes) KV_TRY(dev.ensure(bytes, "the KV cache slot map"));
+    staging_.assign(map.begin(), map.end());
+    staging_.resize(size_t(cap), -1);
+    // Pageable source: the call returns once the bytes are staged.
+    KV_TRY(cuda_check(cudaMemcpyAsync(dev.p, staging_.data(), bytes, cudaMemcpyHostToDevice, stream_),
                       "uploading the KV cache slot map"));
   }
   return Status::Ok();

@@ -31,6 +31,7 @@ class CudaKvPool final : public KvPool {
 
  protected:
   Status do_copy_block(int dst, int src) override;
+  Status do_move_rows(const std::vector<RowMove>& moves) override;
 
  private:
   CudaKvPool(const KvPoolConfig& c, cudaStream_t stream) : KvPool(c), stream_(stream) {}
@@ -61,6 +62,8 @@ class CudaKvCache final : public KvCache {
   cudaStream_t stream_;
   const CudaKvPool* cuda_pool_ = nullptr;  // paged only
   std::vector<DeviceBuffer> blocks_dev_;   // paged only: each group's block table
+  std::vector<int> group_slots_;           // paged only: slots the device copies cover
+  std::vector<int32_t> staging_;           // paged only: a padded table or map to upload
   std::vector<DeviceBuffer> k_, v_;  // per layer [Hkv][n_slots][D]
   std::vector<DeviceBuffer> pos_;    // per layer [n_slots] int32
   std::vector<int> slots_;

@@ -9,6 +9,7 @@
 
 #include "app/core/stats_view.h"
 #include "tests/app/controller_test_util.h"
+#include "tests/util/kv_blocks.h"
 
 using namespace kvscope;
 using namespace kvscope::app;
@@ -270,12 +271,14 @@ TEST(Controller, StatsNumbersAgree) {
     tl.apply(e);
     if (e.kind != Event::Kind::Step) continue;
     if (e.trace->step == 1) prompt_len = int(e.trace->prompt.size());
-    StatsView v = make_stats_view(tl, 0, true);
+    StatsView v = make_stats_view(tl, 0, true, facts.kv_bytes_per_token);
     ASSERT_TRUE(v.has_step);
     EXPECT_EQ(v.query_pos, v.write_pos - 1);
     EXPECT_EQ(v.seq_len, v.write_pos + 1);
     EXPECT_EQ(v.kv_positions, v.write_pos) << "every position before the new token is cached";
-    EXPECT_EQ(v.kv_bytes_per_position, facts.kv_bytes_per_token) << "step " << v.step;
+    // The blocks of 16 positions that hold them, and KV_CACHE is exactly their bytes.
+    EXPECT_EQ(v.kv_slots, (v.write_pos + 15) / 16 * 16) << "step " << v.step;
+    EXPECT_EQ(v.kv_bytes, uint64_t(v.kv_slots) * facts.kv_bytes_per_token) << "step " << v.step;
   }
   StatsView v = make_stats_view(tl, 0, false);
   EXPECT_EQ(v.speed.prefill_tokens, prompt_len);
@@ -306,8 +309,9 @@ TEST(Controller, StatsNumbersAgree) {
 
 // A model that fails to load leaves the controller usable: the old engine stays, and a
 // controller that started with none can load one afterwards.
-// With sink + window every layer holds S + W positions once the sequence is longer: the
-// Stats panel counts those (not SEQ_LEN) and the per-position size stays the model's K+V
+// With sink + window every layer holds the blocks of its S sinks and its last W positions
+// once the sequence is longer: the Stats panel counts those positions and the slots of
+// those blocks (not SEQ_LEN), and the per-position size stays the model's K+V
 // bytes per token instead of shrinking as the sequence grows.
 TEST(Controller, StatsCountThePositionsAWindowedCacheHolds) {
   test::TinyModelSpec spec;
@@ -332,11 +336,18 @@ TEST(Controller, StatsCountThePositionsAWindowedCacheHolds) {
   for (const Event& e : ev) {
     tl.apply(e);
     if (e.kind != Event::Kind::Step) continue;
-    StatsView v = make_stats_view(tl, 0, true);
-    EXPECT_EQ(v.kv_positions, std::min(v.write_pos, 2 + 8)) << "step " << v.step;
+    StatsView v = make_stats_view(tl, 0, true, facts.kv_bytes_per_token);
+    // By hand (blocks of 16): the sinks' block and the blocks from the one holding the
+    // oldest key the next query sees, write_pos - 7.
+    const test::PagedHeldSinks want = test::paged_held(v.write_pos, 8, 2, 16);
+    int positions = 0;
+    for (const KvRange& r : want.held) positions += r.end - r.begin;
+    EXPECT_EQ(v.kv_positions, positions) << "step " << v.step;
     EXPECT_EQ(v.kv_positions_min, v.kv_positions) << "every layer has the same window";
     EXPECT_EQ(v.kv_bytes_per_position, facts.kv_bytes_per_token) << "step " << v.step;
-    EXPECT_EQ(v.kv_bytes, uint64_t(v.kv_positions) * facts.kv_bytes_per_token);
+    EXPECT_EQ(v.kv_slots, int(want.blocks) * 16) << "step " << v.step;
+    EXPECT_EQ(v.kv_bytes, want.blocks * 16 * facts.kv_bytes_per_token);
+    EXPECT_LE(v.kv_slots, 3 * 16) << "the sinks' block and at most two for the window of 8";
     windowed += v.write_pos > 10;
   }
   EXPECT_GT(windowed, 10) << "the run must go well past sink + window";

@@ -135,19 +135,30 @@ TEST(MemoryWhatIf, ARealRunHoldsWhatTheFormulaSays) {
     auto eng = open_engine(eo);
     ASSERT_TRUE(eng.ok()) << eng.error().message;
     Timeline tl;
-    ASSERT_TRUE(run_steps(*eng.value().session, {"The capital of France is", false}, 24, &tl).ok());
+    ASSERT_TRUE(run_steps(*eng.value().session, {"Once upon a time, in a small village by the sea, there lived an old fisherman who "
+                                   "went out every morning before dawn to cast his nets, and", false},
+                          60, &tl).ok());
     const StepTrace* t = tl.last();
     ASSERT_NE(t, nullptr);
     const ModelFacts facts = model_facts(eng.value());
-    const WhatIfChoice run = run_kv_choice(eo.kv_types, eo.limits);
+    const WhatIfChoice run = run_kv_choice(eo.kv_types, eo.limits, eo.kv_block);
     EXPECT_EQ(run.types.k, cs.k);
+    EXPECT_EQ(run.block, 16);
     const int cached = t->kv_first_pos + t->kv_written;
+    ASSERT_GT(cached, 48);
     const LiveKv l = live_kv(facts_memory_shape(facts), run, cached, t->kv_bytes);
-    EXPECT_EQ(l.held, l.formula) << kv_dtype_name(cs.k) << " sink " << cs.sink;
+    EXPECT_EQ(l.held, l.in_blocks) << kv_dtype_name(cs.k) << " sink " << cs.sink;
     if (cs.window > 0) {
-      EXPECT_EQ(l.held, uint64_t(cs.sink + cs.window) * l.per_token);
+      // Positions: the sinks and the window. Blocks by hand: the sinks' block 0 and the
+      // blocks from the one holding position cached - 15 (the oldest key the next query
+      // sees) to the last.
+      EXPECT_EQ(l.formula, uint64_t(cs.sink + cs.window) * l.per_token);
+      const uint64_t blocks = 1 + uint64_t((cached - 1) / 16 - (cached - cs.window + 1) / 16 + 1);
+      EXPECT_EQ(l.held, blocks * 16 * l.per_token);
       EXPECT_GT(l.without_window, l.held);
     } else {
+      EXPECT_EQ(l.formula, uint64_t(cached) * l.per_token);
+      EXPECT_EQ(l.held, uint64_t(cached + 15) / 16 * 16 * l.per_token);
       EXPECT_EQ(l.without_window, l.held);
     }
   }

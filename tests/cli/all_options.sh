@@ -33,7 +33,7 @@ declare -A bad=(
   [--kv-pool-mib]=0 [--max-seqs]=0 [--max-batch-tokens]=0 [--no-prefix-cache]==maybe
   [--batch]=0
 )
-for o in ctx ctx-full n-keep kv-sink kv-window kv-keep kv-type kv-type-k kv-type-v; do
+for o in ctx ctx-full n-keep kv-sink kv-window kv-keep kv-block kv-type kv-type-k kv-type-v; do
   bad[--ref-$o]=${bad[--$o]}
 done
 # A shared option whose line may differ in one command, and why.

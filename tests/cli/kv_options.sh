@@ -101,23 +101,29 @@ good "compare f32 against f16" '"steps":8' compare --prompt "the tin" --max-toke
 good "K and V types apart" '"candidate":"kv k=f32,v=f16' compare --prompt "the tin" --max-tokens 2 --kv-type-k f32 --json "${m[@]}"
 good "sink + window" '"config":"kv f16, ctx 256, sink 4 + window 16"' perplexity --file "$dir/text.txt" --max-tokens 60 --kv-window 16 --kv-sink 4 --json "${m[@]}"
 good "perplexity in chunks" '"chunks":3' perplexity --file "$dir/text.txt" --max-tokens 100 --ctx 40 --json "${m[@]}"
-# The model's own windows (tiny gemma3: window 5 on layers 0 and 1, layer 2 global):
-# by default a windowed layer holds its last 5 positions; with --kv-keep full every layer
-# holds all of them, and the greedy tokens are the same (the window still masks).
-g=(--model "$dir/gemma3.gguf" --backend cpu --threads 1 --prompt "the tin can" --max-tokens 12 --temp 0 --json)
+# The model's own windows (tiny gemma3: window 5 on layers 0 and 1, layer 2 global), in
+# blocks of 8 positions: by default a windowed layer gives back each block no later query
+# can see; with --kv-keep full every layer holds all of them, and the greedy tokens are
+# the same (the window still masks).
+g=(--model "$dir/gemma3.gguf" --backend cpu --threads 1 --prompt "the tin can" --max-tokens 24 --temp 0 --json --kv-block 8)
 if "$kvscope" generate "${g[@]}" >"$dir/win" 2>"$dir/err" &&
    "$kvscope" generate "${g[@]}" --kv-keep full >"$dir/full" 2>>"$dir/err"; then
-  # Last step: seq_len n; bytes per position per layer P = 2 (K, V) x 1 kv head x 24 x 2 B.
-  last_win=$(grep '"step":12,' "$dir/win")
-  last_full=$(grep '"step":12,' "$dir/full")
+  # Last step: seq_len n, so n - 1 positions went through; bytes per position per layer
+  # P = 2 (K, V) x 1 kv head x 24 x 2 B. A windowed layer holds the blocks from the one
+  # holding position n - 5 (the oldest key the next query sees) on.
+  last_win=$(grep '"step":24,' "$dir/win")
+  last_full=$(grep '"step":24,' "$dir/full")
   n=$(sed -E 's/.*"seq_len":([0-9]+).*/\1/' <<<"$last_win")
   p=96
-  want_win="\"kv_bytes\":$(( (2 * 5 + n - 1) * p )),"
-  want_full="\"kv_bytes\":$(( 3 * (n - 1) * p )),"
-  if grep -qF "$want_win" <<<"$last_win" && grep -qF "$want_full" <<<"$last_full" &&
-     grep -qF '"window":5,"held":[[' <<<"$last_win" &&
+  all=$(( (n - 1 + 7) / 8 ))
+  win=$(( all - (n - 5) / 8 ))
+  want_win="\"kv_bytes\":$(( (2 * win + all) * 8 * p )),"
+  want_full="\"kv_bytes\":$(( 3 * all * 8 * p )),"
+  if [ "$win" -lt "$all" ] && grep -qF "$want_win" <<<"$last_win" &&
+     grep -qF "$want_full" <<<"$last_full" &&
+     grep -qF "\"window\":5,\"held\":[[$(( (n - 5) / 8 * 8 ))," <<<"$last_win" &&
      [ "$(tail -1 "$dir/win")" = "$(tail -1 "$dir/full")" ]; then
-    echo "ok:   --kv-keep window holds 5 positions on windowed layers, full holds all, same tokens"
+    echo "ok:   --kv-keep window gives back blocks outside the window of 5, full holds all, same tokens"
     passed=$((passed + 1))
   else
     echo "FAIL: --kv-keep (want $want_win / $want_full and the same final line)"
@@ -136,7 +142,7 @@ good "perplexity through shifts" '"config":"kv f16, ctx 32, shift keeping 4".*"c
 good "compare a shifted candidate" '"steps":30' compare --prompt "the tin" --max-tokens 30 --ctx 16 --ctx-full shift --json "${m[@]}"
 # record sets up its session as generate does: with the same options the run file's steps
 # (exported as CSV) have generate's tokens and KV bytes; step 1 holds the 4 prompt positions
-# of 2 layers x 32 values (Hkv 2 x D 16) in 4-byte K and 2-byte V.
+# in one block of 16, of 2 layers x 32 values (Hkv 2 x D 16) in 4-byte K and 2-byte V.
 r=(--prompt "the tin" --max-tokens 8 --kv-type-k f32 "${m[@]}")
 if "$kvscope" record --out "$dir/run.kvs" "${r[@]}" >"$dir/out" 2>"$dir/err" &&
    grep -q '^kvscope: recorded 8 steps (max_tokens)' "$dir/out" &&
@@ -146,7 +152,7 @@ if "$kvscope" record --out "$dir/run.kvs" "${r[@]}" >"$dir/out" 2>"$dir/err" &&
   gen=$(grep '"step":' "$dir/gen" |
         sed -E 's/.*"step":([0-9]+),.*"token_id":([0-9]+),.*"kv_bytes":([0-9]+),.*/\1 \2 \3/')
   if [ "$(wc -l <<<"$rec")" -eq 8 ] && [ "$rec" = "$gen" ] &&
-     [ "$(sed -n 1p <<<"$rec")" = "1 $(sed -n 1p <<<"$gen" | cut -d' ' -f2) $(( 4 * 2 * 32 * (4 + 2) ))" ]; then
+     [ "$(sed -n 1p <<<"$rec")" = "1 $(sed -n 1p <<<"$gen" | cut -d' ' -f2) $(( 16 * 2 * 32 * (4 + 2) ))" ]; then
     echo "ok:   record with --kv-type-k f32 has generate's 8 tokens and KV bytes"
     passed=$((passed + 1))
   else

@@ -13,6 +13,7 @@
 #include "engine/cpu/cpu_backend.h"
 #include "engine/forward.h"
 #include "engine/session.h"
+#include "tests/util/kv_blocks.h"
 #include "tests/util/tiny_model.h"
 
 namespace kvscope {
@@ -133,12 +134,12 @@ TEST(Families, CacheEqualsNoCacheBitForBitOnEveryFamily) {
       uint64_t bytes = 0;
       for (int l = 0; l < c.n_layer; ++l) {
         const int W = c.layers[size_t(l)].window;
-        const int held = W > 0 ? std::min(n, W) : n;
+        const test::PagedHeld h = test::paged_held(n, W);
         const KvLayerState& ks = a.steps[i].kv_layers[size_t(l)];
         EXPECT_EQ(ks.window, W);
-        EXPECT_EQ(ks.held, (std::vector<KvRange>{{n - held, n}})) << "layer " << l;
-        EXPECT_EQ(ks.bytes, uint64_t(held) * pos_bytes);
-        bytes += uint64_t(held) * pos_bytes;
+        EXPECT_EQ(ks.held, (std::vector<KvRange>{h.held})) << "layer " << l;
+        EXPECT_EQ(ks.bytes, h.blocks * test::kSessionBlock * pos_bytes);
+        bytes += h.blocks * test::kSessionBlock * pos_bytes;
       }
       EXPECT_EQ(a.steps[i].kv_bytes, bytes);
     }

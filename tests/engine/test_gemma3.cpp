@@ -7,8 +7,9 @@
 //    " the capital of the country of France.";
 //  - a run past the 512-position window to 700 tokens: CACHE and NO CACHE give the same
 //    tokens and bit-identical logits;
-//  - local layers' caches stop growing at 512 positions while global layers' keep
-//    growing, and KV_CACHE equals the closed form;
+//  - local layers' caches stop growing at the 512-position window (plus what their last
+//    blocks round it up to) while global layers' keep growing, and KV_CACHE equals the
+//    closed form in blocks of 16 positions;
 //  - past the window: 640 tokens of a long text and 8 greedy steps against the same
 //    reference (tests/golden/gemma3_window_fp32.json, --window-golden), whose logits move
 //    far beyond the tolerance when the reference ignores the window.
@@ -30,6 +31,7 @@
 #include "engine/cpu/cpu_backend.h"
 #include "engine/forward.h"
 #include "engine/session.h"
+#include "tests/util/kv_blocks.h"
 #include "tests/util/model_fixture.h"
 
 namespace kvscope {
@@ -178,8 +180,8 @@ constexpr uint64_t kPosBytes = 2 * 1 * 256 * 2;
 
 // A 690-token prompt and 10 greedy steps to 700 positions, past the 512 window: a CACHE
 // run and a run that switches to NO CACHE for its last two steps give the same tokens and
-// bit-identical logits; after each CACHE step every local layer holds exactly the last
-// 512 positions, every global layer all of them.
+// bit-identical logits; after each CACHE step every local layer holds the blocks of the
+// last 512 positions, every global layer all of them.
 TEST_F(Gemma3, SevenHundredTokensPastTheWindowCacheEqualsNoCache) {
   const int P = 690, G = 11;
   const std::vector<int32_t> prompt = long_prompt(*model_, P);
@@ -202,20 +204,23 @@ TEST_F(Gemma3, SevenHundredTokensPastTheWindowCacheEqualsNoCache) {
     for (int l = 0; l < 18; ++l) {
       const bool global = l == 5 || l == 11 || l == 17;
       const KvLayerState& ks = ta->kv_layers[size_t(l)];
-      const int held = global ? n : 512;
-      EXPECT_EQ(ks.held, (std::vector<KvRange>{{n - held, n}})) << "layer " << l << " step " << i;
-      EXPECT_EQ(ks.bytes, uint64_t(held) * kPosBytes);
+      const test::PagedHeld h = test::paged_held(n, global ? 0 : 512);
+      EXPECT_EQ(ks.held, (std::vector<KvRange>{h.held})) << "layer " << l << " step " << i;
+      EXPECT_EQ(ks.bytes, h.blocks * 16 * kPosBytes);
       bytes += ks.bytes;
     }
-    EXPECT_EQ(ta->kv_bytes, (15ull * 512 + 3ull * n) * kPosBytes);
+    EXPECT_EQ(ta->kv_bytes, bytes);
+    EXPECT_EQ(ta->kv_bytes, (15 * test::paged_layer_bytes(n, 512, kPosBytes) +
+                             3 * test::paged_layer_bytes(n, 0, kPosBytes)));
     EXPECT_EQ(ta->kv_bytes, bytes);
   }
   EXPECT_EQ(a->tokens().size(), size_t(P + G));
   EXPECT_EQ(a->tokens(), b->tokens());
 }
 
-// Crossing the window during decode: local layers grow one position per step up to 512
-// and then stay, global layers keep growing; KV_CACHE is 1024 B per position held.
+// Crossing the window during decode: local layers grow one block of 16 positions at a time
+// until the window fills and then hold 33 or 34 blocks (512 positions and the partly
+// used ends), global layers keep growing; KV_CACHE is 1024 B per position of each block held.
 TEST_F(Gemma3, LocalLayersStopGrowingAtTheWindowGlobalLayersKeepGrowing) {
   const int P = 506, G = 12;
   auto s = make(CacheMode::Cache, G);
@@ -226,15 +231,18 @@ TEST_F(Gemma3, LocalLayersStopGrowingAtTheWindowGlobalLayersKeepGrowing) {
     ASSERT_TRUE(t.ok());
     const int n = P + i;
     const uint64_t local = t->kv_layers[0].bytes, global = t->kv_layers[5].bytes;
-    EXPECT_EQ(local, uint64_t(std::min(n, 512)) * kPosBytes) << "n " << n;
-    EXPECT_EQ(global, uint64_t(n) * kPosBytes) << "n " << n;
+    // By hand: blocks of 16 from the one holding position n - 511 to the one holding n - 1.
+    const uint64_t local_blocks = uint64_t((n - 1) / 16 - std::max(0, n - 511) / 16 + 1);
+    EXPECT_EQ(local, local_blocks * 16 * kPosBytes) << "n " << n;
+    EXPECT_EQ(global, uint64_t((n + 15) / 16) * 16 * kPosBytes) << "n " << n;
+    EXPECT_LE(local, 34 * 16 * kPosBytes) << "a local layer holds its window and two part blocks";
     if (i > 0) {
-      EXPECT_EQ(global - prev_global, kPosBytes);
-      EXPECT_EQ(local - prev_local, n <= 512 ? kPosBytes : 0) << "n " << n;
+      EXPECT_EQ(global - prev_global, n % 16 == 1 ? 16 * kPosBytes : 0) << "n " << n;
+      if (n <= 512) EXPECT_EQ(local - prev_local, n % 16 == 1 ? 16 * kPosBytes : 0) << "n " << n;
     }
     prev_local = local;
     prev_global = global;
-    EXPECT_EQ(t->kv_bytes, (15ull * std::min(n, 512) + 3ull * n) * kPosBytes);
+    EXPECT_EQ(t->kv_bytes, 15 * local + 3 * global);
   }
 }
 

@@ -83,6 +83,15 @@ TEST(KvMemory, DefaultModelShapePerCacheType) {
   EXPECT_EQ(kv_bytes(s, win, 100), 100u * 23040u);
   EXPECT_EQ(kv_bytes(s, win, 1000), 260u * 23040u);
   EXPECT_EQ(kv_positions_held(s, win, 0, 1000), 260);
+  // In blocks of 16 (a paged cache): 100 positions take 7 blocks; with sink 4 + window
+  // 256 at 1000 tokens the next query sees 745.., so blocks 46..62 and the sinks' block 0.
+  KvMemoryOptions paged;
+  paged.block = 16;
+  EXPECT_EQ(kv_bytes(s, paged, 100), 112u * 23040u);
+  EXPECT_EQ(kv_bytes(s, paged, 96), 96u * 23040u);
+  win.block = 16;
+  EXPECT_EQ(kv_bytes(s, win, 1000), 18u * 16u * 23040u);
+  EXPECT_EQ(kv_bytes(s, win, 100), 112u * 23040u);
 }
 
 TEST(KvMemory, LocalLayersCapTheirPositions) {
@@ -102,6 +111,11 @@ TEST(KvMemory, LocalLayersCapTheirPositions) {
   sw.sink = 4;
   sw.window = 256;
   EXPECT_EQ(kv_bytes(g, sw, 1000), (3ull * 260 + 15ull * 256) * 1024);
+  // In blocks of 16: at 4100 tokens a global layer holds 257 blocks; a local one the blocks
+  // from the one holding 3589 (= 4100 - 512 + 1, block 224) to block 256: 33.
+  KvMemoryOptions paged;
+  paged.block = 16;
+  EXPECT_EQ(kv_bytes(g, paged, 4100), (3ull * 257 + 15ull * 33) * 16 * 1024);
 }
 
 TEST(KvMemory, SinksOnlyInLayersWithoutTheirOwnWindow) {
@@ -166,7 +180,9 @@ TEST(KvMemory, LiveSessionBytesEqualTheFormulaOnTheDefaultModel) {
     while (!(*s)->done()) {
       auto tr = (*s)->step();
       ASSERT_TRUE(tr.ok()) << tr.error().message;
-      // After a step the cache holds every position but the newest token's.
+      // After a step the cache holds every position but the newest token's, in whole
+      // blocks of 16 positions.
+      o.block = 16;
       EXPECT_EQ(tr->kv_bytes, kv_bytes(shape, o, tr->seq_len - 1)) << kv_types_name(t);
     }
   }

@@ -437,14 +437,120 @@ TEST_P(PagedCache, RowsReadBackAndTheTableGrowsOneBlockPerBlockSize) {
       EXPECT_EQ(vn[size_t(p)], float(std::sqrt(sv))) << "layer " << l << " pos " << p;
     }
   }
-  // A paged cache holds every position and cannot be shifted; a pool of another shape or
-  // type is refused.
-  EXPECT_FALSE(a->shift(0, 1).ok());
+  // A pool of another type, or whose blocks hold another number of layers than the
+  // cache's layer groups, is refused.
   auto other = make_pool(*be_, GetParam() == kF16 ? kQ8 : kF16, B, 2);
   EXPECT_FALSE(be_->create_paged_kv_cache(kv_config_full(kShape, GetParam()), other).ok());
-  KvCacheConfig ring = kv_config_full(kShape, GetParam());
-  ring.layers[1] = KvLayerRule{8, 0, 8};
-  EXPECT_FALSE(be_->create_paged_kv_cache(ring, pool).ok());
+  KvCacheConfig windowed = kv_config_full(kShape, GetParam());
+  windowed.layers[1] = KvLayerRule{8, 0, 8};  // two groups of one layer
+  EXPECT_FALSE(be_->create_paged_kv_cache(windowed, pool).ok());
+}
+
+// A context shift forgets positions [first, first + n) and moves every later row down by
+// n, inside the pool's blocks: blocks past the new length go back, a block another cache
+// shares (or the prefix cache holds) is copied before rows move into it, and the other
+// cache's rows stay as they were. Small shifts (n below the block size) move rows inside
+// one block.
+TEST_P(PagedCache, AShiftMovesLaterRowsDownCopyingSharedBlocksAndGivesBackTheTail) {
+  const int B = 8;
+  auto pool = make_pool(*be_, GetParam(), B, 16);
+  ASSERT_TRUE(pool);
+  auto a = make_paged(*be_, pool);
+  auto b = make_paged(*be_, pool);
+  ASSERT_TRUE(a && b);
+  const auto tables = [&] {
+    return std::vector<const std::vector<int32_t>*>{&a->blocks(), &b->blocks()};
+  };
+  std::vector<uint32_t> ta = tag_run(1, 45);  // 6 blocks, the last holding 5
+  ASSERT_TRUE(append(*be_, *a, ta).ok());
+  const std::vector<uint32_t> tb(ta.begin(), ta.begin() + 24);
+  ASSERT_TRUE(b->adopt({a->blocks()[0], a->blocks()[1], a->blocks()[2]}, 24).ok());
+  const auto hashes = chain(*pool, ta);
+  pool->publish(a->blocks()[3], hashes[3]);  // block 3 is in the prefix cache
+  const int published = a->blocks()[3];
+  ASSERT_TRUE(pool_ok(*pool, tables()));
+
+  // Drop [3, 16): 32 positions stay, in 4 blocks; blocks 0-2 are shared with b and block
+  // 3 is published, so rows move into copies of all four.
+  ASSERT_TRUE(a->shift(3, 13).ok());
+  std::vector<uint32_t> want(ta.begin(), ta.begin() + 3);
+  want.insert(want.end(), ta.begin() + 16, ta.end());
+  EXPECT_EQ(a->length(), 32);
+  EXPECT_EQ(a->blocks().size(), 4u);
+  EXPECT_EQ(a->cow_copies(), 4);
+  EXPECT_TRUE(rows_are(*a, want, rows_));
+  EXPECT_TRUE(rows_are(*b, tb, rows_));
+  EXPECT_TRUE(block_is(*pool, published, std::vector<uint32_t>(ta.begin() + 24, ta.begin() + 32),
+                       rows_));
+  EXPECT_EQ(pool->counts().used, 4 + 3);
+  EXPECT_EQ(pool->counts().cached, 1);
+  for (int l = 0; l < kShape.n_layer; ++l)
+    EXPECT_EQ(a->held_ranges(l), (std::vector<KvRange>{{0, 32}}));
+  EXPECT_EQ(a->layer_bytes(0), 4u * B * kv_position_bytes(kShape, GetParam()));
+  EXPECT_TRUE(pool_ok(*pool, tables()));
+
+  // A cache of its own, small shifts: rows move inside and across blocks in runs no
+  // longer than the shift, which never overwrite a row still to be read.
+  for (int first : {0, 2, 7})
+    for (int n : {1, 3, 8, 11}) {
+      SCOPED_TRACE(std::to_string(first) + " + " + std::to_string(n));
+      auto c = make_paged(*be_, pool);
+      std::vector<uint32_t> tc = tag_run(100, 29);
+      ASSERT_TRUE(append(*be_, *c, tc).ok());
+      ASSERT_TRUE(c->shift(first, n).ok());
+      tc.erase(tc.begin() + first, tc.begin() + first + n);
+      EXPECT_TRUE(rows_are(*c, tc, rows_));
+      EXPECT_EQ(int(c->blocks().size()), kv_blocks_for(29 - n, B));
+      EXPECT_EQ(c->cow_copies(), 0);
+      // Writing on after the shift continues at the new length.
+      ASSERT_TRUE(append(*be_, *c, {900, 901}).ok());
+      tc.push_back(900);
+      tc.push_back(901);
+      EXPECT_TRUE(rows_are(*c, tc, rows_));
+      EXPECT_TRUE(pool_ok(*pool, {&a->blocks(), &b->blocks(), &c->blocks()}));
+    }
+  EXPECT_FALSE(a->shift(30, 3).ok()) << "past the end";
+  EXPECT_FALSE(a->shift(0, 0).ok());
+  EXPECT_TRUE(rows_are(*a, want, rows_));
+}
+
+// A layer that keeps only its window (keep > 0: a sink + window setting, or Gemma 3's local
+// layers under the window policy) gives back each block once no later query can see any
+// of it, at the end of the step that makes it so; its sinks' blocks stay. KV_CACHE counts
+// the blocks held.
+TEST_P(PagedCache, ALayerThatKeepsItsWindowGivesBackBlocksOutsideItAndKeepsItsSinks) {
+  const int B = 8, W = 12;
+  const KvShape one{1, kShape.n_head_kv, kShape.head_dim};
+  auto pool = make_pool(*be_, GetParam(), B, 32, one);
+  ASSERT_TRUE(pool);
+  for (int sink : {0, 4}) {
+    SCOPED_TRACE("sink " + std::to_string(sink));
+    KvCacheConfig cfg = kv_config_full(kShape, GetParam());
+    cfg.layers[1] = KvLayerRule{W, sink, W};  // layer 0 keeps everything
+    auto made = be_->create_paged_kv_cache(cfg, pool);
+    ASSERT_TRUE(made.ok()) << made.error().message;
+    KvCache& c = **made;
+    ASSERT_EQ(c.n_groups(), 2);
+    const uint64_t pos_bytes = kv_position_bytes(kShape, GetParam());
+    for (int n = 1; n <= 60; ++n) {
+      ASSERT_TRUE(append(*be_, c, {uint32_t(n)}).ok());
+      // By hand: the oldest key a query at n sees is n - W + 1; blocks wholly below it
+      // (and not holding a sink) are gone.
+      const int lo_block = std::max(0, n - W + 1) / B;
+      std::vector<KvRange> want;
+      if (sink > 0 && lo_block > 0) want.push_back({0, B});
+      want.push_back({lo_block * B, n});
+      if (want.size() == 2 && want[0].end == want[1].begin) want = {{0, n}};
+      EXPECT_EQ(c.held_ranges(1), want) << "n " << n;
+      EXPECT_EQ(c.held_ranges(0), (std::vector<KvRange>{{0, n}}));
+      const int blocks1 = kv_blocks_for(n, B) - lo_block + (sink > 0 && lo_block > 0 ? 1 : 0);
+      EXPECT_EQ(c.layer_bytes(1), uint64_t(blocks1) * B * pos_bytes) << "n " << n;
+      EXPECT_EQ(c.layer_bytes(0), uint64_t(kv_blocks_for(n, B)) * B * pos_bytes);
+      EXPECT_EQ(pool->counts().used, kv_blocks_for(n, B) + blocks1);
+      EXPECT_TRUE(pool_ok(*pool, {&c.blocks(0), &c.blocks(1)}));
+    }
+  }
+  EXPECT_EQ(pool->counts().free, 32) << "the caches gave every block back";
 }
 
 TEST_P(PagedCache, AForkSharesFullBlocksAndCopiesThePartialOneBeforeWriting) {

@@ -1,6 +1,7 @@
-// test_kv_window.cpp — sink + window (StreamingLLM) on the default model: once full, every
-// layer holds exactly the first S and the last W positions and KV_CACHE is S + W
-// positions' bytes; the newest query's attention rows sum to 1 over exactly those
+// test_kv_window.cpp — sink + window (StreamingLLM) on the default model: every layer holds
+// the blocks of the first S positions and of the last W (blocks of 16 positions, a block
+// given back once no later query sees any of it), and KV_CACHE counts those blocks, at
+// most S's blocks and W / 16 + 2 more; the newest query's attention rows sum to 1 over exactly those
 // positions (0 elsewhere); KV CACHE and NO CACHE (the same rule as a mask) give the same
 // tokens; and on the project's long text a window without sinks degrades perplexity
 // sharply while 4 sink tokens keep it close to the full cache (the attention-sink result).
@@ -14,6 +15,7 @@
 #include "engine/cpu/cpu_backend.h"
 #include "engine/perplexity.h"
 #include "engine/session.h"
+#include "tests/util/kv_blocks.h"
 #include "tests/util/model_fixture.h"
 #include "tests/util/sanitizer.h"
 
@@ -38,9 +40,9 @@ class KvWindowTest : public ModelTest<DefaultModelFile> {
 
 const PromptSpec kPrompt{"The old lighthouse keeper climbed the stairs and", false};
 
-TEST_F(KvWindowTest, HoldsExactlySinkPlusWindowAndAttendsOverThem) {
-  constexpr int S = 4, W = 24;
-  auto s = make(CacheMode::Cache, S, W, 48);
+TEST_F(KvWindowTest, HoldsTheBlocksOfSinkPlusWindowAndAttendsOverThem) {
+  constexpr int S = 4, W = 24, B = test::kSessionBlock;
+  auto s = make(CacheMode::Cache, S, W, 80);
   ASSERT_TRUE(s->reset(kPrompt).ok());
   const ModelConfig& c = model_->config();
   const uint64_t per_pos = uint64_t(c.n_layer) * 2 * c.n_head_kv * c.head_dim * 2;  // f16
@@ -49,18 +51,18 @@ TEST_F(KvWindowTest, HoldsExactlySinkPlusWindowAndAttendsOverThem) {
     auto tr = s->step();
     ASSERT_TRUE(tr.ok()) << tr.error().message;
     const int n = tr->seq_len - 1;  // positions through the cache; the newest query is n - 1
-    const bool full = n >= S + W;
+    const bool full = n >= S + W + 2 * B;
     was_full = was_full || full;
-    EXPECT_LE(tr->kv_bytes, uint64_t(S + W) * per_pos);
-    if (full) EXPECT_EQ(tr->kv_bytes, uint64_t(S + W) * per_pos) << "n " << n;
+    const test::PagedHeldSinks want = test::paged_held(n, W, S, B);
+    EXPECT_EQ(tr->kv_bytes, want.blocks * B * per_pos) << "n " << n;
+    EXPECT_LE(tr->kv_bytes, uint64_t(1 + W / B + 2) * B * per_pos) << "n " << n;
+    if (full) EXPECT_LT(tr->kv_bytes, uint64_t(n) * per_pos) << "n " << n;
     ASSERT_EQ(int(tr->kv_layers.size()), c.n_layer);
     for (int l = 0; l < c.n_layer; ++l) {
       const KvLayerState& ks = tr->kv_layers[size_t(l)];
       EXPECT_EQ(ks.window, W);
       EXPECT_EQ(ks.sink, S);
-      const std::vector<KvRange> want =
-          n - W > S ? std::vector<KvRange>{{0, S}, {n - W, n}} : std::vector<KvRange>{{0, n}};
-      EXPECT_EQ(ks.held, want) << "layer " << l << " n " << n;
+      EXPECT_EQ(ks.held, want.held) << "layer " << l << " n " << n;
     }
     // Attention of the newest query (position n - 1): sums to 1 over [0, S) and the last W.
     ASSERT_EQ(tr->n_attn, n);
@@ -83,7 +85,7 @@ TEST_F(KvWindowTest, HoldsExactlySinkPlusWindowAndAttendsOverThem) {
 
 TEST_F(KvWindowTest, WindowWithoutSinksKeepsOnlyTheLastPositions) {
   constexpr int W = 16;
-  auto s = make(CacheMode::Cache, 0, W, 20);
+  auto s = make(CacheMode::Cache, 0, W, 50);
   ASSERT_TRUE(s->reset(kPrompt).ok());
   StepTrace last;
   while (!s->done()) {
@@ -92,9 +94,9 @@ TEST_F(KvWindowTest, WindowWithoutSinksKeepsOnlyTheLastPositions) {
     last = std::move(tr.value());
   }
   const int n = last.seq_len - 1;
-  ASSERT_GT(n, W);
+  ASSERT_GT(n, W + 2 * test::kSessionBlock);
   for (const KvLayerState& ks : last.kv_layers)
-    EXPECT_EQ(ks.held, (std::vector<KvRange>{{n - W, n}}));
+    EXPECT_EQ(ks.held, (std::vector<KvRange>{test::paged_held(n, W).held}));
 }
 
 TEST_F(KvWindowTest, CacheAndNoCacheAgreeOnTokens) {

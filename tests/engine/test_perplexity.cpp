@@ -68,9 +68,10 @@ TEST_F(PerplexityTest, EachTokenIsScoredFromItsWholePrefix) {
   // Token-by-token decode and a one-shot prefill agree on the probabilities.
   for (int i : {1, 7, 30, 59})
     EXPECT_NEAR(r->token_nll[size_t(i - 1)], direct_nll(tokens, 0, i), 2e-3);
-  // Every token's K/V is held: 59 positions once the last token is scored.
+  // Every token's K/V is held: 59 positions once the last token is scored, in 4 blocks
+  // of 16.
   const ModelConfig& c = model_->config();
-  EXPECT_EQ(r->kv_bytes_last, 59ull * c.n_layer * 2 * c.n_head_kv * c.head_dim * 2);
+  EXPECT_EQ(r->kv_bytes_last, 64ull * c.n_layer * 2 * c.n_head_kv * c.head_dim * 2);
 }
 
 TEST_F(PerplexityTest, ContextSizeSplitsTheTextIntoChunks) {

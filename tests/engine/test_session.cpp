@@ -78,7 +78,8 @@ TEST_F(SessionTest, CountersFollowTheClosedForms) {
     EXPECT_EQ(ta->tokens_processed, int(Ta));
     EXPECT_EQ(ta->flops, expected_flops(c, Ta, pos_a)) << "step " << t;
     EXPECT_EQ(ta->kv_rows, Ta * L);
-    EXPECT_EQ(ta->kv_bytes, (p + t - 1) * bytes_per_token);
+    // KV_CACHE: the blocks of 16 positions that hold the p + t - 1 positions.
+    EXPECT_EQ(ta->kv_bytes, (p + t - 1 + 15) / 16 * 16 * bytes_per_token);
     EXPECT_EQ(ta->kv_transient_bytes, 0u);
     // NO CACHE: every step recomputes the whole sequence, p + t - 1 tokens.
     const uint64_t Tb = p + t - 1;
