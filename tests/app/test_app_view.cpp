@@ -1,7 +1,8 @@
 // test_app_view.cpp — whole-app frames (panels and 3D view, offscreen, as a user sees
 // them): at 1024x640, 1280x720 and 1920x1080 every camera preset shows the write head
 // and the newest token inside the rectangle the panels leave free, located by their
-// pixels; TOP at 300 tokens has every beam's end inside that rectangle, and lit; scrubbing
+// pixels; TOP at 300 tokens has every beam's end inside that rectangle, and lit; the head
+// keeps its size on screen in every preset over 160 tokens; scrubbing
 // the history rebuilds the 3D view for the step looked at.
 #include <gtest/gtest.h>
 
@@ -17,6 +18,7 @@
 #include "app/core/engine_setup.h"
 #include "gl_test_context.h"
 #include "pixel_utils.h"
+#include "render/camera.h"
 #include "render/layout.h"
 #include "render/offscreen.h"
 #include "render/synthetic_scene.h"
@@ -221,6 +223,45 @@ TEST(AppViewTop, ThreeHundredTokensEveryBeamEndsInsideTheFrameAndIsLit) {
     EXPECT_EQ(lit, 299) << what;
     // The head too.
     EXPECT_TRUE(inside(cap.view, project(cap, s.head.position), 2.0f)) << what;
+  }
+}
+
+// The write head is a marker of constant size: TOP frames a long sequence from far away,
+// and the head must still be a bright spot a person finds at a glance, in every preset.
+TEST(AppViewHead, TheHeadKeepsItsScreenSizeInEveryPresetOverALongSequence) {
+  GL_TEST_CONTEXT_OR_SKIP(ctx);
+  auto r = ctx->make_renderer();
+  ASSERT_TRUE(r);
+  Timeline tl = synthetic_timeline(160);
+  ModelFacts facts;
+  facts.n_layer = 2;
+  facts.n_head = 2;
+  for (auto [W, H] : {std::pair{1024, 640}, std::pair{1280, 720}, std::pair{1920, 1080}}) {
+    for (render::CameraPreset p : render::kAllCameraPresets) {
+      std::string what =
+          std::to_string(W) + "x" + std::to_string(H) + " " + render::camera_preset_name(p);
+      UiState ui = ui_for(facts);
+      AppShot shot;
+      shot.width = W;
+      shot.height = H;
+      shot.preset = p;
+      auto res = capture_app(*r, ui, tl, shot);
+      ASSERT_TRUE(res.ok()) << res.error().message;
+      const AppShotResult& cap = res.value();
+      Image img = image_of(cap, W, H);
+      const render::Scene& s = cap.scene;
+      // Its drawn radius, measured on screen across the view direction.
+      const glm::vec3 eye = s.camera.eye, fwd = glm::normalize(s.camera.target - eye);
+      const glm::vec3 across = glm::normalize(glm::cross(fwd, s.camera.up));
+      const float radius = render::head_drawn_radius(s, float(cap.view.height));
+      const glm::vec2 c = project(cap, s.head.position);
+      const float px = glm::length(project(cap, s.head.position + across * radius) - c);
+      EXPECT_GE(px, kHeadMinPx - 0.5f) << what;
+      // And on screen: a disc of head glow at least that wide where it projects.
+      const int lit = count_near(img, c, int(kHeadMinPx), is_head_glow);
+      EXPECT_GE(lit, int(2.0f * kHeadMinPx * kHeadMinPx))
+          << what << ": the head covers " << lit << " bright pixels";
+    }
   }
 }
 
