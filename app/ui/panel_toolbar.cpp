@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <string>
 
+#include "app/core/stats_view.h"
 #include "app/ui/ui_state.h"
 
 namespace kvscope::app {
@@ -43,9 +44,8 @@ void gap() {
   ImGui::SameLine(0.0f, ImGui::GetStyle().ItemSpacing.x * 3.0f);
 }
 
-std::string status_text(const UiState& ui, const ControllerState& cs, const Timeline& tl) {
+std::string run_status(const UiState& ui, const ControllerState& cs, const Timeline& tl) {
   char buf[160];
-  if (!ui.engine_ready) return "no engine";
   if (cs.busy) {
     std::snprintf(buf, sizeof buf, "computing step %d... %.1f s%s", cs.computing_step,
                   cs.busy_seconds, tl.mode() == CacheMode::NoCache ? " (whole sequence)" : "");
@@ -54,10 +54,9 @@ std::string status_text(const UiState& ui, const ControllerState& cs, const Time
   if (cs.finished) {
     const StepTrace* last = tl.last();
     if (!last) return "ready: press Play or Step";
-    std::snprintf(
-        buf, sizeof buf, "finished (%s), %d tokens",
-        tl.finish_reason() ? to_string(*tl.finish_reason()) : stop_reason_name(last->stop),
-        last->seq_len);
+    std::string done = finished_text(tl);
+    if (done.empty()) done = std::string("finished (") + stop_reason_name(last->stop) + ")";
+    std::snprintf(buf, sizeof buf, "%s, %d tokens", done.c_str(), last->seq_len);
     return buf;
   }
   if (cs.playing) {
@@ -66,6 +65,16 @@ std::string status_text(const UiState& ui, const ControllerState& cs, const Time
     return buf;
   }
   return "paused";
+}
+
+// What the run is doing, then the mode chosen for the next step when it is not the one the
+// last step ran in (the Stats panel says the same).
+std::string status_text(const UiState& ui, const ControllerState& cs, const Timeline& tl) {
+  if (!ui.engine_ready) return "no engine";
+  std::string status = run_status(ui, cs, tl);
+  if (const std::string pending = pending_mode_text(tl, ui.mode); !pending.empty())
+    status += "; " + pending;
+  return status;
 }
 
 }  // namespace
