@@ -3,7 +3,8 @@
 // and the newest token inside the rectangle the panels leave free, located by their
 // pixels; TOP at 300 tokens has every beam's end inside that rectangle, and lit; the head
 // keeps its size on screen in every preset over 160 tokens; scrubbing
-// the history rebuilds the 3D view for the step looked at.
+// the history rebuilds the 3D view for the step looked at; a new run is framed at once after
+// the person zoomed into the old one.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -366,4 +367,39 @@ TEST(AppViewHistory, ScrubbingRebuildsTheSceneForTheViewedStep) {
   tl.follow_live();
   view.update(f, ViewInput{});
   EXPECT_EQ(view.scene().tokens.size(), n_live);
+}
+
+// After a new run starts (Reset, or a new KV type applied, which opens the model again) the
+// view frames the new sequence at once, even when the person had zoomed far into the old
+// run's end with a SIDE camera: the head waiting at position 0 is on screen before Play.
+TEST(AppViewReset, ANewRunIsFramedAtOnceAfterTheViewWasZoomedIn) {
+  Timeline tl = synthetic_timeline(200);
+  ViewFrame f;
+  f.timeline = &tl;
+  f.rect = UiRect{0, 0, 800, 500};
+  f.preset = render::CameraPreset::Side;
+  f.dt = 1.0f / 60.0f;
+  const render::Viewport vp{0, 0, 800, 500};
+  auto on_screen = [&](const SceneView& v, glm::vec3 p) {
+    auto q = render::project_to_viewport(v.scene().camera, p, vp);
+    return q && inside(vp, *q, 2.0f);
+  };
+  SceneView view;
+  view.update(f, ViewInput{});
+  ViewInput zoom;
+  zoom.hover = true;
+  zoom.mouse_x = 700;
+  zoom.mouse_y = 250;
+  zoom.wheel = 2;
+  for (int i = 0; i < 30; ++i) view.update(f, zoom);
+  ASSERT_FALSE(on_screen(view, render::layout::token_position(0)))
+      << "the zoom did not leave the start of the sequence";
+
+  Event reset{Event::Kind::Reset, tl.run() + 1};
+  reset.prompt_text = "synthetic";
+  ASSERT_TRUE(tl.apply(reset));
+  view.update(f, ViewInput{});  // the first frame after the Reset event
+  EXPECT_TRUE(on_screen(view, view.scene().head.position)) << "the head is out of view";
+  EXPECT_TRUE(on_screen(view, render::layout::token_position(0)));
+  EXPECT_TRUE(view.scene().grid.visible);
 }
