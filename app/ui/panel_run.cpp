@@ -35,11 +35,12 @@ void source_section(UiState& ui, Controller* ctl, const ControllerState& cs) {
   if (!ui.engine_ready)
     ImGui::TextColored(ImVec4(1.0f, 0.7f, 0.3f, 1.0f), "no model loaded: pick one below");
   else if (ui.replay)
-    ImGui::TextWrapped("Recording %s (made with %s, %s)",
-                       std::filesystem::path(ui.replay_path).filename().c_str(),
-                       ui.facts.name.c_str(), ui.facts.file_name.c_str());
+    ImGui::TextWrapped(
+        "Recording %s (made with %s, %s)", std::filesystem::path(ui.replay_path).filename().c_str(),
+        model_display_name(ui.facts.name, ui.facts.file_name).c_str(), ui.facts.file_name.c_str());
   else
-    ImGui::TextWrapped("Model %s (%s, %s backend)", ui.facts.name.c_str(),
+    ImGui::TextWrapped("Model %s (%s, %s backend)",
+                       model_display_name(ui.facts.name, ui.facts.file_name).c_str(),
                        ui.facts.file_name.c_str(), ui.facts.backend.c_str());
   if (cs.loading) ImGui::TextColored(ImVec4(1.0f, 0.8f, 0.3f, 1.0f), "opening...");
 

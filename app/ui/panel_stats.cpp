@@ -131,7 +131,8 @@ void panel_stats(const UiState& ui, const ControllerState& cs, const Timeline& t
   }
 
   ImGui::Separator();
-  ImGui::TextWrapped("model     %s", ui.facts.name.c_str());
+  ImGui::TextWrapped("model     %s", model_display_name(ui.facts.name, ui.facts.file_name).c_str());
+  hover_tooltip("%s\nfile %s", ui.facts.name.c_str(), ui.facts.file_name.c_str());
   ImGui::Text("backend   %s", ui.replay ? "(a recording)" : ui.facts.backend.c_str());
   ImGui::Text("KV dtype  %s, %s per position", ui.facts.kv_dtype.c_str(),
               format_bytes(ui.facts.kv_bytes_per_token).c_str());

@@ -33,7 +33,8 @@ std::string format_count(double v) {
 }
 
 KvMemoryShape facts_memory_shape(const ModelFacts& f) {
-  return {f.name, f.n_layer, f.n_head, f.n_head_kv, f.head_dim, f.layer_window};
+  const std::string name = model_display_name(f.name, f.file_name);
+  return {name, f.n_layer, f.n_head, f.n_head_kv, f.head_dim, f.layer_window};
 }
 
 ViewOptions scene_options(const UiState& ui) {
