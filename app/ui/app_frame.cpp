@@ -3,7 +3,8 @@
 // Each region is one window pinned to its rectangle (no move, no resize, no title bar);
 // the side columns scroll and hold collapsible sections under a header with a "hide panel"
 // button; a closed column is a thin strip that is one "show" button. Notices stack in the
-// top-right corner of the 3D view, each with its own close button.
+// top-right corner of the 3D view, each with its own close button, and fade after a while
+// (the Run section keeps their text under Messages).
 #include "app/ui/app_frame.h"
 
 #include <imgui.h>
@@ -74,7 +75,12 @@ void draw_notices(UiState& ui) {
     std::snprintf(id, sizeof id, "##notice%llu", static_cast<unsigned long long>(n.id));
     ImGui::SetNextWindowPos(ImVec2(v.right() - 8.0f, y), ImGuiCond_Always, ImVec2(1.0f, 0.0f));
     ImGui::SetNextWindowSizeConstraints(ImVec2(0, 0), ImVec2(width, v.h * 0.5f));
-    ImGui::SetNextWindowBgAlpha(0.88f);
+    // A timed notice fades out over its last kNoticeFadeSeconds (its text with the style's
+    // alpha, its background with its own, which the style's does not reach).
+    const double left = n.seconds > 0 ? n.seconds - (now - n.shown_at) : kNoticeFadeSeconds;
+    const float alpha = float(std::clamp(left / kNoticeFadeSeconds, 0.0, 1.0));
+    ImGui::SetNextWindowBgAlpha(0.88f * alpha);
+    ImGui::PushStyleVar(ImGuiStyleVar_Alpha, alpha);
     bool close = false;
     ImGui::Begin(id, nullptr,
                  ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_AlwaysAutoResize |
@@ -88,6 +94,7 @@ void draw_notices(UiState& ui) {
     if (ImGui::IsItemHovered()) ImGui::SetTooltip("Dismiss");
     y += ImGui::GetWindowHeight() + 6.0f;
     ImGui::End();
+    ImGui::PopStyleVar();
     if (close)
       ui.notices.erase(ui.notices.begin() + long(i));
     else

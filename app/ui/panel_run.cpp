@@ -8,6 +8,7 @@
 #include <imgui_stdlib.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -249,6 +250,17 @@ void panel_run(UiState& ui, Controller* ctl, const ControllerState& cs, const Ti
   ImGui::Separator();
   ImGui::TextDisabled("Files");
   files_section(ui, ctl, cs, tl);
+  // The notices that faded from the view, newest first.
+  if (!ui.notice_log.empty()) {
+    ImGui::Separator();
+    char label[48];
+    std::snprintf(label, sizeof label, "Messages (%zu)###messages", ui.notice_log.size());
+    if (ImGui::TreeNode(label)) {
+      for (auto it = ui.notice_log.rbegin(); it != ui.notice_log.rend(); ++it)
+        ImGui::TextWrapped("%s", it->c_str());
+      ImGui::TreePop();
+    }
+  }
 }
 
 }  // namespace kvscope::app
