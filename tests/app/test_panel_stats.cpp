@@ -4,7 +4,8 @@
 // - after the cache mode is toggled while paused, both say the new mode applies from the
 //   next step, and after that step both agree on it;
 // - the decode rate is the current mode's alone, never an average over both modes;
-// - a comparison's run ends saying the comparison finished, not "max_tokens".
+// - a comparison's run ends saying the comparison finished, not "max_tokens";
+// - the toolbar's tooltips hang below it, never over the buttons next to the one hovered.
 #include <gtest/gtest.h>
 #include <imgui.h>
 #include <imgui_internal.h>
@@ -53,12 +54,12 @@ class PanelStats : public ::testing::Test {
     ImGui::NewFrame();
     ImGui::SetNextWindowPos(ImVec2(0, 0));
     ImGui::SetNextWindowSize(ImVec2(1280, 40));
-    ImGui::Begin("##toolbar");
+    ImGui::Begin("##toolbar", nullptr, ImGuiWindowFlags_NoDecoration);
     out.toolbar = logged([&] { panel_toolbar(ui, ctl, cs, tl); });
     ImGui::End();
     ImGui::SetNextWindowPos(ImVec2(900, 40));
     ImGui::SetNextWindowSize(ImVec2(380, 600));
-    ImGui::Begin("Stats");
+    ImGui::Begin("Stats", nullptr, ImGuiWindowFlags_NoDecoration);
     out.stats = logged([&] { panel_stats(ui, cs, tl); });
     ImGui::End();
     ImGui::Render();
@@ -219,4 +220,25 @@ TEST_F(PanelStats, AComparisonEndsSayingTheComparisonFinished) {
   end.reason = FinishReason::MaxTokens;
   tl.apply(end);
   EXPECT_EQ(finished_text(tl), "finished (max_tokens)");
+}
+
+// Hovering along the whole toolbar: every tooltip that shows opens below the toolbar, so it
+// never hides the button next to the one under the pointer, and stays inside the window.
+TEST_F(PanelStats, ToolbarTooltipsHangBelowTheToolbar) {
+  UiState ui;
+  ui.engine_ready = true;
+  Timeline tl;
+  ControllerState cs;
+  int tips = 0;
+  for (float x = 4; x < 1280; x += 12) {
+    ImGui::GetIO().MousePos = ImVec2(x, 16);
+    frame(ui, nullptr, cs, tl);
+    frame(ui, nullptr, cs, tl);
+    ImGuiWindow* tip = ImGui::FindWindowByName("##Tooltip_00");
+    if (!tip || !tip->Active) continue;
+    ++tips;
+    EXPECT_GE(tip->Pos.y, 40.0f) << "a tooltip over the toolbar at x " << x;
+    EXPECT_LE(tip->Pos.x + tip->Size.x, 1280.0f + 0.5f) << "a tooltip past the window at x " << x;
+  }
+  EXPECT_GE(tips, 10) << "every button explains itself";
 }
