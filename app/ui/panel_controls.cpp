@@ -34,9 +34,12 @@ void kv_error_legend(const UiState& ui, const Timeline& tl) {
   for (int i = 0; i < 4; ++i) {
     const float x = p0.x + kv_error_scale(ticks[i]) * w;
     const float tw = ImGui::CalcTextSize(labels[i]).x;
-    dl->AddLine(ImVec2(x, p0.y), ImVec2(x, p0.y + h), IM_COL32(0, 0, 0, 200));
-    dl->AddText(ImVec2(std::clamp(x + 2.0f, p0.x, p0.x + w - tw), p0.y), IM_COL32(0, 0, 0, 255),
-                labels[i]);
+    // Dark text on the bright end of the scale, light text on the dark end.
+    const glm::vec3 under = kv_error_color(ticks[i] * 1.5f);
+    const bool bright = 0.3f * under.r + 0.55f * under.g + 0.15f * under.b > 0.45f;
+    const ImU32 ink = bright ? IM_COL32(0, 0, 0, 255) : IM_COL32(255, 255, 255, 255);
+    dl->AddLine(ImVec2(x, p0.y), ImVec2(x, p0.y + h), bright ? IM_COL32(0, 0, 0, 200) : ink);
+    dl->AddText(ImVec2(std::clamp(x + 2.0f, p0.x, p0.x + w - tw), p0.y), ink, labels[i]);
   }
   ImGui::Dummy(ImVec2(w, h));
   // The viewed step's rows: their mean error in the layer shown.
