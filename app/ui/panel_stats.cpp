@@ -106,12 +106,12 @@ void panel_stats(const UiState& ui, const ControllerState& cs, const Timeline& t
     const char* mode = s.mode == CacheMode::NoCache ? "NO CACHE" : "KV CACHE";
     const char* other = s.mode == CacheMode::NoCache ? "KV CACHE" : "NO CACHE";
     if (s.window >= 2)
-      ImGui::Text("decode    %.1f tok/s engine, %.1f delivered", s.engine_tok_s, s.delivered_tok_s);
+      ImGui::Text("decode    %.1f tok/s, %.1f delivered", s.engine_tok_s, s.delivered_tok_s);
     else
-      ImGui::Text("decode    %.1f tok/s engine", s.engine_tok_s);
+      ImGui::Text("decode    %.1f tok/s", s.engine_tok_s);
     hover_tooltip(
         "%s steps only (since step %d), over the last %d after the first:\n"
-        "tokens per second of engine time, and per second of wall time between\n"
+        "tokens per second of engine time, then (delivered) per second of wall time between\n"
         "steps (pacing, drawing; in an interleaved comparison, the NO CACHE\n"
         "run's steps in between). Switching the mode starts the count again.",
         mode, s.mode_since, s.window);
