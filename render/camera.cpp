@@ -361,6 +361,19 @@ glm::mat4 projection_matrix(const CameraView& v, float aspect) {
   return glm::perspective(glm::radians(v.fov_y_deg), aspect, v.near_plane, v.far_plane);
 }
 
+float head_drawn_radius(const Scene& s, float height_px) {
+  const WriteHead& h = s.head;
+  if (h.min_px <= 0.0f || height_px <= 0.0f) return h.radius;
+  const CameraView& v = s.camera;
+  const glm::vec3 ahead = v.target - v.eye;
+  if (glm::dot(ahead, ahead) <= 0.0f) return h.radius;
+  // Pixels per world unit at the head's depth: the perspective's focal length over depth.
+  const float depth = glm::dot(h.position - v.eye, glm::normalize(ahead));
+  if (depth <= v.near_plane) return h.radius;
+  const float focal_px = 0.5f * height_px / std::tan(glm::radians(v.fov_y_deg) * 0.5f);
+  return std::max(h.radius, h.min_px * depth / focal_px);
+}
+
 std::optional<glm::vec2> project_to_screen(const CameraView& v, glm::vec3 world, int width,
                                            int height) {
   if (width <= 0 || height <= 0) return std::nullopt;

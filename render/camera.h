@@ -121,6 +121,9 @@ BeamArc preset_beam_arc(CameraPreset p);
 
 glm::mat4 view_matrix(const CameraView& v);
 glm::mat4 projection_matrix(const CameraView& v, float aspect);
+// The world radius the write head is drawn with in a view `height_px` pixels tall: its
+// radius, or larger where that would be under head.min_px pixels on screen.
+float head_drawn_radius(const Scene& s, float height_px);
 // World point -> pixel coordinates (origin top-left). nullopt when behind the camera.
 std::optional<glm::vec2> project_to_screen(const CameraView& v, glm::vec3 world, int width,
                                            int height);

@@ -471,7 +471,7 @@ void Renderer::Impl::draw_head(const FrameView& f, FrameStats& st) {
   head.use();
   glUniformMatrix4fv(head.uniform("u_view_proj"), 1, GL_FALSE, glm::value_ptr(f.vp));
   glUniform3fv(head.uniform("u_center"), 1, glm::value_ptr(h.position));
-  glUniform1f(head.uniform("u_radius"), h.radius);
+  glUniform1f(head.uniform("u_radius"), head_drawn_radius(f.scene, float(f.height)));
   glUniform3fv(head.uniform("u_eye"), 1, glm::value_ptr(f.scene.camera.eye));
   glUniform3fv(head.uniform("u_color"), 1, glm::value_ptr(h.color));
   glBindVertexArray(sphere_vao.get());
@@ -551,7 +551,7 @@ void Renderer::Impl::draw_halo(const FrameView& f, FrameStats& st) {
   glUniformMatrix4fv(halo.uniform("u_view"), 1, GL_FALSE, glm::value_ptr(f.view));
   glUniformMatrix4fv(halo.uniform("u_proj"), 1, GL_FALSE, glm::value_ptr(f.proj));
   glUniform3fv(halo.uniform("u_center"), 1, glm::value_ptr(h.position));
-  glUniform1f(halo.uniform("u_size"), h.radius * 4.0f);
+  glUniform1f(halo.uniform("u_size"), head_drawn_radius(f.scene, float(f.height)) * 4.0f);
   glUniform3fv(halo.uniform("u_color"), 1, glm::value_ptr(h.color));
   glUniform1f(halo.uniform("u_glow"), std::clamp(h.glow, 0.0f, 1.0f));
   glBindVertexArray(empty_vao.get());

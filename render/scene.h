@@ -84,7 +84,11 @@ struct Beam {
 struct WriteHead {
   bool visible = true;
   glm::vec3 position{0.0f};
-  float radius = 0.35f;
+  float radius = 0.35f;  // world units (what camera framing counts)
+  // > 0: the sphere is drawn never smaller than this many pixels in radius (and its halo with
+  // it), so the head stays a marker of constant size however far the camera frames the
+  // sequence (TOP over hundreds of tokens); close up it keeps its world size.
+  float min_px = 0.0f;
   glm::vec3 color{1.0f, 0.85f, 0.45f};
   float glow = 1.0f;  // 0..1 halo strength (the app pulses it while a step runs)
 };

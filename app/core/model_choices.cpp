@@ -2,6 +2,7 @@
 #include "app/core/model_choices.h"
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <map>
 
@@ -41,6 +42,59 @@ std::vector<ModelChoice> model_choices(const std::vector<std::string>& dirs) {
   }
   for (const auto& [name, path] : others) out.push_back({name, path, false, true});
   return out;
+}
+
+namespace {
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(),
+                 [](unsigned char ch) { return char(std::tolower(ch)); });
+  return s;
+}
+
+// The words of `s` split at spaces, '-', '_' and '.', lower-cased.
+std::vector<std::string> words(const std::string& s) {
+  std::vector<std::string> out;
+  std::string w;
+  for (char ch : s + " ") {
+    if (ch == ' ' || ch == '-' || ch == '_' || ch == '.') {
+      if (!w.empty()) out.push_back(lower(w));
+      w.clear();
+    } else {
+      w += ch;
+    }
+  }
+  return out;
+}
+
+// A GGUF quantization tag at the end of a file stem: Q4_0, Q4_K_M, IQ2_XS, F16, BF16, ...
+// (case-insensitive), after a '.', '-' or '_'. Returns where it starts, or npos.
+size_t quant_tag_start(const std::string& stem) {
+  const std::string l = lower(stem);
+  for (size_t at = l.size(); at-- > 0;) {
+    if (l[at] != '.' && l[at] != '-' && l[at] != '_') continue;
+    const std::string tag = l.substr(at + 1);
+    const bool q =
+        (tag.size() >= 2 && tag[0] == 'q' && std::isdigit((unsigned char)tag[1])) ||
+        (tag.size() >= 3 && tag.compare(0, 2, "iq") == 0 && std::isdigit((unsigned char)tag[2]));
+    if (q || tag == "f16" || tag == "bf16" || tag == "f32") return at;
+  }
+  return std::string::npos;
+}
+
+}  // namespace
+
+std::string model_display_name(const std::string& general_name, const std::string& file_name) {
+  std::string stem = file_name;
+  if (stem.size() > 5 && lower(stem.substr(stem.size() - 5)) == ".gguf")
+    stem.resize(stem.size() - 5);
+  if (size_t at = quant_tag_start(stem); at != std::string::npos && at > 0) stem.resize(at);
+  if (stem.empty()) return general_name;
+  const std::vector<std::string> name = words(general_name), file = words(stem);
+  bool in_file = !name.empty();
+  for (const std::string& w : name)
+    in_file = in_file && std::find(file.begin(), file.end(), w) != file.end();
+  return in_file ? general_name : stem;
 }
 
 }  // namespace kvscope::app

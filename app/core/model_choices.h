@@ -20,4 +20,10 @@ struct ModelChoice {
 // the first. Directories that do not exist are skipped.
 std::vector<ModelChoice> model_choices(const std::vector<std::string>& dirs);
 
+// The name the app shows for a model: its `general_name` when every word of it is in the
+// file's name ("Gemma 3 270m" for gemma-3-270m-q4_k_m.gguf), else the file's name without
+// ".gguf" and its quantization tag ("SmolLM2-135M-Instruct", where general.name is a
+// training run's "Smollm2 135M 8k Lc100K Mix1 Ep2"). No file name: general_name.
+std::string model_display_name(const std::string& general_name, const std::string& file_name);
+
 }  // namespace kvscope::app

@@ -12,6 +12,7 @@ StatsView make_stats_view(const Timeline& tl, double target_tok_s, bool playing,
   v.live = tl.live();
   v.mode = tl.mode();
   v.finish_reason = tl.finish_reason() ? to_string(*tl.finish_reason()) : "";
+  v.finish_text = finished_text(tl);
   v.speed = tl.speed();
   v.target_tok_s = target_tok_s;
   const StepTrace* t = tl.viewed();
@@ -60,6 +61,26 @@ StatsView make_stats_view(const Timeline& tl, double target_tok_s, bool playing,
   v.behind = playing && target_tok_s > 0 && v.speed.window >= 3 &&
              v.speed.delivered_tok_s < 0.9 * target_tok_s;
   return v;
+}
+
+std::string pending_mode_text(const Timeline& tl, CacheMode chosen) {
+  const StepTrace* last = tl.last();
+  const CacheMode ran = last ? last->mode : tl.mode();
+  if (ran == chosen) return "";
+  return std::string(chosen == CacheMode::NoCache ? "NO CACHE" : "KV CACHE") +
+         (tl.finished() && last ? " from the next run" : " from the next step");
+}
+
+std::string finished_text(const Timeline& tl) {
+  const std::optional<FinishReason> r = tl.finish_reason();
+  if (!r) return "";
+  if (tl.compare_phase() != ComparePhase::None) {
+    if (*r == FinishReason::Stopped) return "comparison stopped";
+    if (ended_by_itself(*r))
+      return tl.compare_phase() == ComparePhase::CacheLeg ? "comparison: KV CACHE run done"
+                                                          : "comparison finished";
+  }
+  return std::string("finished (") + to_string(*r) + ")";
 }
 
 }  // namespace kvscope::app

@@ -46,6 +46,7 @@ struct StatsView {
   double target_tok_s = 0;  // 0: as fast as possible
   bool behind = false;      // playing, and delivering under 90% of the target
   std::string finish_reason;
+  std::string finish_text;  // finished_text(tl): "" while the run goes on
 };
 
 // `target_tok_s` is the speed setting (0 = as fast as possible); `playing` the controller's;
@@ -53,5 +54,15 @@ struct StatsView {
 // (ModelFacts::kv_bytes_per_token; 0: not known, and the slots are not counted).
 StatsView make_stats_view(const Timeline& tl, double target_tok_s, bool playing,
                           uint64_t kv_bytes_per_token = 0);
+
+// The cache mode chosen in the toolbar while the run's newest step ran in the other one (a
+// switch takes effect between steps): "NO CACHE from the next step", or "... from the next
+// run" once the run has finished. "" when they agree. The Stats panel and the toolbar both
+// show it, so they never disagree about the mode.
+std::string pending_mode_text(const Timeline& tl, CacheMode chosen);
+// How the run ended, in words: "finished (eos)", "finished (max_tokens)"; a comparison's run
+// ends after the comparison's steps, not at the token limit: "comparison finished" (or
+// "comparison stopped"). "" while the run goes on.
+std::string finished_text(const Timeline& tl);
 
 }  // namespace kvscope::app

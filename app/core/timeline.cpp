@@ -272,6 +272,14 @@ bool Timeline::apply(const Event& e) {
     first_.prefill_tokens = t.tokens_processed;
     first_.prefill_tok_s = first_.ttft_ms > 0 ? 1000.0 * t.tokens_processed / first_.ttft_ms : 0;
   } else {
+    if (t.mode != first_.mode || first_.mode_since == 0) {
+      // A switch of mode: the window starts again; the old mode's rate is kept to show.
+      if (first_.mode_since != 0 && t.mode != first_.mode)
+        first_.other_engine_tok_s = speed().engine_tok_s;
+      arrivals_.clear();
+      first_.mode = t.mode;
+      first_.mode_since = t.step;
+    }
     arrivals_.push_back({e.done_s, t.device_ms >= 0 ? t.device_ms : t.ms});
     while (arrivals_.size() > kSpeedWindow) arrivals_.pop_front();
   }

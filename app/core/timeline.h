@@ -43,6 +43,8 @@ struct TokenInfo {
 };
 
 // Speeds over the recent steps, all from the worker's own clock (see Timeline::speed()).
+// Decode rates are one cache mode's: a step in the other mode starts the window again, so a
+// rate never averages a KV CACHE step with a NO CACHE one.
 struct SpeedStats {
   double ttft_ms = -1;         // step 1 (prefill in KV CACHE mode): its engine time
   int prefill_tokens = 0;      // tokens through step 1's forward
@@ -50,6 +52,10 @@ struct SpeedStats {
   double engine_tok_s = 0;     // later steps: tokens generated per second of engine time
   double delivered_tok_s = 0;  // later steps: per second of wall time between them
   int window = 0;              // steps the two rates above are measured over
+  CacheMode mode = CacheMode::Cache;  // the mode of those steps
+  int mode_since = 0;                 // the first step of this run in that mode since a switch
+  // The other mode's engine rate when this run last switched away from it (0: never ran).
+  double other_engine_tok_s = 0;
 };
 
 // The run id under which the history files the NO CACHE run of an interleaved comparison
@@ -166,8 +172,8 @@ class Timeline {
   struct Arrival {
     double done_s, ms;
   };
-  std::deque<Arrival> arrivals_;  // the last few steps after the first
-  SpeedStats first_;
+  std::deque<Arrival> arrivals_;  // the last few steps after the first, all in first_.mode
+  SpeedStats first_;              // step 1's numbers, the window's mode, the other mode's rate
 };
 
 // Returns freed heap pages to the system (after a Reset), where the C library allows it.

@@ -226,6 +226,7 @@ void animate_scene(render::Scene* scene, const Timeline& tl, const AnimClock& cl
   }
   float pulse = 0.5f + 0.5f * std::sin(float(clock.time) * 6.0f);
   s.head.glow = clock.busy ? 0.75f + 0.25f * pulse : 0.8f;
+  s.head.min_px = kHeadMinPx;
 }
 
 }  // namespace kvscope::app

@@ -91,6 +91,9 @@ int place_flat_labels(render::Scene* s, const std::vector<int>& priority, float 
 // label with label_min_px = kReadableLabelPx), and its estimated width.
 float flat_label_px(const render::Scene& s, float px_per_token);
 float flat_label_width_px(const std::string& label, float line_px);
+// The write head is drawn at least this many pixels in radius in every preset (its halo four
+// times that), so it stays findable when TOP frames hundreds of tokens.
+inline constexpr float kHeadMinPx = 6.0f;
 // Sets only the per-frame parts (scene.anim, head position and glow) for `clock`; the
 // instances and revision stay, so the renderer re-uploads nothing.
 void animate_scene(render::Scene* scene, const Timeline& tl, const AnimClock& clock);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <set>
 
 #include "app/scene/scene_shift.h"
@@ -50,11 +51,23 @@ float kv_error_scale(float e) {
 
 glm::vec3 kv_error_color(float e) {
   const glm::vec3 stops[] = {
-      {0.15f, 0.35f, 0.95f}, {0.15f, 0.8f, 0.55f}, {0.95f, 0.85f, 0.2f}, {0.95f, 0.22f, 0.15f}};
+      {0.12f, 0.14f, 0.42f}, {0.48f, 0.24f, 0.82f}, {0.92f, 0.32f, 0.90f}, {1.0f, 0.86f, 1.0f}};
   const float x = kv_error_scale(e) * 3.0f;
   const int i = std::min(int(x), 2);
   const float f = x - float(i);
   return stops[i] * (1.0f - f) + stops[i + 1] * f;
+}
+
+std::string kv_error_text(const Timeline& tl, int pos, int layer) {
+  const float k = tl.kv_error(pos, layer, false), v = tl.kv_error(pos, layer, true);
+  if (std::isnan(k) && std::isnan(v)) return "";
+  auto percent = [](float e) {
+    char b[24];
+    std::snprintf(b, sizeof b, std::isnan(e) ? "n/a" : "%.2g%%", 100.0 * double(e));
+    return std::string(b);
+  };
+  return "quantization error K " + percent(k) + "  V " + percent(v) + "  (layer " +
+         std::to_string(layer) + ")";
 }
 
 int kv_head_of(int head, int n_head, int n_head_kv) {

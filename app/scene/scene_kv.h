@@ -17,6 +17,7 @@
 // computed position.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "app/scene/scene_builder.h"
@@ -31,11 +32,16 @@ float kv_hatch(KvDtype t);
 
 // The quantization error colouring: a relative error ||x - stored(x)|| / ||x|| on a log
 // scale from kKvErrorLow (0) to kKvErrorHigh (1), clamped (0 for no error at all), and its
-// colour: blue (f16's ~1e-4), green, yellow (q8_0's ~1e-2), red (q4_0's ~1e-1 and above).
+// colour, dark to bright: navy (f16's ~1e-4), violet, magenta (q8_0's ~1e-2), pale pink
+// (q4_0's ~1e-1 and above). No orange or red anywhere on it: those are the generated tokens'
+// and NO CACHE's recompute colours, and a q4_0 stack must not blend into its token.
 inline constexpr float kKvErrorLow = 1e-4f, kKvErrorHigh = 0.3f;
 float kv_error_scale(float rel_error);
 glm::vec3 kv_error_color(float rel_error);
 inline constexpr glm::vec3 kKvErrorUnmeasured{0.32f, 0.33f, 0.36f};  // no measurement
+// The measured error of layer `layer`'s K and V rows at `pos` of the viewed step, for the
+// hover tooltip: "quantization error K 12% V 9.8% (layer 15)"; "" when not measured.
+std::string kv_error_text(const Timeline& tl, int pos, int layer);
 
 // The KV head that query head `head` reads: each KV head serves n_head / n_head_kv
 // consecutive query heads (grouped-query attention; multi-query when n_head_kv is 1).

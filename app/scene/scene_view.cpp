@@ -38,6 +38,9 @@ void SceneView::update(const ViewFrame& f, const ViewInput& in) {
   rect_ = f.rect;
   // Scrubbing the history changes the viewed step alone: the scene is that step's.
   const int viewed = tl.live() ? 0 : tl.viewed_step();
+  // A new run (Reset, another model or KV type) starts at position 0, wherever the person
+  // had zoomed or panned to: the preset frames it at once, so the view is never left empty.
+  const bool new_run = built_.valid && built_.run != tl.run();
   if (!built_.valid || built_.run != tl.run() || built_.steps != tl.steps().size() ||
       built_.tokens != tl.tokens().size() || built_.viewed != viewed || !(built_.view == f.view)) {
     label_priority_.clear();
@@ -62,8 +65,8 @@ void SceneView::update(const ViewFrame& f, const ViewInput& in) {
   camera_.set_aspect(rect_.h > 0 ? rect_.w / rect_.h : 1.0f);
   camera_.set_ground(scene_.grid.height);
   camera_.set_content(render::framing_content(scene_, goal_arc));
-  if (f.preset_changed || !initialized_) {
-    camera_.set_preset(f.preset, /*instant=*/!initialized_ || f.dt <= 0);
+  if (f.preset_changed || !initialized_ || new_run) {
+    camera_.set_preset(f.preset, /*instant=*/!initialized_ || new_run || f.dt <= 0);
     initialized_ = true;
   }
   // Pointer: orbit, pan and zoom only when the pointer is in the view (not on a panel).

@@ -1,6 +1,8 @@
 // scene_view.h — the 3D view in its rectangle: the cached scene, the camera framed for
 // that rectangle, pointer input, picking, and drawing.
 //
+// A new run (its id changed) is framed by the preset at once, undoing the person's zoom and
+// pan, so the view shows the new sequence from its first frame.
 // The scene's instances are rebuilt only when the timeline or the view options change;
 // other frames only animate it. The camera's aspect is always the rectangle's, so a
 // preset frames its content inside the free rectangle, never behind a panel. While the

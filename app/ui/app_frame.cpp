@@ -1,9 +1,10 @@
 // app_frame.cpp — the layout's regions as fixed, undecorated ImGui windows.
 //
 // Each region is one window pinned to its rectangle (no move, no resize, no title bar);
-// the side columns scroll and hold collapsible sections; a closed column is a thin strip
-// with an arrow to open it again. Notices stack in the top-right corner of the 3D view,
-// each with its own close button.
+// the side columns scroll and hold collapsible sections under a header with a "hide panel"
+// button; a closed column is a thin strip that is one "show" button. Notices stack in the
+// top-right corner of the 3D view, each with its own close button, and fade after a while
+// (the Run section keeps their text under Messages).
 #include "app/ui/app_frame.h"
 
 #include <imgui.h>
@@ -29,24 +30,32 @@ bool begin_region(const char* id, const UiRect& r, ImGuiWindowFlags extra = 0) {
   return ImGui::Begin(id, nullptr, kRegionFlags | extra);
 }
 
-// The header row of an open column: its title and the arrow that closes it.
+// The header row of an open column: its name, then a framed "hide" button at the row's
+// right end whose arrow points where the column goes. It must not read as a section header
+// (those are the full-width collapsing rows below it), so it is a plain labelled button.
 void column_header(const char* title, bool left, ColumnMode* mode) {
-  if (!left) {
-    if (ImGui::ArrowButton("##close", ImGuiDir_Right)) *mode = ColumnMode::Closed;
-    if (ImGui::IsItemHovered()) ImGui::SetTooltip("Hide this column (more room for the scene)");
-    ImGui::SameLine();
-  }
+  ImGui::AlignTextToFramePadding();
   ImGui::TextDisabled("%s", title);
-  if (left) {
-    ImGui::SameLine(ImGui::GetContentRegionMax().x - ImGui::GetFrameHeight());
-    if (ImGui::ArrowButton("##close", ImGuiDir_Left)) *mode = ColumnMode::Closed;
-    if (ImGui::IsItemHovered()) ImGui::SetTooltip("Hide this column (more room for the scene)");
-  }
+  const char* label = left ? "\xC2\xAB hide panel" : "hide panel \xC2\xBB";  // « »
+  const ImGuiStyle& st = ImGui::GetStyle();
+  const float w = ImGui::CalcTextSize(label).x + st.FramePadding.x * 2.0f;
+  ImGui::SameLine(std::max(ImGui::GetContentRegionMax().x - w, ImGui::GetCursorPosX()));
+  if (ImGui::SmallButton(label)) *mode = ColumnMode::Closed;
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "Hide this column (more room for the scene); the strip left behind shows it again");
+  ImGui::Separator();
 }
 
-// A closed column: one arrow that opens it, and the names of what is inside.
+// A closed column: the whole strip is one button that opens it again, an arrow pointing
+// into the window and "show" written down the strip.
 void closed_column(const char* contents, bool left, ColumnMode* mode) {
-  if (ImGui::ArrowButton("##open", left ? ImGuiDir_Right : ImGuiDir_Left)) *mode = ColumnMode::Open;
+  const char* label = left ? "\xC2\xBB\n\ns\nh\no\nw" : "\xC2\xAB\n\ns\nh\no\nw";
+  ImGui::PushStyleVar(ImGuiStyleVar_ButtonTextAlign, ImVec2(0.5f, 0.0f));
+  ImGui::PushStyleVar(ImGuiStyleVar_FramePadding,
+                      ImVec2(0.0f, ImGui::GetStyle().FramePadding.y * 2));
+  if (ImGui::Button(label, ImGui::GetContentRegionAvail())) *mode = ColumnMode::Open;
+  ImGui::PopStyleVar(2);
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("Show %s", contents);
 }
 
@@ -66,7 +75,12 @@ void draw_notices(UiState& ui) {
     std::snprintf(id, sizeof id, "##notice%llu", static_cast<unsigned long long>(n.id));
     ImGui::SetNextWindowPos(ImVec2(v.right() - 8.0f, y), ImGuiCond_Always, ImVec2(1.0f, 0.0f));
     ImGui::SetNextWindowSizeConstraints(ImVec2(0, 0), ImVec2(width, v.h * 0.5f));
-    ImGui::SetNextWindowBgAlpha(0.88f);
+    // A timed notice fades out over its last kNoticeFadeSeconds (its text with the style's
+    // alpha, its background with its own, which the style's does not reach).
+    const double left = n.seconds > 0 ? n.seconds - (now - n.shown_at) : kNoticeFadeSeconds;
+    const float alpha = float(std::clamp(left / kNoticeFadeSeconds, 0.0, 1.0));
+    ImGui::SetNextWindowBgAlpha(0.88f * alpha);
+    ImGui::PushStyleVar(ImGuiStyleVar_Alpha, alpha);
     bool close = false;
     ImGui::Begin(id, nullptr,
                  ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_AlwaysAutoResize |
@@ -80,6 +94,7 @@ void draw_notices(UiState& ui) {
     if (ImGui::IsItemHovered()) ImGui::SetTooltip("Dismiss");
     y += ImGui::GetWindowHeight() + 6.0f;
     ImGui::End();
+    ImGui::PopStyleVar();
     if (close)
       ui.notices.erase(ui.notices.begin() + long(i));
     else
@@ -178,7 +193,9 @@ void draw_frame_ui(UiState& ui, Controller* ctl, const ControllerState& cs, cons
   }
 
   // Left column: what to run and what to look at, then the text so far.
+  if (!L.left_open) ImGui::PushStyleVar(ImGuiStyleVar_WindowPadding, ImVec2(2.0f, 2.0f));
   begin_region("##left", L.left, L.left_open ? 0 : ImGuiWindowFlags_NoScrollbar);
+  if (!L.left_open) ImGui::PopStyleVar();
   if (L.left_open) {
     column_header("kvscope", true, &ui.layout_prefs.left);
     if (section(ui, "Controls"))
@@ -194,7 +211,9 @@ void draw_frame_ui(UiState& ui, Controller* ctl, const ControllerState& cs, cons
   ImGui::End();
 
   // Right column: the numbers.
+  if (!L.right_open) ImGui::PushStyleVar(ImGuiStyleVar_WindowPadding, ImVec2(2.0f, 2.0f));
   begin_region("##right", L.right, L.right_open ? 0 : ImGuiWindowFlags_NoScrollbar);
+  if (!L.right_open) ImGui::PopStyleVar();
   if (L.right_open) {
     column_header("measured", false, &ui.layout_prefs.right);
     if (section(ui, "Stats")) panel_stats(ui, cs, tl);

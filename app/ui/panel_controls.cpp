@@ -10,10 +10,41 @@
 
 #include "app/scene/scene_kv.h"
 #include "app/ui/ui_state.h"
+#include "render/synthetic_scene.h"
 
 namespace kvscope::app {
 
 namespace {
+// The default colouring's key: a block's K (or V) norm, scaled per layer from the smallest
+// to the largest seen so far, on render::palette::kv_color.
+void kv_norm_legend(const UiState& ui) {
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const char *lo = "low", *hi = ui.view.color_by_v ? "high |V|" : "high |K|";
+  const ImVec2 p0 = ImGui::GetCursorScreenPos();
+  const float h = ImGui::GetTextLineHeight(), pad = ImGui::GetStyle().ItemInnerSpacing.x;
+  const float lo_w = ImGui::CalcTextSize(lo).x, hi_w = ImGui::CalcTextSize(hi).x;
+  const float w = std::max(ImGui::GetContentRegionAvail().x - 8.0f, 60.0f);
+  const float x0 = p0.x + lo_w + pad, x1 = p0.x + w - hi_w - pad;
+  constexpr int kSegments = 32;
+  for (int i = 0; i < kSegments; ++i) {
+    const float a = float(i) / kSegments, b = float(i + 1) / kSegments;
+    const glm::vec3 c = render::palette::kv_color(0.5f * (a + b));
+    dl->AddRectFilled(ImVec2(x0 + a * (x1 - x0), p0.y + 2.0f),
+                      ImVec2(x0 + b * (x1 - x0) + 1.0f, p0.y + h - 2.0f),
+                      ImGui::ColorConvertFloat4ToU32(ImVec4(c.r, c.g, c.b, 1.0f)));
+  }
+  const ImU32 text = ImGui::GetColorU32(ImGuiCol_TextDisabled);
+  dl->AddText(p0, text, lo);
+  dl->AddText(ImVec2(x1 + pad, p0.y), text, hi);
+  ImGui::Dummy(ImVec2(w, h));
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "KV block colour: the L2 norm of the %s row that layer cached for that position,\n"
+        "from the layer's smallest norm so far (dark blue) to its largest (pale mint).\n"
+        "Dim stacks: NO CACHE keeps nothing. Red flash: recomputed this step.",
+        ui.view.color_by_v ? "V" : "K");
+}
+
 // The error colouring's scale (scene_kv.h) and what the viewed step measured.
 void kv_error_legend(const UiState& ui, const Timeline& tl) {
   // The colour bar, its ticks (0.01%, 0.1%, 1%, 10%) written on it where the scale puts them.
@@ -34,9 +65,12 @@ void kv_error_legend(const UiState& ui, const Timeline& tl) {
   for (int i = 0; i < 4; ++i) {
     const float x = p0.x + kv_error_scale(ticks[i]) * w;
     const float tw = ImGui::CalcTextSize(labels[i]).x;
-    dl->AddLine(ImVec2(x, p0.y), ImVec2(x, p0.y + h), IM_COL32(0, 0, 0, 200));
-    dl->AddText(ImVec2(std::clamp(x + 2.0f, p0.x, p0.x + w - tw), p0.y), IM_COL32(0, 0, 0, 255),
-                labels[i]);
+    // Dark text on the bright end of the scale, light text on the dark end.
+    const glm::vec3 under = kv_error_color(ticks[i] * 1.5f);
+    const bool bright = 0.3f * under.r + 0.55f * under.g + 0.15f * under.b > 0.45f;
+    const ImU32 ink = bright ? IM_COL32(0, 0, 0, 255) : IM_COL32(255, 255, 255, 255);
+    dl->AddLine(ImVec2(x, p0.y), ImVec2(x, p0.y + h), bright ? IM_COL32(0, 0, 0, 200) : ink);
+    dl->AddText(ImVec2(std::clamp(x + 2.0f, p0.x, p0.x + w - tw), p0.y), ink, labels[i]);
   }
   ImGui::Dummy(ImVec2(w, h));
   // The viewed step's rows: their mean error in the layer shown.
@@ -283,7 +317,10 @@ void beams_section(UiState& ui, Controller* ctl, const Timeline& tl) {
         "The engine measures, for every K/V row it writes from now on, how far the\n"
         "cache's stored row is from the f32 row: ||x - stored(x)|| / ||x||, per layer\n"
         "and position (K, or V with the box above). Measured only while this is on.");
-  if (ui.view.color_by_error) kv_error_legend(ui, tl);
+  if (ui.view.color_by_error)
+    kv_error_legend(ui, tl);
+  else
+    kv_norm_legend(ui);
   ImGui::Checkbox("token labels", &ui.view.labels);
 }
 

@@ -1,11 +1,13 @@
 // panel_inspector.cpp — a tooltip for the token under the mouse: text, id, position, the
-// attention it receives from the head (for the current layer/head choice), K/V norms.
+// attention it receives from the head (for the current layer/head choice), K/V norms, and the
+// quantization error of its K/V rows where it was measured.
 #include <imgui.h>
 
 #include <algorithm>
 #include <cmath>
 
 #include "app/scene/scene_builder.h"
+#include "app/scene/scene_kv.h"
 #include "app/ui/ui_state.h"
 
 namespace kvscope::app {
@@ -35,6 +37,19 @@ void panel_inspector(const UiState& ui, const Timeline& tl) {
     ImGui::TextDisabled("K/V not computed yet");
   else
     ImGui::Text("layer %d: |K| %.3f  |V| %.3f", layer, k, v);
+  // The quantization error of this stack's block in that layer, with the colour it has
+  // (K's, or V's with "color by V") when the blocks are coloured by it.
+  if (const std::string err = kv_error_text(tl, pos, layer); !err.empty()) {
+    if (ui.view.color_by_error) {
+      const glm::vec3 c = kv_error_color(tl.kv_error(pos, layer, ui.view.color_by_v));
+      ImGui::ColorButton("##err", ImVec4(c.r, c.g, c.b, 1.0f), ImGuiColorEditFlags_NoTooltip,
+                         ImVec2(ImGui::GetTextLineHeight(), ImGui::GetTextLineHeight()));
+      ImGui::SameLine();
+    }
+    ImGui::TextUnformatted(err.c_str());
+  } else if (ui.view.color_by_error) {
+    ImGui::TextDisabled("quantization error not measured (grey block)");
+  }
   ImGui::EndTooltip();
 }
 

@@ -8,6 +8,7 @@
 #include <imgui_stdlib.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -35,11 +36,12 @@ void source_section(UiState& ui, Controller* ctl, const ControllerState& cs) {
   if (!ui.engine_ready)
     ImGui::TextColored(ImVec4(1.0f, 0.7f, 0.3f, 1.0f), "no model loaded: pick one below");
   else if (ui.replay)
-    ImGui::TextWrapped("Recording %s (made with %s, %s)",
-                       std::filesystem::path(ui.replay_path).filename().c_str(),
-                       ui.facts.name.c_str(), ui.facts.file_name.c_str());
+    ImGui::TextWrapped(
+        "Recording %s (made with %s, %s)", std::filesystem::path(ui.replay_path).filename().c_str(),
+        model_display_name(ui.facts.name, ui.facts.file_name).c_str(), ui.facts.file_name.c_str());
   else
-    ImGui::TextWrapped("Model %s (%s, %s backend)", ui.facts.name.c_str(),
+    ImGui::TextWrapped("Model %s (%s, %s backend)",
+                       model_display_name(ui.facts.name, ui.facts.file_name).c_str(),
                        ui.facts.file_name.c_str(), ui.facts.backend.c_str());
   if (cs.loading) ImGui::TextColored(ImVec4(1.0f, 0.8f, 0.3f, 1.0f), "opening...");
 
@@ -248,6 +250,17 @@ void panel_run(UiState& ui, Controller* ctl, const ControllerState& cs, const Ti
   ImGui::Separator();
   ImGui::TextDisabled("Files");
   files_section(ui, ctl, cs, tl);
+  // The notices that faded from the view, newest first.
+  if (!ui.notice_log.empty()) {
+    ImGui::Separator();
+    char label[48];
+    std::snprintf(label, sizeof label, "Messages (%zu)###messages", ui.notice_log.size());
+    if (ImGui::TreeNode(label)) {
+      for (auto it = ui.notice_log.rbegin(); it != ui.notice_log.rend(); ++it)
+        ImGui::TextWrapped("%s", it->c_str());
+      ImGui::TreePop();
+    }
+  }
 }
 
 }  // namespace kvscope::app

@@ -8,6 +8,7 @@
 #include <imgui.h>
 
 #include <algorithm>
+#include <string>
 
 #include "app/ui/panel_text.h"
 #include "app/core/stats_view.h"
@@ -26,6 +27,14 @@ void panel_stats(const UiState& ui, const ControllerState& cs, const Timeline& t
   if (!v.live) {
     ImGui::SameLine();
     ImGui::TextColored(warn, "  (step %d of %d)", v.step, v.steps);
+  }
+  // The toolbar's choice before it takes effect: the same words the toolbar shows.
+  if (const std::string pending = pending_mode_text(tl, ui.mode); !pending.empty()) {
+    ImGui::TextColored(warn, "          %s", pending.c_str());
+    hover_tooltip(
+        "The mode changes between two steps: the numbers below are still\n"
+        "those of a %s step.",
+        tl.last() && tl.last()->mode == CacheMode::NoCache ? "NO CACHE" : "KV CACHE");
   }
   if (cs.busy)
     ImGui::TextColored(warn, "          computing step %d... %.1f s", cs.computing_step,
@@ -102,15 +111,23 @@ void panel_stats(const UiState& ui, const ControllerState& cs, const Timeline& t
     ImGui::Text("prefill   %d tokens, %.0f tok/s", s.prefill_tokens, s.prefill_tok_s);
   }
   if (s.window >= 1) {
+    const char* mode = s.mode == CacheMode::NoCache ? "NO CACHE" : "KV CACHE";
+    const char* other = s.mode == CacheMode::NoCache ? "KV CACHE" : "NO CACHE";
     if (s.window >= 2)
-      ImGui::Text("decode    %.1f tok/s engine, %.1f delivered", s.engine_tok_s, s.delivered_tok_s);
+      ImGui::Text("decode    %.1f tok/s, %.1f delivered", s.engine_tok_s, s.delivered_tok_s);
     else
-      ImGui::Text("decode    %.1f tok/s engine", s.engine_tok_s);
+      ImGui::Text("decode    %.1f tok/s", s.engine_tok_s);
     hover_tooltip(
-        "Over the last %d steps after the first: tokens per second of engine\n"
-        "time, and per second of wall time between steps (pacing, drawing; in\n"
-        "an interleaved comparison, the NO CACHE run's steps in between).",
-        s.window);
+        "%s steps only (since step %d), over the last %d after the first:\n"
+        "tokens per second of engine time, then (delivered) per second of wall time between\n"
+        "steps (pacing, drawing; in an interleaved comparison, the NO CACHE\n"
+        "run's steps in between). Switching the mode starts the count again.",
+        mode, s.mode_since, s.window);
+    if (s.other_engine_tok_s > 0) {
+      ImGui::TextDisabled("          %s steps; %s ran %.1f tok/s", mode, other,
+                          s.other_engine_tok_s);
+      hover_tooltip("The engine rate of this run's %s steps before the switch to %s.", other, mode);
+    }
   }
   if (v.behind) {
     ImGui::TextColored(warn, "target    %.1f tok/s: the engine delivers %.1f", v.target_tok_s,
@@ -122,7 +139,8 @@ void panel_stats(const UiState& ui, const ControllerState& cs, const Timeline& t
   }
 
   ImGui::Separator();
-  ImGui::TextWrapped("model     %s", ui.facts.name.c_str());
+  ImGui::TextWrapped("model     %s", model_display_name(ui.facts.name, ui.facts.file_name).c_str());
+  hover_tooltip("%s\nfile %s", ui.facts.name.c_str(), ui.facts.file_name.c_str());
   ImGui::Text("backend   %s", ui.replay ? "(a recording)" : ui.facts.backend.c_str());
   ImGui::Text("KV dtype  %s, %s per position", ui.facts.kv_dtype.c_str(),
               format_bytes(ui.facts.kv_bytes_per_token).c_str());
@@ -130,7 +148,7 @@ void panel_stats(const UiState& ui, const ControllerState& cs, const Timeline& t
                       : cs.busy    ? "computing"
                       : cs.playing ? "playing"
                                    : "paused";
-  if (cs.finished && !v.finish_reason.empty()) state += " (finished: " + v.finish_reason + ")";
+  if (cs.finished && !v.finish_text.empty()) state = v.finish_text;
   ImGui::Text("state     %s", state.c_str());
   ImGui::Text("frame     %.1f ms", 1000.0f / std::max(io.Framerate, 1.0f));
 }

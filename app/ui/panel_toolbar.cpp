@@ -3,7 +3,8 @@
 //
 // Every button has a fixed width and a fixed place: nothing moves when a label, a prompt
 // or a status changes length (Play and Pause share one slot). The status text sits to
-// the right of the last button and is clipped to the toolbar. Keys (when no text field
+// the right of the last button and is clipped to the toolbar. Tooltips hang below the
+// toolbar, under their button, never over its neighbours. Keys (when no text field
 // has the keyboard): Space play/pause, S or Right step, R reset, C KV CACHE / NO CACHE,
 // 1-5 camera presets.
 // (ImGui 1.86 indexes letter and digit keys by their GLFW key codes, which are ASCII.)
@@ -11,9 +12,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdarg>
 #include <cstdio>
 #include <string>
 
+#include "app/core/stats_view.h"
 #include "app/ui/ui_state.h"
 
 namespace kvscope::app {
@@ -39,13 +42,33 @@ bool toggle_button(const char* label, bool active, ImVec2 size) {
   return pressed;
 }
 
+// The hovered button's tooltip, hung below the toolbar under the button, so it never covers
+// the buttons next to it (a tooltip at the pointer hides the neighbours one may reach for).
+void button_tip(const char* fmt, ...) IM_FMTARGS(1);
+void button_tip(const char* fmt, ...) {
+  if (!ImGui::IsItemHovered()) return;
+  char text[512];
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(text, sizeof text, fmt, args);
+  va_end(args);
+  // Kept inside the window on the right (the status at the toolbar's end is wide).
+  const float w = ImGui::CalcTextSize(text).x + ImGui::GetStyle().WindowPadding.x * 2.0f;
+  const float right = ImGui::GetIO().DisplaySize.x - 4.0f;
+  const float below = ImGui::GetWindowPos().y + ImGui::GetWindowHeight() + 4.0f;
+  ImGui::SetNextWindowPos(
+      ImVec2(std::max(0.0f, std::min(ImGui::GetItemRectMin().x, right - w)), below));
+  ImGui::BeginTooltip();
+  ImGui::TextUnformatted(text);
+  ImGui::EndTooltip();
+}
+
 void gap() {
   ImGui::SameLine(0.0f, ImGui::GetStyle().ItemSpacing.x * 3.0f);
 }
 
-std::string status_text(const UiState& ui, const ControllerState& cs, const Timeline& tl) {
+std::string run_status(const UiState& ui, const ControllerState& cs, const Timeline& tl) {
   char buf[160];
-  if (!ui.engine_ready) return "no engine";
   if (cs.busy) {
     std::snprintf(buf, sizeof buf, "computing step %d... %.1f s%s", cs.computing_step,
                   cs.busy_seconds, tl.mode() == CacheMode::NoCache ? " (whole sequence)" : "");
@@ -54,10 +77,9 @@ std::string status_text(const UiState& ui, const ControllerState& cs, const Time
   if (cs.finished) {
     const StepTrace* last = tl.last();
     if (!last) return "ready: press Play or Step";
-    std::snprintf(
-        buf, sizeof buf, "finished (%s), %d tokens",
-        tl.finish_reason() ? to_string(*tl.finish_reason()) : stop_reason_name(last->stop),
-        last->seq_len);
+    std::string done = finished_text(tl);
+    if (done.empty()) done = std::string("finished (") + stop_reason_name(last->stop) + ")";
+    std::snprintf(buf, sizeof buf, "%s, %d tokens", done.c_str(), last->seq_len);
     return buf;
   }
   if (cs.playing) {
@@ -66,6 +88,16 @@ std::string status_text(const UiState& ui, const ControllerState& cs, const Time
     return buf;
   }
   return "paused";
+}
+
+// What the run is doing, then the mode chosen for the next step when it is not the one the
+// last step ran in (the Stats panel says the same).
+std::string status_text(const UiState& ui, const ControllerState& cs, const Timeline& tl) {
+  if (!ui.engine_ready) return "no engine";
+  std::string status = run_status(ui, cs, tl);
+  if (const std::string pending = pending_mode_text(tl, ui.mode); !pending.empty())
+    status += "; " + pending;
+  return status;
 }
 
 }  // namespace
@@ -81,13 +113,13 @@ void panel_toolbar(UiState& ui, Controller* ctl, const ControllerState& cs, cons
   // Transport.
   ImGui::BeginDisabled(!ui.engine_ready);
   bool do_reset = ImGui::Button("Reset", ImVec2(slot, h)) || (keys && ImGui::IsKeyPressed('R'));
-  if (ImGui::IsItemHovered()) ImGui::SetTooltip("Start again from the prompt (R)");
+  button_tip("Start again from the prompt (R)");
   if (do_reset && prompt) send(ctl, CmdReset{*prompt, false});
   ImGui::SameLine();
   bool toggle = keys && ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_Space), false);
   if (cs.playing) {
     if (ImGui::Button("Pause", ImVec2(slot, h)) || toggle) send(ctl, CmdPause{});
-    if (ImGui::IsItemHovered()) ImGui::SetTooltip("Pause after the step in flight (Space)");
+    button_tip("Pause after the step in flight (Space)");
   } else {
     if (ImGui::Button("Play", ImVec2(slot, h)) || toggle) {
       if (cs.finished && prompt)
@@ -95,17 +127,17 @@ void panel_toolbar(UiState& ui, Controller* ctl, const ControllerState& cs, cons
       else
         send(ctl, CmdPlay{});
     }
-    if (ImGui::IsItemHovered()) ImGui::SetTooltip("Generate at the chosen pace (Space)");
+    button_tip("Generate at the chosen pace (Space)");
   }
   ImGui::SameLine();
   bool do_step = ImGui::Button("Step", ImVec2(slot, h)) ||
                  (keys && (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_RightArrow)) ||
                            ImGui::IsKeyPressed('S')));
-  if (ImGui::IsItemHovered()) ImGui::SetTooltip("Generate one token (S or Right)");
+  button_tip("Generate one token (S or Right)");
   if (do_step) send(ctl, CmdStep{});
   ImGui::SameLine();
   if (ImGui::Button("Stop", ImVec2(slot, h))) send(ctl, CmdStop{});
-  if (ImGui::IsItemHovered()) ImGui::SetTooltip("End this run (Reset or Play starts a new one)");
+  button_tip("End this run (Reset or Play starts a new one)");
 
   // Cache mode: the switch the whole product is about.
   gap();
@@ -113,15 +145,11 @@ void panel_toolbar(UiState& ui, Controller* ctl, const ControllerState& cs, cons
   CacheMode want = ui.mode;
   if (toggle_button("KV CACHE", ui.mode == CacheMode::Cache, ImVec2(mode_w, h)))
     want = CacheMode::Cache;
-  if (ImGui::IsItemHovered())
-    ImGui::SetTooltip(
-        "Keep every token's K and V: each step computes one new row per layer (C switches)");
+  button_tip("Keep every token's K and V: each step computes one new row per layer (C switches)");
   ImGui::SameLine(0.0f, 0.0f);
   if (toggle_button("NO CACHE", ui.mode == CacheMode::NoCache, ImVec2(mode_w, h)))
     want = CacheMode::NoCache;
-  if (ImGui::IsItemHovered())
-    ImGui::SetTooltip(
-        "Keep nothing: each step recomputes K and V for the whole sequence (C switches)");
+  button_tip("Keep nothing: each step recomputes K and V for the whole sequence (C switches)");
   if (keys && ImGui::IsKeyPressed('C', false))
     want = ui.mode == CacheMode::Cache ? CacheMode::NoCache : CacheMode::Cache;
   if (want != ui.mode) {
@@ -140,7 +168,7 @@ void panel_toolbar(UiState& ui, Controller* ctl, const ControllerState& cs, cons
     std::string label = render::camera_preset_name(p);
     for (char& c : label) c = char(std::toupper(static_cast<unsigned char>(c)));
     bool pressed = toggle_button(label.c_str(), ui.preset == p, ImVec2(cam_w, h));
-    if (ImGui::IsItemHovered()) ImGui::SetTooltip("Camera preset %s (key %d)", label.c_str(), key);
+    button_tip("Camera preset %s (key %d)", label.c_str(), key);
     if (pressed || (keys && ImGui::IsKeyPressed('0' + key, false))) {
       ui.preset = p;
       ui.preset_changed = true;
@@ -149,7 +177,7 @@ void panel_toolbar(UiState& ui, Controller* ctl, const ControllerState& cs, cons
 
   gap();
   if (ImGui::Button("Export PNG", ImVec2(0, h))) ui.export_png = true;
-  if (ImGui::IsItemHovered()) ImGui::SetTooltip("Save the 3D view as it is now to a PNG file");
+  button_tip("Save the 3D view as it is now to a PNG file");
 
   // Status: to the right of the buttons, so it never pushes them.
   gap();
@@ -175,7 +203,7 @@ void panel_toolbar(UiState& ui, Controller* ctl, const ControllerState& cs, cons
     ImGui::TextColored(ImVec4(1.0f, 0.8f, 0.3f, 1.0f), "%s", status.c_str());
   else
     ImGui::TextDisabled("%s", status.c_str());
-  if (status != full && ImGui::IsItemHovered()) ImGui::SetTooltip("%s", full.c_str());
+  if (status != full) button_tip("%s", full.c_str());
 }
 
 }  // namespace kvscope::app

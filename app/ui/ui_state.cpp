@@ -2,6 +2,7 @@
 #include "app/ui/ui_state.h"
 
 #include <cstdio>
+#include <ctime>
 
 #include <imgui.h>
 
@@ -33,7 +34,8 @@ std::string format_count(double v) {
 }
 
 KvMemoryShape facts_memory_shape(const ModelFacts& f) {
-  return {f.name, f.n_layer, f.n_head, f.n_head_kv, f.head_dim, f.layer_window};
+  const std::string name = model_display_name(f.name, f.file_name);
+  return {name, f.n_layer, f.n_head, f.n_head_kv, f.head_dim, f.layer_window};
 }
 
 ViewOptions scene_options(const UiState& ui) {
@@ -47,6 +49,11 @@ void add_notice(UiState& ui, std::string text, double seconds) {
   if (text.empty()) return;
   for (const Notice& n : ui.notices)
     if (n.text == text) return;  // already shown
+  char stamp[16] = "";
+  const std::time_t now = std::time(nullptr);
+  if (std::tm tm{}; localtime_r(&now, &tm)) std::strftime(stamp, sizeof stamp, "%H:%M:%S  ", &tm);
+  ui.notice_log.push_back(stamp + text);
+  while (ui.notice_log.size() > kNoticeLogSize) ui.notice_log.pop_front();
   Notice n;
   n.id = ui.next_notice_id++;
   n.text = std::move(text);

@@ -90,6 +90,9 @@ struct UiState {
   std::string error;            // shown in a modal until dismissed
   std::vector<Notice> notices;  // dismissable messages (e.g. backend fallback)
   uint64_t next_notice_id = 1;
+  // Every notice shown, oldest first ("12:34:56  text"), for the Run section's Messages list
+  // once the notice itself has faded (at most kNoticeLogSize).
+  std::deque<std::string> notice_log;
   LayoutPrefs layout_prefs;    // side columns open/closed, widths
   int splitter_drag = 0;       // a column's inner edge being dragged: -1 left, 1 right
   UiLayout layout;             // this frame's regions (set by draw_frame_ui)
@@ -112,8 +115,12 @@ struct UiState {
   int quality_steps = 64;
 };
 
-// Adds a dismissable notice (`seconds` > 0: it also goes away by itself after that long).
-void add_notice(UiState& ui, std::string text, double seconds = 0);
+// Adds a dismissable notice over the 3D view that fades away by itself `seconds` after it
+// first shows (<= 0: it stays until dismissed); its text also goes to ui.notice_log.
+inline constexpr double kNoticeSeconds = 8.0;
+inline constexpr double kNoticeFadeSeconds = 1.0;  // the last part of those, fading out
+inline constexpr size_t kNoticeLogSize = 100;
+void add_notice(UiState& ui, std::string text, double seconds = kNoticeSeconds);
 
 // One panel per file (panel_*.cpp). Section panels draw their content only, into the
 // region app_frame.cpp gives them (no Begin/End of their own).

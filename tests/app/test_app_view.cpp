@@ -1,8 +1,10 @@
 // test_app_view.cpp — whole-app frames (panels and 3D view, offscreen, as a user sees
 // them): at 1024x640, 1280x720 and 1920x1080 every camera preset shows the write head
 // and the newest token inside the rectangle the panels leave free, located by their
-// pixels; TOP at 300 tokens has every beam's end inside that rectangle, and lit; scrubbing
-// the history rebuilds the 3D view for the step looked at.
+// pixels; TOP at 300 tokens has every beam's end inside that rectangle, and lit; the head
+// keeps its size on screen in every preset over 160 tokens; scrubbing
+// the history rebuilds the 3D view for the step looked at; a new run is framed at once after
+// the person zoomed into the old one.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -17,6 +19,7 @@
 #include "app/core/engine_setup.h"
 #include "gl_test_context.h"
 #include "pixel_utils.h"
+#include "render/camera.h"
 #include "render/layout.h"
 #include "render/offscreen.h"
 #include "render/synthetic_scene.h"
@@ -224,6 +227,45 @@ TEST(AppViewTop, ThreeHundredTokensEveryBeamEndsInsideTheFrameAndIsLit) {
   }
 }
 
+// The write head is a marker of constant size: TOP frames a long sequence from far away,
+// and the head must still be a bright spot a person finds at a glance, in every preset.
+TEST(AppViewHead, TheHeadKeepsItsScreenSizeInEveryPresetOverALongSequence) {
+  GL_TEST_CONTEXT_OR_SKIP(ctx);
+  auto r = ctx->make_renderer();
+  ASSERT_TRUE(r);
+  Timeline tl = synthetic_timeline(160);
+  ModelFacts facts;
+  facts.n_layer = 2;
+  facts.n_head = 2;
+  for (auto [W, H] : {std::pair{1024, 640}, std::pair{1280, 720}, std::pair{1920, 1080}}) {
+    for (render::CameraPreset p : render::kAllCameraPresets) {
+      std::string what =
+          std::to_string(W) + "x" + std::to_string(H) + " " + render::camera_preset_name(p);
+      UiState ui = ui_for(facts);
+      AppShot shot;
+      shot.width = W;
+      shot.height = H;
+      shot.preset = p;
+      auto res = capture_app(*r, ui, tl, shot);
+      ASSERT_TRUE(res.ok()) << res.error().message;
+      const AppShotResult& cap = res.value();
+      Image img = image_of(cap, W, H);
+      const render::Scene& s = cap.scene;
+      // Its drawn radius, measured on screen across the view direction.
+      const glm::vec3 eye = s.camera.eye, fwd = glm::normalize(s.camera.target - eye);
+      const glm::vec3 across = glm::normalize(glm::cross(fwd, s.camera.up));
+      const float radius = render::head_drawn_radius(s, float(cap.view.height));
+      const glm::vec2 c = project(cap, s.head.position);
+      const float px = glm::length(project(cap, s.head.position + across * radius) - c);
+      EXPECT_GE(px, kHeadMinPx - 0.5f) << what;
+      // And on screen: a disc of head glow at least that wide where it projects.
+      const int lit = count_near(img, c, int(kHeadMinPx), is_head_glow);
+      EXPECT_GE(lit, int(2.0f * kHeadMinPx * kHeadMinPx))
+          << what << ": the head covers " << lit << " bright pixels";
+    }
+  }
+}
+
 TEST(AppViewNotices, ANoticeDrawsInsideTheViewNeverOverThePanels) {
   GL_TEST_CONTEXT_OR_SKIP(ctx);
   auto r = ctx->make_renderer();
@@ -236,13 +278,16 @@ TEST(AppViewNotices, ANoticeDrawsInsideTheViewNeverOverThePanels) {
   AppShot shot;
   shot.width = W;
   shot.height = H;
-  UiState plain = ui_for(facts);
+  const std::string text = "no usable GPU (no CUDA device found); using the CPU backend";
+  UiState plain = ui_for(facts);  // the same notice, dismissed: in the Messages list only
+  add_notice(plain, text);
+  plain.notices.clear();
   auto a = capture_app(*r, plain, tl, shot);
   UiState noticed = ui_for(facts);
-  add_notice(noticed, "no usable GPU (no CUDA device found); using the CPU backend");
+  add_notice(noticed, text);
   auto b = capture_app(*r, noticed, tl, shot);
   ASSERT_TRUE(a.ok() && b.ok());
-  ASSERT_EQ(noticed.notices.size(), 1u);  // still there: it goes only when dismissed
+  ASSERT_EQ(noticed.notices.size(), 1u);  // still there: it fades only after kNoticeSeconds
   const render::Viewport v = b.value().view;
   int inside_changed = 0, outside_changed = 0;
   for (int y = 0; y < H; ++y)
@@ -325,4 +370,39 @@ TEST(AppViewHistory, ScrubbingRebuildsTheSceneForTheViewedStep) {
   tl.follow_live();
   view.update(f, ViewInput{});
   EXPECT_EQ(view.scene().tokens.size(), n_live);
+}
+
+// After a new run starts (Reset, or a new KV type applied, which opens the model again) the
+// view frames the new sequence at once, even when the person had zoomed far into the old
+// run's end with a SIDE camera: the head waiting at position 0 is on screen before Play.
+TEST(AppViewReset, ANewRunIsFramedAtOnceAfterTheViewWasZoomedIn) {
+  Timeline tl = synthetic_timeline(200);
+  ViewFrame f;
+  f.timeline = &tl;
+  f.rect = UiRect{0, 0, 800, 500};
+  f.preset = render::CameraPreset::Side;
+  f.dt = 1.0f / 60.0f;
+  const render::Viewport vp{0, 0, 800, 500};
+  auto on_screen = [&](const SceneView& v, glm::vec3 p) {
+    auto q = render::project_to_viewport(v.scene().camera, p, vp);
+    return q && inside(vp, *q, 2.0f);
+  };
+  SceneView view;
+  view.update(f, ViewInput{});
+  ViewInput zoom;
+  zoom.hover = true;
+  zoom.mouse_x = 700;
+  zoom.mouse_y = 250;
+  zoom.wheel = 2;
+  for (int i = 0; i < 30; ++i) view.update(f, zoom);
+  ASSERT_FALSE(on_screen(view, render::layout::token_position(0)))
+      << "the zoom did not leave the start of the sequence";
+
+  Event reset{Event::Kind::Reset, tl.run() + 1};
+  reset.prompt_text = "synthetic";
+  ASSERT_TRUE(tl.apply(reset));
+  view.update(f, ViewInput{});  // the first frame after the Reset event
+  EXPECT_TRUE(on_screen(view, view.scene().head.position)) << "the head is out of view";
+  EXPECT_TRUE(on_screen(view, render::layout::token_position(0)));
+  EXPECT_TRUE(view.scene().grid.visible);
 }

@@ -1,7 +1,7 @@
 // test_model_choices.cpp — the model picker's list (app/model_choices.h), on directories
 // made by the test: built-in models first, present or not; other .gguf files once each,
 // sorted, from the first directory that has them; other files and missing directories
-// ignored.
+// ignored. And the clean name a model is shown by.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -64,4 +64,20 @@ TEST(ModelChoices, TheRepositoryModelsAreListedAsBuiltins) {
     if (m.builtin) continue;
     for (const BuiltinModel& b : builtin_models()) EXPECT_NE(m.label, b.file);
   }
+}
+
+// The name shown for a model: general.name when the file's name agrees with it, else the
+// file's own name without the quantization tag (a training run's name is not a model's).
+TEST(ModelChoices, DisplayNameIsCleanAndMatchesTheFile) {
+  EXPECT_EQ(
+      model_display_name("Smollm2 135M 8k Lc100K Mix1 Ep2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+      "SmolLM2-135M-Instruct");
+  EXPECT_EQ(model_display_name("Gemma 3 270m", "gemma-3-270m-q4_k_m.gguf"), "Gemma 3 270m");
+  EXPECT_EQ(model_display_name("Qwen2.5 0.5B Instruct", "qwen2.5-0.5b-instruct-q8_0.gguf"),
+            "Qwen2.5 0.5B Instruct");
+  EXPECT_EQ(model_display_name("", "my-model.F16.GGUF"), "my-model");
+  EXPECT_EQ(model_display_name("llama", "tiny-IQ2_XS.gguf"), "tiny");
+  EXPECT_EQ(model_display_name("Some Model", ""), "Some Model") << "a recording without a file";
+  EXPECT_EQ(model_display_name("Llama 3.2 1B Instruct", "Llama-3.2-1B-Instruct-Q4_K_M.gguf"),
+            "Llama 3.2 1B Instruct");
 }

@@ -1,20 +1,24 @@
 // test_scene_kv_error.cpp — the KV blocks coloured by the quantization error of their rows,
 // from hand-built step results (no window, no model):
 //   - the colour scale is monotone on a log scale, clamped at both ends, and the colour
-//     goes from blue (small errors) to red (large ones);
+//     goes from dark navy (small errors) to bright magenta and pale pink (large ones), never
+//     near the generated tokens' orange or NO CACHE's red;
 //   - with the option on, each block's colour is kv_error_color of the error measured for
-//     its layer and position (K, or V with color_by_v), so a larger error reads redder;
+//     its layer and position (K, or V with color_by_v), so a larger error reads brighter;
+//   - the hover tooltip's line gives the block's measured error;
 //   - blocks with no measurement are grey, and the option off leaves the norm colouring.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <map>
 #include <memory>
+#include <string>
 
+#include "app/core/timeline.h"
 #include "app/scene/scene_builder.h"
 #include "app/scene/scene_kv.h"
-#include "app/core/timeline.h"
 #include "render/layout.h"
+#include "render/synthetic_scene.h"
 
 namespace kvscope::app {
 namespace {
@@ -85,7 +89,7 @@ render::Scene scene(const Timeline& tl, bool by_error, bool by_v) {
   return build_scene(tl, v, c);
 }
 
-TEST(KvErrorColor, ScaleIsMonotoneOnALogScaleFromBlueToRed) {
+TEST(KvErrorColor, ScaleIsMonotoneOnALogScaleAndNeverTheTokensOrange) {
   EXPECT_EQ(kv_error_scale(0.0f), 0.0f);
   EXPECT_EQ(kv_error_scale(kKvErrorLow), 0.0f);
   EXPECT_NEAR(kv_error_scale(kKvErrorHigh), 1.0f, 1e-6f);
@@ -100,7 +104,15 @@ TEST(KvErrorColor, ScaleIsMonotoneOnALogScaleFromBlueToRed) {
               kv_error_scale(1e-1f) - kv_error_scale(1e-2f), 1e-5f);
   const glm::vec3 lo = kv_error_color(1e-4f), hi = kv_error_color(0.3f);
   EXPECT_GT(lo.b, lo.r) << "small errors are blue";
-  EXPECT_GT(hi.r, hi.b) << "large ones red";
+  EXPECT_GT(hi.r + hi.g + hi.b, 2.0f * (lo.r + lo.g + lo.b)) << "large ones bright";
+  // Nowhere on the scale a colour that reads as the token's orange or the recompute red:
+  // blue never falls far below red, and every colour is far from the token's.
+  const glm::vec3 token = render::palette::kGeneratedToken;
+  for (float e = 1e-5f; e < 1.0f; e *= 1.2f) {
+    const glm::vec3 c = kv_error_color(e);
+    EXPECT_GT(c.b, c.r - 0.1f) << "orange or red at " << e;
+    EXPECT_GT(glm::length(c - token), 0.5f) << "too close to the token colour at " << e;
+  }
 }
 
 TEST(KvErrorColor, EachBlockFollowsTheErrorMeasuredForItsRows) {
@@ -109,7 +121,7 @@ TEST(KvErrorColor, EachBlockFollowsTheErrorMeasuredForItsRows) {
   const auto by_v = block_colors(scene(tl, true, true));
   const auto by_norm = block_colors(scene(tl, false, false));
   for (int l = 0; l < kL; ++l) {
-    float prev_red = -1.0f;
+    float prev_bright = -1.0f;
     for (int p = 0; p < kPrompt; ++p) {
       ASSERT_TRUE(by_k.count({p, l})) << p << " " << l;
       const glm::vec3 want_k = kv_error_color(k_error(p, l)),
@@ -118,10 +130,11 @@ TEST(KvErrorColor, EachBlockFollowsTheErrorMeasuredForItsRows) {
         EXPECT_FLOAT_EQ(by_k.at({p, l})[i], want_k[i]) << "pos " << p << " layer " << l;
         EXPECT_FLOAT_EQ(by_v.at({p, l})[i], want_v[i]) << "pos " << p << " layer " << l;
       }
-      // Redder as the error grows (red minus blue rises along the scale).
-      const float red = by_k.at({p, l}).r - by_k.at({p, l}).b;
-      EXPECT_GT(red, prev_red) << "pos " << p << " layer " << l;
-      prev_red = red;
+      // Brighter as the error grows.
+      const glm::vec3 c = by_k.at({p, l});
+      const float bright = c.r + c.g + c.b;
+      EXPECT_GT(bright, prev_bright) << "pos " << p << " layer " << l;
+      prev_bright = bright;
     }
     // Position 5 was written without a measurement: grey.
     const glm::vec3 grey = by_k.at({kPrompt, l});
@@ -130,6 +143,17 @@ TEST(KvErrorColor, EachBlockFollowsTheErrorMeasuredForItsRows) {
   // Off: the norm colouring, which knows nothing of the errors.
   EXPECT_NE(by_norm.at({0, 0}), by_k.at({0, 0}));
   EXPECT_NE(by_norm.at({kPrompt, 0}), kKvErrorUnmeasured);
+}
+
+// Hovering a token says what its block's rows lost to quantization in the layer shown.
+TEST(KvErrorColor, TheHoverTextGivesTheBlocksError) {
+  const Timeline tl = measured_run();
+  // Position 2, layer 1: K 10^-2.6 * 2 = 0.5%, V twice that.
+  const std::string text = kv_error_text(tl, 2, 1);
+  EXPECT_NE(text.find("K 0.5%"), std::string::npos) << text;
+  EXPECT_NE(text.find("V 1%"), std::string::npos) << text;
+  EXPECT_NE(text.find("layer 1"), std::string::npos) << text;
+  EXPECT_EQ(kv_error_text(tl, kPrompt, 0), "") << "not measured: nothing to say";
 }
 
 TEST(KvErrorColor, TimelineKeepsTheErrorsPerLayerAndPosition) {
