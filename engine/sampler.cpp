@@ -2,10 +2,79 @@
 #include "engine/sampler.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <limits>
 #include <numeric>
+#include <unordered_map>
 
 namespace kvscope {
+namespace {
+
+// The shortest decimal that reads back as v ("2.5", not "2.500000").
+std::string num(float v) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+}  // namespace
+
+Status penalty_config_check(const PenaltyConfig& p, int n_vocab) {
+  if (!(p.repeat > 0.0f && p.repeat <= 10.0f))
+    return make_error("repeat-penalty: ", num(p.repeat), " is outside (0, 10] (1 = off)");
+  if (!(p.frequency >= -2.0f && p.frequency <= 2.0f))
+    return make_error("frequency-penalty: ", num(p.frequency), " is outside [-2, 2]");
+  if (!(p.presence >= -2.0f && p.presence <= 2.0f))
+    return make_error("presence-penalty: ", num(p.presence), " is outside [-2, 2]");
+  if (p.last_n < -1)
+    return make_error("repeat-last-n: ", p.last_n, " is below -1 (-1 = the whole sequence)");
+  if (p.no_repeat_ngram < 0 || p.no_repeat_ngram > 64)
+    return make_error("no-repeat-ngram: ", p.no_repeat_ngram, " is outside 0..64 (0 = off)");
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (id < 0 || id >= n_vocab)
+      return make_error("logit-bias: token id ", id, " is outside the vocabulary [0, ", n_vocab,
+                        ")");
+    if (!(bias >= -100.0f && bias <= 100.0f))
+      return make_error("logit-bias: ", num(bias), " for token ", id, " is outside [-100, 100]");
+  }
+  return Status::Ok();
+}
+
+void apply_penalties(const PenaltyConfig& p, const int32_t* seq, size_t n,
+                     std::vector<float>& logits) {
+  const int64_t V = int64_t(logits.size());
+  const auto in_vocab = [&](int32_t id) { return id >= 0 && id < V; };
+  if (p.repeat != 1.0f || p.frequency != 0.0f || p.presence != 0.0f) {
+    const size_t from = p.last_n < 0 ? 0 : n - std::min(n, size_t(p.last_n));
+    std::unordered_map<int32_t, int> count;
+    for (size_t i = from; i < n; ++i) ++count[seq[i]];
+    for (const auto& [id, c] : count) {
+      if (!in_vocab(id)) continue;
+      float& l = logits[size_t(id)];
+      if (p.repeat != 1.0f) l = l > 0 ? l / p.repeat : l * p.repeat;
+      l -= p.frequency * float(c) + p.presence;
+    }
+  }
+  const int g = p.no_repeat_ngram;
+  if (g > 0 && n + 1 >= size_t(g)) {
+    // The last g - 1 tokens followed by x would be an n-gram seen before: ban each such x.
+    const int32_t* tail = seq + (n - size_t(g - 1));
+    for (size_t i = 0; i + size_t(g) <= n; ++i)
+      if (std::equal(tail, tail + (g - 1), seq + i) && in_vocab(seq[i + size_t(g - 1)]))
+        logits[size_t(seq[i + size_t(g - 1)])] = -std::numeric_limits<float>::infinity();
+  }
+  for (const auto& [id, bias] : p.logit_bias)
+    if (in_vocab(id)) logits[size_t(id)] += bias;
+}
+
+void shape_logits(const PenaltyConfig& p, const int32_t* seq, size_t n,
+                  const std::vector<int32_t>& held_back, std::vector<float>& logits) {
+  apply_penalties(p, seq, n, logits);
+  for (int32_t id : held_back)
+    if (id >= 0 && size_t(id) < logits.size())
+      logits[size_t(id)] = -std::numeric_limits<float>::infinity();
+}
 
 std::vector<float> softmax_with_temperature(const std::vector<float>& logits, float temperature) {
   const float temp = temperature > 0 ? temperature : 1.0f;

@@ -2,13 +2,56 @@
 //
 // Greedy when temperature <= 0; otherwise temperature, then top-k, top-p and min-p
 // filtering, then a draw from a seeded generator (same seed, same tokens).
+//
+// Penalties change the logits before that, from the tokens of the sequence so far
+// (apply_penalties; the caller keeps the model's own logits):
+//   - repetition (llama.cpp's convention): a token seen in the last `last_n` tokens has a
+//     positive logit divided by `repeat`, a negative one multiplied by it;
+//   - frequency and presence (OpenAI's convention): logit -= frequency * count + presence *
+//     (count > 0), count = the token's occurrences in the same last `last_n` tokens;
+//   - no-repeat n-gram: a token that would complete an n-gram already in the sequence gets
+//     -inf (it cannot be chosen);
+//   - logit bias: a fixed amount added to a token's logit (OpenAI's -100 .. 100).
 #pragma once
 
 #include <cstdint>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "common/status.h"
+
 namespace kvscope {
+
+struct PenaltyConfig {
+  float repeat = 1.0f;     // 1: off; > 1 discourages repeats
+  float frequency = 0.0f;  // -2 .. 2; 0: off
+  float presence = 0.0f;   // -2 .. 2; 0: off
+  int last_n = 64;         // tokens the three above look back over (-1: the whole sequence)
+  int no_repeat_ngram = 0;  // n > 0: no n-gram occurs twice
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, added to its logit)
+  // Whether any of them changes a logit.
+  bool active() const {
+    return repeat != 1.0f || frequency != 0.0f || presence != 0.0f || no_repeat_ngram > 0 ||
+           !logit_bias.empty();
+  }
+  bool operator==(const PenaltyConfig&) const = default;
+};
+
+// One clear error naming the setting when a value is out of range (repeat in (0, 10],
+// frequency and presence in [-2, 2], last_n >= -1, no_repeat_ngram in 0 .. 64, a bias id
+// outside [0, n_vocab) or a bias outside [-100, 100]).
+Status penalty_config_check(const PenaltyConfig& p, int n_vocab);
+
+// Applies `p` to `logits` [V] in place, for a sequence whose tokens so far are seq[0, n).
+void apply_penalties(const PenaltyConfig& p, const int32_t* seq, size_t n,
+                     std::vector<float>& logits);
+
+// The logits a sampler sees: `logits` after apply_penalties, then every id of `held_back`
+// at -inf (the tokens a minimum length holds back).
+void shape_logits(const PenaltyConfig& p, const int32_t* seq, size_t n,
+                  const std::vector<int32_t>& held_back, std::vector<float>& logits);
 
 struct SamplerConfig {
   float temperature = 0.0f;  // <= 0: greedy (argmax, lowest id on ties)
@@ -16,6 +59,7 @@ struct SamplerConfig {
   float top_p = 1.0f;        // 1: off
   float min_p = 0.0f;        // 0: off
   uint64_t seed = 0;
+  PenaltyConfig penalties;
 };
 
 // Probabilities over the whole vocabulary after temperature (temperature <= 0 uses 1).

@@ -107,6 +107,11 @@ Expected<int> Scheduler::add(Request r) {
     return make_error("request: the prompt has ", r.prompt.size(),
                       " tokens but a sequence holds at most ", cfg_.context);
   if (r.max_tokens < 1) return make_error("request: max tokens ", r.max_tokens, " (at least 1)");
+  if (r.min_tokens < 0) return make_error("request: min tokens ", r.min_tokens, " is negative");
+  KV_TRY(penalty_config_check(r.sampler.penalties, model_->config().n_vocab));
+  for (int32_t id : r.stop_ids)
+    if (id < 0 || id >= model_->config().n_vocab)
+      return make_error("request: stop token id ", id, " is outside the vocabulary");
   const int most = std::min<int64_t>(int64_t(r.prompt.size()) + r.max_tokens, cfg_.context);
   // The most blocks the sequence holds at once: every block in a full group; a windowed
   // group's window and one step's tokens.
@@ -458,7 +463,21 @@ Status Scheduler::run_step(BatchStep& out) {
     if (batch[i].logits) {
       s.logits = std::move(fo[i].logits);
       row.attention = std::move(fo[i].attention);
-      const int32_t t = s.sampler.sample(s.logits);
+      const bool hold_back = int(s.gen.size()) < s.req.min_tokens;
+      int32_t t = 0;
+      if (s.req.sampler.penalties.active() || hold_back) {
+        if (hold_back && end_ids_.empty()) end_ids_ = generation_end_ids(tok);
+        std::vector<int32_t> held;
+        if (hold_back) {
+          held = end_ids_;
+          held.insert(held.end(), s.req.stop_ids.begin(), s.req.stop_ids.end());
+        }
+        shaped_ = s.logits;
+        shape_logits(s.req.sampler.penalties, s.tokens.data(), s.tokens.size(), held, shaped_);
+        t = s.sampler.sample(shaped_);
+      } else {
+        t = s.sampler.sample(s.logits);
+      }
       s.tokens.push_back(t);
       s.gen.push_back(t);
       row.token_id = t;
@@ -488,6 +507,8 @@ Status Scheduler::run_step(BatchStep& out) {
     // Session's rule: an end-of-generation token, or any other control token but BOS.
     if (cfg_.stop_at_eos && (tok.is_eog(t) || (tok.is_control(t) && t != tok.bos_id()))) {
       finish(s, StopReason::Eos, out);
+    } else if (std::find(s.req.stop_ids.begin(), s.req.stop_ids.end(), t) != s.req.stop_ids.end()) {
+      finish(s, StopReason::StopToken, out);
     } else if (int(s.gen.size()) >= s.req.max_tokens) {
       finish(s, StopReason::MaxTokens, out);
     } else if (int(s.tokens.size()) >= cfg_.context) {

@@ -53,7 +53,9 @@ struct SchedulerConfig {
 struct Request {
   std::vector<int32_t> prompt;  // token ids (tokenize_prompt)
   int max_tokens = 64;
-  SamplerConfig sampler;
+  SamplerConfig sampler;  // its penalties too
+  std::vector<int32_t> stop_ids;  // stop when one of these is sampled (StopReason::StopToken)
+  int min_tokens = 0;  // end tokens and stop_ids are held back until this many are generated
   int arrival_step = 1;  // the step at which it joins the queue (1: the first step)
 };
 
@@ -179,6 +181,8 @@ class Scheduler {
   KvLayerGroups groups_;
   uint64_t salt_ = 0;
   std::shared_ptr<KvPool> pool_;
+  std::vector<int32_t> end_ids_;  // generation_end_ids, made when a minimum length needs it
+  std::vector<float> shaped_;     // a sequence's logits after its penalties
   std::vector<std::unique_ptr<Seq>> seqs_;
   std::vector<int> waiting_;  // ids, head first
   std::vector<int> running_;  // ids, in admission order

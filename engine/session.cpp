@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "engine/forward.h"
 
@@ -27,6 +28,7 @@ const char* stop_reason_name(StopReason r) {
     case StopReason::MaxTokens: return "max_tokens";
     case StopReason::StopString: return "stop_string";
     case StopReason::ContextFull: return "context_full";
+    case StopReason::StopToken: return "stop_token";
   }
   return "none";
 }
@@ -44,6 +46,12 @@ Expected<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Model> 
                         " stores blocks of 32 values along the head dimension, but this model's "
                         "heads have ", model->config().head_dim, " dims (use f16 or f32)");
   KV_TRY(kv_limits_check(config.limits, model->config().n_ctx));
+  if (config.min_tokens < 0)
+    return make_error("min-tokens: ", config.min_tokens, " is negative");
+  for (int32_t id : config.stop_ids)
+    if (id < 0 || id >= model->config().n_vocab)
+      return make_error("stop-id: token id ", id, " is outside the vocabulary [0, ",
+                        model->config().n_vocab, ")");
   if (!kv_block_size_ok(config.kv_block))
     return make_error("kv-block: ", config.kv_block, " positions per block is not one of ",
                       kv_block_size_choices());
@@ -72,6 +80,13 @@ Session::~Session() = default;
 
 int Session::context_limit() const {
   return kv_limits_ctx(config_.limits, model_->config().n_ctx);
+}
+
+std::vector<int32_t> generation_end_ids(const Tokenizer& tok) {
+  std::vector<int32_t> ids;
+  for (int32_t i = 0; i < tok.n_vocab(); ++i)
+    if (tok.is_eog(i) || (tok.is_control(i) && i != tok.bos_id())) ids.push_back(i);
+  return ids;
 }
 
 Expected<std::vector<int32_t>> tokenize_prompt(const Model& model, const PromptSpec& prompt) {
@@ -224,7 +239,21 @@ Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
   }
 
   logits_ = std::move(fo.logits);
-  const int32_t id = forced ? *forced : sampler_.sample(logits_);
+  // What the sampler sees: the model's logits after the penalties, with the tokens that
+  // would end the run held back until min_tokens are generated.
+  const bool hold_back = generated() < config_.min_tokens;
+  const bool shaped = sampler_cfg_.penalties.active() || hold_back;
+  if (shaped) {
+    if (hold_back && end_ids_.empty()) {
+      end_ids_ = generation_end_ids(model_->tokenizer());
+      end_ids_.insert(end_ids_.end(), config_.stop_ids.begin(), config_.stop_ids.end());
+    }
+    shaped_ = logits_;
+    shape_logits(sampler_cfg_.penalties, history_.data(), history_.size(),
+                 hold_back ? end_ids_ : std::vector<int32_t>{}, shaped_);
+  }
+  const std::vector<float>& seen = shaped ? shaped_ : logits_;
+  const int32_t id = forced ? *forced : sampler_.sample(seen);
   std::optional<double> device_ms = backend_->end_step();
 
   StepTrace tr;
@@ -244,8 +273,8 @@ Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
     prompt_reported_ = true;
   }
 
-  // Candidates by probability after temperature.
-  const std::vector<float> p = softmax_with_temperature(logits_, sampler_cfg_.temperature);
+  // Candidates by probability after temperature, of what the sampler saw.
+  const std::vector<float> p = softmax_with_temperature(seen, sampler_cfg_.temperature);
   const int k = std::min<int>(config_.top_candidates, int(p.size()));
   // The k best by (probability, then lower id) in one pass over the vocabulary, kept sorted
   // in a short list: a token enters only if it beats the list's last.
@@ -261,7 +290,8 @@ Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
   }
   for (int i = 0; i < k; ++i) {
     const int32_t cid = order[size_t(i)];
-    tr.top.push_back({cid, display_text(tok.token_bytes(cid)), p[size_t(cid)], logits_[size_t(cid)]});
+    tr.top.push_back({cid, display_text(tok.token_bytes(cid)), p[size_t(cid)], seen[size_t(cid)],
+                      logits_[size_t(cid)]});
     if (cid == id) tr.sampled_rank = i;
   }
 
@@ -304,6 +334,9 @@ Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
   tr.emitted = stream_.push(tr.piece);
   if (config_.stop_at_eos && (tok.is_eog(id) || (tok.is_control(id) && id != tok.bos_id()))) {
     stop_ = StopReason::Eos;
+  } else if (std::find(config_.stop_ids.begin(), config_.stop_ids.end(), id) !=
+             config_.stop_ids.end()) {
+    stop_ = StopReason::StopToken;
   } else if (!config_.stop_strings.empty() &&
              std::any_of(config_.stop_strings.begin(), config_.stop_strings.end(),
                          [&](const std::string& s) {

@@ -40,14 +40,19 @@ namespace kvscope {
 enum class CacheMode { Cache, NoCache };
 const char* cache_mode_name(CacheMode m);  // "cache" / "nocache"
 
-enum class StopReason { None, Eos, MaxTokens, StopString, ContextFull };
-const char* stop_reason_name(StopReason r);  // "none", "eos", "max_tokens", "stop_string", "context_full"
+enum class StopReason { None, Eos, MaxTokens, StopString, ContextFull, StopToken };
+// "none", "eos", "max_tokens", "stop_string", "context_full", "stop_token"
+const char* stop_reason_name(StopReason r);
 
 struct PromptSpec {
   std::string text;
   bool chat = false;     // wrap as one user turn in the model's chat template
   bool special = false;  // raw text in which special tokens (<|im_start|>, ...) are parsed
 };
+
+// The tokens that end a run (with stop_at_eos): end-of-generation tokens and every other
+// control token but BOS.
+std::vector<int32_t> generation_end_ids(const Tokenizer& tok);
 
 // The prompt's token ids as a session starts from them: BOS when the model adds one, then
 // the text (wrapped in the chat template when asked). Errors: empty text, invalid UTF-8.
@@ -61,6 +66,10 @@ struct SessionConfig {
   int kv_block = 16;  // positions per block of the KV pool (kv_block_size_ok)
   int max_tokens = 256;                   // generated tokens, then StopReason::MaxTokens
   std::vector<std::string> stop_strings;  // stop when the generated text contains one
+  std::vector<int32_t> stop_ids;          // stop when one of these tokens is sampled
+  // Generated tokens before the run may end: until then end-of-generation tokens and
+  // stop_ids cannot be sampled (their logits are -inf); stop strings still stop it.
+  int min_tokens = 0;
   bool stop_at_eos = true;
   int top_candidates = 10;  // candidates kept in each StepTrace
   // Measure the quantization error of every K/V row written (StepTrace::k_err, v_err).
@@ -72,7 +81,8 @@ struct Candidate {
   int32_t id = 0;
   std::string text;  // token bytes, lossy-decoded to valid UTF-8 for display
   float p = 0;       // probability after temperature (softmax of the full distribution)
-  float logit = 0;
+  float logit = 0;   // what the sampler saw: after the penalties (SamplerConfig::penalties)
+  float raw_logit = 0;  // the model's own logit, before them
 };
 
 // One layer's KV cache after a step.
@@ -185,7 +195,7 @@ class Session {
   int generated() const { return int(history_.size()) - prompt_len_; }
   int context_limit() const;  // the most tokens a sequence may hold
   std::string generated_text() const;
-  // Raw logits [V] of the last step (for tests and tools).
+  // Raw logits [V] of the last step, before any penalty (for tests and tools).
   const std::vector<float>& last_logits() const { return logits_; }
   uint64_t kv_bytes() const;
 
@@ -219,6 +229,8 @@ class Session {
   bool prompt_reported_ = false;
   StopReason stop_ = StopReason::None;
   std::vector<float> logits_;
+  std::vector<float> shaped_;          // logits_ after the penalties and the minimum length
+  std::vector<int32_t> end_ids_;       // tokens min_tokens holds back (made on first use)
   std::string gen_bytes_;      // raw bytes of the generated tokens
   Utf8Stream stream_;          // streamed bytes not yet emitted
   uint64_t flops_total_ = 0, kv_rows_total_ = 0;

@@ -195,6 +195,7 @@ int run_batch(int argc, char** argv) {
   int max_tokens = 64, block = 16, max_seqs = 16, max_batch_tokens = 512, ctx = 0;
   uint64_t pool_mib = 0;
   SamplerOptions sampler;
+  StopOptions stop;
   EngineArgs engine;
   KvTypeOptions kv;
   auto* file = app.add_option("--prompts-file", prompts_file,
@@ -207,6 +208,7 @@ int run_batch(int argc, char** argv) {
                  "poisson:RATE (RATE per step on average, drawn from --seed)");
   add_max_tokens_option(app, max_tokens, "Tokens to generate per prompt");
   add_sampler_options(app, sampler);
+  add_stop_options(app, stop);
   add_engine_options(app, engine);
   add_kv_type_options(app, kv);
   app.add_option("--kv-block", block, "Positions per KV block")->check(CLI::IsMember({8, 16, 32}));
@@ -226,7 +228,9 @@ int run_batch(int argc, char** argv) {
 
   auto prompts = prompts_file.empty() ? read_prompts_dir(prompts_dir) : read_prompts_file(prompts_file);
   if (!prompts.ok()) return fail(prompts.error().message);
-  const SamplerConfig sc = to_sampler_config(sampler);
+  auto sampler_cfg = to_sampler_config(sampler);
+  if (!sampler_cfg.ok()) return fail(sampler_cfg.error().message);
+  const SamplerConfig sc = *sampler_cfg;
   auto arrivals = arrival_steps(arrival, int(prompts->size()), sc.seed);
   if (!arrivals.ok()) return fail(arrivals.error().message);
   SchedulerConfig cfg;
@@ -253,6 +257,12 @@ int run_batch(int argc, char** argv) {
   auto sched = Scheduler::create(*model, **backend, cfg);
   if (!sched.ok()) return fail(sched.error().message);
   Scheduler& s = **sched;
+  if (Status st = penalty_config_check(sc.penalties, (*model)->config().n_vocab); !st.ok())
+    return fail(st.message());
+  for (int32_t id : stop.stop_ids)
+    if (id >= (*model)->config().n_vocab)
+      return fail("stop-id: token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                  std::to_string((*model)->config().n_vocab) + ")");
   // Requests are added in file order, so the scheduler's ids number them from 0.
   for (size_t i = 0; i < prompts->size(); ++i) {
     auto ids = tokenize_prompt(**model, PromptSpec{(*prompts)[i], chat, false});
@@ -262,6 +272,8 @@ int run_batch(int argc, char** argv) {
     r.max_tokens = max_tokens;
     r.sampler = sc;
     r.sampler.seed = sc.seed + i;  // each sequence its own stream
+    r.stop_ids = stop.stop_ids;
+    r.min_tokens = stop.min_tokens;
     r.arrival_step = (*arrivals)[i];
     auto id = s.add(std::move(r));
     if (!id.ok()) return fail("prompt " + std::to_string(i) + ": " + id.error().message);

@@ -84,7 +84,11 @@ int run_compare(int argc, char** argv) {
   if (!cand.ok()) return fail(cand.error().message);
   auto ref = Session::create(*model, std::move(ref_be.value()), ref_cfg);
   if (!ref.ok()) return fail("reference: " + ref.error().message);
-  (*cand)->set_sampler(to_sampler_config(sampler));
+  auto sc = to_sampler_config(sampler);
+  if (!sc.ok()) return fail(sc.error().message);
+  if (Status st = penalty_config_check(sc->penalties, (*model)->config().n_vocab); !st.ok())
+    return fail(st.message());
+  (*cand)->set_sampler(*sc);
   auto cmp = Comparison::create(std::move(cand.value()), std::move(ref.value()));
   if (!cmp.ok()) return fail(cmp.error().message);
   Comparison& c = **cmp;

@@ -21,12 +21,14 @@ struct RunOptions {
   std::string mode = "cache";
   int max_tokens = 64;
   SamplerOptions sampler;
+  StopOptions stop;
   EngineArgs engine;
   KvOptions kv;
   std::vector<std::string> stops;  // generate's --stop (record has none)
 };
 
-// Adds the prompt, --mode, --max-tokens, the sampler, the engine and the KV cache options.
+// Adds the prompt, --mode, --max-tokens, the sampler and stop options, the engine and the
+// KV cache options.
 void add_run_options(CLI::App& app, RunOptions& o);
 
 // A session as the options say, reset with their prompt. The prompt and the KV cache

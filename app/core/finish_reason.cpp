@@ -6,8 +6,8 @@ namespace kvscope::app {
 namespace {
 constexpr FinishReason kAll[] = {FinishReason::Running,     FinishReason::Eos,
                                  FinishReason::MaxTokens,   FinishReason::StopString,
-                                 FinishReason::ContextFull, FinishReason::Stopped,
-                                 FinishReason::Error};
+                                 FinishReason::ContextFull, FinishReason::StopToken,
+                                 FinishReason::Stopped,     FinishReason::Error};
 }  // namespace
 
 const char* to_string(FinishReason r) {
@@ -22,6 +22,8 @@ const char* to_string(FinishReason r) {
       return "stop_string";
     case FinishReason::ContextFull:
       return "context_full";
+    case FinishReason::StopToken:
+      return "stop_token";
     case FinishReason::Stopped:
       return "stopped";
     case FinishReason::Error:
@@ -48,6 +50,8 @@ FinishReason finish_reason_of(StopReason r) {
       return FinishReason::StopString;
     case StopReason::ContextFull:
       return FinishReason::ContextFull;
+    case StopReason::StopToken:
+      return FinishReason::StopToken;
   }
   return FinishReason::Running;
 }

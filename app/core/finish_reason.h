@@ -16,6 +16,7 @@ enum class FinishReason {
   MaxTokens,    // "max_tokens"
   StopString,   // "stop_string"
   ContextFull,  // "context_full"
+  StopToken,    // "stop_token": one of the run's stop token ids
   Stopped,      // "stopped": the person pressed Stop
   Error,        // "error": a step failed, or compare modes found the two runs apart
 };

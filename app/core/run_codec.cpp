@@ -27,7 +27,8 @@ bool RunMeta::operator==(const RunMeta& o) const {
          prompt.chat == o.prompt.chat && prompt.special == o.prompt.special && mode == o.mode &&
          sampler.temperature == o.sampler.temperature && sampler.top_k == o.sampler.top_k &&
          sampler.top_p == o.sampler.top_p && sampler.min_p == o.sampler.min_p &&
-         sampler.seed == o.sampler.seed && max_tokens == o.max_tokens && attention == o.attention;
+         sampler.seed == o.sampler.seed && sampler.penalties == o.sampler.penalties &&
+         max_tokens == o.max_tokens && attention == o.attention;
 }
 
 uint32_t crc32(const uint8_t* data, size_t n, uint32_t crc) {
@@ -239,6 +240,18 @@ std::vector<uint8_t> encode_meta(const RunMeta& m) {
   w.u64(m.sampler.seed);
   w.i32(m.max_tokens);
   w.u8(uint8_t(m.attention));
+  // Format version 2: the penalties.
+  const PenaltyConfig& pc = m.sampler.penalties;
+  w.f32(pc.repeat);
+  w.f32(pc.frequency);
+  w.f32(pc.presence);
+  w.i32(pc.last_n);
+  w.i32(pc.no_repeat_ngram);
+  w.u32(uint32_t(pc.logit_bias.size()));
+  for (const auto& [id, bias] : pc.logit_bias) {
+    w.i32(id);
+    w.f32(bias);
+  }
   return std::move(w.bytes());
 }
 
@@ -277,6 +290,20 @@ Expected<RunMeta> decode_meta(const uint8_t* p, size_t n) {
   m.sampler.seed = r.u64("sampler.seed");
   m.max_tokens = r.i32("max_tokens", 1, kRunMaxPositions);
   m.attention = AttnEncoding(r.u8("attention", 0, 2));
+  if (r.ok() && r.left() > 0) {  // version 2
+    PenaltyConfig& pc = m.sampler.penalties;
+    pc.repeat = r.f32("penalties.repeat", 0.0f, 10.0f);
+    pc.frequency = r.f32("penalties.frequency", -2.0f, 2.0f);
+    pc.presence = r.f32("penalties.presence", -2.0f, 2.0f);
+    pc.last_n = r.i32("penalties.last_n", -1, kRunMaxPositions);
+    pc.no_repeat_ngram = r.i32("penalties.no_repeat_ngram", 0, 64);
+    const uint32_t n_bias = r.u32("penalties.logit_bias.count", 0, 1 << 24);
+    if (r.fits("penalties.logit_bias", n_bias, 8))
+      for (uint32_t i = 0; i < n_bias && r.ok(); ++i) {
+        const int32_t id = r.i32("penalties.logit_bias.id", 0, 1 << 24);
+        pc.logit_bias.push_back({id, r.f32("penalties.logit_bias.bias", -100.0f, 100.0f)});
+      }
+  }
   if (Status st = r.finish(); !st.ok()) return st.error();
   return m;
 }
@@ -344,6 +371,8 @@ std::vector<uint8_t> encode_step(const StepTrace& t, AttnEncoding enc) {
       w.i32(r.end);
     }
   }
+  // Format version 2: each candidate's logit before the penalties.
+  for (const Candidate& c : t.top) w.f32(c.raw_logit);
   return std::move(w.bytes());
 }
 
@@ -357,7 +386,7 @@ Expected<StepTrace> decode_step(const uint8_t* p, size_t n) {
   t.emitted = r.str("emitted", true);
   t.pos = r.i32("pos", 0, kRunMaxPositions);
   t.is_prompt = r.flag("is_prompt");
-  t.stop = StopReason(r.u8("stop", 0, int(StopReason::ContextFull)));
+  t.stop = StopReason(r.u8("stop", 0, int(StopReason::StopToken)));
   t.mode = CacheMode(r.u8("mode", 0, 1));
   const uint32_t n_prompt = r.u32("prompt.count", 0, kRunMaxPositions);
   if (r.fits("prompt", n_prompt, 8)) {  // each entry is at least an id and a length
@@ -431,6 +460,9 @@ Expected<StepTrace> decode_step(const uint8_t* p, size_t n) {
       if (!r.ok()) break;
     }
   }
+  for (Candidate& c : t.top) c.raw_logit = c.logit;  // version 1: no penalties
+  if (r.ok() && r.left() > 0)                         // version 2
+    for (Candidate& c : t.top) c.raw_logit = r.f32("top.raw_logit", -kHuge, kHuge);
   if (r.ok() && t.seq_len != t.pos + 1)
     r.fail("seq_len",
            "value " + std::to_string(t.seq_len) + " is not pos + 1 = " + std::to_string(t.pos + 1));

@@ -129,11 +129,10 @@ Expected<RunIndex> index_run(const ByteSource& src, const std::string& name, boo
   uint32_t version = 0, flags = 0;
   std::memcpy(&version, head + 8, 4);
   std::memcpy(&flags, head + 12, 4);
-  if (version != kRunFileVersion)
+  if (version < kRunFileOldestVersion || version > kRunFileVersion)
     return make_error(what, ": format version ", version,
-                      " is not supported (this kvscope reads "
-                      "version ",
-                      kRunFileVersion, ")");
+                      " is not supported (this kvscope reads versions ", kRunFileOldestVersion,
+                      " to ", kRunFileVersion, ")");
   if (flags != 0) return make_error(what, ": header flags ", flags, " must be 0");
 
   RunIndex idx;

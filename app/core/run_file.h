@@ -26,7 +26,10 @@
 
 namespace kvscope::app {
 
-inline constexpr uint32_t kRunFileVersion = 1;
+// Version 2 added the sampler's penalties (META) and the candidates' logits before them
+// (STEP) at the end of their records; version 1 files are still read (no penalties).
+inline constexpr uint32_t kRunFileVersion = 2;
+inline constexpr uint32_t kRunFileOldestVersion = 1;
 inline constexpr uint64_t kNoOffset = ~uint64_t(0);
 
 // Bytes to validate: a file (pread) or a buffer (fuzzing, tests).

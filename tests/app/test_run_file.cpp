@@ -40,6 +40,15 @@ const Recorded& recorded() {
     auto s = Session::create(model.value(), make_cpu_backend(1), cfg);
     EXPECT_TRUE(s.ok());
     Session& session = *s.value();
+    // Penalties, so that the candidates' logits before and after them differ.
+    SamplerConfig sc;
+    sc.penalties.repeat = 1.3f;
+    sc.penalties.frequency = 0.5f;
+    sc.penalties.presence = 0.25f;
+    sc.penalties.last_n = 16;
+    sc.penalties.no_repeat_ngram = 3;
+    sc.penalties.logit_bias = {{5, -2.5f}, {7, 1.0f}};
+    session.set_sampler(sc);
     PromptSpec prompt{"The run file keeps every step: ünïcode too.", false};
     EXPECT_TRUE(session.reset(prompt).ok());
     out.meta.producer = "kvscope test";
@@ -107,6 +116,7 @@ void expect_same_step(const StepTrace& a, const StepTrace& b, bool exact_attenti
     EXPECT_EQ(a.top[i].text, b.top[i].text);
     EXPECT_EQ(a.top[i].p, b.top[i].p);
     EXPECT_EQ(a.top[i].logit, b.top[i].logit);
+    EXPECT_EQ(a.top[i].raw_logit, b.top[i].raw_logit);
   }
   EXPECT_EQ(a.sampled_rank, b.sampled_rank);
   EXPECT_EQ(a.n_layer, b.n_layer);
@@ -195,6 +205,42 @@ TEST(RunFile, EveryFieldOfEveryStepRoundTrips) {
   }
 }
 
+// The candidates' logits before the penalties differ from what the sampler saw somewhere in
+// the run (the round trip above would not notice a field that is always equal).
+TEST(RunFile, PenaltiesAndTheLogitsBeforeThemAreKept) {
+  int differ = 0;
+  for (const StepTrace& t : recorded().steps)
+    for (const Candidate& c : t.top) differ += c.raw_logit != c.logit;
+  EXPECT_GT(differ, 0);
+  const std::string path = write_run("penalties.kvs", AttnEncoding::None);
+  auto f = RunFile::open(path);
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  EXPECT_EQ(f.value()->meta().sampler.penalties, recorded().meta.sampler.penalties);
+  EXPECT_EQ(f.value()->meta().sampler.penalties.logit_bias.size(), 2u);
+}
+
+// A run file of format version 1 (written by kvscope before the penalties: `kvscope record
+// --model SmolLM2-135M-Instruct.Q4_1.gguf --prompt "The tin can" --max-tokens 3`) still
+// opens: its steps read back whole, with no penalties and each candidate's logit as the
+// one before them.
+TEST(RunFile, AVersionOneFileStillOpens) {
+  auto f = RunFile::open(std::string(KVSCOPE_SOURCE_DIR) + "/tests/golden/run_v1.kvs");
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  EXPECT_FALSE(f.value()->meta().sampler.penalties.active());
+  EXPECT_EQ(f.value()->meta().prompt.text, "The tin can");
+  EXPECT_EQ(f.value()->end().reason, "max_tokens");
+  ASSERT_EQ(f.value()->step_offsets().size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    auto t = f.value()->read_step(f.value()->step_offsets()[i]);
+    ASSERT_TRUE(t.ok()) << t.error().message;
+    EXPECT_EQ(t->step, int(i) + 1);
+    ASSERT_FALSE(t->top.empty());
+    EXPECT_EQ(t->top[size_t(std::max(t->sampled_rank, 0))].id, t->sampled_rank >= 0 ? t->token_id
+                                                                                   : t->top[0].id);
+    for (const Candidate& c : t->top) EXPECT_EQ(c.raw_logit, c.logit);
+  }
+}
+
 TEST(RunFile, SpoolIsReadableWhileWrittenAndSaveMakesAWholeFile) {
   RunMeta meta = recorded().meta;
   auto sp = RunFile::create_spool(temp("spool_dir"), meta, 0);
@@ -257,7 +303,8 @@ TEST(RunFile, CorruptedFilesAreRejectedWithTheOffset) {
     return write_bytes("bad.kvs", b);
   };
   expect_rejected(patched(0, 0x20), "not a kvscope run file");
-  expect_rejected(patched(8, 0x02), "format version 3 is not supported");
+  expect_rejected(patched(8, 0x01), "format version 3 is not supported");
+  expect_rejected(patched(8, 0x02), "format version 0 is not supported");
   expect_rejected(patched(12, 0x01), "header flags");
   expect_rejected(patched(16, 0x01), "unknown record tag");
   expect_rejected(patched(40, 0x10), "checksum mismatch");  // inside META

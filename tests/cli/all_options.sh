@@ -29,9 +29,11 @@ declare -A bad=(
   [--compare-interleaved]==maybe [--view-step]=0 [--sections]=MISSING [--speed]=31
   [--look-at]=-1 [--anim-time]=61 [--kv-error]==maybe [--cache-quality]=0 [--play]==maybe
   [--window-shot]=MISSING [--measure]=0 [--ui-nice]=20
-  [--prompts-file]=MISSING [--prompts-dir]=MISSING [--arrival]=sometimes [--kv-block]=12
+  [--prompts-file]=MISSING [--prompts-dir]=MISSING [--arrival]=sometimes
   [--kv-pool-mib]=0 [--max-seqs]=0 [--max-batch-tokens]=0 [--no-prefix-cache]==maybe
-  [--batch]=0
+  [--batch]=0 [--repeat-penalty]=0 [--repeat-last-n]=-2 [--frequency-penalty]=3
+  [--presence-penalty]=-3 [--no-repeat-ngram]=65 [--logit-bias]=7 [--stop-id]=-1
+  [--min-tokens]=-1 [--kv-block]=12
 )
 for o in ctx ctx-full n-keep kv-sink kv-window kv-keep kv-block kv-type kv-type-k kv-type-v; do
   bad[--ref-$o]=${bad[--$o]}

@@ -1,0 +1,233 @@
+// test_sampler.cpp — the penalties against hand-worked examples on a five-token logit
+// vector (repetition with llama.cpp's convention, frequency and presence with OpenAI's,
+// no-repeat n-grams, logit bias, the tokens a minimum length holds back), their range
+// checks, and a session on a tiny model: a minimum length holds back the end token a bias
+// forces, a stop token id ends the run, and the trace keeps each candidate's logit before
+// and after the penalties.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "engine/cpu/cpu_backend.h"
+#include "engine/sampler.h"
+#include "engine/session.h"
+#include "tests/util/tiny_model.h"
+
+namespace kvscope {
+namespace {
+
+const std::vector<float> kLogits{2.0f, -1.0f, 0.5f, 3.0f, -2.0f};
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+std::vector<float> penalized(const PenaltyConfig& p, const std::vector<int32_t>& seq) {
+  std::vector<float> l = kLogits;
+  apply_penalties(p, seq.data(), seq.size(), l);
+  return l;
+}
+
+TEST(Penalties, RepetitionDividesPositiveAndMultipliesNegativeLogitsOfSeenTokens) {
+  PenaltyConfig p;
+  p.repeat = 2.0f;
+  // Seen: 0 (2.0 -> 1.0), 1 twice (-1.0 -> -2.0: once, however often), 4 (-2.0 -> -4.0).
+  EXPECT_EQ(penalized(p, {0, 1, 1, 4}), (std::vector<float>{1.0f, -2.0f, 0.5f, 3.0f, -4.0f}));
+  // Only the last 2 tokens (1, 4) count.
+  p.last_n = 2;
+  EXPECT_EQ(penalized(p, {0, 1, 1, 4}), (std::vector<float>{2.0f, -2.0f, 0.5f, 3.0f, -4.0f}));
+  p.last_n = 0;
+  EXPECT_EQ(penalized(p, {0, 1, 1, 4}), kLogits);
+  p.last_n = -1;  // the whole sequence
+  EXPECT_EQ(penalized(p, {0, 3, 3, 3, 3}), (std::vector<float>{1.0f, -1.0f, 0.5f, 1.5f, -2.0f}));
+  EXPECT_FALSE(PenaltyConfig{}.active());
+  EXPECT_TRUE(p.active());
+}
+
+TEST(Penalties, FrequencyCountsOccurrencesPresenceOnlyWhetherSeen) {
+  PenaltyConfig p;
+  p.frequency = 0.5f;
+  p.presence = 0.25f;
+  // 0 once: 2 - 0.5 - 0.25; 1 twice: -1 - 1.0 - 0.25; 4 once: -2 - 0.5 - 0.25.
+  EXPECT_EQ(penalized(p, {0, 1, 1, 4}),
+            (std::vector<float>{1.25f, -2.25f, 0.5f, 3.0f, -2.75f}));
+  // Negative values encourage repeats.
+  p.frequency = -1.0f;
+  p.presence = 0.0f;
+  EXPECT_EQ(penalized(p, {2, 2}), (std::vector<float>{2.0f, -1.0f, 2.5f, 3.0f, -2.0f}));
+  // Repetition first, then frequency and presence: 1 (twice) -1 x 2 - 2 x 0.5 - 0.25.
+  p.repeat = 2.0f;
+  p.frequency = 0.5f;
+  p.presence = 0.25f;
+  EXPECT_EQ(penalized(p, {1, 1})[1], -3.25f);
+}
+
+TEST(Penalties, NoRepeatNgramBansTheTokensThatWouldCompleteASeenNgram) {
+  PenaltyConfig p;
+  p.no_repeat_ngram = 2;
+  // Last token 3; the 2-grams seen after a 3 are (3, 1) and (3, 2): 1 and 2 are banned.
+  EXPECT_EQ(penalized(p, {3, 1, 3, 2, 3}), (std::vector<float>{2.0f, -kInf, -kInf, 3.0f, -2.0f}));
+  // Last two tokens (1, 2); (1, 2, 0) was seen: 0 is banned, nothing else.
+  p.no_repeat_ngram = 3;
+  EXPECT_EQ(penalized(p, {1, 2, 0, 1, 2}), (std::vector<float>{-kInf, -1.0f, 0.5f, 3.0f, -2.0f}));
+  // (2, 0, 3) never followed (2, 0) ... the last two (0, 4) were never seen: nothing banned.
+  EXPECT_EQ(penalized(p, {1, 2, 0, 4}), kLogits);
+  // Shorter than the n-gram: nothing to repeat.
+  EXPECT_EQ(penalized(p, {1}), kLogits);
+  // n = 1: no token may appear twice.
+  p.no_repeat_ngram = 1;
+  EXPECT_EQ(penalized(p, {4, 0}), (std::vector<float>{-kInf, -1.0f, 0.5f, 3.0f, -kInf}));
+}
+
+TEST(Penalties, LogitBiasAddsAndAMinimumLengthHoldsTokensBack) {
+  PenaltyConfig p;
+  p.logit_bias = {{3, -100.0f}, {2, 5.0f}};
+  EXPECT_EQ(penalized(p, {}), (std::vector<float>{2.0f, -1.0f, 5.5f, -97.0f, -2.0f}));
+  std::vector<float> l = kLogits;
+  shape_logits(PenaltyConfig{}, nullptr, 0, {3, 0}, l);
+  EXPECT_EQ(l, (std::vector<float>{-kInf, -1.0f, 0.5f, -kInf, -2.0f}));
+  // The greedy choice moves with it; a held-back token never comes out.
+  Sampler greedy;
+  EXPECT_EQ(greedy.sample(kLogits), 3);
+  EXPECT_EQ(greedy.sample(l), 2);
+  Sampler hot(SamplerConfig{2.0f, 0, 1.0f, 0.0f, 9});
+  for (int i = 0; i < 200; ++i) {
+    const int32_t t = hot.sample(l);
+    ASSERT_NE(t, 0);
+    ASSERT_NE(t, 3);
+  }
+}
+
+TEST(Penalties, OutOfRangeValuesAreOneClearError) {
+  const auto err = [](PenaltyConfig p) {
+    Status s = penalty_config_check(p, 5);
+    return s.ok() ? std::string() : s.message();
+  };
+  EXPECT_EQ(err({}), "");
+  PenaltyConfig p;
+  p.repeat = 0.0f;
+  EXPECT_EQ(err(p), "repeat-penalty: 0 is outside (0, 10] (1 = off)");
+  p = {};
+  p.frequency = 2.5f;
+  EXPECT_EQ(err(p), "frequency-penalty: 2.5 is outside [-2, 2]");
+  p = {};
+  p.presence = -3.0f;
+  EXPECT_EQ(err(p), "presence-penalty: -3 is outside [-2, 2]");
+  p = {};
+  p.last_n = -2;
+  EXPECT_EQ(err(p), "repeat-last-n: -2 is below -1 (-1 = the whole sequence)");
+  p = {};
+  p.no_repeat_ngram = 65;
+  EXPECT_EQ(err(p), "no-repeat-ngram: 65 is outside 0..64 (0 = off)");
+  p = {};
+  p.logit_bias = {{5, 1.0f}};
+  EXPECT_EQ(err(p), "logit-bias: token id 5 is outside the vocabulary [0, 5)");
+  p.logit_bias = {{1, 101.0f}};
+  EXPECT_EQ(err(p), "logit-bias: 101 for token 1 is outside [-100, 100]");
+  p.repeat = std::nanf("");
+  EXPECT_NE(err(p), "");
+}
+
+class SessionPenalties : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string path = ::testing::TempDir() + "/kvscope_penalties_tiny.gguf";
+    ASSERT_TRUE(test::write_tiny_llama(test::TinyModelSpec{}, path).ok());
+    auto m = Model::load(path);
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    model_ = std::move(m.value());
+  }
+  static void TearDownTestSuite() { model_.reset(); }
+  static std::unique_ptr<Session> make(SessionConfig c, const SamplerConfig& sc) {
+    c.max_tokens = 12;
+    auto s = Session::create(model_, make_cpu_backend(1), c);
+    EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.error().message);
+    if (!s.ok()) return nullptr;
+    (*s)->set_sampler(sc);
+    EXPECT_TRUE((*s)->reset({"the tin can", false}).ok());
+    return std::move(*s);
+  }
+  static std::vector<StepTrace> run(Session& s) {
+    std::vector<StepTrace> out;
+    while (!s.done()) {
+      auto t = s.step();
+      EXPECT_TRUE(t.ok()) << (t.ok() ? "" : t.error().message);
+      if (!t.ok()) break;
+      out.push_back(std::move(*t));
+    }
+    return out;
+  }
+  static inline std::shared_ptr<const Model> model_;
+};
+
+TEST_F(SessionPenalties, AMinimumLengthHoldsBackTheEndTokenABiasForces) {
+  const int32_t eos = model_->tokenizer().eos_id();
+  ASSERT_GE(eos, 0);
+  SamplerConfig sc;
+  sc.penalties.logit_bias = {{eos, 100.0f}};
+  // Without a minimum length the forced end token ends the run at once.
+  auto a = make(SessionConfig{}, sc);
+  ASSERT_TRUE(a);
+  auto ta = run(*a);
+  ASSERT_EQ(ta.size(), 1u);
+  EXPECT_EQ(ta[0].token_id, eos);
+  EXPECT_EQ(a->stop_reason(), StopReason::Eos);
+  // With 4: four other tokens first, then the end token.
+  SessionConfig c;
+  c.min_tokens = 4;
+  auto b = make(c, sc);
+  ASSERT_TRUE(b);
+  auto tb = run(*b);
+  ASSERT_EQ(tb.size(), 5u);
+  for (int i = 0; i < 4; ++i) EXPECT_NE(tb[size_t(i)].token_id, eos) << "step " << i + 1;
+  EXPECT_EQ(tb[4].token_id, eos);
+  EXPECT_EQ(b->stop_reason(), StopReason::Eos);
+  // The trace: the end token's logit before (the model's own) and after the bias.
+  const Candidate& top = tb[4].top[0];
+  EXPECT_EQ(top.id, eos);
+  EXPECT_EQ(top.raw_logit, b->last_logits()[size_t(eos)]);
+  EXPECT_FLOAT_EQ(top.logit, top.raw_logit + 100.0f);
+}
+
+TEST_F(SessionPenalties, AStopTokenEndsTheRunAndPenaltiesChangeTheGreedyPath) {
+  // The greedy path without penalties, then a stop id on its third token.
+  SessionConfig nostop;
+  nostop.stop_at_eos = false;
+  auto p2 = make(nostop, SamplerConfig{});
+  const auto path = run(*p2);
+  ASSERT_GE(path.size(), 3u);
+  SessionConfig c;
+  c.stop_at_eos = false;
+  c.stop_ids = {path[2].token_id};
+  auto s = make(c, SamplerConfig{});
+  const auto ts = run(*s);
+  // The first occurrence of that id on the path ends it.
+  size_t first = 0;
+  while (path[first].token_id != path[2].token_id) ++first;
+  ASSERT_EQ(ts.size(), first + 1);
+  EXPECT_EQ(s->stop_reason(), StopReason::StopToken);
+  EXPECT_EQ(ts.back().stop, StopReason::StopToken);
+  // A strong repetition penalty with a no-repeat bigram: no bigram occurs twice in what the
+  // sampler produced, and every candidate's raw logit is the model's own.
+  SamplerConfig sc;
+  sc.penalties.repeat = 5.0f;
+  sc.penalties.no_repeat_ngram = 2;
+  auto q = make(nostop, sc);
+  const auto tq = run(*q);
+  std::vector<int32_t> seq = q->history();
+  for (size_t i = 0; i + 1 < seq.size(); ++i)
+    for (size_t j = i + 1; j + 1 < seq.size(); ++j)
+      ASSERT_FALSE(seq[i] == seq[j] && seq[i + 1] == seq[j + 1] && j >= q->prompt_len() - 1)
+          << "bigram at " << i << " and " << j;
+  EXPECT_EQ(tq.back().top[size_t(std::max(tq.back().sampled_rank, 0))].raw_logit,
+            q->last_logits()[size_t(tq.back().top[size_t(std::max(tq.back().sampled_rank, 0))].id)]);
+  EXPECT_NE(q->history(), p2->history()) << "the penalties changed nothing";
+  // Bad ids and lengths are refused when the session is made.
+  SessionConfig bad;
+  bad.stop_ids = {model_->config().n_vocab};
+  EXPECT_FALSE(Session::create(model_, make_cpu_backend(1), bad).ok());
+  bad = {};
+  bad.min_tokens = -1;
+  EXPECT_FALSE(Session::create(model_, make_cpu_backend(1), bad).ok());
+}
+
+}  // namespace
+}  // namespace kvscope
