@@ -26,7 +26,17 @@ struct Scheduler::Seq {
   std::chrono::steady_clock::time_point arrived;
   bool first_token = false;
   int first_hit = -1;  // prefix-cache tokens at the first admission (-1: not admitted yet)
+  int fork_of = -1;           // a sample waiting to be forked off this sequence
+  std::vector<int> samples;   // the samples to fork off this one when its prompt is done
 };
+
+uint64_t sample_seed(uint64_t seed, int k) {
+  if (k == 0) return seed;
+  uint64_t x = seed + 0x9E3779B97F4A7C15ull * uint64_t(k);  // splitmix64
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
 
 const char* seq_state_name(SeqState s) {
   switch (s) {
@@ -51,6 +61,7 @@ const char* event_kind_name(EventKind k) {
     case EventKind::Finish: return "finish";
     case EventKind::Cancel: return "cancel";
     case EventKind::Fail: return "fail";
+    case EventKind::Fork: return "fork";
   }
   return "?";
 }
@@ -107,6 +118,9 @@ Expected<int> Scheduler::add(Request r) {
     return make_error("request: the prompt has ", r.prompt.size(),
                       " tokens but a sequence holds at most ", cfg_.context);
   if (r.max_tokens < 1) return make_error("request: max tokens ", r.max_tokens, " (at least 1)");
+  if (r.n < 1 || r.n > 64 || r.n > cfg_.max_seqs)
+    return make_error("request: ", r.n, " samples; 1 to ", std::min(64, cfg_.max_seqs),
+                      " (at most --max-seqs run at once)");
   if (r.min_tokens < 0) return make_error("request: min tokens ", r.min_tokens, " is negative");
   KV_TRY(penalty_config_check(r.sampler.penalties, model_->config().n_vocab));
   for (int32_t id : r.stop_ids)
@@ -126,16 +140,27 @@ Expected<int> Scheduler::add(Request r) {
   if (need > pool_->n_blocks())
     return make_error("request: ", most, " positions need ", need, " blocks of ",
                       cfg_.block_size, " positions but the pool has ", pool_->n_blocks());
-  auto s = std::make_unique<Seq>();
-  s->id = int(seqs_.size());
-  s->tokens = r.prompt;
-  s->sampler.configure(r.sampler);
-  s->req = std::move(r);
-  auto cache = backend_->create_paged_kv_cache(cache_cfg_, pool_);
-  if (!cache.ok()) return cache.error();
-  s->cache = std::move(*cache);
-  seqs_.push_back(std::move(s));
-  return int(seqs_.size()) - 1;
+  const int first = int(seqs_.size());
+  std::vector<std::unique_ptr<Seq>> made;
+  for (int k = 0; k < r.n; ++k) {
+    auto s = std::make_unique<Seq>();
+    s->id = first + k;
+    s->tokens = r.prompt;
+    s->req = r;
+    s->req.n = 1;
+    s->req.sampler.seed = sample_seed(r.sampler.seed, k);
+    s->sampler.configure(s->req.sampler);
+    if (k > 0) {
+      s->fork_of = first;
+      made[0]->samples.push_back(s->id);
+    }
+    auto cache = backend_->create_paged_kv_cache(cache_cfg_, pool_);
+    if (!cache.ok()) return cache.error();
+    s->cache = std::move(*cache);
+    made.push_back(std::move(s));
+  }
+  for (auto& s : made) seqs_.push_back(std::move(s));
+  return first;
 }
 
 Status Scheduler::cancel(int id) {
@@ -148,6 +173,12 @@ Status Scheduler::cancel(int id) {
   std::erase(waiting_, id);
   std::erase(running_, id);
   s.state = SeqState::Cancelled;
+  // Samples not forked yet go with it.
+  for (int c : s.samples) {
+    seqs_[size_t(c)]->state = SeqState::Cancelled;
+    seqs_[size_t(c)]->fork_of = -1;
+  }
+  s.samples.clear();
   return Status::Ok();
 }
 
@@ -237,12 +268,13 @@ void Scheduler::record_pool(BatchStep& out) {
   p.block_size = B;
   // Positions each used block holds: the most any table that points to it fills.
   std::vector<int> filled(size_t(pool_->n_blocks()), 0);
-  uint64_t last_empty = 0, held_by_seqs = 0;
+  uint64_t last_empty = 0, held_by_seqs = 0, table_blocks = 0;
   const int G = groups_.count();
   for (int id : running_) {
     const Seq& s = *seqs_[size_t(id)];
     const int len = s.cache->length();
     held_by_seqs += uint64_t(len) * uint64_t(G);
+    table_blocks += uint64_t(s.cache->held_blocks());
     for (int g = 0; g < G; ++g) {
       const auto& t = s.cache->blocks(g);
       for (size_t i = 0; i < t.size(); ++i) {
@@ -264,6 +296,7 @@ void Scheduler::record_pool(BatchStep& out) {
   const uint64_t per_pos = kv_block_bytes(pc) / uint64_t(B) * uint64_t(G);  // all layers
   stats_.peak_kv_bytes =
       std::max(stats_.peak_kv_bytes, uint64_t(p.counts.used) * kv_block_bytes(pc));
+  stats_.unshared_kv_bytes = std::max(stats_.unshared_kv_bytes, table_blocks * kv_block_bytes(pc));
   stats_.contiguous_kv_bytes = std::max(
       stats_.contiguous_kv_bytes, uint64_t(running_.size()) * uint64_t(cfg_.context) * per_pos);
   stats_.slot_utilization = alloc_sum_ ? double(held_sum_) / double(alloc_sum_) : 0;
@@ -325,7 +358,7 @@ Status Scheduler::run_step(BatchStep& out) {
   out.step = ++step_;
   ++stats_.steps;
   for (auto& sp : seqs_)
-    if (sp->state == SeqState::Pending && sp->req.arrival_step <= step_) {
+    if (sp->state == SeqState::Pending && sp->fork_of < 0 && sp->req.arrival_step <= step_) {
       sp->state = SeqState::Waiting;
       waiting_.push_back(sp->id);
       out.events.push_back({EventKind::Arrive, sp->id, int(sp->tokens.size()), {}});
@@ -388,6 +421,8 @@ Status Scheduler::run_step(BatchStep& out) {
   // (the pool is short: a preempted sequence would be taken back at once).
   while (!preempted && !waiting_.empty() && int(running_.size()) < cfg_.max_seqs && budget > 0) {
     Seq& s = *seqs_[size_t(waiting_.front())];
+    // A request of n samples is admitted only when all n can run.
+    if (!s.samples.empty() && int(running_.size() + 1 + s.samples.size()) > cfg_.max_seqs) break;
     int hit = 0;
     if (cfg_.prefix_caching && s.cache->length() == 0) {
       KV_TRY(adopt_prefix(s, &hit));
@@ -443,7 +478,6 @@ Status Scheduler::run_step(BatchStep& out) {
   }
   std::vector<BatchSeqOutput> fo;
   KV_TRY(forward_batch(*backend_, *model_, batch, fo));
-  const Tokenizer& tok = model_->tokenizer();
   for (size_t i = 0; i < plan.size(); ++i) {
     Seq& s = *plan[i].s;
     StepRow row;
@@ -463,28 +497,9 @@ Status Scheduler::run_step(BatchStep& out) {
     if (batch[i].logits) {
       s.logits = std::move(fo[i].logits);
       row.attention = std::move(fo[i].attention);
-      const bool hold_back = int(s.gen.size()) < s.req.min_tokens;
-      int32_t t = 0;
-      if (s.req.sampler.penalties.active() || hold_back) {
-        if (hold_back && end_ids_.empty()) end_ids_ = generation_end_ids(tok);
-        std::vector<int32_t> held;
-        if (hold_back) {
-          held = end_ids_;
-          held.insert(held.end(), s.req.stop_ids.begin(), s.req.stop_ids.end());
-        }
-        shaped_ = s.logits;
-        shape_logits(s.req.sampler.penalties, s.tokens.data(), s.tokens.size(), held, shaped_);
-        t = s.sampler.sample(shaped_);
-      } else {
-        t = s.sampler.sample(s.logits);
-      }
-      s.tokens.push_back(t);
-      s.gen.push_back(t);
-      row.token_id = t;
-      row.pos = int(s.tokens.size()) - 1;
-      row.text = s.stream.push(tok.token_bytes(t));
-      s.text += row.text;
-      ++stats_.decode_tokens;
+      // A request's samples fork off now: the same prompt blocks, the same logits.
+      if (!s.samples.empty()) KV_TRY(fork_samples(s, out));
+      sample_next(s, row);
       if (!s.first_token) {
         s.first_token = true;
         const double ms = std::chrono::duration<double, std::milli>(
@@ -503,21 +518,88 @@ Status Scheduler::run_step(BatchStep& out) {
     row.blocks = s.cache->held_blocks();
     out.rows.push_back(std::move(row));
     if (!batch[i].logits) continue;
-    const int32_t t = s.gen.back();
-    // Session's rule: an end-of-generation token, or any other control token but BOS.
-    if (cfg_.stop_at_eos && (tok.is_eog(t) || (tok.is_control(t) && t != tok.bos_id()))) {
-      finish(s, StopReason::Eos, out);
-    } else if (std::find(s.req.stop_ids.begin(), s.req.stop_ids.end(), t) != s.req.stop_ids.end()) {
-      finish(s, StopReason::StopToken, out);
-    } else if (int(s.gen.size()) >= s.req.max_tokens) {
-      finish(s, StopReason::MaxTokens, out);
-    } else if (int(s.tokens.size()) >= cfg_.context) {
-      finish(s, StopReason::ContextFull, out);
-    }
+    check_stop(s, out);
   }
   out.running = int(running_.size());
   out.waiting = int(waiting_.size());
   record_pool(out);
+  return Status::Ok();
+}
+
+void Scheduler::sample_next(Seq& s, StepRow& row) {
+  const Tokenizer& tok = model_->tokenizer();
+  const bool hold_back = int(s.gen.size()) < s.req.min_tokens;
+  int32_t t = 0;
+  if (s.req.sampler.penalties.active() || hold_back) {
+    if (hold_back && end_ids_.empty()) end_ids_ = generation_end_ids(tok);
+    std::vector<int32_t> held;
+    if (hold_back) {
+      held = end_ids_;
+      held.insert(held.end(), s.req.stop_ids.begin(), s.req.stop_ids.end());
+    }
+    shaped_ = s.logits;
+    shape_logits(s.req.sampler.penalties, s.tokens.data(), s.tokens.size(), held, shaped_);
+    t = s.sampler.sample(shaped_);
+  } else {
+    t = s.sampler.sample(s.logits);
+  }
+  s.tokens.push_back(t);
+  s.gen.push_back(t);
+  row.token_id = t;
+  row.pos = int(s.tokens.size()) - 1;
+  row.text = s.stream.push(tok.token_bytes(t));
+  s.text += row.text;
+  ++stats_.decode_tokens;
+}
+
+void Scheduler::check_stop(Seq& s, BatchStep& out) {
+  const Tokenizer& tok = model_->tokenizer();
+  const int32_t t = s.gen.back();
+  // Session's rule: an end-of-generation token, or any other control token but BOS.
+  if (cfg_.stop_at_eos && (tok.is_eog(t) || (tok.is_control(t) && t != tok.bos_id()))) {
+    finish(s, StopReason::Eos, out);
+  } else if (std::find(s.req.stop_ids.begin(), s.req.stop_ids.end(), t) != s.req.stop_ids.end()) {
+    finish(s, StopReason::StopToken, out);
+  } else if (int(s.gen.size()) >= s.req.max_tokens) {
+    finish(s, StopReason::MaxTokens, out);
+  } else if (int(s.tokens.size()) >= cfg_.context) {
+    finish(s, StopReason::ContextFull, out);
+  }
+}
+
+Status Scheduler::fork_samples(Seq& s, BatchStep& out) {
+  std::vector<std::vector<int32_t>> tables;
+  for (int g = 0; g < s.cache->n_groups(); ++g) tables.push_back(s.cache->blocks(g));
+  const std::vector<int> samples = std::move(s.samples);
+  s.samples.clear();
+  for (int id : samples) {
+    Seq& c = *seqs_[size_t(id)];
+    KV_TRY(c.cache->adopt_groups(tables, s.cache->length()));
+    c.fork_of = -1;
+    c.state = SeqState::Running;
+    c.arrived = s.arrived;
+    c.first_hit = s.first_hit;
+    c.first_token = true;  // its time to first token is the request's
+    c.hashes = s.hashes;
+    c.published = s.published;
+    c.cow_seen = c.cache->cow_copies();
+    c.logits = s.logits;
+    running_.push_back(c.id);
+    out.events.push_back({EventKind::Fork, c.id, s.id, {}});
+    StepRow row;
+    row.seq = c.id;
+    row.pos0 = c.cache->length();
+    row.tokens = 0;  // nothing computed: the prompt's blocks are the request's
+    sample_next(c, row);
+    row.table = c.cache->blocks();
+    for (int g = 1; g < c.cache->n_groups(); ++g) {
+      if (row.tables.empty()) row.tables.push_back(row.table);
+      row.tables.push_back(c.cache->blocks(g));
+    }
+    row.blocks = c.cache->held_blocks();
+    out.rows.push_back(std::move(row));
+    check_stop(c, out);
+  }
   return Status::Ok();
 }
 

@@ -18,6 +18,12 @@
 // Each sequence samples with its own Sampler (the request's seed), so its tokens do not
 // depend on what else runs; greedy, its tokens and logits are those of the same prompt
 // run alone (the forward is batch-invariant on the CPU).
+// Parallel sampling: a request with n > 1 samples is one sequence until its prompt is
+// computed; at the step that samples its first token it forks n - 1 more sequences that
+// adopt its block table (every prompt block then has n references, nothing is computed
+// again) and sample their own first tokens from the same logits, each with its own seed
+// (sample_seed). The partly filled last prompt block is copied by each sample that writes
+// into it while another still shares it (copy-on-write): n - 1 copies, no more.
 // Every decision is an Event in the step's trace. A Scheduler is used from one thread.
 #pragma once
 
@@ -57,12 +63,20 @@ struct Request {
   std::vector<int32_t> stop_ids;  // stop when one of these is sampled (StopReason::StopToken)
   int min_tokens = 0;  // end tokens and stop_ids are held back until this many are generated
   int arrival_step = 1;  // the step at which it joins the queue (1: the first step)
+  // Samples drawn from the prompt (1..64, at most max_seqs): sample k > 0 is sequence
+  // id + k, forked when the prompt is done, with the seed sample_seed(seed, k).
+  int n = 1;
 };
+
+// The seed of sample k of a request whose seed is `seed` (sample 0 keeps it).
+uint64_t sample_seed(uint64_t seed, int k);
 
 enum class SeqState { Pending, Waiting, Running, Finished, Cancelled, Failed };
 const char* seq_state_name(SeqState s);
 
-enum class EventKind { Arrive, Admit, PrefixHit, Chunk, Cow, Preempt, Finish, Cancel, Fail };
+// Fork: `seq` was forked from sequence `n` (its prompt's blocks adopted, its first token
+// sampled from the same logits).
+enum class EventKind { Arrive, Admit, PrefixHit, Chunk, Cow, Preempt, Finish, Cancel, Fail, Fork };
 const char* event_kind_name(EventKind k);  // "arrive", "admit", "prefix_hit", ...
 
 struct SchedEvent {
@@ -111,6 +125,9 @@ struct SchedulerStats {
   int steps = 0;
   int finished = 0;
   uint64_t peak_kv_bytes = 0;        // the pool's used blocks at their peak, in bytes
+  // Peak of the blocks the running sequences' tables hold, a shared block counted once per
+  // table: what the pool would need if nothing were shared (forks, prefix hits).
+  uint64_t unshared_kv_bytes = 0;
   uint64_t contiguous_kv_bytes = 0;  // peak of (running sequences x context) positions, in bytes
   double slot_utilization = 0;       // over all steps: held positions / allocated slots
   double contiguous_utilization = 0;  // the same for contiguous per-sequence reservations
@@ -134,9 +151,10 @@ class Scheduler {
                                                      Backend& backend, SchedulerConfig config);
   ~Scheduler();
 
-  // Queues a request; its id numbers requests from 0 in the order they were added. An
-  // error when the prompt is empty, has an id outside the vocabulary, or cannot fit in the
-  // context or the pool.
+  // Queues a request; ids number sequences from 0 in the order they were added (a request
+  // of n samples takes n consecutive ids and returns the first). An error when the prompt
+  // is empty, has an id outside the vocabulary, or cannot fit in the context or the pool,
+  // or n is out of range.
   Expected<int> add(Request r);
   // Takes a waiting or running request out; its blocks go back. Error for an unknown id.
   Status cancel(int seq);
@@ -168,6 +186,12 @@ class Scheduler {
   void preempt(Seq& s, BatchStep& out);
   void finish(Seq& s, StopReason r, BatchStep& out);
   void publish_full_blocks(Seq& s);
+  // Samples s's next token from s.logits (penalties, minimum length) into s and `row`.
+  void sample_next(Seq& s, StepRow& row);
+  // Finishes s when its last token ends it.
+  void check_stop(Seq& s, BatchStep& out);
+  // Forks s's pending samples off s (its prompt computed, its logits fresh).
+  Status fork_samples(Seq& s, BatchStep& out);
   uint64_t group_hash(uint64_t chain, int g) const;
   // On an empty cache: adopts the longest prefix the pool's prefix cache holds in every
   // group; *hit = positions adopted.

@@ -98,7 +98,8 @@ Expected<std::vector<int>> arrival_steps(const std::string& spec, int n, uint64_
   return make_error("--arrival: '", spec, "' (choose all, every:N with N >= 1, or poisson:RATE with RATE > 0 per step)");
 }
 
-std::string step_json(const BatchStep& st) {
+// `samples` per prompt: sequence id = prompt x samples + sample.
+std::string step_json(const BatchStep& st, int samples) {
   JsonWriter j;
   j.begin_object();
   j.key("step").value(st.step);
@@ -106,6 +107,10 @@ std::string step_json(const BatchStep& st) {
   for (const StepRow& r : st.rows) {
     j.begin_object();
     j.key("seq").value(r.seq);
+    if (samples > 1) {
+      j.key("prompt").value(r.seq / samples);
+      j.key("sample").value(r.seq % samples);
+    }
     j.key("token_id").value(r.token_id);
     j.key("pos").value(r.token_id >= 0 ? r.pos : r.pos0 + r.tokens - 1);
     j.key("is_prompt").value(r.is_prompt);
@@ -166,6 +171,7 @@ std::string summary_json(const Scheduler& s, int requests) {
   j.key("layer_groups").value(s.layer_groups().count());
   j.key("block_bytes").value(kv_block_bytes(s.pool().config()));
   j.key("peak_kv_bytes").value(t.peak_kv_bytes);
+  j.key("unshared_kv_bytes").value(t.unshared_kv_bytes);
   j.key("contiguous_kv_bytes").value(t.contiguous_kv_bytes);
   j.key("slot_utilization").value(t.slot_utilization);
   j.key("contiguous_slot_utilization").value(t.contiguous_utilization);
@@ -192,7 +198,7 @@ int run_batch(int argc, char** argv) {
                "kvscope batch"};
   std::string prompts_file, prompts_dir, arrival = "all";
   bool json = false, chat = false, no_prefix = false;
-  int max_tokens = 64, block = 16, max_seqs = 16, max_batch_tokens = 512, ctx = 0;
+  int max_tokens = 64, block = 16, max_seqs = 16, max_batch_tokens = 512, ctx = 0, samples = 1;
   uint64_t pool_mib = 0;
   SamplerOptions sampler;
   StopOptions stop;
@@ -221,6 +227,9 @@ int run_batch(int argc, char** argv) {
   app.add_option("--max-batch-tokens", max_batch_tokens, "Tokens through one forward pass")
       ->check(cli::Range(1, kMaxBatchTokens));
   app.add_flag("--no-prefix-cache", no_prefix, "Do not reuse cached prompt blocks");
+  app.add_option("--n", samples,
+                 "Samples per prompt: forked from the prompt's blocks once it is computed")
+      ->check(cli::Range(1, 64));
   app.add_flag("--json", json, "One JSON object per step, then a summary line");
   if (int rc = parse_options(app, argc, argv); rc >= 0) return rc;
   if (prompts_file.empty() && prompts_dir.empty())
@@ -275,6 +284,7 @@ int run_batch(int argc, char** argv) {
     r.stop_ids = stop.stop_ids;
     r.min_tokens = stop.min_tokens;
     r.arrival_step = (*arrivals)[i];
+    r.n = samples;
     auto id = s.add(std::move(r));
     if (!id.ok()) return fail("prompt " + std::to_string(i) + ": " + id.error().message);
   }
@@ -286,13 +296,18 @@ int run_batch(int argc, char** argv) {
     idle_steps = st->rows.empty() ? idle_steps + 1 : 0;
     if (idle_steps > (1 << 22)) return fail("batch: no request could run (internal error)");
     if (json) {
-      std::printf("%s\n", step_json(*st).c_str());
+      std::printf("%s\n", step_json(*st, samples).c_str());
       continue;
     }
-    for (const SchedEvent& e : st->events)
-      if (e.kind == EventKind::Finish)
+    for (const SchedEvent& e : st->events) {
+      if (e.kind != EventKind::Finish) continue;
+      if (samples > 1)
+        std::printf("[%d.%d] (%s, %d tokens) %s\n\n", e.seq / samples, e.seq % samples,
+                    e.detail.c_str(), e.n, s.text(e.seq).c_str());
+      else
         std::printf("[%d] (%s, %d tokens) %s\n\n", e.seq, e.detail.c_str(), e.n,
                     s.text(e.seq).c_str());
+    }
     std::fflush(stdout);
   }
   if (json) {
@@ -303,12 +318,13 @@ int run_batch(int argc, char** argv) {
         "%d sequences in %d steps, %.0f ms: %llu prompt tokens computed (%llu from the prefix "
         "cache), %llu generated, %.1f tokens/s; %d preemptions\n"
         "KV pool peak %.1f MiB against %.1f MiB for contiguous full-context caches; %.0f%% of "
-        "allocated slots hold a token (contiguous: %.1f%%)\n",
+        "allocated slots hold a token (contiguous: %.1f%%); %.1f MiB if no block were shared\n",
         t.finished, t.steps, t.ms, (unsigned long long)t.prefill_tokens,
         (unsigned long long)t.prefix_hit_tokens, (unsigned long long)t.decode_tokens,
         t.ms > 0 ? double(t.decode_tokens) * 1000.0 / t.ms : 0.0, t.preemptions,
         double(t.peak_kv_bytes) / 1048576.0, double(t.contiguous_kv_bytes) / 1048576.0,
-        100.0 * t.slot_utilization, 100.0 * t.contiguous_utilization);
+        100.0 * t.slot_utilization, 100.0 * t.contiguous_utilization,
+        double(t.unshared_kv_bytes) / 1048576.0);
     if (t.ttft_hits > 0)
       std::printf("time to first token: %.1f ms with a prefix-cache hit (%d), %.1f ms without (%d)\n",
                   t.ttft_hit_ms, t.ttft_hits, t.ttft_miss_ms, t.ttft_misses);

@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <random>
 #include <sstream>
 #include <tuple>
@@ -161,6 +162,106 @@ const char* const kPrompts[] = {
     "energy and the very nature of observation itself. This",
     "Water boils at",
 };
+
+// Parallel sampling: 4 samples of one prompt fork off its computed blocks. Right after the
+// fork every prompt block has 4 references and the prompt went through the forward once;
+// each sample's first write into the shared, partly filled last block copies it while
+// another still shares it (3 copies, and none after), and every sample equals the same
+// prompt run alone with its seed (tokens, and the last logits bit for bit).
+TEST_F(SchedulerTest, ParallelSamplesShareThePromptBlocksAndCopyOnlyThePartialOne) {
+  const int kMax = 8, kN = 4;
+  auto be = make_cpu_backend(2);
+  auto s = make(config(), *be);
+  ASSERT_TRUE(s);
+  const auto prompt = tokens(kPrompts[2]);
+  ASSERT_NE(prompt.size() % 16, 0u) << "the last prompt block must be partly filled";
+  Request r;
+  r.prompt = prompt;
+  r.max_tokens = kMax;
+  r.n = kN;
+  r.sampler.temperature = 0.9f;
+  r.sampler.seed = 42;
+  auto id = s->add(r);
+  ASSERT_TRUE(id.ok()) << id.error().message;
+  EXPECT_EQ(*id, 0);
+  EXPECT_EQ(s->size(), kN);
+  auto st = s->step();
+  ASSERT_TRUE(st.ok()) << st.error().message;
+  ASSERT_TRUE(s->check().ok());
+  EXPECT_EQ(st->batch_tokens, int(prompt.size())) << "the prompt is computed once";
+  EXPECT_EQ(count_events({*st}, EventKind::Fork), kN - 1);
+  ASSERT_EQ(st->rows.size(), size_t(kN));
+  const std::vector<int32_t> table = st->rows[0].table;
+  ASSERT_EQ(int(table.size()), kv_blocks_for(int(prompt.size()), 16));
+  for (const StepRow& row : st->rows) {
+    EXPECT_GE(row.token_id, 0) << "every sample has its first token";
+    EXPECT_EQ(row.table, table) << "sample " << row.seq;
+  }
+  for (int32_t b : table) EXPECT_EQ(s->pool().ref_count(b), kN) << "block " << b;
+  EXPECT_EQ(s->pool().counts().used, int(table.size()));
+  // The next step writes each sample's first token into the shared last block.
+  st = s->step();
+  ASSERT_TRUE(st.ok());
+  ASSERT_TRUE(s->check().ok());
+  int cows = 0;
+  for (const SchedEvent& e : st->events) cows += e.kind == EventKind::Cow ? e.n : 0;
+  EXPECT_EQ(cows, kN - 1);
+  std::set<int32_t> last;
+  for (const StepRow& row : st->rows) {
+    for (size_t i = 0; i + 1 < table.size(); ++i) EXPECT_EQ(row.table[i], table[i]);
+    last.insert(row.table[table.size() - 1]);
+  }
+  EXPECT_EQ(int(last.size()), kN) << "each sample has its own last block";
+  for (size_t i = 0; i + 1 < table.size(); ++i) EXPECT_EQ(s->pool().ref_count(table[i]), kN);
+  const auto rest = run_to_idle(*s);
+  EXPECT_EQ(count_events(rest, EventKind::Cow), 0) << "no copy after the partial block";
+  std::set<std::vector<int32_t>> distinct;
+  for (int k = 0; k < kN; ++k) {
+    SamplerConfig sc = r.sampler;
+    sc.seed = sample_seed(r.sampler.seed, k);
+    const Solo want = run_solo(model_, prompt, kMax, model_->config().n_ctx, false, sc);
+    EXPECT_EQ(s->state(k), SeqState::Finished);
+    EXPECT_EQ(s->generated(k), want.gen) << "sample " << k;
+    EXPECT_TRUE(same_bits(s->last_logits(k), want.logits)) << "sample " << k;
+    distinct.insert(s->generated(k));
+  }
+  EXPECT_GT(distinct.size(), 1u) << "four samples at temperature 0.9 all alike";
+  EXPECT_GT(s->stats().unshared_kv_bytes, s->stats().peak_kv_bytes);
+}
+
+// A prompt that fills its blocks exactly leaves nothing to copy: the samples write their
+// first tokens into blocks of their own. A request of more samples than may run at once is
+// refused; cancelling a request before its fork cancels its samples.
+TEST_F(SchedulerTest, ForksOfAFullBlockPromptCopyNothingAndBadSampleCountsAreRefused) {
+  auto be = make_cpu_backend(2);
+  SchedulerConfig c = config();
+  c.max_seqs = 4;
+  auto s = make(c, *be);
+  ASSERT_TRUE(s);
+  std::vector<int32_t> prompt = tokens(kPrompts[6]);
+  ASSERT_GT(prompt.size(), 32u);
+  prompt.resize(32);
+  Request r;
+  r.prompt = prompt;
+  r.max_tokens = 4;
+  r.n = 3;
+  ASSERT_TRUE(s->add(r).ok());
+  const auto steps = run_to_idle(*s);
+  EXPECT_EQ(count_events(steps, EventKind::Fork), 2);
+  EXPECT_EQ(count_events(steps, EventKind::Cow), 0);
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(s->generated(k), solo(prompt, 4).gen) << "greedy";
+  Request bad = r;
+  bad.n = 5;
+  EXPECT_FALSE(s->add(bad).ok()) << "more samples than --max-seqs";
+  bad.n = 0;
+  EXPECT_FALSE(s->add(bad).ok());
+  r.arrival_step = 1000;
+  auto id = s->add(r);
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(s->cancel(*id).ok());
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(s->state(*id + k), SeqState::Cancelled);
+  EXPECT_TRUE(s->idle());
+}
 
 TEST_F(SchedulerTest, EverySequenceEqualsItsSoloRunBitForBit) {
   const int kMax = 10;
