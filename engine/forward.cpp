@@ -37,6 +37,7 @@ constexpr int kMaxBatch = 512;
 struct SeqRows {
   int r0 = 0, T = 0, pos0 = 0;
   int logit_row = -1;       // row of the logits tensor, -1 when not asked
+  int logit_rows = 0;       // 1, or T with all_logits
   int64_t probs_at = -1;    // offset into the probs tensor, -1 when not asked
   bool errs = false;
 };
@@ -67,7 +68,12 @@ uint64_t visible_keys(const KvLayerRule& r, int query_pos) {
 uint64_t forward_flops(const Model& model, const std::vector<KvLayerRule>& rules, int T,
                        int pos0) {
   const ModelConfig& c = model.config();
-  uint64_t macs = uint64_t(T) * model.block_macs_per_token();
+  // The blocks that run (every layer has the same weight shapes): all of them, or the
+  // first rules.size() of an early-exit draft.
+  const uint64_t blocks = model.block_macs_per_token();
+  uint64_t macs = uint64_t(T) * (int(rules.size()) == c.n_layer
+                                     ? blocks
+                                     : blocks / uint64_t(c.n_layer) * uint64_t(rules.size()));
   macs += uint64_t(c.n_embd) * uint64_t(c.n_vocab);  // LM head, last token
   // Attention: each query reads the keys its layer's rule makes visible; q·k and p·v are
   // D MACs each, per head.
@@ -93,8 +99,10 @@ Status kv_shift(Backend& be, const Model& model, KvCache& cache, int first, int 
 
 Status forward(Backend& be, const Model& model, const int32_t* tokens, int T, int pos0,
                KvCache& cache, ForwardOutput& out) {
-  const int L = model.config().n_layer;
+  const int L = cache.shape().n_layer;  // the model's, or an early-exit draft's fewer
   if (T <= 0) return make_error("forward: no tokens to process");
+  if (out.want_all_logits && T > kMaxBatch)
+    return make_error("forward: every token's logits for at most ", kMaxBatch, " tokens, not ", T);
   if (cache.length() != pos0)
     return make_error("forward: the cache holds ", cache.length(), " positions but position ",
                       pos0, " was asked for");
@@ -108,6 +116,7 @@ Status forward(Backend& be, const Model& model, const int32_t* tokens, int T, in
     const int n = std::min(kMaxBatch, T - t0);
     const bool last = t0 + kMaxBatch >= T;
     BatchSeq seq{&cache, tokens + t0, n, last, last, true, errs};
+    seq.all_logits = last && out.want_all_logits;
     BatchSeqOutput& p = part[0];
     if (last) {  // the caller's vectors, so that their capacity is reused
       p.logits.swap(out.logits);
@@ -138,8 +147,9 @@ Status forward(Backend& be, const Model& model, const int32_t* tokens, int T, in
 Status forward_batch(Backend& be, const Model& model, const std::vector<BatchSeq>& seqs,
                      std::vector<BatchSeqOutput>& out) {
   const ModelConfig& c = model.config();
-  const int L = c.n_layer, H = c.n_head;
   if (seqs.empty()) return make_error("forward: no sequences to process");
+  if (!seqs[0].cache) return make_error("forward: sequence 0 of the batch has no cache");
+  const int L = seqs[0].cache->shape().n_layer, H = c.n_head;
   std::vector<SeqRows> rows(seqs.size());
   int total = 0, n_logits = 0;
   int64_t probs = 0;
@@ -148,9 +158,10 @@ Status forward_batch(Backend& be, const Model& model, const std::vector<BatchSeq
     if (!s.cache || !s.tokens || s.T <= 0)
       return make_error("forward: sequence ", i, " of the batch has no tokens or no cache");
     const KvShape& ks = s.cache->shape();
-    if (ks.n_layer != L || ks.n_head_kv != c.n_head_kv || ks.head_dim != c.head_dim)
+    if (ks.n_layer != L || L < 1 || L > c.n_layer || ks.n_head_kv != c.n_head_kv ||
+        ks.head_dim != c.head_dim)
       return make_error("forward: the cache is shaped ", ks.n_layer, " layers x ", ks.n_head_kv,
-                        " kv heads x ", ks.head_dim, " dims, the model ", L, " x ",
+                        " kv heads x ", ks.head_dim, " dims, the model ", c.n_layer, " x ",
                         c.n_head_kv, " x ", c.head_dim);
     for (size_t j = 0; j < i; ++j)
       if (seqs[j].cache == s.cache)
@@ -164,7 +175,11 @@ Status forward_batch(Backend& be, const Model& model, const std::vector<BatchSeq
     r.T = s.T;
     r.pos0 = s.cache->length();
     r.errs = s.kv_errors && be.can_measure_kv_errors();
-    if (s.logits) r.logit_row = n_logits++;
+    if (s.logits || s.all_logits) {
+      r.logit_row = n_logits;
+      r.logit_rows = s.all_logits ? s.T : 1;
+      n_logits += r.logit_rows;
+    }
     if (s.attention) {
       r.probs_at = probs;
       probs += int64_t(L) * H * (r.pos0 + s.T);
@@ -189,7 +204,9 @@ Status forward_batch(Backend& be, const Model& model, const std::vector<BatchSeq
     std::vector<KvLayerRule> rules;
     for (int l = 0; l < L; ++l) rules.push_back(seqs[i].cache->rule(l));
     out[i].flops = forward_flops(model, rules, rows[i].T, rows[i].pos0);
-    if (!seqs[i].logits) out[i].flops -= 2ull * uint64_t(c.n_embd) * uint64_t(c.n_vocab);
+    const uint64_t head = 2ull * uint64_t(c.n_embd) * uint64_t(c.n_vocab);
+    if (rows[i].logit_rows == 0) out[i].flops -= head;
+    if (rows[i].logit_rows > 1) out[i].flops += uint64_t(rows[i].logit_rows - 1) * head;
   }
   return Status::Ok();
 }
@@ -200,13 +217,13 @@ Status run_batch(Backend& be, const Model& model, const std::vector<BatchSeq>& s
                  const std::vector<SeqRows>& rows, int T, std::vector<BatchSeqOutput>& out) {
   const ModelConfig& c = model.config();
   const int C = c.n_embd, D = c.head_dim, H = c.n_head, Hkv = c.n_head_kv, F = c.n_ff,
-            L = c.n_layer, V = c.n_vocab;
+            L = seqs[0].cache->shape().n_layer, V = c.n_vocab;
   const size_t N = seqs.size();
   int n_logits = 0;
   int64_t n_probs = 0;
   bool errs = false;
   for (size_t i = 0; i < N; ++i) {
-    n_logits += rows[i].logit_row >= 0;
+    n_logits += rows[i].logit_rows;
     if (rows[i].probs_at >= 0) n_probs += int64_t(L) * H * (rows[i].pos0 + rows[i].T);
     errs = errs || rows[i].errs;
   }
@@ -304,9 +321,17 @@ Status run_batch(Backend& be, const Model& model, const std::vector<BatchSeq>& s
       ++i;
       continue;
     }
+    if (rows[i].logit_rows > 1) {  // every row of this sequence
+      KV_TRY(be.matmul(model.output(), h->row_range(rows[i].r0, rows[i].T),
+                       logits->row_range(rows[i].logit_row, rows[i].T)));
+      ++i;
+      continue;
+    }
     size_t j = i + 1;
     if (rows[i].T == 1)
-      while (j < N && rows[j].T == 1 && rows[j].logit_row == rows[j - 1].logit_row + 1) ++j;
+      while (j < N && rows[j].T == 1 && rows[j].logit_rows == 1 &&
+             rows[j].logit_row == rows[j - 1].logit_row + 1)
+        ++j;
     const int64_t last_row = rows[i].r0 + rows[i].T - 1;
     KV_TRY(be.matmul(model.output(), h->row_range(last_row, int64_t(j - i)),
                      logits->row_range(rows[i].logit_row, int64_t(j - i))));
@@ -318,7 +343,7 @@ Status run_batch(Backend& be, const Model& model, const std::vector<BatchSeq>& s
   out.resize(N);
   for (size_t i = 0; i < N; ++i) {
     BatchSeqOutput& o = out[i];
-    o.logits.resize(rows[i].logit_row >= 0 ? size_t(V) : 0);
+    o.logits.resize(size_t(rows[i].logit_rows) * size_t(V));
     o.attention.resize(rows[i].probs_at >= 0 ? size_t(L) * H * (rows[i].pos0 + rows[i].T) : 0);
     o.k_norm.clear();
     o.v_norm.clear();
@@ -333,7 +358,8 @@ Status run_batch(Backend& be, const Model& model, const std::vector<BatchSeq>& s
     KV_TRY(be.download(logits->row_range(0, n_logits), host.data()));
     for (size_t i = 0; i < N; ++i)
       if (rows[i].logit_row >= 0)
-        std::copy_n(host.begin() + int64_t(rows[i].logit_row) * V, V, out[i].logits.begin());
+        std::copy_n(host.begin() + int64_t(rows[i].logit_row) * V,
+                    int64_t(rows[i].logit_rows) * V, out[i].logits.begin());
   }
   for (size_t i = 0; i < N; ++i)
     if (rows[i].probs_at >= 0)

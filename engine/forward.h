@@ -23,6 +23,8 @@ struct ForwardOutput {
   std::vector<float> v_norm;     // [L][T]
   // In: measure the written rows' quantization error (where the backend can).
   bool want_kv_errors = false;
+  // In: the logits of every token, [T][V] (T at most 512), instead of the last one's.
+  bool want_all_logits = false;
   std::vector<float> k_err, v_err;  // [L][T] when measured (Backend::kv_row_errors), else empty
   uint64_t flops = 0;
   uint64_t kv_rows = 0;          // T * L
@@ -52,9 +54,10 @@ struct BatchSeq {
   bool attention = false;  // the last query's attention rows
   bool norms = false;      // the written K/V rows' norms
   bool kv_errors = false;  // and their quantization error (where the backend measures it)
+  bool all_logits = false;  // every token's logits instead, [T][V] (speculative verification)
 };
 struct BatchSeqOutput {
-  std::vector<float> logits;         // [V] when asked
+  std::vector<float> logits;         // [V] when asked ([T][V] with all_logits)
   std::vector<float> attention;      // [L][H][pos0+T] when asked
   std::vector<float> k_norm, v_norm;  // [L][T] when asked
   std::vector<float> k_err, v_err;    // [L][T] when asked and measured
@@ -69,6 +72,8 @@ inline constexpr int kMaxBatchTokens = 4096;
 // share one LM-head product. A sequence's results are those of the same tokens run
 // through forward() alone, bit for bit on the CPU (every product and the attention are
 // batch-invariant). On an error no cache has recorded the new positions.
+// The caches' layer count (the same for all) is how many blocks run: a cache of the first
+// L' < L layers runs those and then the final norm and LM head (an early-exit draft).
 Status forward_batch(Backend& backend, const Model& model, const std::vector<BatchSeq>& seqs,
                      std::vector<BatchSeqOutput>& out);
 

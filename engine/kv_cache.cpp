@@ -338,6 +338,7 @@ Status KvCache::end() {
   pending_end_ = -1;
   if (!cfg_.trim) return Status::Ok();
   if (pool_) {
+    if (hold_drops_) return Status::Ok();
     auto dropped = drop_outside(/*keeping_only=*/true);
     return dropped.ok() ? Status::Ok() : Status(dropped.error());
   }
@@ -548,6 +549,13 @@ Expected<int> KvCache::drop_outside(bool keeping_only) {
   }
   if (dropped > 0) KV_TRY(paged_changed());
   return dropped;
+}
+
+Status KvCache::hold_window_drops(bool hold) {
+  hold_drops_ = hold;
+  if (hold || !pool_ || !cfg_.trim) return Status::Ok();
+  auto dropped = drop_outside(/*keeping_only=*/true);
+  return dropped.ok() ? Status::Ok() : Status(dropped.error());
 }
 
 void KvCache::release() {

@@ -223,6 +223,11 @@ class KvCache {
   Expected<int> drop_outside_windows();
   // Gives every block back to the pool; the cache is empty (length 0) afterwards.
   void release();
+  // Paged: while held, end() gives back no block of a layer that keeps only its window (a
+  // speculative verification writes rows it may roll back, and a rollback must find the
+  // blocks a query at the shorter length sees). Releasing the hold gives back what end()
+  // would have, at the current length.
+  Status hold_window_drops(bool hold);
   // Forgets positions [n, length()): blocks wholly past n go back to the pool. An error
   // on a ring, or when a windowed group already gave back blocks a query at n would see.
   Status truncate(int n);
@@ -275,6 +280,7 @@ class KvCache {
   std::vector<std::vector<int32_t>> pos_;  // [L][n_slots]
   int length_ = 0;
   int pending_end_ = -1;  // pos0 + T between begin() and end()
+  bool hold_drops_ = false;
 };
 
 }  // namespace kvscope

@@ -10,6 +10,9 @@
 namespace kvscope {
 namespace {
 
+// Speculative sampling draws from its own generator, seeded from the sampler's seed.
+constexpr uint64_t kSpeculationSeed = 0x5bd1e9955bd1e995ull;
+
 // Bytes made displayable: valid UTF-8 kept, every invalid or incomplete sequence as U+FFFD.
 std::string display_text(std::string_view bytes) {
   Utf8Stream stream;
@@ -143,18 +146,62 @@ Status Session::reset_tokens(std::vector<int32_t> seq) {
   flops_total_ = kv_rows_total_ = 0;
   cache_.reset();
   sampler_.configure(sampler_cfg_);
+  queue_.clear();
+  spec_ = {};
+  spec_rng_.seed(sampler_cfg_.seed ^ kSpeculationSeed);
   return Status::Ok();
 }
 
 void Session::set_sampler(const SamplerConfig& s) {
   sampler_cfg_ = s;
   sampler_.configure(s);
+  spec_rng_.seed(s.seed ^ kSpeculationSeed);
 }
 
 Status Session::set_mode(CacheMode mode) {
   if (mode == config_.mode) return Status::Ok();
   config_.mode = mode;
   cache_.reset();  // NO_CACHE frees it; CACHE rebuilds it with one prefill on the next step
+  queue_.clear();  // verified tokens not emitted yet: NO CACHE computes its own
+  return Status::Ok();
+}
+
+Status Session::set_speculation(const SpeculativeConfig& c, std::shared_ptr<const Model> draft_model,
+                                std::unique_ptr<Backend> draft_backend) {
+  if (c.kind != DraftKind::None && (c.draft_max < 1 || c.draft_max > 15))
+    return make_error("draft-max: ", c.draft_max, " is outside 1..15");
+  std::unique_ptr<Drafter> d;
+  const int ctx = context_limit();
+  switch (c.kind) {
+    case DraftKind::None:
+      break;
+    case DraftKind::Ngram:
+      d = make_ngram_drafter();
+      break;
+    case DraftKind::EarlyExit: {
+      if (c.layers < 1 || c.layers >= model_->config().n_layer)
+        return make_error("speculative: early-exit:", c.layers, " is outside 1..",
+                          model_->config().n_layer - 1, " (the model has ",
+                          model_->config().n_layer, " layers)");
+      auto made = make_model_drafter(model_, backend_.get(), c.layers, config_.kv_types, ctx);
+      if (!made.ok()) return made.error();
+      d = std::move(*made);
+      break;
+    }
+    case DraftKind::Model: {
+      if (!draft_model || !draft_backend)
+        return make_error("speculative: draft: needs the draft model and a backend for it");
+      KV_TRY(check_same_vocabulary(*model_, *draft_model));
+      auto made = make_model_drafter(std::move(draft_model), std::move(draft_backend),
+                                     config_.kv_types, ctx);
+      if (!made.ok()) return made.error();
+      d = std::move(*made);
+      break;
+    }
+  }
+  drafter_ = std::move(d);
+  draft_max_ = c.draft_max;
+  queue_.clear();
   return Status::Ok();
 }
 
@@ -195,10 +242,37 @@ Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
   KvCacheConfig kv_cfg = kv_cache_config(*model_, config_.kv_types, config_.kv_policy);
   kv_limits_apply(config_.limits, kv_cfg);
   const auto t0 = std::chrono::steady_clock::now();
+  const int V = c.n_vocab;
+
+  int shift_first = 0, shift_n = 0;
+  std::unique_ptr<KvCache> scratch;
+  int pos0 = 0, T = 0;
+  ForwardOutput fo;
+  fo.want_kv_errors = config_.kv_errors;
+  std::optional<double> device_ms;
+  int32_t id = 0;
+  bool shaped = false;
+  // Speculation: what this step drafted and kept (drafted empty: none).
+  std::vector<int32_t> drafted;
+  int accepted = 0;
+  uint64_t draft_flops = 0;
+  const bool queued = !forced && !queue_.empty();
+  int seq = int(tokens_.size());
+  if (queued) {
+    // A token a speculative step already verified: no forward of its own.
+    Queued qd = std::move(queue_.front());
+    queue_.pop_front();
+    id = qd.id;
+    logits_ = std::move(qd.raw);
+    shaped = !qd.shaped.empty();
+    if (shaped) shaped_ = std::move(qd.shaped);
+    pos0 = qd.pos;
+    fo.k_norm = std::move(qd.k_norm);
+    fo.v_norm = std::move(qd.v_norm);
+  } else {
   backend_->begin_step();
 
   // A full context under the shift policy: drop [n_keep, n_keep + n) before the forward.
-  int shift_first = 0, shift_n = 0;
   if (config_.limits.on_full == ContextPolicy::Shift && int(tokens_.size()) >= context_limit()) {
     shift_first = config_.limits.n_keep;
     shift_n = kv_shift_discard(int(tokens_.size()), shift_first);
@@ -210,15 +284,36 @@ Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
     shifts_.push_back({int(history_.size()) - 1, shift_first, shift_n});
     tokens_.erase(tokens_.begin() + shift_first, tokens_.begin() + shift_first + shift_n);
   }
-  const int seq = int(tokens_.size());
+  seq = int(tokens_.size());
+
+  // Speculation: with a cache that holds all but the last token, a drafter proposes up to
+  // draft_max tokens (no further than the context and max_tokens allow).
+  if (!forced && drafter_ && config_.mode == CacheMode::Cache && cache_ &&
+      cache_->length() == seq - 1) {
+    const int room = std::min({draft_max_, context_limit() - seq - 1,
+                               config_.max_tokens - generated() - 1});
+    if (room > 0) {
+      const uint64_t before = drafter_->flops();
+      Status ds = drafter_->propose(tokens_, room, sampler_cfg_, spec_rng_, drafted, draft_q_);
+      if (!ds.ok()) return ds.error();
+      draft_flops = drafter_->flops() - before;
+      if (int(drafted.size()) > room) drafted.resize(size_t(room));
+    }
+  }
 
   // Which tokens go through the forward, and into which cache.
-  std::unique_ptr<KvCache> scratch;
-  int pos0 = 0, T = 0;
-  ForwardOutput fo;
-  fo.want_kv_errors = config_.kv_errors;
   Status fs = Status::Ok();
-  if (config_.mode == CacheMode::Cache && cache_) {
+  if (config_.mode == CacheMode::Cache && cache_ && !drafted.empty()) {
+    // Verify: the last token and the draft in one forward, every row's logits. Windowed
+    // layers keep their blocks until the rollback is done.
+    pos0 = cache_->length();
+    T = 1 + int(drafted.size());
+    verify_.assign(1, tokens_.back());
+    verify_.insert(verify_.end(), drafted.begin(), drafted.end());
+    fo.want_all_logits = true;
+    (void)cache_->hold_window_drops(true);  // holding never fails
+    fs = forward(*backend_, *model_, verify_.data(), T, pos0, *cache_, fo);
+  } else if (config_.mode == CacheMode::Cache && cache_) {
     // The tokens not yet in the cache (one, after the first step).
     pos0 = cache_->length();
     T = seq - pos0;
@@ -238,23 +333,81 @@ Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
     return fs.error();
   }
 
-  logits_ = std::move(fo.logits);
   // What the sampler sees: the model's logits after the penalties, with the tokens that
-  // would end the run held back until min_tokens are generated.
-  const bool hold_back = generated() < config_.min_tokens;
-  const bool shaped = sampler_cfg_.penalties.active() || hold_back;
-  if (shaped) {
+  // would end the run held back until min_tokens are generated. Row i of a verification
+  // follows the first i draft tokens.
+  const auto shape_row = [&](const float* raw, int i, std::vector<float>& out) {
+    const bool hold_back = generated() + i < config_.min_tokens;
+    if (!sampler_cfg_.penalties.active() && !hold_back) return false;
     if (hold_back && end_ids_.empty()) {
       end_ids_ = generation_end_ids(model_->tokenizer());
       end_ids_.insert(end_ids_.end(), config_.stop_ids.begin(), config_.stop_ids.end());
     }
-    shaped_ = logits_;
-    shape_logits(sampler_cfg_.penalties, history_.data(), history_.size(),
-                 hold_back ? end_ids_ : std::vector<int32_t>{}, shaped_);
+    out.assign(raw, raw + V);
+    std::vector<int32_t> hist = history_;
+    hist.insert(hist.end(), drafted.begin(), drafted.begin() + i);
+    shape_logits(sampler_cfg_.penalties, hist.data(), hist.size(),
+                 hold_back ? end_ids_ : std::vector<int32_t>{}, out);
+    return true;
+  };
+  if (drafted.empty()) {
+    logits_ = std::move(fo.logits);
+    shaped = shape_row(logits_.data(), 0, shaped_);
+    id = forced ? *forced : sampler_.sample(shaped ? shaped_ : logits_);
+  } else {
+    // Row i's distribution decides draft token i; Leviathan's rule (or argmax, greedy).
+    const int k = int(drafted.size());
+    std::vector<std::vector<float>> rows_raw(size_t(k) + 1), rows_shaped(size_t(k) + 1), p(size_t(k) + 1);
+    for (int i = 0; i <= k; ++i) {
+      const float* raw = fo.logits.data() + int64_t(i) * V;
+      rows_raw[size_t(i)].assign(raw, raw + V);
+      const bool sh = shape_row(raw, i, rows_shaped[size_t(i)]);
+      p[size_t(i)] = sampling_distribution(sh ? rows_shaped[size_t(i)] : rows_raw[size_t(i)],
+                                           sampler_cfg_);
+    }
+    const Verdict v = speculative_accept(drafted, draft_q_, p, sampler_cfg_.temperature <= 0,
+                                         spec_rng_);
+    accepted = v.accepted;
+    // Roll back the rows of the rejected draft tokens: the cache keeps the last token and
+    // the accepted ones; whole blocks past them go back to the pool.
+    Status rs = cache_->truncate(pos0 + 1 + accepted);
+    if (rs.ok()) rs = cache_->hold_window_drops(false);
+    if (!rs.ok()) {
+      cache_.reset();
+      return rs.error();
+    }
+    // This step emits the first token; the others wait in the queue, each with its row.
+    const auto column = [&](const std::vector<float>& norms, int i) {
+      std::vector<float> col(size_t(c.n_layer));
+      for (int l = 0; l < c.n_layer; ++l) col[size_t(l)] = norms[size_t(l) * size_t(T) + size_t(i)];
+      return col;
+    };
+    for (int i = 1; i <= accepted; ++i) {
+      Queued qd;
+      qd.id = i < accepted ? drafted[size_t(i)] : v.next;
+      qd.raw = std::move(rows_raw[size_t(i)]);
+      qd.shaped = std::move(rows_shaped[size_t(i)]);
+      qd.pos = pos0 + i;
+      qd.k_norm = column(fo.k_norm, i);
+      qd.v_norm = column(fo.v_norm, i);
+      queue_.push_back(std::move(qd));
+    }
+    id = accepted > 0 ? drafted[0] : v.next;
+    logits_ = std::move(rows_raw[0]);
+    shaped = !rows_shaped[0].empty();
+    if (shaped) shaped_ = std::move(rows_shaped[0]);
+    fo.k_norm = column(fo.k_norm, 0);
+    fo.v_norm = column(fo.v_norm, 0);
+    fo.k_err.clear();
+    fo.v_err.clear();
+    fo.attention.clear();
+    spec_.drafted += uint64_t(k);
+    spec_.accepted += uint64_t(accepted);
+    ++spec_.verify_forwards;
   }
+  device_ms = backend_->end_step();
+  }  // a step with a forward of its own
   const std::vector<float>& seen = shaped ? shaped_ : logits_;
-  const int32_t id = forced ? *forced : sampler_.sample(seen);
-  std::optional<double> device_ms = backend_->end_step();
 
   StepTrace tr;
   tr.step = ++steps_;
@@ -297,18 +450,25 @@ Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
 
   tr.n_layer = c.n_layer;
   tr.n_head = c.n_head;
-  tr.n_attn = seq;
-  tr.attention = std::move(fo.attention);
+  // A verification's attention rows are those of its last query, not this token's: left
+  // out, as for a token emitted from the queue.
+  const bool speculative = queued || !drafted.empty();
+  tr.n_attn = speculative ? 0 : seq;
+  if (!speculative) tr.attention = std::move(fo.attention);
   tr.kv_first_pos = pos0;
-  tr.kv_written = T;
+  tr.kv_written = speculative ? 1 : T;
+  tr.drafted = drafted;
+  tr.accepted = drafted.empty() ? -1 : accepted;
+  tr.rolled_back = drafted.empty() ? 0 : int(drafted.size()) - accepted;
+  tr.draft_flops = draft_flops;
   tr.k_norm = std::move(fo.k_norm);
   tr.v_norm = std::move(fo.v_norm);
   tr.k_err = std::move(fo.k_err);
   tr.v_err = std::move(fo.v_err);
   tr.tokens_processed = int(fo.kv_rows / uint64_t(c.n_layer));  // every chunk replayed
-  tr.flops = fo.flops;
+  tr.flops = fo.flops + draft_flops;
   tr.kv_rows = fo.kv_rows;
-  flops_total_ += fo.flops;
+  flops_total_ += fo.flops + draft_flops;
   kv_rows_total_ += fo.kv_rows;
   tr.flops_total = flops_total_;
   tr.kv_rows_total = kv_rows_total_;
@@ -349,7 +509,10 @@ Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
              int(tokens_.size()) >= context_limit()) {
     stop_ = StopReason::ContextFull;
   }
-  if (stop_ != StopReason::None) tr.emitted += stream_.flush();
+  if (stop_ != StopReason::None) {
+    tr.emitted += stream_.flush();
+    queue_.clear();
+  }
   tr.stop = stop_;
   tr.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   tr.device_ms = device_ms ? *device_ms : -1.0;

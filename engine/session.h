@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <random>
@@ -33,6 +34,7 @@
 #include "engine/kv_policy.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
+#include "engine/speculative.h"
 #include "common/status.h"
 
 namespace kvscope {
@@ -137,6 +139,16 @@ struct StepTrace {
   // range starts at the window start: older positions were evicted).
   std::vector<KvLayerState> kv_layers;
 
+  // Speculative decoding (Session::set_speculation), on the step that ran the
+  // verification: the drafted tokens, how many the target kept (-1: no speculation this
+  // step), the K/V rows rolled back (drafted - accepted) and the drafter's FLOPs (also in
+  // `flops`). The kept tokens are emitted by the next steps, which run no forward
+  // (tokens_processed 0) and carry no attention rows (n_attn 0), like this one.
+  std::vector<int32_t> drafted;
+  int accepted = -1;
+  int rolled_back = 0;
+  uint64_t draft_flops = 0;
+
   CacheMode mode = CacheMode::Cache;
   uint64_t flops = 0, flops_total = 0;      // multiply-adds x2 of this step / since reset
   uint64_t kv_rows = 0, kv_rows_total = 0;  // K/V rows computed (tokens processed x layers)
@@ -181,6 +193,15 @@ class Session {
   const SamplerConfig& sampler() const { return sampler_cfg_; }
   void set_max_tokens(int n) { config_.max_tokens = n; }
   void set_kv_errors(bool on) { config_.kv_errors = on; }  // from the next step on
+  // Speculative decoding from the next step on (c.kind None: off): ngram and early-exit
+  // need nothing else; a draft model comes with its own backend (its vocabulary must be
+  // this model's). Errors: a bad layer count or draft_max, another vocabulary.
+  Status set_speculation(const SpeculativeConfig& c, std::shared_ptr<const Model> draft_model = nullptr,
+                         std::unique_ptr<Backend> draft_backend = nullptr);
+  struct SpeculationStats {
+    uint64_t drafted = 0, accepted = 0, verify_forwards = 0;
+  };
+  const SpeculationStats& speculation_stats() const { return spec_; }
   const SessionConfig& config() const { return config_; }
 
   const Model& model() const { return *model_; }
@@ -230,6 +251,19 @@ class Session {
   StopReason stop_ = StopReason::None;
   std::vector<float> logits_;
   std::vector<float> shaped_;          // logits_ after the penalties and the minimum length
+  // Speculation.
+  struct Queued {  // a verified token not emitted yet
+    int32_t id = 0;
+    int pos = 0;  // the position of the token its step writes (the one before it)
+    std::vector<float> raw, shaped, k_norm, v_norm;
+  };
+  std::unique_ptr<Drafter> drafter_;
+  int draft_max_ = 4;
+  std::mt19937_64 spec_rng_;
+  std::vector<std::vector<float>> draft_q_;
+  std::vector<int32_t> verify_;
+  std::deque<Queued> queue_;
+  SpeculationStats spec_;
   std::vector<int32_t> end_ids_;       // tokens min_tokens holds back (made on first use)
   std::string gen_bytes_;      // raw bytes of the generated tokens
   Utf8Stream stream_;          // streamed bytes not yet emitted

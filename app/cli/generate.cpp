@@ -42,6 +42,14 @@ std::string step_json(const StepTrace& tr) {
   j.end_array();
   j.key("seq_len").value(tr.seq_len);
   j.key("tokens_processed").value(tr.tokens_processed);
+  if (tr.accepted >= 0) {  // this step verified a draft
+    j.key("drafted").begin_array();
+    for (int32_t d : tr.drafted) j.value(d);
+    j.end_array();
+    j.key("accepted").value(tr.accepted);
+    j.key("rolled_back").value(tr.rolled_back);
+    j.key("draft_flops").value(tr.draft_flops);
+  }
   j.key("ms").value(tr.ms);
   if (tr.device_ms >= 0) j.key("device_ms").value(tr.device_ms);
   j.key("top").begin_array();
@@ -51,6 +59,8 @@ std::string step_json(const StepTrace& tr) {
     j.key("text").value(tr.top[i].text);
     j.key("p").value(double(tr.top[i].p));
     j.key("logit").value(double(tr.top[i].logit));
+    if (tr.top[i].raw_logit != tr.top[i].logit)
+      j.key("raw_logit").value(double(tr.top[i].raw_logit));
     j.end_object();
   }
   j.end_array();
@@ -68,11 +78,35 @@ int run_generate(int argc, char** argv) {
   add_run_options(app, run);
   app.add_option("--stop", run.stops, "Stop when the output contains this text (repeatable)");
   app.add_flag("--json", json, "One JSON object per step, then a summary line");
+  std::string speculative;
+  int draft_max = 4;
+  app.add_option("--speculative", speculative,
+                 "Speculative decoding: ngram (prompt lookup), early-exit:L (the model's first L "
+                 "layers) or draft:PATH (a GGUF with the same vocabulary)");
+  app.add_option("--draft-max", draft_max, "Tokens drafted per verification")
+      ->check(Range(1, 15));
   if (int rc = parse_options(app, argc, argv); rc >= 0) return rc;
 
+  SpeculativeConfig spec;
+  if (!speculative.empty()) {
+    auto parsed = speculative_parse(speculative);
+    if (!parsed.ok()) return fail(parsed.error().message);
+    spec = *parsed;
+    spec.draft_max = draft_max;
+  }
   auto opened = open_run(run);
   if (!opened.ok()) return fail(opened.error().message);
   Session& s = *opened->session;
+  if (spec.kind == DraftKind::Model) {
+    auto draft = load_model(spec.draft_path);
+    if (!draft.ok()) return fail("draft: " + draft.error().message);
+    auto be = make_backend(run.engine.backend, **draft, run.engine.threads, nullptr);
+    if (!be.ok()) return fail("draft: " + be.error().message);
+    if (Status st = s.set_speculation(spec, *draft, std::move(*be)); !st.ok())
+      return fail(st.message());
+  } else if (spec.kind != DraftKind::None) {
+    if (Status st = s.set_speculation(spec); !st.ok()) return fail(st.message());
+  }
   // The backend notice (e.g. no usable GPU) once the input is known to be good, so an
   // error stays a single line.
   if (!opened->notice.empty()) cli::notice(opened->notice);
@@ -99,6 +133,13 @@ int run_generate(int argc, char** argv) {
     j.key("tokens").value(generated);
     j.key("prompt_tokens").value(s.prompt_len());
     j.key("backend").value(s.backend().name());
+    if (spec.kind != DraftKind::None) {
+      const Session::SpeculationStats& st = s.speculation_stats();
+      j.key("speculative").value(speculative_name(spec));
+      j.key("drafted").value(st.drafted);
+      j.key("accepted").value(st.accepted);
+      j.key("verify_forwards").value(st.verify_forwards);
+    }
     j.key("text").value(s.generated_text());
     j.end_object();
     std::printf("%s\n", j.str().c_str());

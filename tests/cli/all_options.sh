@@ -33,7 +33,7 @@ declare -A bad=(
   [--kv-pool-mib]=0 [--max-seqs]=0 [--max-batch-tokens]=0 [--no-prefix-cache]==maybe
   [--batch]=0 [--repeat-penalty]=0 [--repeat-last-n]=-2 [--frequency-penalty]=3
   [--presence-penalty]=-3 [--no-repeat-ngram]=65 [--logit-bias]=7 [--stop-id]=-1
-  [--min-tokens]=-1 [--kv-block]=12 [--n]=0
+  [--min-tokens]=-1 [--kv-block]=12 [--n]=0 [--speculative]=lookahead [--draft-max]=0
 )
 for o in ctx ctx-full n-keep kv-sink kv-window kv-keep kv-block kv-type kv-type-k kv-type-v; do
   bad[--ref-$o]=${bad[--$o]}
