@@ -8,6 +8,7 @@
 #include "app/cli/commands.h"
 #include "app/cli/run_options.h"
 #include "app/cli/json_writer.h"
+#include "engine/beam_search.h"
 #include "engine/printable.h"
 #include "engine/session.h"
 
@@ -68,6 +69,74 @@ std::string step_json(const StepTrace& tr) {
   return j.str();
 }
 
+// `generate --beams K`: beam search instead of the step-by-step session; prints the
+// hypotheses best first (text, or one JSON object).
+int run_beams(const RunOptions& run, const BeamConfig& bc, bool json) {
+  auto spec = prompt_from_options(run.prompt);
+  if (!spec.ok()) return fail(spec.error().message);
+  SessionConfig probe;
+  if (Status st = apply_kv_options(run.kv, probe); !st.ok()) return fail(st.message());
+  auto model = load_model(run.engine.model);
+  if (!model.ok()) return fail(model.error().message);
+  std::string note;
+  auto be = make_backend(run.engine.backend, **model, run.engine.threads, &note);
+  if (!be.ok()) return fail(be.error().message);
+  if (!note.empty()) notice(note);
+  auto prompt = tokenize_prompt(**model, *spec);
+  if (!prompt.ok()) return fail(prompt.error().message);
+  BeamConfig cfg = bc;
+  cfg.kv_types = probe.kv_types;
+  cfg.block_size = probe.kv_block;
+  auto res = beam_search(**model, **be, *prompt, cfg);
+  if (!res.ok()) return fail(res.error().message);
+  const Tokenizer& tok = (*model)->tokenizer();
+  const auto text_of = [&](const std::vector<int32_t>& ids) {
+    std::string bytes;
+    for (int32_t id : ids) bytes += tok.token_bytes(id);
+    Utf8Stream s;
+    return s.push(bytes) + s.flush();
+  };
+  const BeamStats& st = res->stats;
+  const uint64_t block_bytes = st.block_bytes;
+  if (json) {
+    JsonWriter j;
+    j.begin_object();
+    j.key("beams").value(cfg.beams);
+    j.key("length_penalty").value(double(cfg.length_penalty));
+    j.key("hypotheses").begin_array();
+    for (const Hypothesis& h : res->hypotheses) {
+      j.begin_object();
+      j.key("score").value(h.score);
+      j.key("logprob").value(h.logprob);
+      j.key("finished").value(h.finished);
+      j.key("tokens").begin_array();
+      for (int32_t id : h.tokens) j.value(id);
+      j.end_array();
+      j.key("text").value(text_of(h.tokens));
+      j.end_object();
+    }
+    j.end_array();
+    j.key("steps").value(st.steps);
+    j.key("peak_blocks").value(st.peak_blocks);
+    j.key("peak_unshared_blocks").value(st.peak_unshared_blocks);
+    j.key("peak_kv_bytes").value(uint64_t(st.peak_blocks) * block_bytes);
+    j.key("unshared_kv_bytes").value(uint64_t(st.peak_unshared_blocks) * block_bytes);
+    j.key("cow_copies").value(st.cow_copies);
+    j.key("pruned").value(st.pruned);
+    j.end_object();
+    std::printf("%s\n", j.str().c_str());
+    return 0;
+  }
+  int rank = 0;
+  for (const Hypothesis& h : res->hypotheses)
+    std::printf("[%d] score %.4f (log p %.3f, %zu tokens%s)%s\n\n", rank++, h.score, h.logprob,
+                h.tokens.size(), h.finished ? ", ended" : "",
+                printable_text(text_of(h.tokens)).c_str());
+  std::printf("%d steps; KV blocks at the peak: %d shared, %d if each beam held its own\n",
+              st.steps, st.peak_blocks, st.peak_unshared_blocks);
+  return 0;
+}
+
 }  // namespace
 
 int run_generate(int argc, char** argv) {
@@ -85,7 +154,19 @@ int run_generate(int argc, char** argv) {
                  "layers) or draft:PATH (a GGUF with the same vocabulary)");
   app.add_option("--draft-max", draft_max, "Tokens drafted per verification")
       ->check(Range(1, 15));
+  BeamConfig beams;
+  app.add_option("--beams", beams.beams,
+                 "Beam search with K beams (forks of the KV blocks) instead of sampling")
+      ->check(Range(1, 256));
+  app.add_option("--length-penalty", beams.length_penalty,
+                 "Beam score = sum log p / length^a")
+      ->check(Range(-10.0, 10.0));
   if (int rc = parse_options(app, argc, argv); rc >= 0) return rc;
+  if (app.count("--beams") > 0) {
+    if (!speculative.empty()) return fail("--beams: beam search does not speculate (drop --speculative)");
+    beams.max_tokens = run.max_tokens;
+    return run_beams(run, beams, json);
+  }
 
   SpeculativeConfig spec;
   if (!speculative.empty()) {
