@@ -10,6 +10,7 @@
 #include "app/cli/json_writer.h"
 #include "engine/beam_search.h"
 #include "engine/printable.h"
+#include "engine/scheduler.h"
 #include "engine/session.h"
 
 namespace kvscope::cli {
@@ -137,6 +138,83 @@ int run_beams(const RunOptions& run, const BeamConfig& bc, bool json) {
   return 0;
 }
 
+// `generate --n N`: N samples of the prompt, forked off its blocks once it is computed (the
+// scheduler's parallel sampling); prints each sample (text, or one JSON object).
+int run_samples(const RunOptions& run, int n, bool json) {
+  auto spec = prompt_from_options(run.prompt);
+  if (!spec.ok()) return fail(spec.error().message);
+  SessionConfig probe;
+  if (Status st = apply_kv_options(run.kv, probe); !st.ok()) return fail(st.message());
+  if (probe.limits.window > 0 || probe.limits.on_full == ContextPolicy::Shift)
+    return fail("--n: parallel samples run on the batch scheduler, which has no sink + window "
+                "or context shift");
+  auto sc = to_sampler_config(run.sampler);
+  if (!sc.ok()) return fail(sc.error().message);
+  auto model = load_model(run.engine.model);
+  if (!model.ok()) return fail(model.error().message);
+  std::string note;
+  auto be = make_backend(run.engine.backend, **model, run.engine.threads, &note);
+  if (!be.ok()) return fail(be.error().message);
+  if (!note.empty()) notice(note);
+  auto prompt = tokenize_prompt(**model, *spec);
+  if (!prompt.ok()) return fail(prompt.error().message);
+  SchedulerConfig cfg;
+  cfg.kv_types = probe.kv_types;
+  cfg.block_size = probe.kv_block;
+  cfg.context = probe.limits.n_ctx;
+  cfg.max_seqs = n;
+  auto sched = Scheduler::create(*model, **be, cfg);
+  if (!sched.ok()) return fail(sched.error().message);
+  Scheduler& s = **sched;
+  Request r;
+  r.prompt = *prompt;
+  r.max_tokens = run.max_tokens;
+  r.sampler = *sc;
+  r.n = n;
+  r.stop_ids = run.stop.stop_ids;
+  r.min_tokens = run.stop.min_tokens;
+  auto id = s.add(std::move(r));
+  if (!id.ok()) return fail(id.error().message);
+  while (!s.idle()) {
+    auto st = s.step();
+    if (!st.ok()) return fail(st.error().message);
+  }
+  const SchedulerStats& t = s.stats();
+  if (json) {
+    JsonWriter j;
+    j.begin_object();
+    j.key("samples").begin_array();
+    for (int k = 0; k < n; ++k) {
+      j.begin_object();
+      j.key("sample").value(k);
+      j.key("seed").value(sample_seed(sc->seed, k));
+      j.key("stop_reason").value(stop_reason_name(s.stop_reason(*id + k)));
+      j.key("tokens").begin_array();
+      for (int32_t tk : s.generated(*id + k)) j.value(tk);
+      j.end_array();
+      j.key("text").value(s.text(*id + k));
+      j.end_object();
+    }
+    j.end_array();
+    j.key("prompt_tokens").value(int(prompt->size()));
+    j.key("prefill_tokens").value(t.prefill_tokens);
+    j.key("peak_kv_bytes").value(t.peak_kv_bytes);
+    j.key("unshared_kv_bytes").value(t.unshared_kv_bytes);
+    j.key("cow_copies").value(t.cow_copies);
+    j.end_object();
+    std::printf("%s\n", j.str().c_str());
+    return 0;
+  }
+  for (int k = 0; k < n; ++k)
+    std::printf("[%d] (%s, %zu tokens)%s\n\n", k, stop_reason_name(s.stop_reason(*id + k)),
+                s.generated(*id + k).size(), printable_text(s.text(*id + k)).c_str());
+  std::printf("the prompt's %zu tokens computed once for %d samples; KV pool peak %.1f MiB, "
+              "%.1f MiB if no block were shared; %d blocks copied on write\n",
+              prompt->size(), n, double(t.peak_kv_bytes) / 1048576.0,
+              double(t.unshared_kv_bytes) / 1048576.0, t.cow_copies);
+  return 0;
+}
+
 }  // namespace
 
 int run_generate(int argc, char** argv) {
@@ -161,7 +239,16 @@ int run_generate(int argc, char** argv) {
   app.add_option("--length-penalty", beams.length_penalty,
                  "Beam score = sum log p / length^a")
       ->check(Range(-10.0, 10.0));
+  int samples = 1;
+  app.add_option("--n", samples,
+                 "Samples of the prompt, forked off its KV blocks once it is computed")
+      ->check(Range(1, 64));
   if (int rc = parse_options(app, argc, argv); rc >= 0) return rc;
+  if (samples > 1) {
+    if (!speculative.empty() || app.count("--beams") > 0)
+      return fail("--n: parallel samples neither speculate nor search beams");
+    return run_samples(run, samples, json);
+  }
   if (app.count("--beams") > 0) {
     if (!speculative.empty()) return fail("--beams: beam search does not speculate (drop --speculative)");
     beams.max_tokens = run.max_tokens;

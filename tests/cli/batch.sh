@@ -3,7 +3,8 @@
 # the text that `kvscope generate` writes for the same prompt alone (greedy, every layer
 # holding every position, as the pool does), --json gives one JSON object per step and a
 # summary whose counts agree with the steps, prompts that share a prefix hit the prefix
-# cache, and bad input is one line and exit status 1.
+# cache, parallel samples (`generate --n`, `batch --n`) fork off the prompt's blocks, and
+# bad input is one line and exit status 1.
 set -u
 kvscope=$1
 dir=$(mktemp -d)
@@ -68,6 +69,31 @@ hits = [e for s in lines[:-1] for e in s["events"] if e["kind"] == "prefix_hit"]
 assert len(hits) == 3 and all(e["n"] >= 16 for e in hits), hits
 assert lines[-1]["prefix_hit_tokens"] == sum(e["n"] for e in hits), lines[-1]
 PY
+
+# Parallel samples: `generate --n 3` at temperature 0 forks three samples off the prompt's
+# blocks, and each is the greedy text `generate` writes alone; `batch --n 2` numbers them
+# prompt.sample and the summary says what sharing saved.
+"$kvscope" generate --prompt "${prompts[1]}" --max-tokens 8 --threads 2 --n 3 --json \
+  > "$dir/n.json" 2> "$dir/err.txt" || fail "generate --n exited $?: $(cat "$dir/err.txt")"
+"$kvscope" generate --prompt "${prompts[1]}" --max-tokens 8 --threads 2 --kv-keep full --json \
+  > "$dir/g.jsonl" 2> "$dir/err.txt" || fail "generate exited $?"
+python3 - "$dir/n.json" "$dir/g.jsonl" <<'PY' || fail "generate --n samples"
+import json, sys
+n = json.load(open(sys.argv[1]))
+g = [json.loads(l) for l in open(sys.argv[2])]
+want = [x["token_id"] for x in g if "token_id" in x]
+assert len(n["samples"]) == 3, n
+assert all(s["tokens"] == want for s in n["samples"]), (n["samples"], want)
+assert n["prefill_tokens"] == n["prompt_tokens"], n  # the prompt computed once
+assert n["unshared_kv_bytes"] >= n["peak_kv_bytes"], n
+PY
+"$kvscope" batch --prompts-file "$dir/p.txt" --max-tokens 4 --threads 2 --n 2 \
+  > "$dir/n.txt" 2> "$dir/err.txt" || fail "batch --n exited $?"
+for i in 0 1 2; do
+  for k in 0 1; do
+    grep -q "^\[$i.$k\] (max_tokens, 4 tokens)" "$dir/n.txt" || fail "batch --n: no sample $i.$k"
+  done
+done
 
 # Bad input: one line on stderr starting with "kvscope:", nothing on stdout, status 1.
 expect_refusal() {
