@@ -1,7 +1,8 @@
 // app_frame.cpp — the layout's regions as fixed, undecorated ImGui windows.
 //
 // Each region is one window pinned to its rectangle (no move, no resize, no title bar);
-// the side columns scroll and hold collapsible sections under a header with a "hide panel"
+// the story strip under the view never scrolls (the numbers and the words are always on
+// screen); the side columns scroll and hold collapsible sections under a header with a "hide panel"
 // button; a closed column is a thin strip that is one "show" button. Notices stack in the
 // top-right corner of the 3D view, each with its own close button, and fade after a while
 // (the Run section keeps their text under Messages).
@@ -180,6 +181,7 @@ void draw_frame_ui(UiState& ui, Controller* ctl, const ControllerState& cs, cons
   ui.layout = compute_layout(io.DisplaySize.x, io.DisplaySize.y, ui.layout_prefs, ui_scale());
   const UiLayout& L = ui.layout;
   ui.panel_hovered_pos = -1;
+  ui.shown.clear();
   ImGui::PushStyleVar(ImGuiStyleVar_WindowRounding, 0.0f);
   ImGui::PushStyleVar(ImGuiStyleVar_WindowBorderSize, 1.0f);
 
@@ -203,10 +205,8 @@ void draw_frame_ui(UiState& ui, Controller* ctl, const ControllerState& cs, cons
     if (section(ui, "Run"))
       panel_run(ui, ctl, cs, tl);
     if (section(ui, "Heads")) panel_heads(ui);
-    if (section(ui, "Transcript"))
-      panel_transcript(ui, tl);
   } else {
-    closed_column("the controls and the transcript", true, &ui.layout_prefs.left);
+    closed_column("the controls, the run and the heads", true, &ui.layout_prefs.left);
   }
   ImGui::End();
 
@@ -230,6 +230,15 @@ void draw_frame_ui(UiState& ui, Controller* ctl, const ControllerState& cs, cons
     closed_column("the stats, candidates and plots", false, &ui.layout_prefs.right);
   }
   ImGui::End();
+
+  // Under the view: the numbers and the words, whatever the window's size.
+  if (!L.story.empty()) {
+    ImGui::PushStyleVar(ImGuiStyleVar_WindowPadding, ImVec2(8.0f, 5.0f));
+    begin_region("##story", L.story, ImGuiWindowFlags_NoScrollbar);
+    ImGui::PopStyleVar();
+    panel_story(ui, cs, tl);
+    ImGui::End();
+  }
 
   if (!L.bottom.empty()) {
     begin_region("##bottom", L.bottom, ImGuiWindowFlags_NoScrollbar);

@@ -1,5 +1,6 @@
-// panel_transcript.cpp — the Transcript section: the sequence so far as wrapped text, one
-// hoverable span per token (prompt tokens dim, generated ones bright).
+// panel_transcript.cpp — the transcript in the story strip under the view: the sequence so
+// far as wrapped text, one hoverable span per token (prompt tokens dim, generated ones
+// bright), following the newest words unless the person scrolled back.
 //
 // Linked both ways with the 3D view: hovering a token here highlights its block there
 // (ui.panel_hovered_pos), and the token hovered in the view is highlighted here and
@@ -67,15 +68,17 @@ void update_cache(TranscriptCache& c, const Timeline& tl, float wrap) {
 
 }  // namespace
 
-void panel_transcript(UiState& ui, const Timeline& tl) {
+void panel_transcript(UiState& ui, const Timeline& tl, ImVec2 size) {
   const auto& toks = tl.tokens();
+  ImGui::PushStyleVar(ImGuiStyleVar_WindowPadding, ImVec2(6.0f, 3.0f));
+  ImGui::BeginChild("##transcript", size, true);
+  ImGui::PopStyleVar();
   if (toks.empty()) {
     ImGui::TextDisabled("no text yet: press Play or Step");
+    ImGui::EndChild();
     return;
   }
   const float line_h = ImGui::GetTextLineHeightWithSpacing();
-  const float height = std::clamp(ImGui::GetContentRegionAvail().y, 8.0f * line_h, 16.0f * line_h);
-  ImGui::BeginChild("##transcript", ImVec2(0, height), true);
   const float wrap = std::max(ImGui::GetContentRegionAvail().x, 40.0f);
   TranscriptCache& c = ui.transcript;
   const size_t lines_before = c.line_first.size();
@@ -99,6 +102,7 @@ void panel_transcript(UiState& ui, const Timeline& tl) {
   const ImVec2 mouse = ImGui::GetIO().MousePos;
   const bool hover_window = ImGui::IsWindowHovered();
   int hovered = -1;
+  ImVec2 last_min, last_max;  // the last line's rectangle
   ImGuiListClipper clip;
   clip.Begin(n_lines, line_h);
   while (clip.Step()) {
@@ -121,6 +125,10 @@ void panel_transcript(UiState& ui, const Timeline& tl) {
         x += w;
       }
       ImGui::Dummy(ImVec2(std::max(x - p.x, 1.0f), ImGui::GetTextLineHeight()));
+      if (line == n_lines - 1) {
+        last_min = p;
+        last_max = ImVec2(x, p.y + ImGui::GetTextLineHeight());
+      }
     }
   }
   clip.End();
@@ -131,11 +139,18 @@ void panel_transcript(UiState& ui, const Timeline& tl) {
   } else if (was_at_bottom && c.line_first.size() != lines_before) {
     ImGui::SetScrollHereY(1.0f);  // keep following the newest text
   }
+  if (last_max.x > last_min.x) {
+    std::string words;
+    for (int i = c.line_first.back(); i < n; ++i) words += c.texts[size_t(i)];
+    note_shown(ui, "last words", std::move(words), last_min, last_max);
+  }
   ImGui::EndChild();
-  if (hovered >= 0) ui.panel_hovered_pos = tl.position_of_index(hovered);
-  ImGui::TextDisabled(
-      "%d tokens (%d prompt); hover a word to find it in 3D", n,
-      int(std::count_if(toks.begin(), toks.end(), [](const TokenInfo& t) { return t.prompt; })));
+  if (hovered >= 0)
+    ui.panel_hovered_pos = tl.position_of_index(hovered);
+  else if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "%d tokens (%d prompt, dim); hover a word to find it in 3D", n,
+        int(std::count_if(toks.begin(), toks.end(), [](const TokenInfo& t) { return t.prompt; })));
 }
 
 }  // namespace kvscope::app

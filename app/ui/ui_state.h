@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <imgui.h>
+
 #include "app/core/controller.h"
 #include "app/core/engine_setup.h"
 #include "app/core/memory_whatif.h"
@@ -43,6 +45,16 @@ struct TranscriptCache {
   size_t laid_out = 0;             // tokens placed on lines
   float font_size = 0;
   int follow_pos = -1;  // last position scrolled to from the 3D view
+};
+
+// A read-out a frame put on screen, and where: the story strip notes its numbers and words
+// so the tests can check that what a person came for lies inside the window, not scrolled
+// or clipped away.
+struct ShownItem {
+  std::string what;  // "COMPUTE", "KV_CACHE", "SEQ_LEN", "last words", "top candidate"
+  std::string text;  // the text drawn
+  UiRect rect;       // its rectangle, window points
+  UiRect clip;       // the visible part of the (child) window it was drawn in
 };
 
 struct UiState {
@@ -100,6 +112,7 @@ struct UiState {
   int panel_hovered_pos = -1;  // position hovered in the transcript or overview (-1: none)
   int look_at_pos = -1;        // a position the overview asked the camera to show
   TranscriptCache transcript;
+  std::vector<ShownItem> shown;  // this frame's read-outs (cleared by draw_frame_ui)
   double frame_work_ms = 0;  // what drawing one frame costs lately (frames are paced: see gui_loop.h)
   double last_step_time = -1e9;      // glfwGetTime() when the newest trace arrived
   int hovered_pos = -1;
@@ -130,9 +143,16 @@ void panel_run(UiState& ui, Controller* ctl, const ControllerState& cs, const Ti
 void panel_stats(const UiState& ui, const ControllerState& cs, const Timeline& tl);
 void panel_plots(UiState& ui, const Timeline& tl);
 void panel_candidates(const Timeline& tl);
-// The text so far, token by token; hovering a token sets ui.panel_hovered_pos, and the
-// token hovered in the 3D view (ui.hovered_pos) is highlighted here.
-void panel_transcript(UiState& ui, const Timeline& tl);
+// The text so far, token by token, in a `size` child window that follows the newest words;
+// hovering a token sets ui.panel_hovered_pos, and the token hovered in the 3D view
+// (ui.hovered_pos) is highlighted here. Notes its last line as "last words" in ui.shown.
+void panel_transcript(UiState& ui, const Timeline& tl, ImVec2 size);
+// The story strip under the view: COMPUTE, KV_CACHE and SEQ_LEN of the viewed step, the
+// run's status, the text so far and the step's top candidates (panel_story.cpp).
+void panel_story(UiState& ui, const ControllerState& cs, const Timeline& tl);
+// Records the last item drawn (or `rect`) in ui.shown as `what` showing `text`.
+void note_shown(UiState& ui, const char* what, std::string text);
+void note_shown(UiState& ui, const char* what, std::string text, ImVec2 min, ImVec2 max);
 // The toolbar: transport (fixed places), cache mode, camera presets, export, status.
 void panel_toolbar(UiState& ui, Controller* ctl, const ControllerState& cs, const Timeline& tl);
 // The bottom strip: the whole sequence at a glance with this step's attention marks and

@@ -18,15 +18,15 @@ float overlap_area(const UiRect& a, const UiRect& b) {
 }
 
 void expect_tiles(const UiLayout& L, float W, float H, const char* what) {
-  const UiRect* r[] = {&L.toolbar, &L.left, &L.right, &L.bottom, &L.view};
+  const UiRect* r[] = {&L.toolbar, &L.left, &L.right, &L.bottom, &L.view, &L.story};
   float area = 0;
-  for (int i = 0; i < 5; ++i) {
+  for (int i = 0; i < 6; ++i) {
     area += r[i]->w * r[i]->h;
     EXPECT_GE(r[i]->x, 0.0f) << what;
     EXPECT_GE(r[i]->y, 0.0f) << what;
     EXPECT_LE(r[i]->right(), W + 0.01f) << what;
     EXPECT_LE(r[i]->bottom(), H + 0.01f) << what;
-    for (int j = i + 1; j < 5; ++j)
+    for (int j = i + 1; j < 6; ++j)
       EXPECT_EQ(overlap_area(*r[i], *r[j]), 0.0f) << what << " " << i << "/" << j;
   }
   EXPECT_NEAR(area, W * H, W * H * 1e-4f) << what;
