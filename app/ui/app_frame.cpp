@@ -249,6 +249,7 @@ void draw_frame_ui(UiState& ui, Controller* ctl, const ControllerState& cs, cons
 
   column_splitters(ui);
   draw_notices(ui);
+  panel_save_dialog(ui, ctl, cs, tl);
   panel_error_modal(ui);
 }
 

@@ -178,8 +178,8 @@ void panel_toolbar(UiState& ui, Controller* ctl, const ControllerState& cs, cons
   }
 
   gap();
-  if (ImGui::Button("Export PNG", ImVec2(0, h))) ui.export_png = true;
-  button_tip("Save the 3D view as it is now to a PNG file");
+  if (ImGui::Button("Export PNG", ImVec2(0, h))) open_save_dialog(ui, SaveKind::ViewPng, tl);
+  button_tip("Save the 3D view as it is now to a PNG file (choose where first)");
 
   // Status: to the right of the buttons, so it never pushes them.
   gap();

@@ -57,6 +57,20 @@ struct ShownItem {
   UiRect clip;       // the visible part of the (child) window it was drawn in
 };
 
+// The save dialog (panel_save.cpp): what it writes, into which folder, under which name.
+enum class SaveKind { Run, Stats, ViewPng };
+struct SaveDialog {
+  bool open_request = false;  // open it on the next frame
+  bool open = false;          // it is showing
+  SaveKind kind = SaveKind::Run;
+  std::string folder;                   // the folder it writes into (absolute)
+  std::string folder_box;               // the folder box's text (taken on Enter)
+  std::string name;                     // the file name box
+  std::vector<std::string> subfolders;  // of `folder`, sorted (hidden ones left out)
+  std::string listed;                   // the folder `subfolders` lists
+  std::string csv;  // Stats: the CSV, made when the dialog opens, so its size is exact
+};
+
 struct UiState {
   ViewOptions view;
   render::CameraPreset preset = render::CameraPreset::ThreeQuarter;
@@ -108,7 +122,9 @@ struct UiState {
   LayoutPrefs layout_prefs;    // side columns open/closed, widths
   int splitter_drag = 0;       // a column's inner edge being dragged: -1 left, 1 right
   UiLayout layout;             // this frame's regions (set by draw_frame_ui)
-  bool export_png = false;     // the toolbar asked to save the current view as a PNG
+  bool export_png = false;     // the save dialog asked to save the current view as a PNG
+  std::string export_png_path;  // ... to this file
+  SaveDialog save;
   int panel_hovered_pos = -1;  // position hovered in the transcript or overview (-1: none)
   int look_at_pos = -1;        // a position the overview asked the camera to show
   TranscriptCache transcript;
@@ -166,6 +182,20 @@ void panel_quality(UiState& ui);
 QualitySpec quality_spec(const UiState& ui, const PromptSpec& prompt);
 // The Heads section: which query heads share which KV head; click one to light it.
 void panel_heads(UiState& ui);
+// The save dialog: opens it for `kind` (Save run, Export stats, Export PNG), starting from
+// the file the Files section names (or the next free kvscope-view-NNN.png).
+void open_save_dialog(UiState& ui, SaveKind kind, const Timeline& tl);
+// Draws it while open: the folder (its subfolders to step into), the file name, and the
+// size the file will have before anything is written.
+void panel_save_dialog(UiState& ui, Controller* ctl, const ControllerState& cs,
+                       const Timeline& tl);
+// The bytes the dialog's file will take (exact for the stats; the run's history file as it
+// is now; a view PNG's pixels before compression, an upper bound).
+uint64_t save_dialog_bytes(const UiState& ui, const ControllerState& cs);
+// Writes the dialog's file (or asks the controller to); false, with ui.error set, when it
+// cannot. Closes the dialog on success.
+bool save_dialog_confirm(UiState& ui, Controller* ctl, const ControllerState& cs,
+                         const Timeline& tl);
 // Floating windows: the tooltip of the hovered token, the error modal.
 void panel_inspector(const UiState& ui, const Timeline& tl);
 void panel_error_modal(UiState& ui);
