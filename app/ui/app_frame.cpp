@@ -159,18 +159,20 @@ void setup_imgui_style(float content_scale) {
 }
 
 namespace {
+// `name` is one of the comma-separated names of `list`.
+bool listed(std::string_view list, std::string_view name) {
+  for (size_t at = 0; at <= list.size() && !list.empty();) {
+    size_t end = std::min(list.find(',', at), list.size());
+    if (list.substr(at, end - at) == name) return true;
+    at = end + 1;
+  }
+  return false;
+}
+
 // A collapsible section. Screenshots (--sections A,B) open the listed ones, close the rest.
 bool section(const UiState& ui, const char* name, bool open_at_start = true) {
-  if (!ui.solo_sections.empty()) {
-    const std::string_view list = ui.solo_sections;
-    bool open = false;
-    for (size_t at = 0; at <= list.size();) {
-      size_t end = std::min(list.find(',', at), list.size());
-      open |= list.substr(at, end - at) == name;
-      at = end + 1;
-    }
-    ImGui::SetNextItemOpen(open, ImGuiCond_Always);
-  }
+  if (!ui.solo_sections.empty())
+    ImGui::SetNextItemOpen(listed(ui.solo_sections, name), ImGuiCond_Always);
   return ImGui::CollapsingHeader(name, open_at_start ? ImGuiTreeNodeFlags_DefaultOpen : 0);
 }
 }  // namespace
@@ -248,6 +250,9 @@ void draw_frame_ui(UiState& ui, Controller* ctl, const ControllerState& cs, cons
   ImGui::PopStyleVar(2);
 
   column_splitters(ui);
+  // Screenshots: --sections "Large plots" opens the Plots section's large view.
+  if (listed(ui.solo_sections, "Large plots")) ui.plots_window = true;
+  panel_plots_window(ui, tl);
   draw_notices(ui);
   panel_save_dialog(ui, ctl, cs, tl);
   panel_error_modal(ui);

@@ -125,7 +125,10 @@ void draw_plot(const PlotSpec& spec, const std::vector<PlotSeries>& series) {
     dl->AddText(ImVec2(a.x - ts.x - 4, y - ts.y * 0.5f), kText, t.c_str());
   }
   // X ticks, labels and the axis name.
-  const double xs = std::max(1.0, nice_step(x1 - x0, int(std::max(3.0f, (b.x - a.x) / 45.0f))));
+  // As many x labels as fit with a gap of two digits between them (they crowded at 45 points).
+  const float x_label_w = ImGui::CalcTextSize("00000").x + ImGui::CalcTextSize("00").x;
+  const double xs =
+      std::max(1.0, nice_step(x1 - x0, int(std::max(2.0f, (b.x - a.x) / x_label_w))));
   for (double v = std::ceil(x0 / xs) * xs; v <= x1 + 1e-9; v += xs) {
     float x = fx(v);
     dl->AddLine(ImVec2(x, b.y), ImVec2(x, b.y + 3), kText, 1.0f);
@@ -143,6 +146,13 @@ void draw_plot(const PlotSpec& spec, const std::vector<PlotSeries>& series) {
   for (const PlotSeries& s : series) {
     if (!s.x || !s.y) continue;
     size_t n = std::min(s.x->size(), s.y->size());
+    if (s.markers) {
+      const size_t every = std::max<size_t>(1, (n + 23) / 24);
+      for (size_t i = 0; i < n; ++i)
+        if (i % every == every - 1 || i + 1 == n)
+          dl->AddCircle(ImVec2(fx((*s.x)[i]), fy((*s.y)[i])), 3.5f, s.color, 10, s.thickness);
+      continue;
+    }
     if (n == 1) dl->AddCircleFilled(ImVec2(fx((*s.x)[0]), fy((*s.y)[0])), s.thickness + 1, s.color);
     for (size_t i = 1; i < n; ++i) {
       ImVec2 pa(fx((*s.x)[i - 1]), fy((*s.y)[i - 1])), pb(fx((*s.x)[i]), fy((*s.y)[i]));

@@ -100,6 +100,7 @@ struct UiState {
   int scrub_request = 0;           // > 0: view that step (applied by apply_events); -1: live
   std::string solo_sections;       // screenshots: "Run,Plots" opens those sections only
   bool plots_log_y = false;        // Plots: logarithmic y axes
+  bool plots_window = false;       // Plots: the large view, a window of its own
   uint64_t rss_bytes = 0;          // the app's resident memory (sampled twice a second)
   double rss_time = -1;
   float speed = 4.0f;
@@ -158,6 +159,9 @@ void panel_controls(UiState& ui, Controller* ctl, const ControllerState& cs, con
 void panel_run(UiState& ui, Controller* ctl, const ControllerState& cs, const Timeline& tl);
 void panel_stats(const UiState& ui, const ControllerState& cs, const Timeline& tl);
 void panel_plots(UiState& ui, const Timeline& tl);
+// The Plots section's large view: a floating window, the plots side by side and taller,
+// while ui.plots_window (its close button clears it).
+void panel_plots_window(UiState& ui, const Timeline& tl);
 void panel_candidates(const Timeline& tl);
 // The text so far, token by token, in a `size` child window that follows the newest words;
 // hovering a token sets ui.panel_hovered_pos, and the token hovered in the 3D view
