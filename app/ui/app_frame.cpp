@@ -206,7 +206,7 @@ void draw_frame_ui(UiState& ui, Controller* ctl, const ControllerState& cs, cons
       panel_controls(ui, ctl, cs, tl);
     if (section(ui, "Run"))
       panel_run(ui, ctl, cs, tl);
-    if (section(ui, "Heads")) panel_heads(ui);
+    if (section(ui, "Heads", false)) panel_heads(ui);  // rarely needed: starts folded
   } else {
     closed_column("the controls, the run and the heads", true, &ui.layout_prefs.left);
   }

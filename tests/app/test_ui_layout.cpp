@@ -1,6 +1,6 @@
 // test_ui_layout.cpp — the window's regions at every size from 1024x640 up: they tile the
-// window without overlapping, the 3D view keeps a useful share, columns close and open
-// as asked, and the layout follows a resize.
+// window without overlapping, the 3D view keeps a useful share, the story strip sits under
+// it at full height, columns close and open as asked, and the layout follows a resize.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -44,6 +44,25 @@ TEST(UiLayout, RegionsTileEveryWindowSizeAndTheViewKeepsHalfTheWidth) {
       EXPECT_GE(L.view.h, 0.6f * H) << what;
       EXPECT_TRUE(L.left_open) << what;  // the controls always fit from 1024 up
     }
+}
+
+// The story strip (COMPUTE, KV_CACHE, SEQ_LEN, the transcript, the candidates) is there at
+// its full height at every size from 1024x640 up, right under the view and as wide as it,
+// whichever columns are open.
+TEST(UiLayout, TheStoryStripSitsUnderTheViewAtEverySize) {
+  for (float W : {1024.f, 1280.f, 1920.f, 3840.f})
+    for (float H : {640.f, 720.f, 1080.f, 2160.f})
+      for (ColumnMode m : {ColumnMode::Auto, ColumnMode::Open, ColumnMode::Closed}) {
+        LayoutPrefs prefs;
+        prefs.left = prefs.right = m;
+        UiLayout L = compute_layout(W, H, prefs);
+        std::string what = std::to_string(int(W)) + "x" + std::to_string(int(H));
+        EXPECT_NEAR(L.story.h, kStoryHeight, 0.01f) << what;
+        EXPECT_NEAR(L.story.y, L.view.bottom(), 0.01f) << what;
+        EXPECT_NEAR(L.story.x, L.view.x, 0.01f) << what;
+        EXPECT_NEAR(L.story.w, L.view.w, 0.01f) << what;
+        EXPECT_NEAR(L.story.bottom(), L.bottom.y, 0.01f) << what;
+      }
 }
 
 TEST(UiLayout, NarrowWindowsCloseTheRightColumnFirstWideOnesOpenBoth) {
