@@ -1,6 +1,7 @@
 // panel_transcript.cpp — the transcript in the story strip under the view: the sequence so
 // far as wrapped text, one hoverable span per token (prompt tokens dim, generated ones
-// bright), following the newest words unless the person scrolled back.
+// bright), following the newest words unless the person scrolled back; an older step looked
+// at through History has its token outlined and scrolled into sight.
 //
 // Linked both ways with the 3D view: hovering a token here highlights its block there
 // (ui.panel_hovered_pos), and the token hovered in the view is highlighted here and
@@ -97,6 +98,13 @@ void panel_transcript(UiState& ui, const Timeline& tl, ImVec2 size) {
     scroll_line = int(it - c.line_first.begin()) - 1;
   }
   c.follow_pos = from_view;
+  // An older step looked at through History: its token is outlined and scrolled to once.
+  const int viewed = tl.live() || !tl.viewed() ? -1 : tl.token_index(tl.viewed()->pos);
+  if (viewed >= 0 && viewed < n && viewed != c.viewed_index && scroll_line < 0) {
+    auto it = std::upper_bound(c.line_first.begin(), c.line_first.end(), viewed);
+    scroll_line = int(it - c.line_first.begin()) - 1;
+  }
+  c.viewed_index = viewed;
 
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const ImVec2 mouse = ImGui::GetIO().MousePos;
@@ -118,6 +126,10 @@ void panel_transcript(UiState& ui, const Timeline& tl, ImVec2 size) {
         if (over || i == from_view)
           dl->AddRectFilled(a, b, over ? IM_COL32(255, 220, 110, 90) : IM_COL32(255, 220, 110, 150),
                             2.0f);
+        if (i == viewed) {
+          dl->AddRect(a, b, IM_COL32(255, 200, 80, 255), 2.0f, 0, 1.5f);
+          note_shown(ui, "viewed word", c.texts[size_t(i)], a, b);
+        }
         const bool prompt = toks[size_t(i)].prompt;
         ImU32 col = prompt ? IM_COL32(150, 165, 200, 255) : IM_COL32(255, 200, 170, 255);
         if (i == n - 1 && !prompt) col = IM_COL32(255, 150, 100, 255);  // the newest token
@@ -133,10 +145,12 @@ void panel_transcript(UiState& ui, const Timeline& tl, ImVec2 size) {
   }
   clip.End();
   if (scroll_line >= 0 && !hover_window) {
-    float y = scroll_line * line_h;
-    if (y < ImGui::GetScrollY() || y + line_h > ImGui::GetScrollY() + ImGui::GetWindowHeight())
-      ImGui::SetScrollY(std::max(0.0f, y - ImGui::GetWindowHeight() * 0.5f));
-  } else if (was_at_bottom && c.line_first.size() != lines_before) {
+    // The part of the lines the child shows: its height less the padding above and below.
+    const float y = scroll_line * line_h;
+    const float shown = ImGui::GetWindowHeight() - 2.0f * ImGui::GetStyle().WindowPadding.y;
+    if (y < ImGui::GetScrollY() || y + line_h > ImGui::GetScrollY() + shown)
+      ImGui::SetScrollY(std::max(0.0f, y - (shown - line_h) * 0.5f));
+  } else if (was_at_bottom && c.line_first.size() != lines_before && viewed < 0) {
     ImGui::SetScrollHereY(1.0f);  // keep following the newest text
   }
   if (last_max.x > last_min.x) {

@@ -4,6 +4,7 @@
 // opening anything. Located by the rectangles the UI reports for those texts (ui.shown):
 // each lies inside the window and inside the visible part of what it was drawn in, and
 // says what the run did (the newest token, the step's likeliest candidate, its numbers).
+// Looking at an older step, its numbers show and its word is outlined in sight.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -88,6 +89,21 @@ TEST(AboveFold, TheStatsTheLastWordsAndTheTopCandidateAreOnScreenAtEverySize) {
     check("SEQ_LEN", "SEQ_LEN " + std::to_string(last->seq_len));
     check("last words", newest);
     check("top candidate", top_word);
+    // Looking at step 5 through History: the strip's numbers are step 5's, and the word it
+    // wrote is outlined in sight in the transcript.
+    tl.scrub_to(5);
+    UiState ui20 = ui;
+    ui20.transcript = TranscriptCache{};
+    auto res20 = capture_app(*r, ui20, tl, shot);
+    ASSERT_TRUE(res20.ok()) << res20.error().message;
+    const ShownItem* word = find(ui20, "viewed word");
+    ASSERT_NE(word, nullptr) << size << ": step 5's word is not drawn";
+    EXPECT_TRUE(inside(word->rect, word->clip)) << size << ": step 5's word is scrolled away";
+    EXPECT_EQ(word->text, display_text(tl.steps()[4]->text)) << size;
+    const ShownItem* seq = find(ui20, "SEQ_LEN");
+    ASSERT_NE(seq, nullptr);
+    EXPECT_EQ(seq->text, "SEQ_LEN " + std::to_string(tl.steps()[4]->seq_len)) << size;
+    tl.follow_live();
     // The last words end with the newest token.
     if (const ShownItem* s = find(ui, "last words")) {
       EXPECT_EQ(s->text.substr(s->text.size() - std::min(s->text.size(), newest.size())), newest)
