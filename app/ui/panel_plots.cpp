@@ -174,7 +174,7 @@ void run_section(const UiState& ui, const Timeline& tl, const PlotHeights& hs) {
   ImGui::TextDisabled("this run%s: %zu steps", cur->mixed() ? " (switched modes)" : "",
                       cur->steps());
   if (other) {
-    ImGui::SameLine();
+    ImGui::SameLine(0.0f, 0.0f);
     ImGui::TextDisabled("; thin: the %s run on this prompt",
                         other->mode == CacheMode::Cache ? "KV CACHE" : "NO CACHE");
   }

@@ -91,12 +91,20 @@ void draw_plot(const PlotSpec& spec, const std::vector<PlotSeries>& series) {
   }
   if (x1 == x0) x1 = x0 + 1;
   const bool log_y = spec.log_y && ymin_pos < INFINITY;
+  // Byte axes step in round numbers of their binary unit (256 KiB, 1 MiB), not of bytes
+  // (which gave 488.3 KiB, 976.6 KiB).
+  auto y_step = [&](double span, int want) {
+    if (spec.y_unit != PlotUnit::Bytes) return nice_step(span, want);
+    double unit = 1.0;
+    while (unit * 1024.0 <= span) unit *= 1024.0;
+    return nice_step(span / unit, want) * unit;
+  };
   double ylo = 0, yhi = y1;
   if (log_y) {
     ylo = std::pow(10.0, std::floor(std::log10(ymin_pos)));
     yhi = std::pow(10.0, std::ceil(std::log10(y1)));
   } else {
-    double st = nice_step(y1, 4);
+    double st = y_step(y1, 4);
     yhi = std::ceil(y1 / st) * st;
   }
   auto fy = [&](double v) {
@@ -114,7 +122,7 @@ void draw_plot(const PlotSpec& spec, const std::vector<PlotSeries>& series) {
   } else {
     // About 4 ticks, fewer on a short plot so their labels do not touch.
     const int want = std::clamp(int((b.y - a.y) / (ImGui::GetTextLineHeight() * 1.6f)), 2, 4);
-    double st = nice_step(yhi, want);
+    double st = y_step(yhi, want);
     for (double v = 0; v <= yhi * 1.0001; v += st) yt.push_back(v);
   }
   for (double v : yt) {
