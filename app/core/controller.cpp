@@ -209,8 +209,9 @@ void Controller::publish() {
   a_compare_ = compare_.phase();
   a_has_source_ = source_ != nullptr;
   a_replay_ = source_ && source_->is_replay();
-  const std::shared_ptr<RunFile> file =
-      !source_ || !has_run_ ? nullptr : source_->is_replay() ? source_->recording() : spool_;
+  const std::shared_ptr<RunFile> file = !source_ || !has_run_  ? nullptr
+                                        : source_->is_replay() ? source_->recording()
+                                                               : spool_;
   a_save_bytes_ = file ? file->bytes() : 0;
 }
 

@@ -135,8 +135,7 @@ void draw_plot(const PlotSpec& spec, const std::vector<PlotSeries>& series) {
   // X ticks, labels and the axis name.
   // As many x labels as fit with a gap of two digits between them (they crowded at 45 points).
   const float x_label_w = ImGui::CalcTextSize("00000").x + ImGui::CalcTextSize("00").x;
-  const double xs =
-      std::max(1.0, nice_step(x1 - x0, int(std::max(2.0f, (b.x - a.x) / x_label_w))));
+  const double xs = std::max(1.0, nice_step(x1 - x0, int(std::max(2.0f, (b.x - a.x) / x_label_w))));
   for (double v = std::ceil(x0 / xs) * xs; v <= x1 + 1e-9; v += xs) {
     float x = fx(v);
     dl->AddLine(ImVec2(x, b.y), ImVec2(x, b.y + 3), kText, 1.0f);

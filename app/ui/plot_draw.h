@@ -20,8 +20,8 @@ struct PlotSeries {
   ImU32 color = IM_COL32(255, 255, 255, 255);
   const std::vector<ImU32>* colors = nullptr;  // [n] optional: segment i-1..i takes colors[i]
   float thickness = 2.0f;
-  bool dashed = false;  // a guide (closed form), not a measurement
-  std::string label;    // for the hover read-out
+  bool dashed = false;   // a guide (closed form), not a measurement
+  std::string label;     // for the hover read-out
   bool markers = false;  // drawn as rings at (up to 24 of) its points, no line: a guide that
                          // lies on a measured line stays visible with it
 };

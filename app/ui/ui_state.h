@@ -44,7 +44,7 @@ struct TranscriptCache {
   std::vector<int> line_first;     // first token of each line
   size_t laid_out = 0;             // tokens placed on lines
   float font_size = 0;
-  int follow_pos = -1;  // last position scrolled to from the 3D view
+  int follow_pos = -1;    // last position scrolled to from the 3D view
   int viewed_index = -1;  // token of the older step looked at, last scrolled to (-1: live)
 };
 
