@@ -2,6 +2,7 @@
 #include "app/core/compare_view.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace kvscope::app {
 
@@ -29,6 +30,26 @@ CompareCurve curve(const RunSeries& s, int g) {
   return c;
 }
 
+// Least squares of ms against GFLOPs over the first g steps of both runs: the small KV
+// CACHE steps and the large NO CACHE ones pin the line at both ends.
+void fit_overhead(const RunSeries& a, const RunSeries& b, int g, CompareView* v) {
+  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const RunSeries* s : {&a, &b})
+    for (int i = 0; i < g; ++i) {
+      const double x = s->flops[size_t(i)] * 1e-9, y = s->ms[size_t(i)];
+      n += 1;
+      sx += x;
+      sy += y;
+      sxx += x * x;
+      sxy += x * y;
+    }
+  const double var = n * sxx - sx * sx;
+  if (g < 3 || !(var > 1e-12 * std::max(1.0, sxx * n))) return;
+  v->ms_per_gflop = (n * sxy - sx * sy) / var;
+  v->step_overhead_ms = std::max(0.0, (sy - v->ms_per_gflop * sx) / n);
+  v->overhead_fit = true;
+}
+
 }  // namespace
 
 CompareView make_compare_view(const RunSeries* cache, const RunSeries* nocache, int n_layer) {
@@ -52,6 +73,16 @@ CompareView make_compare_view(const RunSeries* cache, const RunSeries* nocache, 
   v.waste_rows = ratio(v.nocache.cum_rows.back(), v.cache.cum_rows.back());
   v.waste_flops = ratio(v.nocache.cum_flops.back(), v.cache.cum_flops.back());
   v.waste_time = ratio(v.nocache.cum_ms.back(), v.cache.cum_ms.back());
+  for (int i = 0; i < v.g; ++i)
+    v.rows_residual_max = std::max(
+        {v.rows_residual_max, std::abs(v.cache.cum_rows[size_t(i)] - v.guide_cache_rows[size_t(i)]),
+         std::abs(v.nocache.cum_rows[size_t(i)] - v.guide_nocache_rows[size_t(i)])});
+  fit_overhead(*cache, *nocache, v.g, &v);
+  if (v.g >= 2) {
+    double sum = 0;
+    for (int i = 1; i < v.g; ++i) sum += cache->ms[size_t(i)];
+    v.cache_step_ms = sum / double(v.g - 1);
+  }
   return v;
 }
 

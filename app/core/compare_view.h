@@ -36,6 +36,18 @@ struct CompareView {
   double waste_rows = 0;   // measured: NO CACHE rows / CACHE rows over the g steps
   double waste_flops = 0;  // measured FLOPs ratio
   double waste_time = 0;   // measured time ratio
+  // measured − closed form of the cumulative K/V rows, the largest |difference| over both
+  // runs' steps (0: they agree at every step, as they must)
+  double rows_residual_max = 0;
+  // Why time grows less than FLOPs: a least-squares line through both runs' steps,
+  // ms = step_overhead_ms + ms_per_gflop · GFLOPs. Its intercept is what every step costs
+  // whatever its size (weights read for one token, sampling, dispatch, the trace); a KV
+  // CACHE step does little else, so the small steps are overhead-bound. `overhead_fit`: at
+  // least three steps a run, of different sizes, to fit (the intercept is clamped at 0).
+  bool overhead_fit = false;
+  double step_overhead_ms = 0;
+  double ms_per_gflop = 0;
+  double cache_step_ms = 0;  // the KV CACHE run's mean step time after its first step
 };
 
 // Closed forms per layer after g steps on a p-token prompt.

@@ -150,6 +150,7 @@ ControllerState Controller::state() const {
   s.compare = a_compare_.load();
   s.speed = a_speed_.load();
   s.steps = a_steps_.load();
+  s.save_bytes = a_save_bytes_.load();
   if (s.busy) {
     s.computing_step = s.steps + 1;
     int64_t now =
@@ -208,6 +209,10 @@ void Controller::publish() {
   a_compare_ = compare_.phase();
   a_has_source_ = source_ != nullptr;
   a_replay_ = source_ && source_->is_replay();
+  const std::shared_ptr<RunFile> file = !source_ || !has_run_  ? nullptr
+                                        : source_->is_replay() ? source_->recording()
+                                                               : spool_;
+  a_save_bytes_ = file ? file->bytes() : 0;
 }
 
 bool Controller::can_step() const {

@@ -157,6 +157,9 @@ struct ControllerState {
   ComparePhase compare = ComparePhase::None;  // the comparison running (if any)
   float speed = 4.0f;
   int steps = 0;
+  // What Save would write now: the bytes of this run's history file (the spool, or the
+  // recording being played), 0 when there is nothing to save.
+  uint64_t save_bytes = 0;
 };
 
 struct ControllerOptions {
@@ -242,6 +245,7 @@ class Controller : private CompareHost {
   std::atomic<ComparePhase> a_compare_{ComparePhase::None};
   std::atomic<float> a_speed_{4.0f};
   std::atomic<int> a_steps_{0};
+  std::atomic<uint64_t> a_save_bytes_{0};
   std::atomic<int64_t> a_busy_since_ns_{0};  // steady_clock time the running step began
 };
 

@@ -11,11 +11,15 @@ UiLayout compute_layout(float width, float height, const LayoutPrefs& prefs, flo
   height = std::max(height, 1.0f);
   UiLayout out;
 
-  // Vertical bands: toolbar, middle (columns + view), bottom strip. The bottom strip and
-  // then the toolbar give way on very short windows so the view keeps some height.
+  // Vertical bands: toolbar, middle (columns + story strip under the view), bottom strip.
+  // The story strip, the bottom strip and then the toolbar give way on very short windows
+  // so the view keeps some height.
   float toolbar_h = kToolbarHeight * scale;
   float bottom_h = (prefs.bottom_height > 0 ? prefs.bottom_height : kBottomHeight) * scale;
+  float story_h = kStoryHeight * scale;
   float min_view_h = std::min(kMinViewHeight * scale, height * 0.5f);
+  if (height - toolbar_h - bottom_h - story_h < min_view_h)
+    story_h = std::max(0.0f, height - toolbar_h - bottom_h - min_view_h);
   if (height - toolbar_h - bottom_h < min_view_h)
     bottom_h = std::max(0.0f, height - toolbar_h - min_view_h);
   if (height - toolbar_h < min_view_h) toolbar_h = std::max(0.0f, height - min_view_h);
@@ -61,7 +65,9 @@ UiLayout compute_layout(float width, float height, const LayoutPrefs& prefs, flo
   out.toolbar = {0, 0, width, toolbar_h};
   out.left = {0, mid_y, lw, mid_h};
   out.right = {width - rw, mid_y, rw, mid_h};
-  out.view = {lw, mid_y, std::max(1.0f, width - lw - rw), mid_h};
+  const float view_h = std::max(1.0f, mid_h - story_h);
+  out.view = {lw, mid_y, std::max(1.0f, width - lw - rw), view_h};
+  out.story = {lw, mid_y + view_h, out.view.w, mid_h - view_h};
   out.bottom = {0, mid_y + mid_h, width, bottom_h};
   return out;
 }

@@ -1,5 +1,6 @@
 // window_layout.h — where the app's regions go in the window: a toolbar along the top, a
-// docked column on each side, a strip along the bottom, and the 3D view in what is left.
+// docked column on each side, a strip along the bottom, the story strip under the 3D view
+// (between the columns), and the 3D view in what is left.
 //
 // Pure arithmetic on window coordinates (ImGui's: origin top-left, y down, in window
 // points; multiply by the framebuffer scale for pixels). No ImGui, no GL: the window,
@@ -32,6 +33,7 @@ struct UiLayout {
   UiRect toolbar;      // transport, cache mode, camera presets, export
   UiRect left, right;  // the side columns (a thin strip when closed)
   UiRect bottom;       // overview strip of the whole sequence (and the timeline)
+  UiRect story;        // under the view, between the columns: the stats, the text, the next token
   UiRect view;         // the 3D scene: the rectangle the panels leave free
   bool left_open = true, right_open = true;
 };
@@ -41,6 +43,8 @@ inline constexpr float kToolbarHeight = 40.0f;
 inline constexpr float kClosedColumnWidth = 28.0f;
 inline constexpr float kMinColumnWidth = 260.0f, kMaxColumnWidth = 420.0f;
 inline constexpr float kBottomHeight = 76.0f;
+// The story strip: a line of stats over four lines of text and candidates, never scrolled.
+inline constexpr float kStoryHeight = 112.0f;
 inline constexpr float kMinViewWidth = 420.0f;  // auto columns close before the view gets narrower
 inline constexpr float kMinViewHeight = 160.0f;
 

@@ -111,17 +111,20 @@ Expected<AppShotResult> capture_app(render::Renderer& r, UiState& ui, const Time
   return out;
 }
 
-Expected<std::string> export_view_png(render::Renderer& r, const render::Scene& scene, int width,
-                                      int height, const std::string& dir) {
+std::string free_view_png_name(const std::string& dir) {
   namespace fs = std::filesystem;
-  std::string path;
-  for (int i = 1; i < 100000 && path.empty(); ++i) {
+  for (int i = 1; i < 100000; ++i) {
     char name[64];
     std::snprintf(name, sizeof name, "kvscope-view-%03d.png", i);
     std::error_code ec;
-    if (!fs::exists(fs::path(dir) / name, ec)) path = (fs::path(dir) / name).string();
+    if (!fs::exists(fs::path(dir) / name, ec)) return name;
   }
-  if (path.empty()) return make_error("no free kvscope-view-NNN.png name left in '", dir, "'");
+  return "";
+}
+
+Expected<std::string> export_view_png_to(render::Renderer& r, const render::Scene& scene,
+                                         int width, int height, const std::string& path) {
+  namespace fs = std::filesystem;
   auto px = render_offscreen(r, scene, width, height);
   if (!px.ok()) return px.error();
   if (Status st = render::write_png(path, width, height, px.value()); !st.ok())
@@ -129,6 +132,14 @@ Expected<std::string> export_view_png(render::Renderer& r, const render::Scene& 
   std::error_code ec;
   fs::path abs = fs::absolute(path, ec);
   return ec ? path : abs.string();
+}
+
+Expected<std::string> export_view_png(render::Renderer& r, const render::Scene& scene, int width,
+                                      int height, const std::string& dir) {
+  const std::string name = free_view_png_name(dir);
+  if (name.empty()) return make_error("no free kvscope-view-NNN.png name left in '", dir, "'");
+  return export_view_png_to(r, scene, width, height,
+                            (std::filesystem::path(dir) / name).string());
 }
 
 namespace {

@@ -39,6 +39,11 @@ Expected<AppShotResult> capture_app(render::Renderer& r, UiState& ui, const Time
 // into `dir`/kvscope-view-NNN.png with the first NNN not taken; returns the absolute path.
 Expected<std::string> export_view_png(render::Renderer& r, const render::Scene& scene, int width,
                                       int height, const std::string& dir);
+// The same into `path` (the save dialog's choice); returns the absolute path.
+Expected<std::string> export_view_png_to(render::Renderer& r, const render::Scene& scene, int width,
+                                         int height, const std::string& path);
+// The first kvscope-view-NNN.png not taken in `dir` (the name alone), "" when none is left.
+std::string free_view_png_name(const std::string& dir);
 
 // What the panels show about the model, from an opened engine.
 ModelFacts model_facts(const EngineHandle& h);

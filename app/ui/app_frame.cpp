@@ -1,7 +1,8 @@
 // app_frame.cpp — the layout's regions as fixed, undecorated ImGui windows.
 //
 // Each region is one window pinned to its rectangle (no move, no resize, no title bar);
-// the side columns scroll and hold collapsible sections under a header with a "hide panel"
+// the story strip under the view never scrolls (the numbers and the words are always on
+// screen); the side columns scroll and hold collapsible sections under a header with a "hide panel"
 // button; a closed column is a thin strip that is one "show" button. Notices stack in the
 // top-right corner of the 3D view, each with its own close button, and fade after a while
 // (the Run section keeps their text under Messages).
@@ -158,18 +159,20 @@ void setup_imgui_style(float content_scale) {
 }
 
 namespace {
+// `name` is one of the comma-separated names of `list`.
+bool listed(std::string_view list, std::string_view name) {
+  for (size_t at = 0; at <= list.size() && !list.empty();) {
+    size_t end = std::min(list.find(',', at), list.size());
+    if (list.substr(at, end - at) == name) return true;
+    at = end + 1;
+  }
+  return false;
+}
+
 // A collapsible section. Screenshots (--sections A,B) open the listed ones, close the rest.
 bool section(const UiState& ui, const char* name, bool open_at_start = true) {
-  if (!ui.solo_sections.empty()) {
-    const std::string_view list = ui.solo_sections;
-    bool open = false;
-    for (size_t at = 0; at <= list.size();) {
-      size_t end = std::min(list.find(',', at), list.size());
-      open |= list.substr(at, end - at) == name;
-      at = end + 1;
-    }
-    ImGui::SetNextItemOpen(open, ImGuiCond_Always);
-  }
+  if (!ui.solo_sections.empty())
+    ImGui::SetNextItemOpen(listed(ui.solo_sections, name), ImGuiCond_Always);
   return ImGui::CollapsingHeader(name, open_at_start ? ImGuiTreeNodeFlags_DefaultOpen : 0);
 }
 }  // namespace
@@ -180,6 +183,7 @@ void draw_frame_ui(UiState& ui, Controller* ctl, const ControllerState& cs, cons
   ui.layout = compute_layout(io.DisplaySize.x, io.DisplaySize.y, ui.layout_prefs, ui_scale());
   const UiLayout& L = ui.layout;
   ui.panel_hovered_pos = -1;
+  ui.shown.clear();
   ImGui::PushStyleVar(ImGuiStyleVar_WindowRounding, 0.0f);
   ImGui::PushStyleVar(ImGuiStyleVar_WindowBorderSize, 1.0f);
 
@@ -202,11 +206,9 @@ void draw_frame_ui(UiState& ui, Controller* ctl, const ControllerState& cs, cons
       panel_controls(ui, ctl, cs, tl);
     if (section(ui, "Run"))
       panel_run(ui, ctl, cs, tl);
-    if (section(ui, "Heads")) panel_heads(ui);
-    if (section(ui, "Transcript"))
-      panel_transcript(ui, tl);
+    if (section(ui, "Heads", false)) panel_heads(ui);  // rarely needed: starts folded
   } else {
-    closed_column("the controls and the transcript", true, &ui.layout_prefs.left);
+    closed_column("the controls, the run and the heads", true, &ui.layout_prefs.left);
   }
   ImGui::End();
 
@@ -231,6 +233,15 @@ void draw_frame_ui(UiState& ui, Controller* ctl, const ControllerState& cs, cons
   }
   ImGui::End();
 
+  // Under the view: the numbers and the words, whatever the window's size.
+  if (!L.story.empty()) {
+    ImGui::PushStyleVar(ImGuiStyleVar_WindowPadding, ImVec2(8.0f, 5.0f));
+    begin_region("##story", L.story, ImGuiWindowFlags_NoScrollbar);
+    ImGui::PopStyleVar();
+    panel_story(ui, cs, tl);
+    ImGui::End();
+  }
+
   if (!L.bottom.empty()) {
     begin_region("##bottom", L.bottom, ImGuiWindowFlags_NoScrollbar);
     panel_overview(ui, tl, shown.first, shown.last);
@@ -239,7 +250,11 @@ void draw_frame_ui(UiState& ui, Controller* ctl, const ControllerState& cs, cons
   ImGui::PopStyleVar(2);
 
   column_splitters(ui);
+  // Screenshots: --sections "Large plots" opens the Plots section's large view.
+  if (listed(ui.solo_sections, "Large plots")) ui.plots_window = true;
+  panel_plots_window(ui, tl);
   draw_notices(ui);
+  panel_save_dialog(ui, ctl, cs, tl);
   panel_error_modal(ui);
 }
 

@@ -277,12 +277,15 @@ ViewFrame view_frame(UiState& ui, const Timeline& tl, const ControllerState& cs,
   return vf;
 }
 
-// Export PNG (the toolbar's button): the 3D view alone, at its size on screen.
-void export_view(UiState& ui, render::Renderer& renderer, const SceneView& view,
-                 float fb_scale) {
+// Export PNG (the toolbar's button, then the save dialog): the 3D view alone, at its size
+// on screen, into the file the dialog chose.
+void export_view(UiState& ui, render::Renderer& renderer, const SceneView& view, float fb_scale) {
   ui.export_png = false;
   render::Viewport vp = to_viewport(ui.layout.view, fb_scale);
-  auto path = export_view_png(renderer, view.scene(), vp.width, vp.height, ".");
+  auto path =
+      ui.export_png_path.empty()
+          ? export_view_png(renderer, view.scene(), vp.width, vp.height, ".")
+          : export_view_png_to(renderer, view.scene(), vp.width, vp.height, ui.export_png_path);
   if (path.ok())
     add_notice(ui, "Saved the view as " + path.value(), 8.0);
   else

@@ -253,8 +253,11 @@ void length_and_compare(UiState& ui, Controller* ctl, const ControllerState& cs)
                        : cs.compare == ComparePhase::CacheLeg  ? "running with the KV cache..."
                                                                : "running without the cache...");
   } else {
+    // Short labels: both fit one line of the narrowest column (the tooltips say more).
     int order = ui.compare_interleaved ? 1 : 0;
-    ImGui::RadioButton("one after the other", &order, 0);
+    ImGui::RadioButton("sequential", &order, 0);
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip("The whole KV CACHE run, then the whole NO CACHE run.");
     ImGui::SameLine();
     ImGui::RadioButton("interleaved", &order, 1);
     if (ImGui::IsItemHovered())

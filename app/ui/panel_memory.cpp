@@ -15,13 +15,17 @@
 namespace kvscope::app {
 namespace {
 
-// A bar behind a number: its length is `frac` of the cell.
+// A number with a bar under it: the bar's length is `frac` of the cell, and it runs below
+// the text's line, so it never covers the digits.
 void bar_cell(float frac, const std::string& text, ImU32 color) {
-  ImVec2 p = ImGui::GetCursorScreenPos();
+  const ImVec2 p = ImGui::GetCursorScreenPos();
   const float w = ImGui::GetContentRegionAvail().x, h = ImGui::GetTextLineHeight();
+  const float y = p.y + h + 1.0f;
   ImGui::GetWindowDrawList()->AddRectFilled(
-      p, ImVec2(p.x + w * std::clamp(frac, 0.0f, 1.0f), p.y + h), color);
+      ImVec2(p.x, y), ImVec2(p.x + std::max(w * std::clamp(frac, 0.0f, 1.0f), 2.0f), y + 3.0f),
+      color);
   ImGui::TextUnformatted(text.c_str());
+  ImGui::Dummy(ImVec2(1.0f, 2.0f));  // room for the bar below the line
 }
 
 void live_section(const UiState& ui, const Timeline& tl, const KvMemoryShape& shape) {
@@ -120,7 +124,7 @@ void whatif_section(UiState& ui, const KvMemoryShape& shape) {
       ImGui::TextUnformatted(format_bytes(r.per_token).c_str());
       ImGui::TableNextColumn();
       bar_cell(float(double(r.at_ctx) / double(top)), format_bytes(r.at_ctx),
-               IM_COL32(70, 110, 170, 120));
+               IM_COL32(90, 140, 215, 230));
     }
     ImGui::EndTable();
   }
@@ -137,7 +141,7 @@ void whatif_section(UiState& ui, const KvMemoryShape& shape) {
       ImGui::TextUnformatted(r.per_token ? format_bytes(r.per_token).c_str() : "n/a");
       ImGui::TableNextColumn();
       bar_cell(float(double(r.at_ctx) / double(top)), r.per_token ? format_bytes(r.at_ctx) : "",
-               IM_COL32(70, 150, 120, 120));
+               IM_COL32(80, 190, 150, 230));
     }
     ImGui::EndTable();
   }
@@ -158,7 +162,10 @@ void panel_memory(UiState& ui, const Timeline& tl) {
   ImGui::TextDisabled("This run");
   live_section(ui, tl, shape);
   ImGui::Separator();
-  ImGui::TextDisabled("What if (2 x layers x KV heads x head dim x bytes x tokens)");
+  // The formula wraps at the column's width (the narrowest column cut it off).
+  ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyle().Colors[ImGuiCol_TextDisabled]);
+  ImGui::TextWrapped("What if: 2 x layers x KV heads x head dim x bytes x tokens");
+  ImGui::PopStyleColor();
   whatif_section(ui, shape);
 }
 

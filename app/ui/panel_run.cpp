@@ -10,11 +10,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 
 #include "engine/bootstrap/bootstrap.h"
 #include "app/core/model_choices.h"
-#include "app/core/stats_csv.h"
 #include "app/ui/ui_state.h"
 
 namespace kvscope::app {
@@ -189,32 +187,17 @@ void history_section(UiState& ui, const Timeline& tl) {
   }
 }
 
-void write_csv(UiState& ui, const Timeline& tl) {
-  std::ofstream f(ui.csv_path, std::ios::binary | std::ios::trunc);
-  if (f) {
-    write_stats_csv_header(f);
-    for (const auto& t : tl.steps()) write_stats_csv_row(f, *t);
-    f.flush();
-  }
-  if (!f)
-    ui.error = "Cannot write the stats to '" + ui.csv_path + "'.";
-  else
-    add_notice(ui,
-               "Saved the stats of " + std::to_string(tl.step_count()) + " steps to " +
-                   std::filesystem::absolute(ui.csv_path).string(),
-               8.0);
-}
-
 void files_section(UiState& ui, Controller* ctl, const ControllerState& cs, const Timeline& tl) {
   ImGui::SetNextItemWidth(-70.0f);
   ImGui::InputTextWithHint("##run", "run file (.kvs)", &ui.run_path);
   ImGui::SameLine();
   ImGui::BeginDisabled(tl.step_count() == 0 || ui.run_path.empty());
-  if (ImGui::Button("Save")) send(ctl, CmdSave{ui.run_path, tl.run()});
+  if (ImGui::Button("Save")) open_save_dialog(ui, SaveKind::Run, tl);
   if (ImGui::IsItemHovered())
     ImGui::SetTooltip(
-        "Write this run (prompt, settings, model identity, every step) to the\n"
-        "file; play it back later with kvscope --replay FILE.");
+        "Write this run (prompt, settings, model identity, every step) to a\n"
+        "file (%s now); play it back later with kvscope --replay FILE.",
+        format_bytes(cs.save_bytes).c_str());
   ImGui::EndDisabled();
   ImGui::BeginDisabled(cs.loading || ui.run_path.empty());
   if (ImGui::Button("Play recording")) send(ctl, CmdOpenRun{ui.run_path});
@@ -231,7 +214,7 @@ void files_section(UiState& ui, Controller* ctl, const ControllerState& cs, cons
   ImGui::InputTextWithHint("##csv", "stats file (.csv)", &ui.csv_path);
   ImGui::SameLine();
   ImGui::BeginDisabled(tl.step_count() == 0 || ui.csv_path.empty());
-  if (ImGui::Button("Export")) write_csv(ui, tl);
+  if (ImGui::Button("Export")) open_save_dialog(ui, SaveKind::Stats, tl);
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("Every step's numbers as CSV");
   ImGui::EndDisabled();
 }

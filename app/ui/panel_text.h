@@ -6,6 +6,7 @@
 #include <imgui.h>
 
 #include <cstdarg>
+#include <string>
 
 namespace kvscope::app {
 
@@ -18,6 +19,19 @@ inline void hover_tooltip(const char* fmt, ...) {
   va_start(args, fmt);
   ImGui::SetTooltipV(fmt, args);
   va_end(args);
+}
+
+// `text` shortened to whole characters plus "..." so it fits `width` points (unchanged when
+// it fits already). The caller shows the whole text as the tooltip when they differ.
+inline std::string fit_text(std::string text, float width) {
+  if (ImGui::CalcTextSize(text.c_str()).x <= width) return text;
+  while (!text.empty() && ImGui::CalcTextSize((text + "...").c_str()).x > width) {
+    size_t n = text.size();  // drop the last character: its continuation bytes, its lead
+    do --n;
+    while (n > 0 && (static_cast<unsigned char>(text[n]) & 0xC0) == 0x80);
+    text.resize(n);
+  }
+  return text + "...";
 }
 
 }  // namespace kvscope::app

@@ -3,8 +3,9 @@
 //
 // Every button has a fixed width and a fixed place: nothing moves when a label, a prompt
 // or a status changes length (Play and Pause share one slot). The status text sits to
-// the right of the last button and is clipped to the toolbar. Tooltips hang below the
-// toolbar, under their button, never over its neighbours. Keys (when no text field
+// the right of the last button, shown only where it fits whole (the story strip under the
+// view always has it). Tooltips hang below the toolbar, under their button, never over its
+// neighbours. Keys (when no text field
 // has the keyboard): Space play/pause, S or Right step, R reset, C KV CACHE / NO CACHE,
 // 1-5 camera presets.
 // (ImGui 1.86 indexes letter and digit keys by their GLFW key codes, which are ASCII.)
@@ -17,6 +18,7 @@
 #include <string>
 
 #include "app/core/stats_view.h"
+#include "app/ui/panel_text.h"
 #include "app/ui/ui_state.h"
 
 namespace kvscope::app {
@@ -176,8 +178,8 @@ void panel_toolbar(UiState& ui, Controller* ctl, const ControllerState& cs, cons
   }
 
   gap();
-  if (ImGui::Button("Export PNG", ImVec2(0, h))) ui.export_png = true;
-  button_tip("Save the 3D view as it is now to a PNG file");
+  if (ImGui::Button("Export PNG", ImVec2(0, h))) open_save_dialog(ui, SaveKind::ViewPng, tl);
+  button_tip("Save the 3D view as it is now to a PNG file (choose where first)");
 
   // Status: to the right of the buttons, so it never pushes them.
   gap();
@@ -186,19 +188,13 @@ void panel_toolbar(UiState& ui, Controller* ctl, const ControllerState& cs, cons
     const char* spin = "|/-\\";
     status = std::string(1, spin[int(ImGui::GetTime() * 8.0) & 3]) + " " + status;
   }
-  // A narrow window shortens the status with an ellipsis (whole characters only); the
-  // whole text is the tooltip.
+  // Where the whole status does not fit (a narrow window), the toolbar leaves it to the
+  // story strip under the view, which always shows it, and keeps only the spinner: no
+  // status cut off in the middle of a word.
   const std::string full = status;
-  const float avail = ImGui::GetContentRegionAvail().x;
-  if (ImGui::CalcTextSize(status.c_str()).x > avail) {
-    while (!status.empty() && ImGui::CalcTextSize((status + "...").c_str()).x > avail) {
-      size_t n = status.size();  // drop the last character: its continuation bytes, its lead
-      do --n;
-      while (n > 0 && (static_cast<unsigned char>(status[n]) & 0xC0) == 0x80);
-      status.resize(n);
-    }
-    status += "...";
-  }
+  if (ImGui::CalcTextSize(status.c_str()).x > ImGui::GetContentRegionAvail().x)
+    status = cs.busy && cs.busy_seconds >= 0.15 ? status.substr(0, 1) : "";
+  if (status.empty()) return;
   if (cs.busy && cs.busy_seconds >= 0.15)
     ImGui::TextColored(ImVec4(1.0f, 0.8f, 0.3f, 1.0f), "%s", status.c_str());
   else

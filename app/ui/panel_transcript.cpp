@@ -1,5 +1,7 @@
-// panel_transcript.cpp — the Transcript section: the sequence so far as wrapped text, one
-// hoverable span per token (prompt tokens dim, generated ones bright).
+// panel_transcript.cpp — the transcript in the story strip under the view: the sequence so
+// far as wrapped text, one hoverable span per token (prompt tokens dim, generated ones
+// bright), following the newest words unless the person scrolled back; an older step looked
+// at through History has its token outlined and scrolled into sight.
 //
 // Linked both ways with the 3D view: hovering a token here highlights its block there
 // (ui.panel_hovered_pos), and the token hovered in the view is highlighted here and
@@ -67,15 +69,17 @@ void update_cache(TranscriptCache& c, const Timeline& tl, float wrap) {
 
 }  // namespace
 
-void panel_transcript(UiState& ui, const Timeline& tl) {
+void panel_transcript(UiState& ui, const Timeline& tl, ImVec2 size) {
   const auto& toks = tl.tokens();
+  ImGui::PushStyleVar(ImGuiStyleVar_WindowPadding, ImVec2(6.0f, 3.0f));
+  ImGui::BeginChild("##transcript", size, true);
+  ImGui::PopStyleVar();
   if (toks.empty()) {
     ImGui::TextDisabled("no text yet: press Play or Step");
+    ImGui::EndChild();
     return;
   }
   const float line_h = ImGui::GetTextLineHeightWithSpacing();
-  const float height = std::clamp(ImGui::GetContentRegionAvail().y, 8.0f * line_h, 16.0f * line_h);
-  ImGui::BeginChild("##transcript", ImVec2(0, height), true);
   const float wrap = std::max(ImGui::GetContentRegionAvail().x, 40.0f);
   TranscriptCache& c = ui.transcript;
   const size_t lines_before = c.line_first.size();
@@ -94,11 +98,19 @@ void panel_transcript(UiState& ui, const Timeline& tl) {
     scroll_line = int(it - c.line_first.begin()) - 1;
   }
   c.follow_pos = from_view;
+  // An older step looked at through History: its token is outlined and scrolled to once.
+  const int viewed = tl.live() || !tl.viewed() ? -1 : tl.token_index(tl.viewed()->pos);
+  if (viewed >= 0 && viewed < n && viewed != c.viewed_index && scroll_line < 0) {
+    auto it = std::upper_bound(c.line_first.begin(), c.line_first.end(), viewed);
+    scroll_line = int(it - c.line_first.begin()) - 1;
+  }
+  c.viewed_index = viewed;
 
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const ImVec2 mouse = ImGui::GetIO().MousePos;
   const bool hover_window = ImGui::IsWindowHovered();
   int hovered = -1;
+  ImVec2 last_min, last_max;  // the last line's rectangle
   ImGuiListClipper clip;
   clip.Begin(n_lines, line_h);
   while (clip.Step()) {
@@ -114,6 +126,10 @@ void panel_transcript(UiState& ui, const Timeline& tl) {
         if (over || i == from_view)
           dl->AddRectFilled(a, b, over ? IM_COL32(255, 220, 110, 90) : IM_COL32(255, 220, 110, 150),
                             2.0f);
+        if (i == viewed) {
+          dl->AddRect(a, b, IM_COL32(255, 200, 80, 255), 2.0f, 0, 1.5f);
+          note_shown(ui, "viewed word", c.texts[size_t(i)], a, b);
+        }
         const bool prompt = toks[size_t(i)].prompt;
         ImU32 col = prompt ? IM_COL32(150, 165, 200, 255) : IM_COL32(255, 200, 170, 255);
         if (i == n - 1 && !prompt) col = IM_COL32(255, 150, 100, 255);  // the newest token
@@ -121,21 +137,34 @@ void panel_transcript(UiState& ui, const Timeline& tl) {
         x += w;
       }
       ImGui::Dummy(ImVec2(std::max(x - p.x, 1.0f), ImGui::GetTextLineHeight()));
+      if (line == n_lines - 1) {
+        last_min = p;
+        last_max = ImVec2(x, p.y + ImGui::GetTextLineHeight());
+      }
     }
   }
   clip.End();
   if (scroll_line >= 0 && !hover_window) {
-    float y = scroll_line * line_h;
-    if (y < ImGui::GetScrollY() || y + line_h > ImGui::GetScrollY() + ImGui::GetWindowHeight())
-      ImGui::SetScrollY(std::max(0.0f, y - ImGui::GetWindowHeight() * 0.5f));
-  } else if (was_at_bottom && c.line_first.size() != lines_before) {
+    // The part of the lines the child shows: its height less the padding above and below.
+    const float y = scroll_line * line_h;
+    const float shown = ImGui::GetWindowHeight() - 2.0f * ImGui::GetStyle().WindowPadding.y;
+    if (y < ImGui::GetScrollY() || y + line_h > ImGui::GetScrollY() + shown)
+      ImGui::SetScrollY(std::max(0.0f, y - (shown - line_h) * 0.5f));
+  } else if (was_at_bottom && c.line_first.size() != lines_before && viewed < 0) {
     ImGui::SetScrollHereY(1.0f);  // keep following the newest text
   }
+  if (last_max.x > last_min.x) {
+    std::string words;
+    for (int i = c.line_first.back(); i < n; ++i) words += c.texts[size_t(i)];
+    note_shown(ui, "last words", std::move(words), last_min, last_max);
+  }
   ImGui::EndChild();
-  if (hovered >= 0) ui.panel_hovered_pos = tl.position_of_index(hovered);
-  ImGui::TextDisabled(
-      "%d tokens (%d prompt); hover a word to find it in 3D", n,
-      int(std::count_if(toks.begin(), toks.end(), [](const TokenInfo& t) { return t.prompt; })));
+  if (hovered >= 0)
+    ui.panel_hovered_pos = tl.position_of_index(hovered);
+  else if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "%d tokens (%d prompt, dim); hover a word to find it in 3D", n,
+        int(std::count_if(toks.begin(), toks.end(), [](const TokenInfo& t) { return t.prompt; })));
 }
 
 }  // namespace kvscope::app

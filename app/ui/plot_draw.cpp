@@ -91,12 +91,20 @@ void draw_plot(const PlotSpec& spec, const std::vector<PlotSeries>& series) {
   }
   if (x1 == x0) x1 = x0 + 1;
   const bool log_y = spec.log_y && ymin_pos < INFINITY;
+  // Byte axes step in round numbers of their binary unit (256 KiB, 1 MiB), not of bytes
+  // (which gave 488.3 KiB, 976.6 KiB).
+  auto y_step = [&](double span, int want) {
+    if (spec.y_unit != PlotUnit::Bytes) return nice_step(span, want);
+    double unit = 1.0;
+    while (unit * 1024.0 <= span) unit *= 1024.0;
+    return nice_step(span / unit, want) * unit;
+  };
   double ylo = 0, yhi = y1;
   if (log_y) {
     ylo = std::pow(10.0, std::floor(std::log10(ymin_pos)));
     yhi = std::pow(10.0, std::ceil(std::log10(y1)));
   } else {
-    double st = nice_step(y1, 4);
+    double st = y_step(y1, 4);
     yhi = std::ceil(y1 / st) * st;
   }
   auto fy = [&](double v) {
@@ -114,7 +122,7 @@ void draw_plot(const PlotSpec& spec, const std::vector<PlotSeries>& series) {
   } else {
     // About 4 ticks, fewer on a short plot so their labels do not touch.
     const int want = std::clamp(int((b.y - a.y) / (ImGui::GetTextLineHeight() * 1.6f)), 2, 4);
-    double st = nice_step(yhi, want);
+    double st = y_step(yhi, want);
     for (double v = 0; v <= yhi * 1.0001; v += st) yt.push_back(v);
   }
   for (double v : yt) {
@@ -125,7 +133,9 @@ void draw_plot(const PlotSpec& spec, const std::vector<PlotSeries>& series) {
     dl->AddText(ImVec2(a.x - ts.x - 4, y - ts.y * 0.5f), kText, t.c_str());
   }
   // X ticks, labels and the axis name.
-  const double xs = std::max(1.0, nice_step(x1 - x0, int(std::max(3.0f, (b.x - a.x) / 45.0f))));
+  // As many x labels as fit with a gap of two digits between them (they crowded at 45 points).
+  const float x_label_w = ImGui::CalcTextSize("00000").x + ImGui::CalcTextSize("00").x;
+  const double xs = std::max(1.0, nice_step(x1 - x0, int(std::max(2.0f, (b.x - a.x) / x_label_w))));
   for (double v = std::ceil(x0 / xs) * xs; v <= x1 + 1e-9; v += xs) {
     float x = fx(v);
     dl->AddLine(ImVec2(x, b.y), ImVec2(x, b.y + 3), kText, 1.0f);
@@ -143,6 +153,13 @@ void draw_plot(const PlotSpec& spec, const std::vector<PlotSeries>& series) {
   for (const PlotSeries& s : series) {
     if (!s.x || !s.y) continue;
     size_t n = std::min(s.x->size(), s.y->size());
+    if (s.markers) {
+      const size_t every = std::max<size_t>(1, (n + 23) / 24);
+      for (size_t i = 0; i < n; ++i)
+        if (i % every == every - 1 || i + 1 == n)
+          dl->AddCircle(ImVec2(fx((*s.x)[i]), fy((*s.y)[i])), 3.5f, s.color, 10, s.thickness);
+      continue;
+    }
     if (n == 1) dl->AddCircleFilled(ImVec2(fx((*s.x)[0]), fy((*s.y)[0])), s.thickness + 1, s.color);
     for (size_t i = 1; i < n; ++i) {
       ImVec2 pa(fx((*s.x)[i - 1]), fy((*s.y)[i - 1])), pb(fx((*s.x)[i]), fy((*s.y)[i]));

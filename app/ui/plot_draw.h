@@ -1,6 +1,6 @@
 // plot_draw.h — small line plots with real axes for the Plots section: tick marks at round
-// values labelled with units on both axes, optional log y axis, dashed guide lines, segments
-// colored per point, a marker at one x, and a hover read-out of every series.
+// values labelled with units on both axes, optional log y axis, dashed or ringed guide
+// lines, segments colored per point, a marker at one x, and a hover read-out of every series.
 //
 // Drawn with ImGui's draw list into the current window at the cursor, as one item of the
 // given height and the available width, so it fits whatever column width the layout gives.
@@ -20,8 +20,10 @@ struct PlotSeries {
   ImU32 color = IM_COL32(255, 255, 255, 255);
   const std::vector<ImU32>* colors = nullptr;  // [n] optional: segment i-1..i takes colors[i]
   float thickness = 2.0f;
-  bool dashed = false;  // a guide (closed form), not a measurement
-  std::string label;    // for the hover read-out
+  bool dashed = false;   // a guide (closed form), not a measurement
+  std::string label;     // for the hover read-out
+  bool markers = false;  // drawn as rings at (up to 24 of) its points, no line: a guide that
+                         // lies on a measured line stays visible with it
 };
 
 enum class PlotUnit { Count, Milliseconds, Bytes };

@@ -31,7 +31,8 @@ void apply_event(UiState& ui, Controller& ctl, Timeline& tl, const Event& e, dou
       break;
     case Event::Kind::Saved:
       add_notice(ui,
-                 "Saved the run to " + std::filesystem::absolute(e.path).string() +
+                 "Saved the run (" + format_bytes(e.bytes) + ") to " +
+                     std::filesystem::absolute(e.path).string() +
                      (e.error.empty() ? "" : " (" + e.error + ")"),
                  8.0);
       break;

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <imgui.h>
+
 #include "app/core/controller.h"
 #include "app/core/engine_setup.h"
 #include "app/core/memory_whatif.h"
@@ -42,7 +44,32 @@ struct TranscriptCache {
   std::vector<int> line_first;     // first token of each line
   size_t laid_out = 0;             // tokens placed on lines
   float font_size = 0;
-  int follow_pos = -1;  // last position scrolled to from the 3D view
+  int follow_pos = -1;    // last position scrolled to from the 3D view
+  int viewed_index = -1;  // token of the older step looked at, last scrolled to (-1: live)
+};
+
+// A read-out a frame put on screen, and where: the story strip notes its numbers and words
+// so the tests can check that what a person came for lies inside the window, not scrolled
+// or clipped away.
+struct ShownItem {
+  std::string what;  // "COMPUTE", "KV_CACHE", "SEQ_LEN", "last words", "top candidate"
+  std::string text;  // the text drawn
+  UiRect rect;       // its rectangle, window points
+  UiRect clip;       // the visible part of the (child) window it was drawn in
+};
+
+// The save dialog (panel_save.cpp): what it writes, into which folder, under which name.
+enum class SaveKind { Run, Stats, ViewPng };
+struct SaveDialog {
+  bool open_request = false;  // open it on the next frame
+  bool open = false;          // it is showing
+  SaveKind kind = SaveKind::Run;
+  std::string folder;                   // the folder it writes into (absolute)
+  std::string folder_box;               // the folder box's text (taken on Enter)
+  std::string name;                     // the file name box
+  std::vector<std::string> subfolders;  // of `folder`, sorted (hidden ones left out)
+  std::string listed;                   // the folder `subfolders` lists
+  std::string csv;  // Stats: the CSV, made when the dialog opens, so its size is exact
 };
 
 struct UiState {
@@ -74,6 +101,7 @@ struct UiState {
   int scrub_request = 0;           // > 0: view that step (applied by apply_events); -1: live
   std::string solo_sections;       // screenshots: "Run,Plots" opens those sections only
   bool plots_log_y = false;        // Plots: logarithmic y axes
+  bool plots_window = false;       // Plots: the large view, a window of its own
   uint64_t rss_bytes = 0;          // the app's resident memory (sampled twice a second)
   double rss_time = -1;
   float speed = 4.0f;
@@ -96,10 +124,13 @@ struct UiState {
   LayoutPrefs layout_prefs;    // side columns open/closed, widths
   int splitter_drag = 0;       // a column's inner edge being dragged: -1 left, 1 right
   UiLayout layout;             // this frame's regions (set by draw_frame_ui)
-  bool export_png = false;     // the toolbar asked to save the current view as a PNG
+  bool export_png = false;     // the save dialog asked to save the current view as a PNG
+  std::string export_png_path;  // ... to this file
+  SaveDialog save;
   int panel_hovered_pos = -1;  // position hovered in the transcript or overview (-1: none)
   int look_at_pos = -1;        // a position the overview asked the camera to show
   TranscriptCache transcript;
+  std::vector<ShownItem> shown;  // this frame's read-outs (cleared by draw_frame_ui)
   double frame_work_ms = 0;  // what drawing one frame costs lately (frames are paced: see gui_loop.h)
   double last_step_time = -1e9;      // glfwGetTime() when the newest trace arrived
   int hovered_pos = -1;
@@ -129,10 +160,20 @@ void panel_controls(UiState& ui, Controller* ctl, const ControllerState& cs, con
 void panel_run(UiState& ui, Controller* ctl, const ControllerState& cs, const Timeline& tl);
 void panel_stats(const UiState& ui, const ControllerState& cs, const Timeline& tl);
 void panel_plots(UiState& ui, const Timeline& tl);
+// The Plots section's large view: a floating window, the plots side by side and taller,
+// while ui.plots_window (its close button clears it).
+void panel_plots_window(UiState& ui, const Timeline& tl);
 void panel_candidates(const Timeline& tl);
-// The text so far, token by token; hovering a token sets ui.panel_hovered_pos, and the
-// token hovered in the 3D view (ui.hovered_pos) is highlighted here.
-void panel_transcript(UiState& ui, const Timeline& tl);
+// The text so far, token by token, in a `size` child window that follows the newest words;
+// hovering a token sets ui.panel_hovered_pos, and the token hovered in the 3D view
+// (ui.hovered_pos) is highlighted here. Notes its last line as "last words" in ui.shown.
+void panel_transcript(UiState& ui, const Timeline& tl, ImVec2 size);
+// The story strip under the view: COMPUTE, KV_CACHE and SEQ_LEN of the viewed step, the
+// run's status, the text so far and the step's top candidates (panel_story.cpp).
+void panel_story(UiState& ui, const ControllerState& cs, const Timeline& tl);
+// Records the last item drawn (or `rect`) in ui.shown as `what` showing `text`.
+void note_shown(UiState& ui, const char* what, std::string text);
+void note_shown(UiState& ui, const char* what, std::string text, ImVec2 min, ImVec2 max);
 // The toolbar: transport (fixed places), cache mode, camera presets, export, status.
 void panel_toolbar(UiState& ui, Controller* ctl, const ControllerState& cs, const Timeline& tl);
 // The bottom strip: the whole sequence at a glance with this step's attention marks and
@@ -146,6 +187,20 @@ void panel_quality(UiState& ui);
 QualitySpec quality_spec(const UiState& ui, const PromptSpec& prompt);
 // The Heads section: which query heads share which KV head; click one to light it.
 void panel_heads(UiState& ui);
+// The save dialog: opens it for `kind` (Save run, Export stats, Export PNG), starting from
+// the file the Files section names (or the next free kvscope-view-NNN.png).
+void open_save_dialog(UiState& ui, SaveKind kind, const Timeline& tl);
+// Draws it while open: the folder (its subfolders to step into), the file name, and the
+// size the file will have before anything is written.
+void panel_save_dialog(UiState& ui, Controller* ctl, const ControllerState& cs,
+                       const Timeline& tl);
+// The bytes the dialog's file will take (exact for the stats; the run's history file as it
+// is now; a view PNG's pixels before compression, an upper bound).
+uint64_t save_dialog_bytes(const UiState& ui, const ControllerState& cs);
+// Writes the dialog's file (or asks the controller to); false, with ui.error set, when it
+// cannot. Closes the dialog on success.
+bool save_dialog_confirm(UiState& ui, Controller* ctl, const ControllerState& cs,
+                         const Timeline& tl);
 // Floating windows: the tooltip of the hovered token, the error modal.
 void panel_inspector(const UiState& ui, const Timeline& tl);
 void panel_error_modal(UiState& ui);

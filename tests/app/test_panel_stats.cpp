@@ -1,8 +1,8 @@
-// test_panel_stats.cpp — what the Stats panel and the toolbar say, read back as text from a
-// headless ImGui context (ImGui's log captures every line a panel draws), fed by a real
-// controller on a tiny model or by hand-made events:
-// - after the cache mode is toggled while paused, both say the new mode applies from the
-//   next step, and after that step both agree on it;
+// test_panel_stats.cpp — what the Stats panel, the toolbar and the story strip say, read
+// back as text from a headless ImGui context (ImGui's log captures every line a panel
+// draws), fed by a real controller on a tiny model or by hand-made events:
+// - after the cache mode is toggled while paused, both (and the story strip under the view)
+//   say the new mode applies from the next step, and after that step all agree on it;
 // - the decode rate is the current mode's alone, never an average over both modes;
 // - a comparison's run ends saying the comparison finished, not "max_tokens";
 // - the toolbar's tooltips hang below it, never over the buttons next to the one hovered.
@@ -31,9 +31,10 @@ bool has(const std::string& text, const std::string& what) {
   return text.find(what) != std::string::npos;
 }
 
-// What one frame showed: every line of text the toolbar and the Stats panel drew.
+// What one frame showed: every line of text the toolbar, the Stats panel and the story
+// strip under the view drew.
 struct Shown {
-  std::string toolbar, stats;
+  std::string toolbar, stats, story;
 };
 
 class PanelStats : public ::testing::Test {
@@ -61,6 +62,11 @@ class PanelStats : public ::testing::Test {
     ImGui::SetNextWindowSize(ImVec2(380, 600));
     ImGui::Begin("Stats", nullptr, ImGuiWindowFlags_NoDecoration);
     out.stats = logged([&] { panel_stats(ui, cs, tl); });
+    ImGui::End();
+    ImGui::SetNextWindowPos(ImVec2(0, 600));
+    ImGui::SetNextWindowSize(ImVec2(900, 110));
+    ImGui::Begin("##story", nullptr, ImGuiWindowFlags_NoDecoration);
+    out.story = logged([&] { panel_story(ui, cs, tl); });
     ImGui::End();
     ImGui::Render();
     return out;
@@ -135,6 +141,7 @@ TEST_F(PanelStats, AModeToggledWhilePausedReadsTheSameInTheToolbarAndStats) {
     Shown paused = frame(ui, ctl, tl);
     EXPECT_TRUE(has(paused.toolbar, "NO CACHE from the next step")) << paused.toolbar;
     EXPECT_TRUE(has(paused.stats, "NO CACHE from the next step")) << paused.stats;
+    EXPECT_TRUE(has(paused.story, "NO CACHE from the next step")) << paused.story;
     EXPECT_TRUE(has(paused.stats, "MODE      KV CACHE")) << "the step shown ran with the cache";
   }
 
@@ -147,6 +154,8 @@ TEST_F(PanelStats, AModeToggledWhilePausedReadsTheSameInTheToolbarAndStats) {
   EXPECT_TRUE(has(after.stats, "KV_CACHE  0 B held")) << after.stats;
   EXPECT_FALSE(has(after.stats, "next step")) << after.stats;
   EXPECT_FALSE(has(after.toolbar, "next step")) << after.toolbar;
+  EXPECT_TRUE(has(after.story, "KV_CACHE 0 B held")) << after.story;
+  EXPECT_FALSE(has(after.story, "next step")) << after.story;
   EXPECT_EQ(ui.mode, CacheMode::NoCache);
 }
 
@@ -208,6 +217,7 @@ TEST_F(PanelStats, AComparisonEndsSayingTheComparisonFinished) {
     Shown shown = frame(ui, nullptr, cs, tl);
     EXPECT_TRUE(has(shown.toolbar, "comparison finished, 52 tokens")) << shown.toolbar;
     EXPECT_TRUE(has(shown.stats, "comparison finished")) << shown.stats;
+    EXPECT_TRUE(has(shown.story, "comparison finished")) << shown.story;
     EXPECT_FALSE(has(shown.toolbar + shown.stats, "max_tokens")) << shown.toolbar << "\n"
                                                                  << shown.stats;
   }

@@ -1,6 +1,6 @@
 // test_ui_layout.cpp — the window's regions at every size from 1024x640 up: they tile the
-// window without overlapping, the 3D view keeps a useful share, columns close and open
-// as asked, and the layout follows a resize.
+// window without overlapping, the 3D view keeps a useful share, the story strip sits under
+// it at full height, columns close and open as asked, and the layout follows a resize.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,15 +18,15 @@ float overlap_area(const UiRect& a, const UiRect& b) {
 }
 
 void expect_tiles(const UiLayout& L, float W, float H, const char* what) {
-  const UiRect* r[] = {&L.toolbar, &L.left, &L.right, &L.bottom, &L.view};
+  const UiRect* r[] = {&L.toolbar, &L.left, &L.right, &L.bottom, &L.view, &L.story};
   float area = 0;
-  for (int i = 0; i < 5; ++i) {
+  for (int i = 0; i < 6; ++i) {
     area += r[i]->w * r[i]->h;
     EXPECT_GE(r[i]->x, 0.0f) << what;
     EXPECT_GE(r[i]->y, 0.0f) << what;
     EXPECT_LE(r[i]->right(), W + 0.01f) << what;
     EXPECT_LE(r[i]->bottom(), H + 0.01f) << what;
-    for (int j = i + 1; j < 5; ++j)
+    for (int j = i + 1; j < 6; ++j)
       EXPECT_EQ(overlap_area(*r[i], *r[j]), 0.0f) << what << " " << i << "/" << j;
   }
   EXPECT_NEAR(area, W * H, W * H * 1e-4f) << what;
@@ -44,6 +44,25 @@ TEST(UiLayout, RegionsTileEveryWindowSizeAndTheViewKeepsHalfTheWidth) {
       EXPECT_GE(L.view.h, 0.6f * H) << what;
       EXPECT_TRUE(L.left_open) << what;  // the controls always fit from 1024 up
     }
+}
+
+// The story strip (COMPUTE, KV_CACHE, SEQ_LEN, the transcript, the candidates) is there at
+// its full height at every size from 1024x640 up, right under the view and as wide as it,
+// whichever columns are open.
+TEST(UiLayout, TheStoryStripSitsUnderTheViewAtEverySize) {
+  for (float W : {1024.f, 1280.f, 1920.f, 3840.f})
+    for (float H : {640.f, 720.f, 1080.f, 2160.f})
+      for (ColumnMode m : {ColumnMode::Auto, ColumnMode::Open, ColumnMode::Closed}) {
+        LayoutPrefs prefs;
+        prefs.left = prefs.right = m;
+        UiLayout L = compute_layout(W, H, prefs);
+        std::string what = std::to_string(int(W)) + "x" + std::to_string(int(H));
+        EXPECT_NEAR(L.story.h, kStoryHeight, 0.01f) << what;
+        EXPECT_NEAR(L.story.y, L.view.bottom(), 0.01f) << what;
+        EXPECT_NEAR(L.story.x, L.view.x, 0.01f) << what;
+        EXPECT_NEAR(L.story.w, L.view.w, 0.01f) << what;
+        EXPECT_NEAR(L.story.bottom(), L.bottom.y, 0.01f) << what;
+      }
 }
 
 TEST(UiLayout, NarrowWindowsCloseTheRightColumnFirstWideOnesOpenBoth) {
