@@ -91,6 +91,39 @@ std::vector<float> softmax_with_temperature(const std::vector<float>& logits, fl
   return p;
 }
 
+std::vector<int32_t> sampler_kept_ids(const std::vector<float>& p, const SamplerConfig& cfg) {
+  std::vector<int32_t> ids(p.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  // Candidates in descending probability (ties by id, so the order is deterministic).
+  auto by_p = [&](int32_t a, int32_t b) {
+    return p[size_t(a)] > p[size_t(b)] || (p[size_t(a)] == p[size_t(b)] && a < b);
+  };
+  size_t keep = ids.size();
+  if (cfg.top_k > 0 && size_t(cfg.top_k) < keep) {
+    keep = size_t(cfg.top_k);
+    std::partial_sort(ids.begin(), ids.begin() + int64_t(keep), ids.end(), by_p);
+  } else {
+    std::sort(ids.begin(), ids.end(), by_p);
+  }
+  ids.resize(keep);
+  if (ids.empty()) return ids;
+  if (cfg.min_p > 0) {
+    const float floor = cfg.min_p * p[size_t(ids[0])];
+    while (ids.size() > 1 && p[size_t(ids.back())] < floor) ids.pop_back();
+  }
+  if (cfg.top_p < 1.0f) {
+    double cum = 0;
+    size_t n = 0;
+    while (n < ids.size()) {
+      cum += p[size_t(ids[n])];
+      ++n;
+      if (cum >= cfg.top_p) break;
+    }
+    ids.resize(std::max<size_t>(1, n));
+  }
+  return ids;
+}
+
 void Sampler::configure(const SamplerConfig& cfg) {
   cfg_ = cfg;
   rng_.seed(cfg.seed);
@@ -103,32 +136,7 @@ int32_t Sampler::sample(const std::vector<float>& logits) {
     return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
   }
   std::vector<float> p = softmax_with_temperature(logits, cfg_.temperature);
-  std::vector<int32_t> ids(p.size());
-  std::iota(ids.begin(), ids.end(), 0);
-  // Candidates in descending probability (ties by id, so the order is deterministic).
-  auto by_p = [&](int32_t a, int32_t b) { return p[size_t(a)] > p[size_t(b)] || (p[size_t(a)] == p[size_t(b)] && a < b); };
-  size_t keep = ids.size();
-  if (cfg_.top_k > 0 && size_t(cfg_.top_k) < keep) {
-    keep = size_t(cfg_.top_k);
-    std::partial_sort(ids.begin(), ids.begin() + int64_t(keep), ids.end(), by_p);
-  } else {
-    std::sort(ids.begin(), ids.end(), by_p);
-  }
-  ids.resize(keep);
-  if (cfg_.min_p > 0) {
-    const float floor = cfg_.min_p * p[size_t(ids[0])];
-    while (ids.size() > 1 && p[size_t(ids.back())] < floor) ids.pop_back();
-  }
-  if (cfg_.top_p < 1.0f) {
-    double cum = 0;
-    size_t n = 0;
-    while (n < ids.size()) {
-      cum += p[size_t(ids[n])];
-      ++n;
-      if (cum >= cfg_.top_p) break;
-    }
-    ids.resize(std::max<size_t>(1, n));
-  }
+  const std::vector<int32_t> ids = sampler_kept_ids(p, cfg_);
   double total = 0;
   for (int32_t id : ids) total += p[size_t(id)];
   // A uniform draw in [0, total) from 53 random bits: reproducible across platforms.

@@ -65,6 +65,10 @@ struct SamplerConfig {
 // Probabilities over the whole vocabulary after temperature (temperature <= 0 uses 1).
 std::vector<float> softmax_with_temperature(const std::vector<float>& logits, float temperature);
 
+// The ids temperature sampling draws from, most probable first (ties: lower id): `p` (the
+// softmax after temperature) cut by top-k, then min-p, then top-p.
+std::vector<int32_t> sampler_kept_ids(const std::vector<float>& p, const SamplerConfig& cfg);
+
 class Sampler {
  public:
   explicit Sampler(SamplerConfig cfg = {}) { configure(cfg); }

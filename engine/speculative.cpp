@@ -159,35 +159,9 @@ std::vector<float> sampling_distribution(const std::vector<float>& logits, const
     out[size_t(argmax(logits))] = 1.0f;
     return out;
   }
-  // The same filtering, in the same order, as Sampler::sample.
+  // The ids Sampler::sample draws from.
   const std::vector<float> p = softmax_with_temperature(logits, s.temperature);
-  std::vector<int32_t> ids(p.size());
-  std::iota(ids.begin(), ids.end(), 0);
-  auto by_p = [&](int32_t a, int32_t b) {
-    return p[size_t(a)] > p[size_t(b)] || (p[size_t(a)] == p[size_t(b)] && a < b);
-  };
-  size_t keep = ids.size();
-  if (s.top_k > 0 && size_t(s.top_k) < keep) {
-    keep = size_t(s.top_k);
-    std::partial_sort(ids.begin(), ids.begin() + int64_t(keep), ids.end(), by_p);
-  } else {
-    std::sort(ids.begin(), ids.end(), by_p);
-  }
-  ids.resize(keep);
-  if (s.min_p > 0) {
-    const float floor = s.min_p * p[size_t(ids[0])];
-    while (ids.size() > 1 && p[size_t(ids.back())] < floor) ids.pop_back();
-  }
-  if (s.top_p < 1.0f) {
-    double cum = 0;
-    size_t n = 0;
-    while (n < ids.size()) {
-      cum += p[size_t(ids[n])];
-      ++n;
-      if (cum >= s.top_p) break;
-    }
-    ids.resize(std::max<size_t>(1, n));
-  }
+  const std::vector<int32_t> ids = sampler_kept_ids(p, s);
   double total = 0;
   for (int32_t id : ids) total += p[size_t(id)];
   for (int32_t id : ids) out[size_t(id)] = float(p[size_t(id)] / total);

@@ -70,27 +70,48 @@ std::string step_json(const StepTrace& tr) {
   return j.str();
 }
 
+// What the runs that do not go through a Session (beams, parallel samples) start from: the
+// KV options, the model, its backend and the prompt's ids. The backend's notice is shown.
+struct Opened {
+  SessionConfig kv;  // the KV options as a session would take them
+  std::shared_ptr<Model> model;
+  std::unique_ptr<Backend> backend;
+  std::vector<int32_t> prompt;
+};
+Expected<Opened> open_model_run(const RunOptions& run) {
+  Opened o;
+  auto spec = prompt_from_options(run.prompt);
+  if (!spec.ok()) return spec.error();
+  KV_TRY(apply_kv_options(run.kv, o.kv));
+  auto model = load_model(run.engine.model);
+  if (!model.ok()) return model.error();
+  o.model = std::move(*model);
+  std::string note;
+  auto be = make_backend(run.engine.backend, *o.model, run.engine.threads, &note);
+  if (!be.ok()) return be.error();
+  o.backend = std::move(*be);
+  if (!note.empty()) notice(note);
+  auto prompt = tokenize_prompt(*o.model, *spec);
+  if (!prompt.ok()) return prompt.error();
+  o.prompt = std::move(*prompt);
+  return o;
+}
+
 // `generate --beams K`: beam search instead of the step-by-step session; prints the
 // hypotheses best first (text, or one JSON object).
 int run_beams(const RunOptions& run, const BeamConfig& bc, bool json) {
-  auto spec = prompt_from_options(run.prompt);
-  if (!spec.ok()) return fail(spec.error().message);
-  SessionConfig probe;
-  if (Status st = apply_kv_options(run.kv, probe); !st.ok()) return fail(st.message());
-  auto model = load_model(run.engine.model);
-  if (!model.ok()) return fail(model.error().message);
-  std::string note;
-  auto be = make_backend(run.engine.backend, **model, run.engine.threads, &note);
-  if (!be.ok()) return fail(be.error().message);
-  if (!note.empty()) notice(note);
-  auto prompt = tokenize_prompt(**model, *spec);
-  if (!prompt.ok()) return fail(prompt.error().message);
+  auto opened = open_model_run(run);
+  if (!opened.ok()) return fail(opened.error().message);
+  const SessionConfig& probe = opened->kv;
+  const std::shared_ptr<Model>& model = opened->model;
+  const std::unique_ptr<Backend>& be = opened->backend;
+  const std::vector<int32_t>* prompt = &opened->prompt;
   BeamConfig cfg = bc;
   cfg.kv_types = probe.kv_types;
   cfg.block_size = probe.kv_block;
-  auto res = beam_search(**model, **be, *prompt, cfg);
+  auto res = beam_search(*model, *be, *prompt, cfg);
   if (!res.ok()) return fail(res.error().message);
-  const Tokenizer& tok = (*model)->tokenizer();
+  const Tokenizer& tok = model->tokenizer();
   const auto text_of = [&](const std::vector<int32_t>& ids) {
     std::string bytes;
     for (int32_t id : ids) bytes += tok.token_bytes(id);
@@ -141,29 +162,25 @@ int run_beams(const RunOptions& run, const BeamConfig& bc, bool json) {
 // `generate --n N`: N samples of the prompt, forked off its blocks once it is computed (the
 // scheduler's parallel sampling); prints each sample (text, or one JSON object).
 int run_samples(const RunOptions& run, int n, bool json) {
-  auto spec = prompt_from_options(run.prompt);
-  if (!spec.ok()) return fail(spec.error().message);
-  SessionConfig probe;
-  if (Status st = apply_kv_options(run.kv, probe); !st.ok()) return fail(st.message());
-  if (probe.limits.window > 0 || probe.limits.on_full == ContextPolicy::Shift)
+  SessionConfig checked;
+  if (Status st = apply_kv_options(run.kv, checked); !st.ok()) return fail(st.message());
+  if (checked.limits.window > 0 || checked.limits.on_full == ContextPolicy::Shift)
     return fail("--n: parallel samples run on the batch scheduler, which has no sink + window "
                 "or context shift");
   auto sc = to_sampler_config(run.sampler);
   if (!sc.ok()) return fail(sc.error().message);
-  auto model = load_model(run.engine.model);
-  if (!model.ok()) return fail(model.error().message);
-  std::string note;
-  auto be = make_backend(run.engine.backend, **model, run.engine.threads, &note);
-  if (!be.ok()) return fail(be.error().message);
-  if (!note.empty()) notice(note);
-  auto prompt = tokenize_prompt(**model, *spec);
-  if (!prompt.ok()) return fail(prompt.error().message);
+  auto opened = open_model_run(run);
+  if (!opened.ok()) return fail(opened.error().message);
+  const SessionConfig& probe = opened->kv;
+  const std::shared_ptr<Model>& model = opened->model;
+  const std::unique_ptr<Backend>& be = opened->backend;
+  const std::vector<int32_t>* prompt = &opened->prompt;
   SchedulerConfig cfg;
   cfg.kv_types = probe.kv_types;
   cfg.block_size = probe.kv_block;
   cfg.context = probe.limits.n_ctx;
   cfg.max_seqs = n;
-  auto sched = Scheduler::create(*model, **be, cfg);
+  auto sched = Scheduler::create(model, *be, cfg);
   if (!sched.ok()) return fail(sched.error().message);
   Scheduler& s = **sched;
   Request r;

@@ -88,7 +88,10 @@ TEST(Penalties, LogitBiasAddsAndAMinimumLengthHoldsTokensBack) {
   Sampler greedy;
   EXPECT_EQ(greedy.sample(kLogits), 3);
   EXPECT_EQ(greedy.sample(l), 2);
-  Sampler hot(SamplerConfig{2.0f, 0, 1.0f, 0.0f, 9});
+  SamplerConfig hot_cfg;
+  hot_cfg.temperature = 2.0f;
+  hot_cfg.seed = 9;
+  Sampler hot(hot_cfg);
   for (int i = 0; i < 200; ++i) {
     const int32_t t = hot.sample(l);
     ASSERT_NE(t, 0);
@@ -215,7 +218,7 @@ TEST_F(SessionPenalties, AStopTokenEndsTheRunAndPenaltiesChangeTheGreedyPath) {
   std::vector<int32_t> seq = q->history();
   for (size_t i = 0; i + 1 < seq.size(); ++i)
     for (size_t j = i + 1; j + 1 < seq.size(); ++j)
-      ASSERT_FALSE(seq[i] == seq[j] && seq[i + 1] == seq[j + 1] && j >= q->prompt_len() - 1)
+      ASSERT_FALSE(seq[i] == seq[j] && seq[i + 1] == seq[j + 1] && int(j) >= q->prompt_len() - 1)
           << "bigram at " << i << " and " << j;
   EXPECT_EQ(tq.back().top[size_t(std::max(tq.back().sampled_rank, 0))].raw_logit,
             q->last_logits()[size_t(tq.back().top[size_t(std::max(tq.back().sampled_rank, 0))].id)]);
