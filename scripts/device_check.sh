@@ -18,12 +18,13 @@
 #   capture  when the app was built: a 1280x720 headless capture on the GPU
 # Before the stages, the model pieces under .devmodel/*/ are joined into assets/models/
 # and checked against the pinned sha256 (scripts/fetch_model.sh with KVSCOPE_OFFLINE=1).
-# Logs and the summary go to $OUT (or build-gpu/device-check/).
+# Logs and the summary go to build-gpu/device-check/; when $OUT is set, the summary, the
+# test log, the bench outputs and the captures are copied there (at most 8 files).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 build=$root/build-gpu
-out=${OUT:-$build/device-check}
+out=$build/device-check
 mkdir -p "$out"
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(env build test bench parity capture)
@@ -181,3 +182,7 @@ fi
 echo
 echo "==== device_check summary ($(( $(date +%s) - t_start )) s) ===="
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
+if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
+  ls "$out"/summary.txt "$out"/ctest.log "$out"/bench-*.txt "$out"/capture-*.png 2>/dev/null |
+    head -n 8 | xargs -r cp -t "$OUT"
+fi
