@@ -137,6 +137,10 @@ if want parity && [ -x "$kvscope" ]; then
         "$kvscope" generate --model "$m" --prompt-file "$p" --max-tokens "$n" --temp 0 --json \
           --backend $b > "$out/parity-$m-$base-$b.jsonl" 2> "$out/parity-$m-$base-$b.err"
       done
+      if grep -q "no chat template" "$out/parity-$m-$base-cpu.err"; then
+        note "parity $m $base: not run (a chat prompt; this base model has no chat template)"
+        continue
+      fi
       verdict=$(python3 - "$out/parity-$m-$base-cpu.jsonl" "$out/parity-$m-$base-cuda.jsonl" <<'PY'
 import json, sys
 def ids(path):

@@ -256,8 +256,10 @@ int run_batch(int argc, char** argv) {
   cfg.max_batch_tokens = max_batch_tokens;
   cfg.prefix_caching = !no_prefix;
   if (pool_mib > 0) {
-    const ModelConfig& mc = (*model)->config();
-    KvPoolConfig pc{{mc.n_layer, mc.n_head_kv, mc.head_dim}, cfg.kv_types, block, 0};
+    // Blocks as the scheduler makes them: one group of layers each (kv_layer_groups).
+    const KvCacheConfig kc = kv_cache_config(**model, cfg.kv_types, KvPolicy::Full);
+    KvPoolConfig pc{{kv_layer_groups(kc).size, kc.shape.n_head_kv, kc.shape.head_dim},
+                    cfg.kv_types, block, 0};
     cfg.pool_blocks = kv_pool_blocks_for_mib(pc, pool_mib);
     if (cfg.pool_blocks < 1)
       return fail("--kv-pool-mib: " + std::to_string(pool_mib) + " MiB holds no block of " +

@@ -138,10 +138,14 @@ Expected<std::vector<BatchRun>> measure_batch(Backend& backend, const Model& m,
                                               const std::vector<int>& sizes) {
   const ModelConfig& c = m.config();
   const KvCacheConfig cfg = kv_cache_config(m, types, KvPolicy::Full);
+  // A block holds one group of layers (Gemma 3's windowed and global layers form groups
+  // of their own: kv_layer_groups).
+  const KvLayerGroups groups = kv_layer_groups(cfg);
   std::vector<BatchRun> out;
   for (int B : sizes) {
     const int per_seq = kBatchPrompt + kBatchSteps + 1;  // and the warm-up step
-    KvPoolConfig pc{cfg.shape, types, 16, B * kv_blocks_for(per_seq, 16)};
+    KvPoolConfig pc{{groups.size, cfg.shape.n_head_kv, cfg.shape.head_dim}, types, 16,
+                    groups.count() * B * kv_blocks_for(per_seq, 16)};
     auto pool = backend.create_kv_pool(pc);
     if (!pool.ok()) return pool.error();
     std::vector<std::unique_ptr<KvCache>> caches;

@@ -116,5 +116,14 @@ expect_refusal "invalid UTF-8" --prompts-file "$dir/bad_utf8.txt"
 expect_refusal "bad arrival" --prompts-file "$dir/p.txt" --arrival poisson:0
 expect_refusal "pool too small" --prompts-file "$dir/p.txt" --kv-pool-mib 1 --max-tokens 2000
 
+# Gemma 3's windowed and global layers keep their blocks in groups of their own: batched
+# decode and a pool sized in MiB must use the grouped block (a pool of whole-model blocks
+# was refused by the first cache made over it).
+"$kvscope" bench --model gemma3-270m --backend cpu --threads 2 --batch 1,2 > "$dir/gb.txt" 2>&1 ||
+  fail "bench --batch on gemma3-270m exited $?: $(tail -n 2 "$dir/gb.txt")"
+grep -q "batch   2:" "$dir/gb.txt" || fail "bench --batch on gemma3-270m printed no batch 2 line"
+"$kvscope" batch --model gemma3-270m --prompts-file "$dir/p.txt" --max-tokens 2 --threads 2 \
+  --kv-pool-mib 4 > "$dir/gp.txt" 2>&1 || fail "batch on gemma3-270m with --kv-pool-mib 4 exited $?: $(tail -n 2 "$dir/gp.txt")"
+
 [ $failures -eq 0 ] && echo "batch: all checks passed"
 exit $((failures > 0))

@@ -150,8 +150,12 @@ Side cpu_side(Backend& be) {
 
 Side cuda_side(Backend& be) {
   return Side{"cuda", &be, [](Tensor t, const float* h) {
+                // A copy from pageable memory may return before its DMA lands, and the
+                // backend's stream does not wait for the legacy stream: without the
+                // device-wide wait, a real GPU read the previous case's data back.
                 if (cudaMemcpy(t.data, h, size_t(t.size()) * sizeof(float),
-                               cudaMemcpyHostToDevice) != cudaSuccess)
+                               cudaMemcpyHostToDevice) != cudaSuccess ||
+                    cudaDeviceSynchronize() != cudaSuccess)
                   return Status(make_error("test: upload failed"));
                 return Status::Ok();
               }};
