@@ -4,6 +4,7 @@
 #include <stb_rect_pack.h>
 #include <stb_truetype.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -45,13 +46,16 @@ uint32_t next_codepoint(std::string_view s, size_t* i) {
 }
 
 std::string GlyphAtlas::find_default_font() {
+  std::error_code ec;
+  // KVSCOPE_FONT names another DejaVu Sans (a machine without fonts-dejavu-core).
+  if (const char* env = std::getenv("KVSCOPE_FONT"); env && *env && std::filesystem::exists(env, ec))
+    return env;
   const char* candidates[] = {
       "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
       "/usr/share/fonts/TTF/DejaVuSans.ttf",
       "/usr/share/fonts/dejavu/DejaVuSans.ttf",
       "/usr/local/share/fonts/DejaVuSans.ttf",
   };
-  std::error_code ec;
   for (const char* c : candidates)
     if (std::filesystem::exists(c, ec)) return c;
   return "";

@@ -12,10 +12,13 @@
 #            app too when KVSCOPE_DEVICE_APP=1 and its libraries are there
 #   test     ctest's real-GPU and kernel labels (KVSCOPE_DEVICE_LABELS, default gpu|kernels)
 #   bench    kvscope bench --backend cuda for each model present: batch 1 (prefill 512,
-#            decode at depths 0, 512 and 2048, NO CACHE steps), then batches 1, 4, 16, 64
+#            decode at depths 0, 512 and 2048, NO CACHE steps) on the paged pool and on
+#            contiguous caches, then batches 1, 4, 16, 64
 #   parity   greedy tokens of CPU and CUDA on each shipped prompt (prompts/*.txt), 64 each
 #            (KVSCOPE_PARITY_TOKENS), for each model present: identical or where they split
-#   capture  when the app was built: a 1280x720 headless capture on the GPU
+#   capture  the app (this build's, or the one device_stage.sh --app staged in .devapp/):
+#            1280x720 headless captures (3/4 and TOP) with the CUDA engine and NVIDIA's
+#            EGL, and bench-render's frame times
 # Before the stages, the model pieces under .devmodel/*/ are joined into assets/models/
 # and checked against the pinned sha256 (scripts/fetch_model.sh with KVSCOPE_OFFLINE=1).
 # Logs and the summary go to build-gpu/device-check/; when $OUT is set, the summary, the
@@ -119,6 +122,13 @@ if want bench && [ -x "$kvscope" ]; then
     else
       note "bench $m: FAILED: $(tail -n 3 "$out/bench-$m.txt" | tr '\n' ' ')"
     fi
+    # The same with caches of their own: what the paged pool costs on the GPU.
+    if "$kvscope" bench --backend cuda --model "$m" --kv-layout contiguous > "$out/bench-contig-$m.txt" 2>&1; then
+      note "bench $m (cuda, batch 1, contiguous caches):"
+      while read -r l; do note "  $l"; done < <(grep -E "prefill|decode" "$out/bench-contig-$m.txt")
+    else
+      note "bench $m contiguous: FAILED: $(tail -n 3 "$out/bench-contig-$m.txt" | tr '\n' ' ')"
+    fi
     if "$kvscope" bench --backend cuda --model "$m" --batch 1,4,16,64 > "$out/bench-batch-$m.txt" 2>&1; then
       note "bench $m (cuda, batched):"
       while read -r l; do note "  $l"; done < <(grep -E "batch +[0-9]+:" "$out/bench-batch-$m.txt")
@@ -167,19 +177,42 @@ PY
   done
 fi
 
-if want capture && [ -x "$kvscope" ]; then
-  if "$kvscope" --help 2>/dev/null | grep -q -- "--screenshot"; then
+if want capture; then
+  # The app: this build's kvscope when it has the app, else the one device_stage.sh --app
+  # staged in .devapp/ with the libraries it loads.
+  appexe=
+  if [ -x "$kvscope" ] && "$kvscope" --help 2>/dev/null | grep -q -- "--screenshot"; then
+    appexe=$kvscope
+  elif [ -x .devapp/kvscope ]; then
+    appexe=$root/.devapp/kvscope
+    export LD_LIBRARY_PATH="$root/.devapp/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    [ -f .devapp/DejaVuSans.ttf ] && export KVSCOPE_FONT=$root/.devapp/DejaVuSans.ttf
+  fi
+  # NVIDIA's EGL through glvnd, where the driver's vendor file is not in the usual place.
+  nv_egl=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+  [ -z "${__EGL_VENDOR_LIBRARY_FILENAMES:-}" ] && [ -f "$nv_egl" ] &&
+    export __EGL_VENDOR_LIBRARY_FILENAMES=$nv_egl
+  if [ -n "$appexe" ] && [ ${#models[@]} -gt 0 ]; then
+    mpath=assets/models/SmolLM2-135M-Instruct.Q4_1.gguf
+    [ "${models[0]}" = gemma3-270m ] && mpath=assets/models/gemma-3-270m-q4_k_m.gguf
     for cam in 3/4 top; do
       f=$(echo "$cam" | tr / -)
-      if "$kvscope" --backend cuda --screenshot "$out/capture-$f.png" --steps 24 --camera $cam \
-          --size 1280x720 > "$out/capture-$f.log" 2>&1; then
-        note "capture $cam: capture-$f.png ($(tail -n 1 "$out/capture-$f.log"))"
+      if "$appexe" --backend cuda --model "$mpath" --prompt-file prompts/01_narrative.txt \
+          --screenshot "$out/capture-$f.png" --steps 24 --camera "$cam" --size 1280x720 \
+          > "$out/capture-$f.log" 2>&1; then
+        note "capture $cam: capture-$f.png ($(grep -v '^$' "$out/capture-$f.log" | tail -n 2 | tr '\n' ' '))"
       else
-        note "capture $cam: FAILED: $(tail -n 2 "$out/capture-$f.log" | tr '\n' ' ')"
+        note "capture $cam: FAILED: $(tail -n 3 "$out/capture-$f.log" | tr '\n' ' ')"
       fi
     done
+    if "$appexe" bench-render --size 1280x720 --frames 300 > "$out/bench-render.txt" 2>&1; then
+      note "bench-render (1280x720, GPU renderer):"
+      while read -r l; do note "  $l"; done < <(grep -v '^$' "$out/bench-render.txt" | head -n 12)
+    else
+      note "bench-render: FAILED: $(tail -n 3 "$out/bench-render.txt" | tr '\n' ' ')"
+    fi
   else
-    note "capture: not run (the app was not built: KVSCOPE_DEVICE_APP=1 builds it)"
+    note "capture: not run (no app: build with KVSCOPE_DEVICE_APP=1 or stage .devapp with device_stage.sh --app; or no model)"
   fi
 fi
 
@@ -187,6 +220,6 @@ echo
 echo "==== device_check summary ($(( $(date +%s) - t_start )) s) ===="
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
-  ls "$out"/summary.txt "$out"/ctest.log "$out"/bench-*.txt "$out"/capture-*.png 2>/dev/null |
+  ls "$out"/summary.txt "$out"/capture-*.png "$out"/ctest.log "$out"/bench-*.txt 2>/dev/null |
     head -n 8 | xargs -r cp -t "$OUT"
 fi

@@ -4,7 +4,7 @@
 # CUDA, CMake, ninja and a C++ compiler but none of the project's libraries, and which can
 # reach no network.
 #
-#   scripts/device_stage.sh [--piece MiB] [MODEL...]
+#   scripts/device_stage.sh [--piece MiB] [--app BUILD_DIR] [MODEL...]
 #
 # It writes two ignored folders in the repository root:
 #   .devdeps/          headers of CLI11, nlohmann/json, GoogleTest and PCRE2, the static
@@ -15,14 +15,20 @@
 #                      piece per numbered folder, so that each folder fits one transfer to a
 #                      machine that takes a limited amount at a time. device_check.sh joins
 #                      the pieces it finds and checks each model's pinned sha256.
+#   .devapp/           with --app: BUILD_DIR's kvscope (built with the app and CUDA for the
+#                      GPU's architecture), its shaders, the shared libraries it loads that
+#                      are neither glibc's, the compiler's nor CUDA's, and DejaVu Sans, for
+#                      the headless capture on the GPU (device_check.sh's capture stage).
 # It prints the folders in the order they should travel.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 piece=52
 models=()
+app_build=
 while [ $# -gt 0 ]; do
   case "$1" in
     --piece) piece=$2; shift 2 ;;
+    --app) app_build=$2; shift 2 ;;
     -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     smollm2-135m|gemma3-270m) models+=("$1"); shift ;;
     *) echo "device_stage: unknown argument '$1' (see --help)" >&2; exit 1 ;;
@@ -66,3 +72,25 @@ for m in "${models[@]}"; do
   done
   rmdir "$tmp"
 done
+
+if [ -n "$app_build" ]; then
+  exe=$app_build/app/kvscope
+  [ -x "$exe" ] || { echo "device_stage: $exe is missing" >&2; exit 1; }
+  "$exe" --help 2>/dev/null | grep -q -- "--screenshot" ||
+    { echo "device_stage: $exe was built without the app" >&2; exit 1; }
+  app=$root/.devapp
+  rm -rf "$app"
+  mkdir -p "$app/lib"
+  cp "$exe" "$app/"
+  cp -r "$app_build/app/shaders" "$app/"
+  ldd "$exe" | awk '$3 ~ /^\// {print $1, $3}' | while read -r name path; do
+    case "$name" in
+      libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libstdc++.so*|libgcc_s.so*) ;;
+      libcuda.so*|libcublas*|libcudart*) ;;
+      *) cp -L "$path" "$app/lib/$name" ;;
+    esac
+  done
+  font=$(ls /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf 2>/dev/null || true)
+  [ -n "$font" ] && cp "$font" "$app/"
+  echo ".devapp: $(du -sh "$app" | cut -f1) ($(ls "$app/lib" | tr '\n' ' '))"
+fi

@@ -71,6 +71,7 @@ constexpr int kNoCache[] = {64, 128, 256, 512};
 struct BenchRun {
   std::string backend;
   KvTypes kv_types;
+  bool contiguous = false;  // --kv-layout contiguous
   int threads = 0;
   std::vector<std::pair<int, double>> nocache_ms;  // (seq_len, best ms)
   std::vector<std::pair<int, double>> decode_ms;   // (depth, ms for kDecode tokens)
@@ -80,8 +81,10 @@ struct BenchRun {
 };
 
 // Measures one backend; tokens holds at least 2048 + 128 ids.
+// contiguous: caches of their own (the layout before the pool) instead of paged ones, to
+// tell the pool's cost apart on a backend.
 Expected<BenchRun> measure(Backend& backend, const Model& m, const std::vector<int32_t>& tokens,
-                           KvTypes types) {
+                           KvTypes types, bool contiguous) {
   const KvCacheConfig kv_cfg = kv_cache_config(m, types, KvPolicy::ModelWindow);
   const KvCacheConfig scratch_cfg = kv_config_scratch(kv_cfg);  // NO CACHE's
   // The caches a session uses: paged, over one pool with room for the longest run.
@@ -91,14 +94,19 @@ Expected<BenchRun> measure(Backend& backend, const Model& m, const std::vector<i
                 groups.count();
   auto pool = backend.create_kv_pool(pc);
   if (!pool.ok()) return pool.error();
+  const auto make_cache = [&](const KvCacheConfig& cfg, int capacity) {
+    return contiguous ? backend.create_kv_cache(cfg, capacity)
+                      : backend.create_paged_kv_cache(cfg, *pool);
+  };
   BenchRun run;
   run.backend = backend.name();
   run.kv_types = types;
+  run.contiguous = contiguous;
   // NO CACHE steps (also warms up the weights).
   for (int len : kNoCache) {
     double best = 1e30;
     for (int rep = 0; rep < 3; ++rep) {
-      auto cache = backend.create_paged_kv_cache(scratch_cfg, *pool);
+      auto cache = make_cache(scratch_cfg, len);
       if (!cache.ok()) return cache.error();
       ForwardOutput out;
       const double t0 = now_ms();
@@ -108,7 +116,7 @@ Expected<BenchRun> measure(Backend& backend, const Model& m, const std::vector<i
     run.nocache_ms.push_back({len, best});
   }
   for (int depth : kDepths) {
-    auto cache = backend.create_paged_kv_cache(kv_cfg, *pool);
+    auto cache = make_cache(kv_cfg, depth + kDecode);
     if (!cache.ok()) return cache.error();
     ForwardOutput out;
     if (depth > 0) KV_TRY(forward(backend, m, tokens.data(), depth, 0, **cache, out));
@@ -233,6 +241,7 @@ void print_json(const std::string& model, const std::string& cpu, const std::vec
     j.key("backend").value(r.backend);
     j.key("threads").value(r.threads);
     j.key("kv_types").value(kv_types_name(r.kv_types));
+    j.key("kv_layout").value(r.contiguous ? "contiguous" : "paged");
     j.key("prefill_tokens").value(kPrefill);
     j.key("prefill_tok_s").value(tok_s(kPrefill, r.prefill_ms()));
     j.key("decode_tokens").value(kDecode);
@@ -262,7 +271,8 @@ void print_json(const std::string& model, const std::string& cpu, const std::vec
 void print_text(const std::string& model, const std::string& cpu, const std::vector<BenchRun>& runs) {
   std::printf("model    %s\ncpu      %s\n", model.c_str(), cpu.c_str());
   for (const BenchRun& r : runs) {
-    std::printf("backend  %s  (kv %s)\n", r.backend.c_str(), kv_types_name(r.kv_types).c_str());
+    std::printf("backend  %s  (kv %s, %s)\n", r.backend.c_str(), kv_types_name(r.kv_types).c_str(),
+                r.contiguous ? "contiguous caches" : "paged");
     std::printf("  prefill  %d tokens: %.1f ms  (%.1f tokens/s)\n", kPrefill, r.prefill_ms(),
                 tok_s(kPrefill, r.prefill_ms()));
     for (auto& [depth, ms] : r.decode_ms)
@@ -337,6 +347,11 @@ int run_bench(int argc, char** argv) {
   add_thread_list_option(app, threads);
   add_kv_type_options(app, kv);
   app.add_flag("--json", json, "Print one JSON object");
+  std::string layout = "paged";
+  app.add_option("--kv-layout", layout,
+                 "paged: caches over one pool of blocks, as sessions use (default); contiguous: "
+                 "one cache of its own per run, the layout before the pool")
+      ->check(CLI::IsMember({"paged", "contiguous"}));
   std::vector<int> batches;
   app.add_option("--batch", batches,
                  "Measure batched decode at these batch sizes instead (comma-separated)")
@@ -393,7 +408,7 @@ int run_bench(int argc, char** argv) {
     auto be = make_backend(engine.backend, m, n, &note);
     if (!be.ok()) return fail(be.error());
     if (!note.empty()) notice(note);  // e.g. more threads than the hardware: clamped
-    auto run = measure(**be, m, tokens, kv_types);
+    auto run = measure(**be, m, tokens, kv_types, layout == "contiguous");
     if (!run.ok()) return fail(run.error());
     run->threads = std::min(n, hw);
     const bool on_cpu = std::string_view((*be)->kind()) == "cpu";

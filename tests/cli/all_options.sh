@@ -34,7 +34,7 @@ declare -A bad=(
   [--batch]=0 [--repeat-penalty]=0 [--repeat-last-n]=-2 [--frequency-penalty]=3
   [--presence-penalty]=-3 [--no-repeat-ngram]=65 [--logit-bias]=7 [--stop-id]=-1
   [--min-tokens]=-1 [--kv-block]=12 [--n]=0 [--speculative]=lookahead [--draft-max]=0
-  [--beams]=0 [--length-penalty]=11
+  [--beams]=0 [--length-penalty]=11 [--kv-layout]=striped
 )
 for o in ctx ctx-full n-keep kv-sink kv-window kv-keep kv-block kv-type kv-type-k kv-type-v; do
   bad[--ref-$o]=${bad[--$o]}
