@@ -19,6 +19,7 @@
 #   capture  the app (this build's, or the one device_stage.sh --app staged in .devapp/):
 #            1280x720 headless captures (3/4 and TOP) with the CUDA engine and NVIDIA's
 #            EGL, and bench-render's frame times
+# KVSCOPE_DEVICE_MODELS="gemma3-270m" limits bench, parity and capture to those models.
 # Before the stages, the model pieces under .devmodel/*/ are joined into assets/models/
 # and checked against the pinned sha256 (scripts/fetch_model.sh with KVSCOPE_OFFLINE=1).
 # Logs and the summary go to build-gpu/device-check/; when $OUT is set, the summary, the
@@ -69,6 +70,11 @@ join_models() {
   done
 }
 join_models
+if [ -n "${KVSCOPE_DEVICE_MODELS:-}" ]; then  # only these of the models present
+  keep=()
+  for m in "${models[@]}"; do [[ " $KVSCOPE_DEVICE_MODELS " == *" $m "* ]] && keep+=("$m"); done
+  models=("${keep[@]}")
+fi
 note "models: ${models[*]:-none} (sha256 checked)"
 
 kvscope=$build/app/kvscope

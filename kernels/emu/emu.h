@@ -270,6 +270,11 @@ std::string last_error_detail();
 // cudaGraphLaunch calls.
 uint64_t direct_kernel_launches();
 uint64_t graph_launches();
+// Kernels that ran, directly or as nodes of a replayed graph, and the bytes copied from the
+// host to the device and back (cudaMemcpy*, captured copies when their graph replays).
+uint64_t kernels_run();
+uint64_t bytes_to_device();
+uint64_t bytes_to_host();
 
 // Worker threads for blocks (1 = deterministic). Default from KVSCOPE_EMU_WORKERS or 1.
 void set_workers(int n);

@@ -205,10 +205,24 @@ bool capture_if_capturing(cudaStream_t s, std::function<cudaError_t()> op) {
   return true;
 }
 
-std::atomic<uint64_t> g_direct_launches{0}, g_graph_launches{0};
+std::atomic<uint64_t> g_direct_launches{0}, g_graph_launches{0}, g_kernels_run{0},
+    g_bytes_to_device{0}, g_bytes_to_host{0};
 
 uint64_t direct_kernel_launches() { return g_direct_launches.load(); }
 uint64_t graph_launches() { return g_graph_launches.load(); }
+uint64_t kernels_run() { return g_kernels_run.load(); }
+uint64_t bytes_to_device() { return g_bytes_to_device.load(); }
+uint64_t bytes_to_host() { return g_bytes_to_host.load(); }
+
+// Counts a copy that runs now (check_copy accepted it).
+static void count_copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
+  const bool to_dev = kind == cudaMemcpyHostToDevice ||
+                      (kind == cudaMemcpyDefault && is_device_any(dst) && !is_device_any(src));
+  const bool to_host = kind == cudaMemcpyDeviceToHost ||
+                       (kind == cudaMemcpyDefault && is_device_any(src) && !is_device_any(dst));
+  if (to_dev) g_bytes_to_device += n;
+  if (to_host) g_bytes_to_host += n;
+}
 
 size_t max_dynamic_smem(const void* func) {
   std::lock_guard<std::mutex> lk(st().mu);
@@ -251,9 +265,13 @@ cudaError_t launch(const LaunchSpec& spec, std::function<void()> body,
     return record(cudaErrorInvalidResourceHandle, "kernel launch: unknown stream");
   if (!pointer_problem.empty())
     return record(cudaErrorIllegalAddress, "kernel launch: " + pointer_problem, true);
-  if (capture_if_capturing(spec.stream, [spec, body] { return run_grid_checked(spec, body); }))
+  if (capture_if_capturing(spec.stream, [spec, body] {
+        ++g_kernels_run;
+        return run_grid_checked(spec, body);
+      }))
     return cudaSuccess;
   ++g_direct_launches;
+  ++g_kernels_run;
   return run_grid_checked(spec, body);
 }
 
@@ -328,6 +346,7 @@ cudaError_t cudaFreeHost(void* p) {
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
   KVSCOPE_EMU_STICKY();
   if (cudaError_t e = kvscope::emu::check_copy(dst, src, n, kind)) return e;
+  kvscope::emu::count_copy(dst, src, n, kind);
   if (n) std::memmove(dst, src, n);
   return cudaSuccess;
 }
@@ -339,10 +358,12 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind
     return record(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync: unknown stream");
   if (cudaError_t e = kvscope::emu::check_copy(dst, src, n, kind)) return e;
   if (kvscope::emu::capture_if_capturing(s, [=] {
+        kvscope::emu::count_copy(dst, src, n, kind);
         if (n) std::memmove(dst, src, n);
         return cudaSuccess;
       }))
     return cudaSuccess;
+  kvscope::emu::count_copy(dst, src, n, kind);
   if (n) std::memmove(dst, src, n);
   return cudaSuccess;
 }
@@ -439,6 +460,9 @@ cudaError_t cudaDeviceReset() {
   st().func_smem.clear();
   kvscope::emu::g_direct_launches = 0;
   kvscope::emu::g_graph_launches = 0;
+  kvscope::emu::g_kernels_run = 0;
+  kvscope::emu::g_bytes_to_device = 0;
+  kvscope::emu::g_bytes_to_host = 0;
   st().last = st().sticky = cudaSuccess;
   st().detail.clear();
   return cudaSuccess;

@@ -455,6 +455,50 @@ TEST_F(CudaBackendParity, DecodeStepLaunchesTenPerLayerOrOneGraph) {
   }
 }
 
+// What one decode step of a session (the app's path: paged cache, attention rows and K/V
+// norms for the scene) costs in kernels and host<->device bytes, counted by the emulator.
+// Issue-level targets are <= 4 kernels per layer plus a constant and <= 4 KiB to the host
+// plus the candidates; this test holds today's figures so that neither grows unnoticed.
+TEST_F(CudaBackendParity, DecodeStepKernelsAndTransfers) {
+  test::TinyModelSpec spec;
+  std::shared_ptr<const Model> model = load_tiny(spec, "budget");
+  ASSERT_TRUE(model);
+  const ModelConfig& c = model->config();
+  auto cuda = make_cuda_backend(*model);
+  ASSERT_TRUE(cuda.ok()) << cuda.error().message;
+  SessionConfig cfg;
+  cfg.max_tokens = 16;
+  cfg.stop_at_eos = false;
+  auto s = Session::create(model, std::move(cuda.value()), cfg);
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  PromptSpec p;
+  p.text = "hi there";
+  ASSERT_TRUE((*s)->reset(p).ok());
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE((*s)->step().ok());  // the prompt; the graph's capture
+  for (int i = 0; i < 4; ++i) {
+    const uint64_t k0 = kvscope::emu::kernels_run(), h0 = kvscope::emu::bytes_to_host(),
+                   d0 = kvscope::emu::bytes_to_device();
+    auto t = (*s)->step();
+    ASSERT_TRUE(t.ok()) << t.error().message;
+    const uint64_t kernels = kvscope::emu::kernels_run() - k0,
+                   to_host = kvscope::emu::bytes_to_host() - h0,
+                   to_dev = kvscope::emu::bytes_to_device() - d0;
+    const int keys = t->pos;  // the step's input token sits at t->pos - 1
+    std::printf("decode step at %d: %llu kernels, %llu B to the host, %llu B to the device\n",
+                t->pos, (unsigned long long)kernels, (unsigned long long)to_host,
+                (unsigned long long)to_dev);
+    // embed + first norm + 10 per layer + LM head (DecodeStepLaunchesTenPerLayerOrOneGraph).
+    EXPECT_EQ(kernels, uint64_t(10 * c.n_layer + 3));
+    // The logits, the attention rows the scene draws ([L][H][keys]) and each layer's K and
+    // V row norms, in fp32.
+    EXPECT_EQ(to_host, uint64_t(4) * (uint64_t(c.n_vocab) + uint64_t(c.n_layer) * c.n_head * keys +
+                                      2 * uint64_t(c.n_layer)));
+    // The input token's id and its position: block tables and slot maps change only at a
+    // block boundary (every 16 positions), not here.
+    EXPECT_LE(to_dev, 64u);
+  }
+}
+
 TEST_F(CudaBackendParity, DecodeGraphSixteenStepsEqualEagerAndCpu) {
   test::TinyModelSpec spec;
   spec.seed = 11;
