@@ -50,6 +50,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float p[kDecodeChunk];
   __shared__ float part[kThreads];
   __shared__ float scratch[32];
+  __shared__ int64_t rows[kDecodeChunk];  // the chunk's rows in the K/V stores
   const int qp = pos0_dev != nullptr ? *pos0_dev : sh.pos0;
   const int h = blockIdx.x, c = blockIdx.y;
   const int hk = h / (sh.H / kv.n_head_kv);
@@ -58,6 +59,10 @@ __global__ void __launch_bounds__(kThreads)
   const int j0 = c * kDecodeChunk, len = n - j0 < kDecodeChunk ? n - j0 : kDecodeChunk;
   const int64_t krb = KE::row_bytes(D), vrb = VE::row_bytes(D);
   for (int d = threadIdx.x; d < D; d += blockDim.x) qs[d] = q[int64_t(h) * D + d];
+  // Each slot's row once (a paged cache's goes through the block table), not once per
+  // value read.
+  for (int jl = threadIdx.x; jl < kDecodeChunk; jl += blockDim.x)
+    rows[jl] = kv_row(kv, hk, j0 + (jl < len ? jl : len - 1));
   __syncthreads();
   // Scores: warp w takes slots w, w + kWarps, ...; all its rows' loads are issued together
   // (slots past the chunk's end read the last slot and are dropped below).
@@ -70,7 +75,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int i = 0; i < kPerWarp; ++i) {
       const int jl = warp + i * kWarps;
-      acc[i] += qd * KE::load(kc + kv_row(kv, hk, j0 + (jl < len ? jl : len - 1)) * krb, d);
+      acc[i] += qd * KE::load(kc + rows[jl] * krb, d);
     }
   }
 #pragma unroll
@@ -108,7 +113,7 @@ __global__ void __launch_bounds__(kThreads)
           const int j = jl + u * G;
           if (j < len) {
             const float pj = p[j];
-            const float v = VE::load(vc + kv_row(kv, hk, j0 + j) * vrb, d);
+            const float v = VE::load(vc + rows[j] * vrb, d);
             a[u] += pj != 0.0f ? pj * v : 0.0f;
           }
         }

@@ -89,6 +89,7 @@ struct KvLayer {
   // (device memory, one entry per logical block); nullptr for a contiguous cache.
   const int32_t* blocks = nullptr;
   int block = 0;
+  int block_shift = 0;  // log2(block): the pool's blocks are 8, 16 or 32 positions
 };
 // Stores k, v [T][Hkv*D] at positions pos0 .. pos0+T-1 (their slots) and records those
 // positions in kv.pos.

@@ -23,9 +23,9 @@ __device__ __forceinline__ int kv_slot(const KvLayer& kv, int p) {
 // reads row 0 of the block's place instead; kernels never use what they read there.
 __device__ __forceinline__ int64_t kv_row(const KvLayer& kv, int h, int slot) {
   int phys = slot;
-  if (kv.blocks) {
-    const int b = kv.blocks[slot / kv.block];
-    phys = (b < 0 ? 0 : b) * kv.block + slot % kv.block;
+  if (kv.blocks) {  // shifts, not divisions: this runs for every row a kernel reads
+    const int b = kv.blocks[slot >> kv.block_shift];
+    phys = ((b < 0 ? 0 : b) << kv.block_shift) | (slot & (kv.block - 1));
   }
   return int64_t(h) * (kv.stride > 0 ? kv.stride : kv.n_slots) + phys;
 }

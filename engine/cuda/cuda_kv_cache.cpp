@@ -147,6 +147,7 @@ kvscope::cuda::KvLayer CudaKvCache::layer(int l) const {
                     ? static_cast<const int32_t*>(blocks_dev_[size_t(group_of(l))].p)
                     : nullptr;
     kl.block = cuda_pool_->block_size();
+    while ((1 << kl.block_shift) < kl.block) ++kl.block_shift;
   }
   return kl;
 }

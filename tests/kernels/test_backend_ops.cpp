@@ -150,10 +150,14 @@ Side cpu_side(Backend& be) {
 
 Side cuda_side(Backend& be) {
   return Side{"cuda", &be, [](Tensor t, const float* h) {
-                // A copy from pageable memory may return before its DMA lands, and the
-                // backend's stream does not wait for the legacy stream: without the
-                // device-wide wait, a real GPU read the previous case's data back.
-                if (cudaMemcpy(t.data, h, size_t(t.size()) * sizeof(float),
+                // The backend's stream and this copy's legacy stream do not wait for each
+                // other, and a copy from pageable memory may return before its DMA lands:
+                // the device-wide waits keep the backend's queued kernels from reading the
+                // slot's next contents (the K/V rows of the next layer, seen on an H200 as
+                // an attention case failing under load) and its next reads from seeing
+                // the previous contents (a real GPU read the previous case's data back).
+                if (cudaDeviceSynchronize() != cudaSuccess ||
+                    cudaMemcpy(t.data, h, size_t(t.size()) * sizeof(float),
                                cudaMemcpyHostToDevice) != cudaSuccess ||
                     cudaDeviceSynchronize() != cudaSuccess)
                   return Status(make_error("test: upload failed"));
