@@ -17,7 +17,8 @@
 #                      the pieces it finds and checks each model's pinned sha256.
 #   .devapp/           with --app: BUILD_DIR's kvscope (built with the app and CUDA for the
 #                      GPU's architecture), its shaders, the shared libraries it loads that
-#                      are neither glibc's, the compiler's nor CUDA's, and DejaVu Sans, for
+#                      are neither glibc's, the compiler's nor CUDA's (and libGL/libGLX,
+#                      which Dear ImGui opens at run time), and DejaVu Sans, for
 #                      the headless capture on the GPU (device_check.sh's capture stage).
 # It prints the folders in the order they should travel.
 set -euo pipefail
@@ -89,6 +90,11 @@ if [ -n "$app_build" ]; then
       libcuda.so*|libcublas*|libcudart*) ;;
       *) cp -L "$path" "$app/lib/$name" ;;
     esac
+  done
+  # Loaded at run time rather than linked: Dear ImGui's OpenGL loader opens libGL.so.1,
+  # which goes through libGLX to the driver's vendor library.
+  for l in libGL.so.1 libGLX.so.0; do
+    [ -e "/usr/lib/$arch/$l" ] && cp -L "/usr/lib/$arch/$l" "$app/lib/"
   done
   font=$(ls /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf 2>/dev/null || true)
   [ -n "$font" ] && cp "$font" "$app/"
