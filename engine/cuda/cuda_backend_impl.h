@@ -14,6 +14,11 @@
 // add + rmsnorm, gate/up matvec + activation, down matvec, add + rmsnorm) plus embed, the
 // first rmsnorm and the LM head: 9 L + 3. Gemma 3 adds the q/k norms and the two post
 // norms (13 per layer, and unfused products where a weight type has no native matvec).
+// A batched decode step of B sequences on paged caches of one pool issues the same count
+// whatever B: the rows ops (cuda_rows_ops.cpp) store and attend for every row in one
+// launch and one split + merge pair per layer (per sequence, it was 6 + 3 B per layer).
+// Past opt_.matvec_max_tokens rows the products go to cuBLAS (q/k/v three GEMMs, gate/up
+// two and the activation): 13 per layer.
 #pragma once
 
 #include <cublas_v2.h>
