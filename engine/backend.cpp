@@ -363,32 +363,46 @@ Status Backend::add_rmsnorm(Tensor x, Tensor y, const Weight& w, float eps, Tens
 
 namespace {
 
+// Whether `layer` of `c` holds position p (what Check::held verifies).
+bool holds(const KvCache& c, int layer, int p) {
+  const int s = c.slot_of(layer, p);
+  return s >= 0 && s < c.n_slots(layer) && c.slot_pos(layer)[size_t(s)] == p;
+}
+
 // The rows of a rows op: B = q.rows non-null, distinct caches of one shape, each row's
-// position held in `layer`.
+// position held in `layer`. A row's argument names are built only for a row that fails
+// (a passing call allocates nothing).
 void check_rows(Check& c, const DecodeRows& rows, int layer, int64_t q_rows) {
   c.at_least("rows.n", rows.n, "", 1)
       .eq("rows.n", rows.n, "q.rows", q_rows)
       .not_null("rows.caches", rows.caches)
       .not_null("rows.pos", rows.pos);
   if (!c.ok()) return;
-  const KvShape& s0 = rows.caches[0] ? rows.caches[0]->shape() : KvShape{};
+  const KvShape s0 = rows.caches[0] ? rows.caches[0]->shape() : KvShape{};
   for (int b = 0; b < rows.n && c.ok(); ++b) {
+    const KvCache* cache = rows.caches[b];
+    const int p = rows.pos[b];
+    int dup = -1;
+    for (int j = 0; j < b && dup < 0; ++j)
+      if (rows.caches[j] == cache) dup = j;
+    if (cache && cache->shape().n_layer == s0.n_layer &&
+        cache->shape().n_head_kv == s0.n_head_kv && cache->shape().head_dim == s0.head_dim &&
+        layer >= 0 && layer < s0.n_layer && p >= 0 && holds(*cache, layer, p) && dup < 0)
+      continue;
     const std::string cb = "rows.caches[" + std::to_string(b) + "]";
-    c.not_null(std::string_view(cb), rows.caches[b]);
-    if (!c.ok()) break;
-    const KvCache& cache = *rows.caches[b];
-    c.eq({cb, "->shape().n_layer"}, cache.shape().n_layer, "rows.caches[0]->shape().n_layer",
-         s0.n_layer)
-        .eq({cb, "->shape().n_head_kv"}, cache.shape().n_head_kv,
-            "rows.caches[0]->shape().n_head_kv", s0.n_head_kv)
-        .eq({cb, "->shape().head_dim"}, cache.shape().head_dim,
-            "rows.caches[0]->shape().head_dim", s0.head_dim)
-        .layer(cache, layer);
     const std::string pb = "rows.pos[" + std::to_string(b) + "]";
-    c.at_least(std::string_view(pb), rows.pos[b], "", 0).held(cache, layer, rows.pos[b], 1);
-    for (int j = 0; j < b && c.ok(); ++j)
-      if (rows.caches[j] == rows.caches[b])
-        c.eq(std::string_view(cb), b, "the first row of that cache", j);
+    c.not_null(std::string_view(cb), cache);
+    if (!c.ok()) break;
+    c.eq({cb, "->shape().n_layer"}, cache->shape().n_layer, "rows.caches[0]->shape().n_layer",
+         s0.n_layer)
+        .eq({cb, "->shape().n_head_kv"}, cache->shape().n_head_kv,
+            "rows.caches[0]->shape().n_head_kv", s0.n_head_kv)
+        .eq({cb, "->shape().head_dim"}, cache->shape().head_dim,
+            "rows.caches[0]->shape().head_dim", s0.head_dim)
+        .layer(*cache, layer)
+        .at_least(std::string_view(pb), p, "", 0)
+        .held(*cache, layer, p, 1);
+    if (dup >= 0) c.eq(std::string_view(cb), b, "the row of the same cache", dup);
   }
 }
 

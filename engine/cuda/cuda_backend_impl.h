@@ -119,6 +119,7 @@ class CudaBackend final : public Backend {
   // seen, uploaded in one copy when the batch (caches, positions, layouts) changes.
   struct RowsBatch {
     std::vector<int64_t> key;                      // per row: cache, position, version
+    std::vector<int64_t> next_key;                 // the call's key, built here
     std::vector<kvscope::cuda::KvRowRef> refs;     // [L][B]
     std::vector<kvscope::cuda::KvLayer> shared;    // [L] the layer's fields shared by rows
     std::vector<int> max_slots;                    // [L]

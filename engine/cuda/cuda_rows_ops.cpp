@@ -35,8 +35,8 @@ bool same_layout(const KvLayer& a, const KvLayer& b) {
 
 Expected<const KvRowRef*> CudaBackend::row_refs(const DecodeRows& rows, int layer) {
   const int B = rows.n, L = rows.caches[0]->shape().n_layer;
-  std::vector<int64_t> key;
-  key.reserve(size_t(3 * B + 1));
+  std::vector<int64_t>& key = rows_.next_key;  // reused: a decode step allocates nothing here
+  key.clear();
   key.push_back(L);
   for (int b = 0; b < B; ++b) {
     const auto* c = static_cast<const CudaKvCache*>(rows.caches[b]);
@@ -45,7 +45,7 @@ Expected<const KvRowRef*> CudaBackend::row_refs(const DecodeRows& rows, int laye
     key.push_back(int64_t(c->version()));
   }
   if (key != rows_.key) {
-    rows_.key = std::move(key);
+    rows_.key.swap(key);
     rows_.refs.assign(size_t(L) * size_t(B), KvRowRef{});
     rows_.shared.assign(size_t(L), KvLayer{});
     rows_.max_slots.assign(size_t(L), 0);
