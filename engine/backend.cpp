@@ -385,9 +385,9 @@ void check_rows(Check& c, const DecodeRows& rows, int layer, int64_t q_rows) {
     int dup = -1;
     for (int j = 0; j < b && dup < 0; ++j)
       if (rows.caches[j] == cache) dup = j;
-    if (cache && cache->shape().n_layer == s0.n_layer &&
-        cache->shape().n_head_kv == s0.n_head_kv && cache->shape().head_dim == s0.head_dim &&
-        layer >= 0 && layer < s0.n_layer && p >= 0 && holds(*cache, layer, p) && dup < 0)
+    if (cache && cache->shape().n_layer == s0.n_layer && cache->shape().n_head_kv == s0.n_head_kv &&
+        cache->shape().head_dim == s0.head_dim && layer >= 0 && layer < s0.n_layer && p >= 0 &&
+        holds(*cache, layer, p) && dup < 0)
       continue;
     const std::string cb = "rows.caches[" + std::to_string(b) + "]";
     const std::string pb = "rows.pos[" + std::to_string(b) + "]";
@@ -397,8 +397,8 @@ void check_rows(Check& c, const DecodeRows& rows, int layer, int64_t q_rows) {
          s0.n_layer)
         .eq({cb, "->shape().n_head_kv"}, cache->shape().n_head_kv,
             "rows.caches[0]->shape().n_head_kv", s0.n_head_kv)
-        .eq({cb, "->shape().head_dim"}, cache->shape().head_dim,
-            "rows.caches[0]->shape().head_dim", s0.head_dim)
+        .eq({cb, "->shape().head_dim"}, cache->shape().head_dim, "rows.caches[0]->shape().head_dim",
+            s0.head_dim)
         .layer(*cache, layer)
         .at_least(std::string_view(pb), p, "", 0)
         .held(*cache, layer, p, 1);
@@ -408,8 +408,8 @@ void check_rows(Check& c, const DecodeRows& rows, int layer, int64_t q_rows) {
 
 }  // namespace
 
-Status Backend::rope_kv_write_rows(Tensor q, Tensor k, Tensor v, const DecodeRows& rows,
-                                   int layer, int n_head, const RopeSpec& r) {
+Status Backend::rope_kv_write_rows(Tensor q, Tensor k, Tensor v, const DecodeRows& rows, int layer,
+                                   int n_head, const RopeSpec& r) {
   Check c("rope_kv_write_rows");
   c.tensor("q", q);
   check_rows(c, rows, layer, q.rows);
@@ -424,8 +424,8 @@ Status Backend::rope_kv_write_rows(Tensor q, Tensor k, Tensor v, const DecodeRow
   return do_rope_kv_write_rows(q, k, v, rows, layer, n_head, r);
 }
 
-Status Backend::attention_rows(Tensor q, const DecodeRows& rows, int layer, int n_head,
-                               float scale, Tensor out) {
+Status Backend::attention_rows(Tensor q, const DecodeRows& rows, int layer, int n_head, float scale,
+                               Tensor out) {
   Check c("attention_rows");
   c.tensor("q", q);
   check_rows(c, rows, layer, q.rows);

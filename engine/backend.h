@@ -55,8 +55,8 @@ inline constexpr std::array<std::string_view, 21> kBackendOps = {
     "scratch",      "create_kv_cache", "embed",       "rmsnorm",       "matmul",
     "add_bias",     "rope",            "kv_write",    "attention",     "glu",
     "add",          "kv_row_norms",    "kv_row_errors", "download",    "kv_rerotate",
-    "matmul_qkv",   "matmul_glu",      "rope_kv_write", "add_rmsnorm", "rope_kv_write_rows",
-    "attention_rows",
+    "matmul_qkv",   "matmul_glu",      "rope_kv_write", "add_rmsnorm",
+    "rope_kv_write_rows", "attention_rows",
 };
 
 // B decode rows of a batch, one per sequence: row b of the rows ops' tensors is one token

@@ -270,9 +270,9 @@ Status run_batch(Backend& be, const Model& model, const std::vector<BatchSeq>& s
   // attention go through the rows ops, one call per layer for the whole run (one launch
   // on the GPU instead of one per sequence). Everything else goes sequence by sequence.
   struct Run {
-    size_t i0 = 0, i1 = 0;          // sequences [i0, i1)
-    std::vector<KvCache*> caches;   // [i1 - i0]
-    std::vector<int> pos;           // [i1 - i0]
+    size_t i0 = 0, i1 = 0;         // sequences [i0, i1)
+    std::vector<KvCache*> caches;  // [i1 - i0]
+    std::vector<int> pos;          // [i1 - i0]
   };
   std::vector<Run> runs;
   const auto decode_row = [&](size_t i) {
@@ -319,14 +319,14 @@ Status run_batch(Backend& be, const Model& model, const std::vector<BatchSeq>& s
         const int n = int(run.i1 - run.i0);
         const DecodeRows dr{run.caches.data(), run.pos.data(), n};
         const int64_t r0 = rows[i].r0;
-        KV_TRY(be.rope_kv_write_rows(q->row_range(r0, n), k->row_range(r0, n),
-                                     v->row_range(r0, n), dr, l, H, rope));
+        KV_TRY(be.rope_kv_write_rows(q->row_range(r0, n), k->row_range(r0, n), v->row_range(r0, n),
+                                     dr, l, H, rope));
         for (size_t m = run.i0; m < run.i1; ++m)
           if (seqs[m].norms)
             KV_TRY(be.kv_row_norms(*seqs[m].cache, l, rows[m].pos0, 1, norm_cols(l, rows[m]),
                                    norm_cols(L + l, rows[m])));
-        KV_TRY(be.attention_rows(q->row_range(r0, n), dr, l, H, c.attn_scale,
-                                 att->row_range(r0, n)));
+        KV_TRY(
+            be.attention_rows(q->row_range(r0, n), dr, l, H, c.attn_scale, att->row_range(r0, n)));
         i = run.i1 - 1;
         continue;
       }

@@ -52,10 +52,10 @@ struct PartialSmem {
 // Pass 1 for head h, chunk c of one query row at position qp (sh.nc: the chunk stride of
 // m, l, o; wk.scores may be null: no raw scores kept).
 template <class KE, class VE>
-__device__ __forceinline__ void decode_partial(const float* q, const uint8_t* kc,
-                                               const uint8_t* vc, const KvLayer& kv,
-                                               const DecodeShape& sh, const Work& wk, int qp,
-                                               int h, int c, PartialSmem sm) {
+__device__ __forceinline__ void decode_partial(const float* q, const uint8_t* kc, const uint8_t* vc,
+                                               const KvLayer& kv, const DecodeShape& sh,
+                                               const Work& wk, int qp, int h, int c,
+                                               PartialSmem sm) {
   float* qs = sm.qs;
   float* p = sm.p;
   float* part = sm.part;
@@ -143,8 +143,8 @@ __device__ __forceinline__ void decode_partial(const float* q, const uint8_t* kc
 
 template <class KE, class VE>
 __global__ void __launch_bounds__(kThreads)
-    attn_decode_partial(const float* q, const uint8_t* kc, const uint8_t* vc, KvLayer kv, DecodeShape sh,
-                        Work wk, const int* pos0_dev) {
+    attn_decode_partial(const float* q, const uint8_t* kc, const uint8_t* vc, KvLayer kv,
+                        DecodeShape sh, Work wk, const int* pos0_dev) {
   __shared__ float qs[kMaxD];
   __shared__ float p[kDecodeChunk];
   __shared__ float part[kThreads];
@@ -288,9 +288,8 @@ int64_t attention_rows_work_floats(int B, int n_head, KvLayer kv, int max_slots)
   return int64_t(B) * n_head * nc * (2 + kv.head_dim);
 }
 
-cudaError_t attention_rows(const float* q, KvLayer kv, const KvRowRef* rows, int B,
-                           int max_slots, int n_head, float scale, float* out, float* work,
-                           cudaStream_t s) {
+cudaError_t attention_rows(const float* q, KvLayer kv, const KvRowRef* rows, int B, int max_slots,
+                           int n_head, float scale, float* out, float* work, cudaStream_t s) {
   if (B <= 0) return cudaSuccess;
   if (rows == nullptr || kv.block <= 0 || kv.n_head_kv <= 0 || n_head % kv.n_head_kv != 0 ||
       max_slots <= 0 || kv.head_dim <= 0 || kv.head_dim > kMaxD || work == nullptr)

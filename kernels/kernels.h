@@ -147,9 +147,8 @@ cudaError_t attention_decode(const float* q, KvLayer kv, int pos0, const int* po
 // out [B][H*D]; no probability rows. max_slots >= every rows[b].n_slots sizes the grid;
 // work: attention_rows_work_floats(B, H, kv, max_slots) device floats.
 int64_t attention_rows_work_floats(int B, int n_head, KvLayer kv, int max_slots);
-cudaError_t attention_rows(const float* q, KvLayer kv, const KvRowRef* rows, int B,
-                           int max_slots, int n_head, float scale, float* out, float* work,
-                           cudaStream_t s);
+cudaError_t attention_rows(const float* q, KvLayer kv, const KvRowRef* rows, int B, int max_slots,
+                           int n_head, float scale, float* out, float* work, cudaStream_t s);
 // Raises the kernels' dynamic shared memory limits; call once per device.
 cudaError_t kernels_init();
 // out[i] = act(gate[i]) * up[i]; out may alias gate.
@@ -180,8 +179,8 @@ cudaError_t rope_kv_write(float* q, float* k, const float* v, int T, int n_head,
 // rope_kv_write for B decode rows of different sequences in one launch: row b of q, k, v
 // at position rows[b].query, stored through rows[b]'s block table and slot map (kv: the
 // layer's shared fields, paged: kv.block > 0). Bit-identical to rope_kv_write per row.
-cudaError_t rope_kv_write_rows(float* q, float* k, const float* v, int B, int n_head,
-                               RopeArgs r, KvLayer kv, const KvRowRef* rows, cudaStream_t s);
+cudaError_t rope_kv_write_rows(float* q, float* k, const float* v, int B, int n_head, RopeArgs r,
+                               KvLayer kv, const KvRowRef* rows, cudaStream_t s);
 // x [T][C] += y, then out [T][C] = rmsnorm(x) * w (as add() then rmsnorm(), with the
 // same summation order). out must not alias x or y.
 cudaError_t add_rmsnorm(float* x, const float* y, const float* w, int T, int C, float eps,

@@ -116,8 +116,8 @@ cudaError_t rope_kv_write_rows(float* q, float* k, const float* v, int B, int n_
   return kv_dispatch(kv, [&](auto kt, auto vt) {
     using KE = typename decltype(kt)::type;
     using VE = typename decltype(vt)::type;
-    return launch(rope_kv_write_rows_kernel<KE, VE>, dim3(B), dim3(threads), 0, s, q, k, v,
-                  n_head, r, kv, rows, static_cast<uint8_t*>(kv.k), static_cast<uint8_t*>(kv.v));
+    return launch(rope_kv_write_rows_kernel<KE, VE>, dim3(B), dim3(threads), 0, s, q, k, v, n_head,
+                  r, kv, rows, static_cast<uint8_t*>(kv.k), static_cast<uint8_t*>(kv.v));
   });
 }
 

@@ -118,15 +118,15 @@ class CudaBackend final : public Backend {
   // The rows ops' batch (cuda_rows_ops.cpp): metadata of every layer for the batch last
   // seen, uploaded in one copy when the batch (caches, positions, layouts) changes.
   struct RowsBatch {
-    std::vector<int64_t> key;                      // per row: cache, position, version
-    std::vector<int64_t> next_key;                 // the call's key, built here
-    std::vector<kvscope::cuda::KvRowRef> refs;     // [L][B]
-    std::vector<kvscope::cuda::KvLayer> shared;    // [L] the layer's fields shared by rows
-    std::vector<int> max_slots;                    // [L]
-    std::vector<char> ok;                          // [L] the rows can share a launch
-    DeviceBuffer dev;                              // refs on the device
-    DeviceBuffer work;                             // attention_rows' partial results
-    int uploads = 0;                               // metadata copies made (tests)
+    std::vector<int64_t> key;                    // per row: cache, position, version
+    std::vector<int64_t> next_key;               // the call's key, built here
+    std::vector<kvscope::cuda::KvRowRef> refs;   // [L][B]
+    std::vector<kvscope::cuda::KvLayer> shared;  // [L] the layer's fields shared by rows
+    std::vector<int> max_slots;                  // [L]
+    std::vector<char> ok;                        // [L] the rows can share a launch
+    DeviceBuffer dev;                            // refs on the device
+    DeviceBuffer work;                           // attention_rows' partial results
+    int uploads = 0;                             // metadata copies made (tests)
   } rows_;
   int n_head_ = 0;
   DecodeGraph graph_;  // the decode step's launches, replayed as a CUDA graph

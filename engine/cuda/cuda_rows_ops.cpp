@@ -76,9 +76,9 @@ Expected<const KvRowRef*> CudaBackend::row_refs(const DecodeRows& rows, int laye
     }
     // Pageable source: the call returns once the bytes are staged; the copy is ordered
     // before the launches that read it.
-    KV_TRY(cuda_check(cudaMemcpyAsync(rows_.dev.p, rows_.refs.data(), bytes,
-                                      cudaMemcpyHostToDevice, stream_),
-                      "uploading the decode rows' cache references"));
+    KV_TRY(cuda_check(
+        cudaMemcpyAsync(rows_.dev.p, rows_.refs.data(), bytes, cudaMemcpyHostToDevice, stream_),
+        "uploading the decode rows' cache references"));
     ++rows_.uploads;
   }
   if (!rows_.ok[size_t(layer)]) return static_cast<const KvRowRef*>(nullptr);
@@ -91,9 +91,8 @@ Status CudaBackend::do_rope_kv_write_rows(Tensor q, Tensor k, Tensor v, const De
   if (!refs.ok()) return refs.error();
   if (*refs == nullptr) return Backend::do_rope_kv_write_rows(q, k, v, rows, layer, n_head, r);
   if (graph_.recording()) graph_.not_graphable();  // positions are per row, not the step's
-  return ops_->run("rope_kv_write_rows kernel", kvscope::cuda::rope_kv_write_rows, q.data,
-                   k.data, v.data, rows.n, n_head, rows_rope_args(r), rows_.shared[size_t(layer)],
-                   *refs);
+  return ops_->run("rope_kv_write_rows kernel", kvscope::cuda::rope_kv_write_rows, q.data, k.data,
+                   v.data, rows.n, n_head, rows_rope_args(r), rows_.shared[size_t(layer)], *refs);
 }
 
 Status CudaBackend::do_attention_rows(Tensor q, const DecodeRows& rows, int layer, int n_head,

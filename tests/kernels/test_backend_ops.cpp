@@ -859,20 +859,22 @@ std::vector<OpEntry> op_table() {
                            Tensor q = s.put(0, B, H * D, random_floats(size_t(B * H * D), 181));
                            Tensor k = s.put(1, B, Hkv * D, random_floats(size_t(B * Hkv * D), 182));
                            Tensor v = s.put(2, B, Hkv * D, random_floats(size_t(B * Hkv * D), 183));
-                           for (int b = 0; b < B; ++b) ok(rk.caches[size_t(b)]->begin(rk.pos[size_t(b)], 1));
+                           for (int b = 0; b < B; ++b)
+                             ok(rk.caches[size_t(b)]->begin(rk.pos[size_t(b)], 1));
                            const DecodeRows dr = rk.rows();
-                           ok(s.be->rope_kv_write_rows(q, k, v, dr, 1, H,
-                                                       RopeSpec{RopeStyle::NeoX, 32, 10000.f, 1.f}));
+                           ok(s.be->rope_kv_write_rows(
+                               q, k, v, dr, 1, H, RopeSpec{RopeStyle::NeoX, 32, 10000.f, 1.f}));
                            Tensor err = s.put(3, 2, B);
                            for (int b = 0; b < B; ++b)
                              ok(s.be->kv_row_errors(*rk.caches[size_t(b)], 1, rk.pos[size_t(b)],
-                                                    k.row(b), v.row(b),
-                                                    Tensor{err.data + b, 1, 1},
+                                                    k.row(b), v.row(b), Tensor{err.data + b, 1, 1},
                                                     Tensor{err.data + B + b, 1, 1}));
                            Tensor out = s.put(4, B, H * D);
                            ok(s.be->attention_rows(q, dr, 1, H, 0.17677669f, out));
                            for (auto& c : rk.caches) ok(c->end());
-                           return Outputs{{"q", s.get(q)}, {"k", s.get(k)}, {"errors", s.get(err)},
+                           return Outputs{{"q", s.get(q)},
+                                          {"k", s.get(k)},
+                                          {"errors", s.get(err)},
                                           {"attention", s.get(out)}};
                          }});
     e.bad.push_back({"rows", [](Side& s) {
@@ -901,24 +903,24 @@ std::vector<OpEntry> op_table() {
     OpEntry e{"attention_rows", {2e-4f, 2e-3f}, {}, {}};
     for (KvDtype kt : kKvTypes)
       for (int window : {0, 4})
-        e.cases.push_back({std::string(dtype_name(kt)) + " window " + std::to_string(window),
-                           [=](Side& s) {
-                             const int H = 4, Hkv = 2, D = 32, B = 5;
-                             RowsKit rk = rows_kit(s, kv_cfg(2, Hkv, D, kt, kt, window, window ? 1 : 0),
-                                                   {9, 1, 21, 8, 16}, 190);
-                             for (int b = 0; b < B; ++b) rk.pos[size_t(b)] -= 1;  // the last held
-                             Tensor q = s.put(0, B, H * D, random_floats(size_t(B * H * D), 191, -2, 2));
-                             Tensor out = s.put(1, B, H * D);
-                             ok(s.be->attention_rows(q, rk.rows(), 1, H, 0.17677669f, out));
-                             return Outputs{{"out", s.get(out)}};
-                           }});
-    e.bad.push_back({"rows", [](Side& s) {
-                       BadKit k = bad_kit(s);
-                       KvCache* c[1] = {k.cache.get()};
-                       const int pos[1] = {3};
-                       return s.be->attention_rows(k.q4x128, DecodeRows{c, pos, 1}, 0, 4, 1.f,
-                                                   k.q4x128);
-                     }});
+        e.cases.push_back(
+            {std::string(dtype_name(kt)) + " window " + std::to_string(window), [=](Side& s) {
+               const int H = 4, Hkv = 2, D = 32, B = 5;
+               RowsKit rk = rows_kit(s, kv_cfg(2, Hkv, D, kt, kt, window, window ? 1 : 0),
+                                     {9, 1, 21, 8, 16}, 190);
+               for (int b = 0; b < B; ++b) rk.pos[size_t(b)] -= 1;  // the last held
+               Tensor q = s.put(0, B, H * D, random_floats(size_t(B * H * D), 191, -2, 2));
+               Tensor out = s.put(1, B, H * D);
+               ok(s.be->attention_rows(q, rk.rows(), 1, H, 0.17677669f, out));
+               return Outputs{{"out", s.get(out)}};
+             }});
+    e.bad.push_back(
+        {"rows", [](Side& s) {
+           BadKit k = bad_kit(s);
+           KvCache* c[1] = {k.cache.get()};
+           const int pos[1] = {3};
+           return s.be->attention_rows(k.q4x128, DecodeRows{c, pos, 1}, 0, 4, 1.f, k.q4x128);
+         }});
     e.bad.push_back({"not held", [](Side& s) {
                        BadKit k = bad_kit(s);
                        KvCache* c[1] = {k.cache.get()};

@@ -428,10 +428,10 @@ struct DecodeSide {
 
 // Batched decode of sequences of different lengths on paged caches (prompts of 3, 8, 9,
 // 15 and 17 tokens, 8-position blocks: the rows cross block boundaries at different
-// steps): prompts alone, then 8 greedy steps (tokens fed from the CPU's logits) with every sequence's decode row in one
-// forward_batch, which sends consecutive decode rows through the rows ops (one launch per
-// layer on CUDA). On the CUDA backend each sequence's logits equal the same sequence
-// decoded alone and the CPU's batch, and the greedy tokens are the same. At step 3,
+// steps): prompts alone, then 8 greedy steps (tokens fed from the CPU's logits) with every
+// sequence's decode row in one forward_batch, which sends consecutive decode rows through the rows
+// ops (one launch per layer on CUDA). On the CUDA backend each sequence's logits equal the same
+// sequence decoded alone and the CPU's batch, and the greedy tokens are the same. At step 3,
 // sequence 2 asks for its attention rows: the run splits around it (rows 0-1 and 3-4
 // batched, 2 alone). Tokens are the CPU batch's greedy choice, fed to every side.
 void check_batched_decode(const Model& model, const char* what) {
@@ -439,8 +439,8 @@ void check_batched_decode(const Model& model, const char* what) {
   const KvCacheConfig cfg = kv_cache_config(model, {}, KvPolicy::Full);
   const KvLayerGroups groups = kv_layer_groups(cfg);
   const bool windowed = groups.count() > 1;
-  const KvPoolConfig pc{{groups.size, cfg.shape.n_head_kv, cfg.shape.head_dim}, cfg.types, 8,
-                        groups.count() * 5 * 4};
+  const KvPoolConfig pc{
+      {groups.size, cfg.shape.n_head_kv, cfg.shape.head_dim}, cfg.types, 8, groups.count() * 5 * 4};
   auto cuda_batch = make_cuda_backend(model);
   ASSERT_TRUE(cuda_batch.ok()) << cuda_batch.error().message;
   auto cuda_alone = make_cuda_backend(model);
@@ -469,10 +469,9 @@ void check_batched_decode(const Model& model, const char* what) {
       ASSERT_TRUE(k.ok()) << k.error().message;
       side.caches.push_back(std::move(*k));
       std::vector<BatchSeqOutput> out;
-      Status st = forward_batch(*side.be, model,
-                                {BatchSeq{side.caches.back().get(), toks[i].data(),
-                                          int(toks[i].size())}},
-                                out);
+      Status st = forward_batch(
+          *side.be, model,
+          {BatchSeq{side.caches.back().get(), toks[i].data(), int(toks[i].size())}}, out);
       ASSERT_TRUE(st.ok()) << side.label << ": " << st.message();
       if (side.be == cpu.get()) first[i] = argmax(out[0].logits);
     }
@@ -525,8 +524,7 @@ void check_batched_decode(const Model& model, const char* what) {
       toks[i].push_back(next);
     }
   }
-  for (size_t i = 0; i < B; ++i)
-    EXPECT_EQ(sides[1].caches[i]->length(), int(toks[i].size()) - 1);
+  for (size_t i = 0; i < B; ++i) EXPECT_EQ(sides[1].caches[i]->length(), int(toks[i].size()) - 1);
 }
 
 TEST_F(CudaBackendParity, BatchedDecodeOnPagedCachesEqualsEachAloneAndCpu) {
