@@ -361,6 +361,100 @@ Status Backend::add_rmsnorm(Tensor x, Tensor y, const Weight& w, float eps, Tens
   return do_add_rmsnorm(x, y, w, eps, out);
 }
 
+namespace {
+
+// Whether `layer` of `c` holds position p (what Check::held verifies).
+bool holds(const KvCache& c, int layer, int p) {
+  const int s = c.slot_of(layer, p);
+  return s >= 0 && s < c.n_slots(layer) && c.slot_pos(layer)[size_t(s)] == p;
+}
+
+// The rows of a rows op: B = q.rows non-null, distinct caches of one shape, each row's
+// position held in `layer`. A row's argument names are built only for a row that fails
+// (a passing call allocates nothing).
+void check_rows(Check& c, const DecodeRows& rows, int layer, int64_t q_rows) {
+  c.at_least("rows.n", rows.n, "", 1)
+      .eq("rows.n", rows.n, "q.rows", q_rows)
+      .not_null("rows.caches", rows.caches)
+      .not_null("rows.pos", rows.pos);
+  if (!c.ok()) return;
+  const KvShape s0 = rows.caches[0] ? rows.caches[0]->shape() : KvShape{};
+  for (int b = 0; b < rows.n && c.ok(); ++b) {
+    const KvCache* cache = rows.caches[b];
+    const int p = rows.pos[b];
+    int dup = -1;
+    for (int j = 0; j < b && dup < 0; ++j)
+      if (rows.caches[j] == cache) dup = j;
+    if (cache && cache->shape().n_layer == s0.n_layer && cache->shape().n_head_kv == s0.n_head_kv &&
+        cache->shape().head_dim == s0.head_dim && layer >= 0 && layer < s0.n_layer && p >= 0 &&
+        holds(*cache, layer, p) && dup < 0)
+      continue;
+    const std::string cb = "rows.caches[" + std::to_string(b) + "]";
+    const std::string pb = "rows.pos[" + std::to_string(b) + "]";
+    c.not_null(std::string_view(cb), cache);
+    if (!c.ok()) break;
+    c.eq({cb, "->shape().n_layer"}, cache->shape().n_layer, "rows.caches[0]->shape().n_layer",
+         s0.n_layer)
+        .eq({cb, "->shape().n_head_kv"}, cache->shape().n_head_kv,
+            "rows.caches[0]->shape().n_head_kv", s0.n_head_kv)
+        .eq({cb, "->shape().head_dim"}, cache->shape().head_dim, "rows.caches[0]->shape().head_dim",
+            s0.head_dim)
+        .layer(*cache, layer)
+        .at_least(std::string_view(pb), p, "", 0)
+        .held(*cache, layer, p, 1);
+    if (dup >= 0) c.eq(std::string_view(cb), b, "the row of the same cache", dup);
+  }
+}
+
+}  // namespace
+
+Status Backend::rope_kv_write_rows(Tensor q, Tensor k, Tensor v, const DecodeRows& rows, int layer,
+                                   int n_head, const RopeSpec& r) {
+  Check c("rope_kv_write_rows");
+  c.tensor("q", q);
+  check_rows(c, rows, layer, q.rows);
+  if (!c.ok()) return c.status();
+  const KvCache& c0 = *rows.caches[0];
+  const KvShape& s = c0.shape();
+  c.at_least("n_head", n_head, "", 1)
+      .eq("q.cols", q.cols, "n_head * head_dim", int64_t(n_head) * s.head_dim);
+  check_kv_rows(c, c0, k, v);
+  c.eq("k.rows", k.rows, "q.rows", q.rows).rope(r, s.head_dim);
+  KV_TRY(c.status());
+  return do_rope_kv_write_rows(q, k, v, rows, layer, n_head, r);
+}
+
+Status Backend::attention_rows(Tensor q, const DecodeRows& rows, int layer, int n_head, float scale,
+                               Tensor out) {
+  Check c("attention_rows");
+  c.tensor("q", q);
+  check_rows(c, rows, layer, q.rows);
+  if (!c.ok()) return c.status();
+  const KvShape& s = rows.caches[0]->shape();
+  c.at_least("n_head", n_head, "", 1)
+      .multiple_of("n_head", n_head, "n_head_kv", s.n_head_kv)
+      .eq("q.cols", q.cols, "n_head * head_dim", int64_t(n_head) * s.head_dim)
+      .same_shape("out", out, "q", q);
+  KV_TRY(c.status());
+  return do_attention_rows(q, rows, layer, n_head, scale, out);
+}
+
+Status Backend::do_rope_kv_write_rows(Tensor q, Tensor k, Tensor v, const DecodeRows& rows,
+                                      int layer, int n_head, const RopeSpec& r) {
+  for (int b = 0; b < rows.n; ++b)
+    KV_TRY(rope_kv_write(q.row(b), k.row(b), v.row(b), *rows.caches[b], layer, n_head, r,
+                         rows.pos[b]));
+  return Status::Ok();
+}
+
+Status Backend::do_attention_rows(Tensor q, const DecodeRows& rows, int layer, int n_head,
+                                  float scale, Tensor out) {
+  for (int b = 0; b < rows.n; ++b)
+    KV_TRY(attention(q.row(b), *rows.caches[b], layer, rows.pos[b], n_head, scale, out.row(b),
+                     Tensor{}));
+  return Status::Ok();
+}
+
 Status Backend::unfused_matmul_qkv(const Weight& wq, const Weight& wk, const Weight& wv,
                                    Tensor x, Tensor q, Tensor k, Tensor v) {
   KV_TRY(matmul(wq, x, q));

@@ -49,12 +49,23 @@ struct RopeSpec {
 // a non-virtual wrapper that checks its arguments and then calls the protected do_<op>.
 // An op added to Backend adds its name here; the backend-ops test
 // (tests/kernels/test_backend_ops.cpp) then fails until it has an entry for the op, and
-// does not build while its probe backend misses a new do_<op> (every do_<op> is pure).
-inline constexpr std::array<std::string_view, 19> kBackendOps = {
+// does not build while its probe backend misses a new do_<op> (every do_<op> is pure but
+// the rows ops', whose default loops over the per-sequence op; the probe overrides them too).
+inline constexpr std::array<std::string_view, 21> kBackendOps = {
     "scratch",      "create_kv_cache", "embed",       "rmsnorm",       "matmul",
     "add_bias",     "rope",            "kv_write",    "attention",     "glu",
     "add",          "kv_row_norms",    "kv_row_errors", "download",    "kv_rerotate",
     "matmul_qkv",   "matmul_glu",      "rope_kv_write", "add_rmsnorm",
+    "rope_kv_write_rows", "attention_rows",
+};
+
+// B decode rows of a batch, one per sequence: row b of the rows ops' tensors is one token
+// of caches[b] at position pos[b] (the position its begin() made room for). The caches are
+// distinct. Host memory, valid for the call.
+struct DecodeRows {
+  KvCache* const* caches = nullptr;  // [B]
+  const int* pos = nullptr;          // [B]
+  int n = 0;                         // B
 };
 
 // The ops check shapes and arguments before a backend sees them: a bad call is an Error
@@ -154,6 +165,17 @@ class Backend {
   // x += y, then out = RMSNorm(x)·w.
   Status add_rmsnorm(Tensor x, Tensor y, const Weight& w, float eps, Tensor out);
 
+  // --- Decode rows of several sequences at once (a batched decode step): the results of
+  // the per-sequence op on each row, in one launch (or one split + merge pair) where the
+  // backend can (CUDA, paged caches of one pool); by default the per-sequence op per row.
+  // rope_kv_write for row b of q [B][H*D], k, v [B][Hkv*D] into rows.caches[b] at pos[b].
+  Status rope_kv_write_rows(Tensor q, Tensor k, Tensor v, const DecodeRows& rows, int layer,
+                            int n_head, const RopeSpec& rope_spec);
+  // attention (no probability rows) of row b of q [B][H*D] over rows.caches[b] at pos[b]
+  // into row b of out [B][H*D].
+  Status attention_rows(Tensor q, const DecodeRows& rows, int layer, int n_head, float scale,
+                        Tensor out);
+
   // Step timing: the device time between begin_step and end_step, where the backend
   // can measure it (CUDA events); nullopt on the CPU (the session uses wall time).
   virtual void begin_step() {}
@@ -192,6 +214,11 @@ class Backend {
                                   int n_head, const RopeSpec& rope_spec, int pos0) = 0;
   virtual Status do_add_rmsnorm(Tensor x, Tensor y, const Weight& w, float eps,
                                 Tensor out) = 0;
+  // Not pure: by default each row through the per-sequence op (bit-identical to it).
+  virtual Status do_rope_kv_write_rows(Tensor q, Tensor k, Tensor v, const DecodeRows& rows,
+                                       int layer, int n_head, const RopeSpec& rope_spec);
+  virtual Status do_attention_rows(Tensor q, const DecodeRows& rows, int layer, int n_head,
+                                   float scale, Tensor out);
 
   // The fused ops as sequences of the basic ops, for backends (or shapes) without a
   // fused version.

@@ -12,7 +12,9 @@
 //
 // forward_batch runs several sequences' tokens through one pass: the rows of all of them
 // go through the weight products together, and each sequence's rows meet RoPE, its cache
-// and attention on their own. forward() is that pass for one sequence.
+// and attention on their own, except that consecutive decode rows on paged caches of one
+// pool meet them together through the rows ops (Backend::rope_kv_write_rows,
+// attention_rows: one launch per layer on the GPU). forward() is that pass for one sequence.
 //
 // More than kMaxBatch tokens go through in batches of kMaxBatch: a windowed layer's ring
 // then never holds more than keep - 1 + kMaxBatch positions (a 2,000-token prompt does
@@ -263,6 +265,34 @@ Status run_batch(Backend& be, const Model& model, const std::vector<BatchSeq>& s
     return Tensor{norms->data + int64_t(r) * T + sr.r0, 1, sr.T};
   };
 
+  // Runs of consecutive decode rows (one token each) whose caches are paged over one pool,
+  // with no attention rows or quantization errors asked: their RoPE + K/V store and their
+  // attention go through the rows ops, one call per layer for the whole run (one launch
+  // on the GPU instead of one per sequence). Everything else goes sequence by sequence.
+  struct Run {
+    size_t i0 = 0, i1 = 0;         // sequences [i0, i1)
+    std::vector<KvCache*> caches;  // [i1 - i0]
+    std::vector<int> pos;          // [i1 - i0]
+  };
+  std::vector<Run> runs;
+  const auto decode_row = [&](size_t i) {
+    return rows[i].T == 1 && rows[i].probs_at < 0 && !rows[i].errs && seqs[i].cache->paged();
+  };
+  for (size_t i = 0; i < N;) {
+    size_t j = i + 1;
+    if (decode_row(i))
+      while (j < N && decode_row(j) && seqs[j].cache->pool() == seqs[i].cache->pool()) ++j;
+    if (j - i >= 2 && decode_row(i)) {
+      Run r{i, j, {}, {}};
+      for (size_t m = i; m < j; ++m) {
+        r.caches.push_back(seqs[m].cache);
+        r.pos.push_back(rows[m].pos0);
+      }
+      runs.push_back(std::move(r));
+    }
+    i = j;
+  }
+
   // The residual add that closes each block is fused with the norm that opens the next
   // one (and with output_norm after the last block).
   KV_TRY(be.embed(model.tok_embd(), ids.data(), c.embd_scale, *x));
@@ -282,7 +312,24 @@ Status run_batch(Backend& be, const Model& model, const std::vector<BatchSeq>& s
       KV_TRY(be.rmsnorm(kh, w.k_norm, c.rms_eps, kh));
     }
     const RopeSpec rope{c.rope_style, c.n_rot, lc.rope_base, lc.rope_freq_scale};
+    size_t next_run = 0;
     for (size_t i = 0; i < N; ++i) {
+      if (next_run < runs.size() && runs[next_run].i0 == i) {
+        const Run& run = runs[next_run++];
+        const int n = int(run.i1 - run.i0);
+        const DecodeRows dr{run.caches.data(), run.pos.data(), n};
+        const int64_t r0 = rows[i].r0;
+        KV_TRY(be.rope_kv_write_rows(q->row_range(r0, n), k->row_range(r0, n), v->row_range(r0, n),
+                                     dr, l, H, rope));
+        for (size_t m = run.i0; m < run.i1; ++m)
+          if (seqs[m].norms)
+            KV_TRY(be.kv_row_norms(*seqs[m].cache, l, rows[m].pos0, 1, norm_cols(l, rows[m]),
+                                   norm_cols(L + l, rows[m])));
+        KV_TRY(
+            be.attention_rows(q->row_range(r0, n), dr, l, H, c.attn_scale, att->row_range(r0, n)));
+        i = run.i1 - 1;
+        continue;
+      }
       const SeqRows& sr = rows[i];
       KvCache& cache = *seqs[i].cache;
       const Tensor qi = q->row_range(sr.r0, sr.T), ki = k->row_range(sr.r0, sr.T),

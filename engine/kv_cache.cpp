@@ -280,6 +280,10 @@ Status KvCache::relocate(int layer, int n_slots, To to) {
       if (from[size_t(s)] >= 0 && from[size_t(s)] != s)
         return make_error("kv cache: a paged cache cannot move rows (layer ", layer, ")");
     KV_TRY(ensure_blocks(n_slots));
+    if (defer_changed_) {  // begin(): one refresh after every layer has grown
+      changed_pending_ = true;
+      return Status::Ok();
+    }
     return paged_changed();
   }
   return relayout(layer, n_slots, from);
@@ -292,6 +296,11 @@ Status KvCache::begin(int pos0, int T) {
     return make_error("kv cache: the cache holds positions up to ", length_,
                       " but the next write starts at position ", pos0);
   const int end = pos0 + T;
+  // Paged: the layers grow one by one below; the backend's copy of the tables and slot
+  // maps is refreshed once afterwards (per layer, a block crossing cost L refreshes of
+  // every table and map: L² small uploads on a GPU).
+  defer_changed_ = pool_ != nullptr;
+  changed_pending_ = false;
   for (int l = 0; l < cfg_.shape.n_layer; ++l) {
     const KvLayerRule& r = rule(l);
     const int n = n_slots(l);
@@ -300,6 +309,7 @@ Status KvCache::begin(int pos0, int T) {
       if (end > n) {
         Status s = resize(l, grown, [](int) { return true; });
         if (!s.ok()) {  // e.g. no block left in the pool: forget what earlier layers took
+          defer_changed_ = false;
           cancel();
           return s;
         }
@@ -321,7 +331,16 @@ Status KvCache::begin(int pos0, int T) {
     auto& map = pos_[size_t(l)];
     for (int p = pos0; p < end; ++p) map[size_t(slot_of(l, p))] = p;
   }
+  defer_changed_ = false;
   pending_end_ = end;
+  if (changed_pending_) {
+    changed_pending_ = false;
+    Status s = paged_changed();
+    if (!s.ok()) {
+      cancel();
+      return s;
+    }
+  }
   if (pool_) {
     Status s = copy_shared(pos0, end);
     if (!s.ok()) {

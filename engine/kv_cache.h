@@ -281,6 +281,8 @@ class KvCache {
   int length_ = 0;
   int pending_end_ = -1;  // pos0 + T between begin() and end()
   bool hold_drops_ = false;
+  bool defer_changed_ = false;  // paged, inside begin(): growth refreshes the backend once
+  bool changed_pending_ = false;
 };
 
 }  // namespace kvscope

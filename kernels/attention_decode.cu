@@ -7,7 +7,9 @@
 // usual log-sum-exp merge), writes out [H*D] and the probability row by position.
 // Work layout (floats): scores [H][n_slots], m [H][nc], l [H][nc], o [H][nc][D].
 // Visibility (empty slots, future positions, the window) is kv_layout.cuh's rule, as in
-// attention.cu; the graph form reads pos0 from device memory. K and V rows are each f32,
+// attention.cu; the graph form reads pos0 from device memory. attention_rows runs the same
+// two passes for B decode rows of different sequences (grid z / y = the row), each over
+// its own block table and slot map. K and V rows are each f32,
 // f16, q8_0 or q4_0, read value by value through kernels/kv_quant.cuh.
 #include "kernels/kv_layout.cuh"
 #include "kernels/launch.cuh"
@@ -42,17 +44,24 @@ Work carve(float* w, int H, int n, int nc, int D) {
   return k;
 }
 
+// The block's shared memory, declared by each kernel and handed to the bodies.
+struct PartialSmem {
+  float *qs, *p, *part, *scratch;
+  int64_t* rows;  // [kDecodeChunk]
+};
+
+// Pass 1 for head h, chunk c of one query row at position qp (sh.nc: the chunk stride of
+// m, l, o; wk.scores may be null: no raw scores kept).
 template <class KE, class VE>
-__global__ void __launch_bounds__(kThreads)
-    attn_decode_partial(const float* q, const uint8_t* kc, const uint8_t* vc, KvLayer kv, DecodeShape sh,
-                        Work wk, const int* pos0_dev) {
-  __shared__ float qs[kMaxD];
-  __shared__ float p[kDecodeChunk];
-  __shared__ float part[kThreads];
-  __shared__ float scratch[32];
-  __shared__ int64_t rows[kDecodeChunk];  // the chunk's rows in the K/V stores
-  const int qp = pos0_dev != nullptr ? *pos0_dev : sh.pos0;
-  const int h = blockIdx.x, c = blockIdx.y;
+__device__ __forceinline__ void decode_partial(const float* q, const uint8_t* kc, const uint8_t* vc,
+                                               const KvLayer& kv, const DecodeShape& sh,
+                                               const Work& wk, int qp, int h, int c,
+                                               PartialSmem sm) {
+  float* qs = sm.qs;
+  float* p = sm.p;
+  float* part = sm.part;
+  float* scratch = sm.scratch;
+  int64_t* rows = sm.rows;  // the chunk's rows in the K/V stores
   const int hk = h / (sh.H / kv.n_head_kv);
   const int n = kv.n_slots, D = kv.head_dim;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -86,7 +95,7 @@ __global__ void __launch_bounds__(kThreads)
       const bool seen = jl < len && kv_visible(kv, kv.pos[j0 + jl], qp);
       const float s = seen ? dot * sh.scale : -INFINITY;
       p[jl] = s;
-      if (jl < len) wk.scores[int64_t(h) * n + j0 + jl] = s;
+      if (jl < len && wk.scores != nullptr) wk.scores[int64_t(h) * n + j0 + jl] = s;
     }
   }
   __syncthreads();
@@ -138,6 +147,96 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+template <class KE, class VE>
+__global__ void __launch_bounds__(kThreads)
+    attn_decode_partial(const float* q, const uint8_t* kc, const uint8_t* vc, KvLayer kv,
+                        DecodeShape sh, Work wk, const int* pos0_dev) {
+  __shared__ float qs[kMaxD];
+  __shared__ float p[kDecodeChunk];
+  __shared__ float part[kThreads];
+  __shared__ float scratch[32];
+  __shared__ int64_t rows[kDecodeChunk];
+  const int qp = pos0_dev != nullptr ? *pos0_dev : sh.pos0;
+  decode_partial<KE, VE>(q, kc, vc, kv, sh, wk, qp, blockIdx.x, blockIdx.y,
+                         PartialSmem{qs, p, part, scratch, rows});
+}
+
+// Row b's share of the rows' work memory: m [H][nc], l [H][nc], o [H][nc][D], no scores.
+__device__ __forceinline__ Work rows_work(float* work, int b, int H, int nc, int D) {
+  Work w;
+  w.scores = nullptr;
+  w.m = work + int64_t(b) * H * nc * (2 + D);
+  w.l = w.m + int64_t(H) * nc;
+  w.o = w.l + int64_t(H) * nc;
+  return w;
+}
+
+// The row's layer: the shared fields with the row's table, slot map and slot count.
+__device__ __forceinline__ KvLayer row_layer(const KvLayer& kv, const KvRowRef& r) {
+  KvLayer kl = kv;
+  kl.blocks = r.blocks;
+  kl.pos = r.pos;
+  kl.n_slots = r.n_slots;
+  return kl;
+}
+
+// Pass 1 of B rows: grid (H, chunks of the longest row, B); a block past its row's last
+// chunk returns at once (the whole block: no barrier is left waiting).
+template <class KE, class VE>
+__global__ void __launch_bounds__(kThreads)
+    attn_rows_partial(const float* q, const uint8_t* kc, const uint8_t* vc, KvLayer kv,
+                      const KvRowRef* rows, DecodeShape sh, float* work) {
+  __shared__ float qs[kMaxD];
+  __shared__ float p[kDecodeChunk];
+  __shared__ float part[kThreads];
+  __shared__ float scratch[32];
+  __shared__ int64_t row_of[kDecodeChunk];
+  const int b = blockIdx.z;
+  const KvRowRef r = rows[b];
+  if (int(blockIdx.y) * kDecodeChunk >= r.n_slots) return;
+  const KvLayer kl = row_layer(kv, r);
+  const Work wk = rows_work(work, b, sh.H, sh.nc, kv.head_dim);
+  decode_partial<KE, VE>(q + int64_t(b) * sh.H * kv.head_dim, kc, vc, kl, sh, wk, r.query,
+                         blockIdx.x, blockIdx.y, PartialSmem{qs, p, part, scratch, row_of});
+}
+
+// Pass 2's merge for head h: the first `count` chunks of m, l, o (chunk stride nc) into
+// out [H*D]; the global max and 1/sum for the probability row.
+__device__ __forceinline__ void decode_merge(const Work& wk, int h, int nc, int count, int D,
+                                             float* out, float* scratch, float* mx_out,
+                                             float* inv_out) {
+  const float* m = wk.m + int64_t(h) * nc;
+  const float* l = wk.l + int64_t(h) * nc;
+  float mx = -INFINITY;
+  for (int c = threadIdx.x; c < count; c += blockDim.x) mx = fmaxf(mx, m[c]);
+  mx = block_max(mx, scratch);
+  float sum = 0.0f;
+  for (int c = threadIdx.x; c < count; c += blockDim.x)
+    if (m[c] != -INFINITY) sum += l[c] * __expf(m[c] - mx);
+  sum = block_sum(sum, scratch);
+  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  const float* o = wk.o + int64_t(h) * nc * D;
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float acc = 0.0f;
+    for (int c = 0; c < count; ++c)
+      if (m[c] != -INFINITY) acc += o[int64_t(c) * D + d] * __expf(m[c] - mx);
+    out[int64_t(h) * D + d] = acc * inv;
+  }
+  *mx_out = mx;
+  *inv_out = inv;
+}
+
+// Pass 2 of B rows: grid (H, B); row b merges its own chunks into row b of out.
+__global__ void __launch_bounds__(kThreads)
+    attn_rows_combine(const KvRowRef* rows, DecodeShape sh, int D, float* work, float* out) {
+  __shared__ float scratch[32];
+  const int h = blockIdx.x, b = blockIdx.y;
+  const int count = (rows[b].n_slots + kDecodeChunk - 1) / kDecodeChunk;
+  const Work wk = rows_work(work, b, sh.H, sh.nc, D);
+  float mx, inv;
+  decode_merge(wk, h, sh.nc, count, D, out + int64_t(b) * sh.H * D, scratch, &mx, &inv);
+}
+
 __global__ void __launch_bounds__(kThreads)
     attn_decode_combine(KvLayer kv, DecodeShape sh, Work wk, float* out, float* probs,
                         const int* pos0_dev) {
@@ -152,23 +251,8 @@ __global__ void __launch_bounds__(kThreads)
       if (probs != nullptr) probs += sh.probs_row0 * sh.probs_stride;
     }
   }
-  const float* m = wk.m + int64_t(h) * nc;
-  const float* l = wk.l + int64_t(h) * nc;
-  float mx = -INFINITY;
-  for (int c = threadIdx.x; c < nc; c += blockDim.x) mx = fmaxf(mx, m[c]);
-  mx = block_max(mx, scratch);
-  float sum = 0.0f;
-  for (int c = threadIdx.x; c < nc; c += blockDim.x)
-    if (m[c] != -INFINITY) sum += l[c] * __expf(m[c] - mx);
-  sum = block_sum(sum, scratch);
-  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-  const float* o = wk.o + int64_t(h) * nc * D;
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    float acc = 0.0f;
-    for (int c = 0; c < nc; ++c)
-      if (m[c] != -INFINITY) acc += o[int64_t(c) * D + d] * __expf(m[c] - mx);
-    out[int64_t(h) * D + d] = acc * inv;
-  }
+  float mx, inv;
+  decode_merge(wk, h, nc, nc, D, out, scratch, &mx, &inv);
   if (probs == nullptr) return;  // the same for the whole block
   float* row = probs + h * sh.probs_stride;
   for (int j = threadIdx.x; j <= qp; j += blockDim.x) row[j] = 0.0f;
@@ -205,6 +289,31 @@ cudaError_t attention_decode(const float* q, KvLayer kv, int pos0, const int* po
   if (e != cudaSuccess) return e;
   return launch(attn_decode_combine, dim3(n_head), dim3(kThreads), 0, s, kv, sh, wk, out, probs,
                 pos0_dev);
+}
+
+int64_t attention_rows_work_floats(int B, int n_head, KvLayer kv, int max_slots) {
+  const int64_t nc = (max_slots + kDecodeChunk - 1) / kDecodeChunk;
+  return int64_t(B) * n_head * nc * (2 + kv.head_dim);
+}
+
+cudaError_t attention_rows(const float* q, KvLayer kv, const KvRowRef* rows, int B, int max_slots,
+                           int n_head, float scale, float* out, float* work, cudaStream_t s) {
+  if (B <= 0) return cudaSuccess;
+  if (rows == nullptr || kv.block <= 0 || kv.n_head_kv <= 0 || n_head % kv.n_head_kv != 0 ||
+      max_slots <= 0 || kv.head_dim <= 0 || kv.head_dim > kMaxD || work == nullptr)
+    return cudaErrorInvalidValue;
+  const int nc = (max_slots + kDecodeChunk - 1) / kDecodeChunk;
+  const DecodeShape sh{0, n_head, nc, scale, 0, 0};
+  const cudaError_t e = kv_dispatch(kv, [&](auto kt, auto vt) {
+    using KE = typename decltype(kt)::type;
+    using VE = typename decltype(vt)::type;
+    return launch(attn_rows_partial<KE, VE>, dim3(n_head, nc, B), dim3(kThreads), 0, s, q,
+                  static_cast<const uint8_t*>(kv.k), static_cast<const uint8_t*>(kv.v), kv, rows,
+                  sh, work);
+  });
+  if (e != cudaSuccess) return e;
+  return launch(attn_rows_combine, dim3(n_head, B), dim3(kThreads), 0, s, rows, sh, kv.head_dim,
+                work, out);
 }
 
 }  // namespace kvscope::cuda

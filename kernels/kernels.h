@@ -91,6 +91,16 @@ struct KvLayer {
   int block = 0;
   int block_shift = 0;  // log2(block): the pool's blocks are 8, 16 or 32 positions
 };
+// One decode row of a batch over several sequences' paged caches of one pool (the
+// *_rows kernels): the row's own block table and slot map for the layer (device memory),
+// the slots those cover and the row's position. The kernels take the layer's shared
+// fields (storage, types, shape, window, block size) from a KvLayer and these per row.
+struct KvRowRef {
+  const int32_t* blocks = nullptr;
+  int32_t* pos = nullptr;
+  int n_slots = 0;
+  int query = 0;
+};
 // Stores k, v [T][Hkv*D] at positions pos0 .. pos0+T-1 (their slots) and records those
 // positions in kv.pos.
 cudaError_t kv_write(KvLayer kv, const float* k, const float* v, int T, int pos0,
@@ -132,6 +142,14 @@ cudaError_t attention_decode(const float* q, KvLayer kv, int pos0, const int* po
                              int n_head, float scale, float* out, float* probs,
                              int64_t probs_stride, int64_t probs_row0, float* work,
                              cudaStream_t s);
+// Decode attention of B rows of different sequences in one split + merge pair: row b of
+// q [B][H*D] at position rows[b].query over the keys of rows[b]'s cache (its table and
+// slot map; shared fields from kv, which must be paged: kv.block > 0), into row b of
+// out [B][H*D]; no probability rows. max_slots >= every rows[b].n_slots sizes the grid;
+// work: attention_rows_work_floats(B, H, kv, max_slots) device floats.
+int64_t attention_rows_work_floats(int B, int n_head, KvLayer kv, int max_slots);
+cudaError_t attention_rows(const float* q, KvLayer kv, const KvRowRef* rows, int B, int max_slots,
+                           int n_head, float scale, float* out, float* work, cudaStream_t s);
 // Raises the kernels' dynamic shared memory limits; call once per device.
 cudaError_t kernels_init();
 // out[i] = act(gate[i]) * up[i]; out may alias gate.
@@ -159,6 +177,11 @@ cudaError_t matmul_glu(QMatrix w_gate, QMatrix w_up, const float* x, int T,
 // (CUDA graph replay, where the position changes between replays).
 cudaError_t rope_kv_write(float* q, float* k, const float* v, int T, int n_head, RopeArgs r,
                           KvLayer kv, int pos0, const int* pos0_dev, cudaStream_t s);
+// rope_kv_write for B decode rows of different sequences in one launch: row b of q, k, v
+// at position rows[b].query, stored through rows[b]'s block table and slot map (kv: the
+// layer's shared fields, paged: kv.block > 0). Bit-identical to rope_kv_write per row.
+cudaError_t rope_kv_write_rows(float* q, float* k, const float* v, int B, int n_head, RopeArgs r,
+                               KvLayer kv, const KvRowRef* rows, cudaStream_t s);
 // x [T][C] += y, then out [T][C] = rmsnorm(x) * w (as add() then rmsnorm(), with the
 // same summation order). out must not alias x or y.
 cudaError_t add_rmsnorm(float* x, const float* y, const float* w, int T, int C, float eps,

@@ -1,6 +1,7 @@
 // cuda_backend_impl.h — the CUDA Backend class, shared by its source files:
 //   cuda_backend.cpp  device setup, scratch memory, caches, downloads, step timing
 //   cuda_ops.cpp      the ops (shapes checked by Backend; kernels issued via OpLauncher)
+//   cuda_rows_ops.cpp the decode-rows ops of a batch over several sequences' paged caches
 // Memory lives in cuda_weights.* (model weights), cuda_kv_cache.* (the KV cache) and
 // cuda_util.* (buffers, status); decode-step recording in decode_graph.*.
 //
@@ -13,6 +14,11 @@
 // add + rmsnorm, gate/up matvec + activation, down matvec, add + rmsnorm) plus embed, the
 // first rmsnorm and the LM head: 9 L + 3. Gemma 3 adds the q/k norms and the two post
 // norms (13 per layer, and unfused products where a weight type has no native matvec).
+// A batched decode step of B sequences on paged caches of one pool issues the same count
+// whatever B: the rows ops (cuda_rows_ops.cpp) store and attend for every row in one
+// launch and one split + merge pair per layer (per sequence, it was 6 + 3 B per layer).
+// Past opt_.matvec_max_tokens rows the products go to cuBLAS (q/k/v three GEMMs, gate/up
+// two and the activation): 13 per layer.
 #pragma once
 
 #include <cublas_v2.h>
@@ -79,6 +85,11 @@ class CudaBackend final : public Backend {
   Status do_rope_kv_write(Tensor q, Tensor k, Tensor v, KvCache& cache, int layer, int n_head,
                           const RopeSpec& r, int pos0) override;
   Status do_add_rmsnorm(Tensor x, Tensor y, const Weight& w, float eps, Tensor out) override;
+  // cuda_rows_ops.cpp
+  Status do_rope_kv_write_rows(Tensor q, Tensor k, Tensor v, const DecodeRows& rows, int layer,
+                               int n_head, const RopeSpec& r) override;
+  Status do_attention_rows(Tensor q, const DecodeRows& rows, int layer, int n_head, float scale,
+                           Tensor out) override;
 
  private:
   // The device position argument of a decode step being recorded (nullptr when eager, or
@@ -87,6 +98,10 @@ class CudaBackend final : public Backend {
   // The scratch slot holding t's data and t's row index in it (rows of t.cols floats);
   // nullptr when t is not inside a slot at a whole row.
   float* slot_base(Tensor t, int64_t* row0) const;
+  // The rows ops' per-row device metadata for `layer` (rows_ prepared for this batch);
+  // nullptr when the rows cannot share a launch there (caches not paged over one pool, or
+  // laid out differently): the caller then runs the per-sequence ops.
+  Expected<const kvscope::cuda::KvRowRef*> row_refs(const DecodeRows& rows, int layer);
   // out [T][n_out] = x [T][n_in] · Wᵀ with cuBLAS on W's fp32 copy (fp32 in, fp32 out).
   Status gemm_f32(DeviceWeight& d, Tensor x, Tensor out);
 
@@ -100,6 +115,19 @@ class CudaBackend final : public Backend {
   std::vector<DeviceBuffer> slots_;
   DeviceBuffer ids_;   // [T] int32 token ids
   DeviceBuffer attn_work_;  // the split decode attention's partial results
+  // The rows ops' batch (cuda_rows_ops.cpp): metadata of every layer for the batch last
+  // seen, uploaded in one copy when the batch (caches, positions, layouts) changes.
+  struct RowsBatch {
+    std::vector<int64_t> key;                    // per row: cache, position, version
+    std::vector<int64_t> next_key;               // the call's key, built here
+    std::vector<kvscope::cuda::KvRowRef> refs;   // [L][B]
+    std::vector<kvscope::cuda::KvLayer> shared;  // [L] the layer's fields shared by rows
+    std::vector<int> max_slots;                  // [L]
+    std::vector<char> ok;                        // [L] the rows can share a launch
+    DeviceBuffer dev;                            // refs on the device
+    DeviceBuffer work;                           // attention_rows' partial results
+    int uploads = 0;                             // metadata copies made (tests)
+  } rows_;
   int n_head_ = 0;
   DecodeGraph graph_;  // the decode step's launches, replayed as a CUDA graph
   std::optional<OpLauncher> ops_;

@@ -2,8 +2,19 @@
 #include "engine/cuda/cuda_kv_cache.h"
 
 #include <algorithm>
+#include <atomic>
 
 namespace kvscope {
+namespace {
+
+// Layout versions are unique across caches: a cache made where a freed one lived never
+// repeats that one's (address, version) pair.
+uint64_t next_layout_version() {
+  static std::atomic<uint64_t> counter{0};
+  return ++counter;
+}
+
+}  // namespace
 
 CudaKvCache::CudaKvCache(const KvCacheConfig& config, cudaStream_t stream,
                          std::shared_ptr<KvPool> pool)
@@ -13,7 +24,8 @@ CudaKvCache::CudaKvCache(const KvCacheConfig& config, cudaStream_t stream,
       k_(size_t(config.shape.n_layer)),
       v_(size_t(config.shape.n_layer)),
       pos_(size_t(config.shape.n_layer)),
-      slots_(size_t(config.shape.n_layer), 0) {}
+      slots_(size_t(config.shape.n_layer), 0),
+      version_(next_layout_version()) {}
 
 Expected<std::unique_ptr<KvCache>> CudaKvCache::create(const KvCacheConfig& config, int capacity,
                                                        cudaStream_t stream) {
@@ -91,6 +103,7 @@ Status CudaKvCache::paged_changed() {
   // padded with empty slots and holes), so a sequence's new blocks rarely reallocate them:
   // the kernels' arguments (pointers, slot count) then stay the same from step to step,
   // and a decode step keeps replaying one CUDA graph.
+  version_ = next_layout_version();
   const int B = pool()->block_size();
   blocks_dev_.resize(size_t(n_groups()));
   group_slots_.resize(size_t(n_groups()), 0);
@@ -153,6 +166,7 @@ kvscope::cuda::KvLayer CudaKvCache::layer(int l) const {
 }
 
 Status CudaKvCache::relayout(int layer, int n_slots, const std::vector<int32_t>& from) {
+  version_ = next_layout_version();
   const KvShape& s = shape();
   const auto moves = kv_moves(from);
   const size_t old_slots = size_t(slots_[size_t(layer)]);

@@ -53,6 +53,9 @@ class CudaKvCache final : public KvCache {
                                                    cudaStream_t stream);
   // What the kernels need to address `layer`.
   kvscope::cuda::KvLayer layer(int l) const;
+  // Changes whenever a device pointer or slot count layer() returns may have changed
+  // (a relayout, a new block table or slot map upload); never repeats, in any cache.
+  uint64_t version() const { return version_; }
 
  protected:
   Status relayout(int layer, int n_slots, const std::vector<int32_t>& from) override;
@@ -67,6 +70,7 @@ class CudaKvCache final : public KvCache {
   std::vector<DeviceBuffer> k_, v_;  // per layer [Hkv][n_slots][D]
   std::vector<DeviceBuffer> pos_;    // per layer [n_slots] int32
   std::vector<int> slots_;
+  uint64_t version_ = 0;
 };
 
 }  // namespace kvscope

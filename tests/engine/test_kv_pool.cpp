@@ -914,5 +914,54 @@ INSTANTIATE_TEST_SUITE_P(Types, PagedCache, ::testing::Values(kF16, kQ8),
                                                             : std::string("q8_0");
                          });
 
+// A paged cache that counts the backend refreshes (paged_changed) it asks for.
+class CountingPagedCache final : public KvCache {
+ public:
+  CountingPagedCache(KvCacheConfig c, std::shared_ptr<KvPool> pool)
+      : KvCache(std::move(c), std::move(pool)) {}
+  Status init() { return init_storage(0); }
+  int refreshes = 0;
+
+ protected:
+  Status relayout(int, int, const std::vector<int32_t>&) override { return Status::Ok(); }
+  Status paged_changed() override {
+    ++refreshes;
+    return Status::Ok();
+  }
+};
+
+// begin() across a block boundary grows every layer but refreshes the backend's copy of
+// the tables and slot maps once (a GPU uploads them all on each refresh: per layer, a
+// crossing of a 30-layer model made 30 refreshes of 31 copies each); within a block, none.
+TEST(KvPool, BeginAcrossABlockRefreshesTheBackendOnce) {
+  auto be = make_cpu_backend(1);
+  const KvShape shape{6, 2, 64};
+  auto pool = make_pool(*be, kF16, 8, 16, shape);
+  ASSERT_TRUE(pool);
+  CountingPagedCache cache(kv_config_full(shape, kF16), pool);
+  ASSERT_TRUE(cache.init().ok());
+  for (int pos = 0; pos < 20; ++pos) {
+    const int before = cache.refreshes;
+    ASSERT_TRUE(cache.begin(pos, 1).ok());
+    EXPECT_EQ(cache.refreshes - before, pos % 8 == 0 ? 1 : 0) << "position " << pos;
+    for (int l = 0; l < shape.n_layer; ++l) {
+      EXPECT_EQ(cache.slot_of(l, pos), pos);
+      EXPECT_EQ(cache.slot_pos(l)[size_t(pos)], pos);
+    }
+    ASSERT_TRUE(cache.end().ok());
+  }
+  EXPECT_EQ(cache.blocks().size(), 3u);
+  // A crossing the pool cannot serve fails, forgets the position and gives back what it took.
+  auto small = make_pool(*be, kF16, 8, 1, shape);
+  CountingPagedCache full(kv_config_full(shape, kF16), small);
+  ASSERT_TRUE(full.init().ok());
+  ASSERT_TRUE(full.begin(0, 8).ok());
+  ASSERT_TRUE(full.end().ok());
+  EXPECT_FALSE(full.begin(8, 1).ok());
+  EXPECT_EQ(full.length(), 8);
+  EXPECT_EQ(full.blocks().size(), 1u);
+  EXPECT_EQ(small->available(), 0);
+}
+
 }  // namespace
 }  // namespace kvscope

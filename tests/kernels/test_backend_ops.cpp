@@ -212,6 +212,30 @@ std::string shape_name(int64_t a, int64_t b) {
   return std::to_string(a) + "x" + std::to_string(b);
 }
 
+// The rows ops' caches: one per sequence, filled with `lengths[b]` random positions; paged
+// over one pool of 8-position blocks where the side's backend has pools (the probe has
+// none: plain caches there). pos[b] = lengths[b], the next position.
+struct RowsKit {
+  std::shared_ptr<KvPool> pool;
+  std::vector<std::unique_ptr<KvCache>> caches;
+  std::vector<KvCache*> ptrs;
+  std::vector<int> pos;
+  DecodeRows rows() const { return DecodeRows{ptrs.data(), pos.data(), int(ptrs.size())}; }
+};
+RowsKit rows_kit(Side& s, const KvCacheConfig& cfg, const std::vector<int>& lengths,
+                 uint32_t seed) {
+  RowsKit k;
+  auto pool = s.be->create_kv_pool(KvPoolConfig{cfg.shape, cfg.types, 8, 32});
+  if (pool.ok()) k.pool = *pool;
+  for (size_t b = 0; b < lengths.size(); ++b) {
+    k.caches.push_back(k.pool ? ok(s.be->create_paged_kv_cache(cfg, k.pool)) : s.cache(cfg));
+    s.fill(*k.caches.back(), lengths[b], seed + 37 * uint32_t(b));
+    k.ptrs.push_back(k.caches.back().get());
+    k.pos.push_back(lengths[b]);
+  }
+  return k;
+}
+
 // Bad calls share a small set of tensors and a cache: 2 layers, 2 kv heads of 32.
 struct BadKit {
   Tensor x4x64, x4x7, q4x128, k4x64, v4x64, row1x4;
@@ -824,6 +848,92 @@ std::vector<OpEntry> op_table() {
                      }});
     t.push_back(std::move(e));
   }
+
+  // rope_kv_write_rows: four sequences of different lengths (8-position blocks: rows in
+  // the first, second and third block) in one call, every cache type; then each row's
+  // stored K/V read back (kv_row_errors of its own cache at its own position) and one
+  // attention over all rows, so a row stored through another's table or at another's
+  // position shows.
+  {
+    OpEntry e{"rope_kv_write_rows", {2e-5f, 1e-4f}, {}, {}};
+    for (KvDtype kt : kKvTypes)
+      e.cases.push_back({std::string(dtype_name(kt)) + " 4 rows", [=](Side& s) {
+                           const int H = 4, Hkv = 2, D = 32, B = 4;
+                           RowsKit rk = rows_kit(s, kv_cfg(2, Hkv, D, kt, kt), {3, 8, 17, 12}, 180);
+                           Tensor q = s.put(0, B, H * D, random_floats(size_t(B * H * D), 181));
+                           Tensor k = s.put(1, B, Hkv * D, random_floats(size_t(B * Hkv * D), 182));
+                           Tensor v = s.put(2, B, Hkv * D, random_floats(size_t(B * Hkv * D), 183));
+                           for (int b = 0; b < B; ++b)
+                             ok(rk.caches[size_t(b)]->begin(rk.pos[size_t(b)], 1));
+                           const DecodeRows dr = rk.rows();
+                           ok(s.be->rope_kv_write_rows(
+                               q, k, v, dr, 1, H, RopeSpec{RopeStyle::NeoX, 32, 10000.f, 1.f}));
+                           Tensor err = s.put(3, 2, B);
+                           for (int b = 0; b < B; ++b)
+                             ok(s.be->kv_row_errors(*rk.caches[size_t(b)], 1, rk.pos[size_t(b)],
+                                                    k.row(b), v.row(b), Tensor{err.data + b, 1, 1},
+                                                    Tensor{err.data + B + b, 1, 1}));
+                           Tensor out = s.put(4, B, H * D);
+                           ok(s.be->attention_rows(q, dr, 1, H, 0.17677669f, out));
+                           for (auto& c : rk.caches) ok(c->end());
+                           return Outputs{{"q", s.get(q)},
+                                          {"k", s.get(k)},
+                                          {"errors", s.get(err)},
+                                          {"attention", s.get(out)}};
+                         }});
+    e.bad.push_back({"rows", [](Side& s) {
+                       BadKit k = bad_kit(s);
+                       KvCache* c[2] = {k.cache.get(), k.cache.get()};
+                       const int pos[2] = {3, 3};
+                       return s.be->rope_kv_write_rows(k.q4x128, k.k4x64, k.v4x64,
+                                                       DecodeRows{c, pos, 2}, 0, 4,
+                                                       RopeSpec{RopeStyle::NeoX, 32});
+                     }});
+    e.bad.push_back({"same cache twice", [](Side& s) {
+                       BadKit k = bad_kit(s);
+                       KvCache* c[4] = {k.cache.get(), k.cache.get(), k.cache.get(), k.cache.get()};
+                       const int pos[4] = {3, 3, 3, 3};
+                       return s.be->rope_kv_write_rows(k.q4x128, k.k4x64, k.v4x64,
+                                                       DecodeRows{c, pos, 4}, 0, 4,
+                                                       RopeSpec{RopeStyle::NeoX, 32});
+                     }});
+    t.push_back(std::move(e));
+  }
+
+  // attention_rows: five sequences of different lengths (1 to 21 positions, 8-position
+  // blocks), every cache type, all keys or a window of 4 with a sink, 4 query heads over
+  // 2 kv heads. Each row must read its own table, slot map and position.
+  {
+    OpEntry e{"attention_rows", {2e-4f, 2e-3f}, {}, {}};
+    for (KvDtype kt : kKvTypes)
+      for (int window : {0, 4})
+        e.cases.push_back(
+            {std::string(dtype_name(kt)) + " window " + std::to_string(window), [=](Side& s) {
+               const int H = 4, Hkv = 2, D = 32, B = 5;
+               RowsKit rk = rows_kit(s, kv_cfg(2, Hkv, D, kt, kt, window, window ? 1 : 0),
+                                     {9, 1, 21, 8, 16}, 190);
+               for (int b = 0; b < B; ++b) rk.pos[size_t(b)] -= 1;  // the last held
+               Tensor q = s.put(0, B, H * D, random_floats(size_t(B * H * D), 191, -2, 2));
+               Tensor out = s.put(1, B, H * D);
+               ok(s.be->attention_rows(q, rk.rows(), 1, H, 0.17677669f, out));
+               return Outputs{{"out", s.get(out)}};
+             }});
+    e.bad.push_back(
+        {"rows", [](Side& s) {
+           BadKit k = bad_kit(s);
+           KvCache* c[1] = {k.cache.get()};
+           const int pos[1] = {3};
+           return s.be->attention_rows(k.q4x128, DecodeRows{c, pos, 1}, 0, 4, 1.f, k.q4x128);
+         }});
+    e.bad.push_back({"not held", [](Side& s) {
+                       BadKit k = bad_kit(s);
+                       KvCache* c[1] = {k.cache.get()};
+                       const int pos[1] = {4};
+                       return s.be->attention_rows(k.q4x128.row(0), DecodeRows{c, pos, 1}, 0, 4,
+                                                   1.f, k.q4x128.row(1));
+                     }});
+    t.push_back(std::move(e));
+  }
   return t;
 }
 
@@ -911,7 +1021,8 @@ class ProbeCache final : public KvCache {
 };
 
 // Overrides every do_<op>: a new pure virtual in Backend makes this class abstract and
-// this file fail to build until the probe (and then the table) knows the op.
+// this file fail to build until the probe (and then the table) knows the op. (The rows
+// ops' do_<op> have defaults; the probe overrides them so that their cases count.)
 class ProbeBackend final : public Backend {
  public:
   std::set<std::string> seen;
@@ -970,6 +1081,13 @@ class ProbeBackend final : public Backend {
   }
   Status do_add_rmsnorm(Tensor, Tensor, const Weight&, float, Tensor) override {
     return hit("add_rmsnorm");
+  }
+  Status do_rope_kv_write_rows(Tensor, Tensor, Tensor, const DecodeRows&, int, int,
+                               const RopeSpec&) override {
+    return hit("rope_kv_write_rows");
+  }
+  Status do_attention_rows(Tensor, const DecodeRows&, int, int, float, Tensor) override {
+    return hit("attention_rows");
   }
 
  private:

@@ -415,6 +415,132 @@ TEST_F(CudaBackendParity, BadInputIsAnErrorNotACrash) {
   EXPECT_FALSE(std::isnan(host[0]));
 }
 
+// One side of the batched-decode comparison: a backend, its pool and one paged cache per
+// sequence; `together` runs every decode step's rows in one forward_batch, else each
+// sequence through forward_batch alone.
+struct DecodeSide {
+  const char* label = "";
+  Backend* be = nullptr;
+  bool together = true;
+  std::shared_ptr<KvPool> pool;
+  std::vector<std::unique_ptr<KvCache>> caches;
+};
+
+// Batched decode of sequences of different lengths on paged caches (prompts of 3, 8, 9,
+// 15 and 17 tokens, 8-position blocks: the rows cross block boundaries at different
+// steps): prompts alone, then 8 greedy steps (tokens fed from the CPU's logits) with every
+// sequence's decode row in one forward_batch, which sends consecutive decode rows through the rows
+// ops (one launch per layer on CUDA). On the CUDA backend each sequence's logits equal the same
+// sequence decoded alone and the CPU's batch, and the greedy tokens are the same. At step 3,
+// sequence 2 asks for its attention rows: the run splits around it (rows 0-1 and 3-4
+// batched, 2 alone). Tokens are the CPU batch's greedy choice, fed to every side.
+void check_batched_decode(const Model& model, const char* what) {
+  SCOPED_TRACE(what);
+  const KvCacheConfig cfg = kv_cache_config(model, {}, KvPolicy::Full);
+  const KvLayerGroups groups = kv_layer_groups(cfg);
+  const bool windowed = groups.count() > 1;
+  const KvPoolConfig pc{
+      {groups.size, cfg.shape.n_head_kv, cfg.shape.head_dim}, cfg.types, 8, groups.count() * 5 * 4};
+  auto cuda_batch = make_cuda_backend(model);
+  ASSERT_TRUE(cuda_batch.ok()) << cuda_batch.error().message;
+  auto cuda_alone = make_cuda_backend(model);
+  ASSERT_TRUE(cuda_alone.ok()) << cuda_alone.error().message;
+  auto cpu = make_cpu_backend(1);
+  DecodeSide sides[3] = {{"cpu batch", cpu.get(), true, {}, {}},
+                         {"cuda batch", cuda_batch->get(), true, {}, {}},
+                         {"cuda alone", cuda_alone->get(), false, {}, {}}};
+  std::vector<std::vector<int32_t>> toks;
+  const int32_t base[] = {1, 40, 41, 72, 100, 101, 102, 33, 3, 90, 91, 92, 7, 8, 9, 10, 11};
+  for (int len : {3, 8, 9, 15, 17}) {
+    toks.emplace_back(base, base + len);
+    toks.back()[0] = int32_t(1 + toks.size());  // every prompt differs from its first token
+  }
+  const size_t B = toks.size();
+  const auto argmax = [](const std::vector<float>& l) {
+    return int32_t(std::max_element(l.begin(), l.end()) - l.begin());
+  };
+  std::vector<int32_t> first(B);  // the CPU's greedy token after each prompt
+  for (DecodeSide& side : sides) {
+    auto p = side.be->create_kv_pool(pc);
+    ASSERT_TRUE(p.ok()) << p.error().message;
+    side.pool = *p;
+    for (size_t i = 0; i < B; ++i) {
+      auto k = side.be->create_paged_kv_cache(cfg, side.pool);
+      ASSERT_TRUE(k.ok()) << k.error().message;
+      side.caches.push_back(std::move(*k));
+      std::vector<BatchSeqOutput> out;
+      Status st = forward_batch(
+          *side.be, model,
+          {BatchSeq{side.caches.back().get(), toks[i].data(), int(toks[i].size())}}, out);
+      ASSERT_TRUE(st.ok()) << side.label << ": " << st.message();
+      if (side.be == cpu.get()) first[i] = argmax(out[0].logits);
+    }
+  }
+  for (size_t i = 0; i < B; ++i) toks[i].push_back(first[i]);
+  for (int step = 0; step < 8; ++step) {
+    std::vector<BatchSeqOutput> out[3];
+    for (int s = 0; s < 3; ++s) {
+      DecodeSide& side = sides[s];
+      std::vector<BatchSeq> batch;
+      for (size_t i = 0; i < B; ++i) {
+        KvCache* c = side.caches[i].get();
+        BatchSeq seq{c, toks[i].data() + c->length(), 1};
+        seq.attention = step == 3 && i == 2;
+        batch.push_back(seq);
+      }
+      if (side.together) {
+        Status st = forward_batch(*side.be, model, batch, out[s]);
+        ASSERT_TRUE(st.ok()) << side.label << " step " << step << ": " << st.message();
+      } else {
+        for (const BatchSeq& seq : batch) {
+          std::vector<BatchSeqOutput> one;
+          Status st = forward_batch(*side.be, model, {seq}, one);
+          ASSERT_TRUE(st.ok()) << side.label << " step " << step << ": " << st.message();
+          out[s].push_back(std::move(one[0]));
+        }
+      }
+      if (windowed) {
+        for (auto& c : side.caches) ASSERT_TRUE(c->drop_outside_windows().ok());
+      }
+      std::vector<const std::vector<int32_t>*> tables;
+      for (auto& c : side.caches)
+        for (int g = 0; g < c->n_groups(); ++g) tables.push_back(&c->blocks(g));
+      Status st = side.pool->check(tables);
+      ASSERT_TRUE(st.ok()) << side.label << ": " << st.message();
+    }
+    for (size_t i = 0; i < B; ++i) {
+      const auto& ref = out[0][i].logits;
+      EXPECT_LE(max_abs_diff(ref, out[1][i].logits), kLogitTol)
+          << "step " << step << " sequence " << i << ": cuda batch vs cpu batch";
+      EXPECT_LE(max_abs_diff(out[2][i].logits, out[1][i].logits), kLogitTol)
+          << "step " << step << " sequence " << i << ": cuda batch vs cuda alone";
+      EXPECT_LE(max_abs_diff(out[0][i].attention, out[1][i].attention), kProbTol)
+          << "step " << step << " sequence " << i;
+      const int32_t next = argmax(ref);
+      if (top2_margin(ref) > 2 * kLogitTol) {
+        EXPECT_EQ(argmax(out[1][i].logits), next) << "step " << step << " sequence " << i;
+        EXPECT_EQ(argmax(out[2][i].logits), next) << "step " << step << " sequence " << i;
+      }
+      toks[i].push_back(next);
+    }
+  }
+  for (size_t i = 0; i < B; ++i) EXPECT_EQ(sides[1].caches[i]->length(), int(toks[i].size()) - 1);
+}
+
+TEST_F(CudaBackendParity, BatchedDecodeOnPagedCachesEqualsEachAloneAndCpu) {
+  test::TinyModelSpec spec;
+  spec.seed = 9;
+  std::shared_ptr<const Model> llama = load_tiny(spec, "rows");
+  ASSERT_TRUE(llama);
+  check_batched_decode(*llama, "llama");
+  const std::string path = tiny_path("rowswin");
+  ASSERT_TRUE(test::write_tiny_model(test::tiny_family("gemma3", 21), path).ok());
+  auto gemma = Model::load(path);
+  std::filesystem::remove(path);
+  ASSERT_TRUE(gemma.ok()) << gemma.error().message;
+  check_batched_decode(**gemma, "gemma3 (windowed groups)");
+}
+
 #if !defined(KVSCOPE_REAL_GPU_TEST)
 // Launch counting and the decode graph, on the emulator (which counts launches).
 TEST_F(CudaBackendParity, DecodeStepLaunchesTenPerLayerOrOneGraph) {
@@ -537,6 +663,43 @@ TEST_F(CudaBackendParity, DecodeGraphSixteenStepsEqualEagerAndCpu) {
       EXPECT_LE(max_abs_diff(cpu.steps[i].attention, runs[1].steps[i].attention), kProbTol)
           << "step " << i;
     }
+  }
+}
+
+// A batched decode step on paged caches issues a fixed number of launches, whatever the
+// number of sequences: embed + first rmsnorm + 9 per layer (q/k/v product, the rows' RoPE
+// + K/V store, their attention split + merge, Wo, add + rmsnorm, gate/up + activation,
+// down, add + rmsnorm) + one LM head for every row. (Per sequence, RoPE + store and the
+// two attention launches made it 6 + 3 B per layer.)
+TEST_F(CudaBackendParity, BatchedDecodeStepLaunchesDoNotGrowWithTheBatch) {
+  test::TinyModelSpec spec;
+  auto model = load_tiny(spec, "rowslaunch");
+  ASSERT_TRUE(model);
+  const KvCacheConfig cfg = kv_cache_config(*model, {}, KvPolicy::Full);
+  auto cuda = make_cuda_backend(*model);
+  ASSERT_TRUE(cuda.ok()) << cuda.error().message;
+  const int L = model->config().n_layer;
+  const std::vector<int32_t> toks = {1, 40, 41, 72, 100, 101, 102, 33, 3, 90, 91, 92};
+  for (int B : {2, 5, 8}) {
+    auto pool = (*cuda)->create_kv_pool({cfg.shape, cfg.types, 8, 8 * B});
+    ASSERT_TRUE(pool.ok()) << pool.error().message;
+    std::vector<std::unique_ptr<KvCache>> caches;
+    std::vector<BatchSeq> batch;
+    for (int i = 0; i < B; ++i) {
+      auto k = (*cuda)->create_paged_kv_cache(cfg, *pool);
+      ASSERT_TRUE(k.ok()) << k.error().message;
+      caches.push_back(std::move(*k));
+      std::vector<BatchSeqOutput> out;
+      ASSERT_TRUE(
+          forward_batch(**cuda, *model, {BatchSeq{caches.back().get(), toks.data(), 2 + i}}, out)
+              .ok());
+      batch.push_back(BatchSeq{caches.back().get(), toks.data() + 2 + i, 1});
+    }
+    std::vector<BatchSeqOutput> out;
+    const uint64_t direct0 = kvscope::emu::direct_kernel_launches();
+    Status st = forward_batch(**cuda, *model, batch, out);
+    ASSERT_TRUE(st.ok()) << st.message();
+    EXPECT_EQ(kvscope::emu::direct_kernel_launches() - direct0, uint64_t(9 * L + 3)) << "B " << B;
   }
 }
 
