@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <memory>
@@ -117,20 +118,26 @@ class ForwardingSource : public StepSource {
 };
 
 // Wraps a source so that every step takes at least `step_ms` (a stand-in for a long
-// NO CACHE step, without burning minutes of CPU).
+// NO CACHE step, without burning minutes of CPU; 0: as fast as the inner source), and counts
+// the steps it was asked for: the latency tests check how many ran after a Stop or a close
+// (a logical property a busy machine cannot break), not how long they took.
 class SlowSource final : public ForwardingSource {
  public:
   SlowSource(std::unique_ptr<StepSource> inner, int step_ms)
       : ForwardingSource(std::move(inner)), step_ms_(step_ms) {}
   Expected<StepTrace> step() override {
+    steps_->fetch_add(1);
     auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(step_ms_);
     auto t = inner_->step();
     std::this_thread::sleep_until(until);
     return t;
   }
+  // Steps started so far; the counter outlives the source (the controller owns the source).
+  std::shared_ptr<const std::atomic<int>> steps_started() const { return steps_; }
 
  private:
   int step_ms_;
+  std::shared_ptr<std::atomic<int>> steps_ = std::make_shared<std::atomic<int>>(0);
 };
 
 inline ControllerOptions test_options() {

@@ -1,6 +1,10 @@
 // test_controller_limits.cpp — the controller at its limits: Stop and close while steps are
 // queued behind a long step, thousands of random commands (under ThreadSanitizer too), and a
 // 4,096-step run whose history must fit a memory budget and be given back on Reset.
+//
+// Stop and close are checked by what ran after them (at most the step in flight), counted by
+// the source, never by a wall-clock limit that a busy machine or a sanitizer can break;
+// tests/app/measure_controller_latency.cpp measures the times on the real model, by hand.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -12,16 +16,16 @@ using namespace kvscope;
 using namespace kvscope::app;
 using namespace kvscope::app::testing;
 
-// What Stop and close may take beyond the step in flight: 100 ms in a release build,
-// scaled by kTimeLimitScale under a sanitizer (tests/util/timing.h).
-constexpr double kLatencySlack = 0.1 * kvscope::test::kTimeLimitScale;
+// How long to wait for a run to finish before the test fails (not a limit on latency).
+const double kFinishTimeout = 10 * kvscope::test::time_limit_scale();
 
 // Stop takes effect at the next step boundary: the step in flight finishes, the queued
 // Steps never run.
 TEST(Controller, StopWithQueuedStepsTakesEffectAtTheNextBoundary) {
   constexpr int kStepMs = 300;
-  auto ctl = std::make_unique<Controller>(std::make_unique<SlowSource>(tiny_source(100), kStepMs),
-                                          test_options());
+  auto slow = std::make_unique<SlowSource>(tiny_source(100), kStepMs);
+  const auto started = slow->steps_started();
+  auto ctl = std::make_unique<Controller>(std::move(slow), test_options());
   std::vector<Event> ev;
   ctl->send(CmdReset{kStory, false});
   collect(*ctl, ev, [](auto& e) { return count_kind(e, Event::Kind::Reset, 1) > 0; });
@@ -32,24 +36,24 @@ TEST(Controller, StopWithQueuedStepsTakesEffectAtTheNextBoundary) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   ASSERT_TRUE(ctl->state().busy);
   for (int i = 0; i < 10; ++i) ctl->send(CmdStep{});
-  auto t0 = std::chrono::steady_clock::now();
   ctl->send(CmdStop{});
+  const int at_stop = started->load();  // the step in flight is counted already
   collect(
-      *ctl, ev, [](auto& e) { return finished(e, 1); }, 10);
-  const double stop_s = seconds_since(t0);
+      *ctl, ev, [](auto& e) { return finished(e, 1); }, kFinishTimeout);
   ASSERT_TRUE(finished(ev, 1));
-  EXPECT_LE(stop_s, kStepMs / 1000.0 + kLatencySlack) << "Stop waited behind queued steps";
   std::this_thread::sleep_for(std::chrono::milliseconds(2 * kStepMs));
   for (Event& e : ctl->poll()) ev.push_back(std::move(e));
   EXPECT_EQ(count_steps(ev, 1), 1) << "only the step in flight may finish";
+  EXPECT_EQ(started->load(), at_stop) << "a queued step started after Stop";
 }
 
 // Closing (destroying the controller) waits for the step in flight at most, never for what
 // is queued behind it.
 TEST(Controller, ShutdownWithQueuedWorkReturnsWithinOneStep) {
   constexpr int kStepMs = 400;
-  auto ctl = std::make_unique<Controller>(std::make_unique<SlowSource>(tiny_source(1000), kStepMs),
-                                          test_options());
+  auto slow = std::make_unique<SlowSource>(tiny_source(1000), kStepMs);
+  const auto started = slow->steps_started();
+  auto ctl = std::make_unique<Controller>(std::move(slow), test_options());
   ctl->send(CmdSpeed{kSpeedMax});
   ctl->send(CmdReset{kStory, true});
   for (int i = 0; i < 200 && !ctl->state().busy; ++i)
@@ -61,10 +65,11 @@ TEST(Controller, ShutdownWithQueuedWorkReturnsWithinOneStep) {
                            : Command(CmdReset{kCode, true}));
     ASSERT_LE(ctl->queued(), kMaxQueued) << "the command queue grew past its bound";
   }
-  auto t0 = std::chrono::steady_clock::now();
+  // The worker may be between two steps as close begins: one more step may start, no more
+  // (a step lasts 400 ms, so the count is not at the mercy of a busy machine).
+  const int at_close = started->load();
   ctl.reset();
-  EXPECT_LE(seconds_since(t0), kStepMs / 1000.0 + kLatencySlack)
-      << "close waited behind queued work";
+  EXPECT_LE(started->load(), at_close + 1) << "close ran the queued steps";
 }
 
 // A 4,096-step run through the controller (tiny model: it is the history that is measured,
@@ -186,10 +191,12 @@ TEST(ControllerHistory, FourThousandStepsStayWithinBudgetAndResetReturnsMemory) 
 
 // Thousands of random commands, as fast as a hand on the controls and faster, while a UI-like
 // loop drains events. The event order stays consistent, the queue stays bounded, and Stop and
-// close keep their latency (one step in flight + 100 ms).
+// close wait for the step in flight at most (no queued step starts after them).
 TEST(ControllerStress, RandomCommandsKeepOrderBoundsAndLatency) {
   constexpr int kCommands = 3000;
-  auto ctl = std::make_unique<Controller>(tiny_source(300), test_options());
+  auto counted = std::make_unique<SlowSource>(tiny_source(300), 0);
+  const auto started = counted->steps_started();
+  auto ctl = std::make_unique<Controller>(std::move(counted), test_options());
   std::mt19937 rng(12345);
   Timeline tl;
   std::vector<uint64_t> next_step(1, 1);  // per run: the step number expected next
@@ -236,16 +243,17 @@ TEST(ControllerStress, RandomCommandsKeepOrderBoundsAndLatency) {
     ASSERT_LE(ctl->queued(), kMaxQueued);
     auto t0 = std::chrono::steady_clock::now();
     ctl->send(CmdStop{});
-    double waited = 0;
-    while (waited < 10) {
+    // Read after the send: steps counted before it may have run before the worker saw Stop.
+    const int at_stop = started->load();
+    while (seconds_since(t0) < kFinishTimeout) {
       drain(ctl->wait_events(5));
-      waited = seconds_since(t0);
       if (run_finished[run]) break;
     }
     ASSERT_TRUE(run_finished[run])
         << when << " run " << run << " last " << last_run << " busy " << ctl->state().busy
         << " fin " << ctl->state().finished << " queued " << ctl->queued();
-    EXPECT_LE(waited, max_step_s + kLatencySlack) << "Stop latency " << when;
+    // One step the worker was about to start as Stop arrived, and no more.
+    EXPECT_LE(started->load(), at_stop + 1) << "queued steps ran after Stop " << when;
   };
 
   for (int i = 0; i < kCommands; ++i) {
@@ -294,7 +302,7 @@ TEST(ControllerStress, RandomCommandsKeepOrderBoundsAndLatency) {
   ctl->send(CmdReset{kStory, true});
   for (int i = 0; i < 40; ++i) ctl->send(CmdStep{});
   ctl->send(CmdCompare{kCode, 8});
-  auto t0 = std::chrono::steady_clock::now();
+  // Close must not hang behind the queue; how much it may run after it began is checked in
+  // ShutdownWithQueuedWorkReturnsWithinOneStep, where steps are long enough to count it.
   ctl.reset();
-  EXPECT_LE(seconds_since(t0), max_step_s + kLatencySlack) << "close latency";
 }
