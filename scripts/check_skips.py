@@ -37,8 +37,11 @@ class Results:
     def skip(self, test, message):
         m = ALLOWED.search(message)
         if not m:
-            first = message.strip().splitlines()[0] if message.strip() else "(no message)"
-            self.bad.append(f"{test}: {first}")
+            # GoogleTest prints "FILE:LINE: Skipped" and then the message.
+            lines = [l.strip() for l in message.splitlines() if l.strip()]
+            after = [lines[i + 1] for i, l in enumerate(lines[:-1]) if l.endswith(": Skipped")]
+            reason = (after or lines or ["(no message)"])[0]
+            self.bad.append(f"{test}: {reason[:160]}")
             return
         reason = m.group(1)
         self.allowed[reason] = self.allowed.get(reason, 0) + 1
@@ -71,13 +74,17 @@ def gtest_console(entry, text, res):
 def ctest_log(path, res):
     text = open(path, errors="replace").read()
     # One block per test: "N/M Testing: NAME" ... "Output:" ... "<end of output>" ...
-    # "Test Passed." / "Test Failed." / "Test Skipped."
+    # then "Test Passed." / "Test Failed.", or for an entry whose skip expression matched
+    # "Test Pass Reason:" / "Skip regular expression found in output."
     blocks = re.split(r"^\d+/\d+ Testing: ", text, flags=re.M)[1:]
     for block in blocks:
         name = block.splitlines()[0].strip()
-        out = block.split("<end of output>")[0]
-        status = re.search(r"^Test (Passed|Failed|Skipped)\.?$", block, re.M)
-        status = status.group(1) if status else "?"
+        out, _, tail = block.partition("<end of output>")
+        if "Skip regular expression found in output" in tail:
+            status = "Skipped"
+        else:
+            status = re.search(r"^Test (Passed|Failed)\.?$", tail, re.M)
+            status = status.group(1) if status else "?"
         if status == "Passed":
             res.passed(name)
             gtest_console(name, out, res)  # an entry with no skip expression still counts
