@@ -53,11 +53,7 @@ std::vector<float> run_glu(int64_t T, int64_t n, const std::vector<float>& g,
   return std::vector<float>(gt->data, gt->data + T * n);
 }
 
-uint32_t bits(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
+using test::bits;
 
 // The tests of one SIMD path, run once per path (".../scalar", ".../avx2", ".../avx512");
 // a path this CPU lacks is reported as skipped (tests/util/isa_paths.h).

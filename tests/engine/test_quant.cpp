@@ -355,11 +355,7 @@ TEST(VecDot, WorksOnUnalignedRows) {
 
 using cpu::Isa;
 
-uint32_t bits(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
+using test::bits;
 
 // The row kernels of one SIMD path, run once per path (".../scalar", ".../avx2",
 // ".../avx512"); a path this CPU lacks is reported as skipped (tests/util/isa_paths.h).

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "engine/cpu/cpu_isa.h"
@@ -25,6 +27,13 @@ class IsaPathTest : public ::testing::TestWithParam<cpu::Isa> {
  private:
   const cpu::Isa saved_ = cpu::isa_active();
 };
+
+// A float's bits: the per-path tests compare results bit for bit.
+inline uint32_t bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
 
 inline std::string isa_param_name(const ::testing::TestParamInfo<cpu::Isa>& info) {
   return cpu::isa_name(info.param);
