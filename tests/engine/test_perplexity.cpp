@@ -120,8 +120,8 @@ TEST_F(PerplexityTest, LongTextHasLlamaCppsPerplexity) {
   double want = 0;
   for (int i = 0; i < n - 1; ++i) want += want_nll[size_t(i)];
   want /= n - 1;
-  std::printf("perplexity over %d tokens: kvscope %.3f, llama.cpp %.3f (mean nll %.4f / %.4f)\n",
-              n, r->perplexity(), std::exp(want), r->mean_nll(), want);
+  std::printf("perplexity over %d tokens: kvscope %.3f, llama.cpp %.3f (mean nll %.4f / %.4f)\n", n,
+              r->perplexity(), std::exp(want), r->mean_nll(), want);
   EXPECT_NEAR(r->mean_nll(), want, 0.05) << "mean nll against llama.cpp's";
   EXPECT_GT(r->perplexity(), 2.0);
   EXPECT_LT(r->perplexity(), 40.0);
