@@ -14,6 +14,12 @@ Two modes:
     prompt and after each step (tests/golden/gemma3_window_fp32.json); also how far the
     same logits move when the reference ignores the window, so a test can show its
     tolerance tells the two apart. See main_window().
+  * --tiny-golden: a tiny generated model (the qwen2 one of tests/cli/make_bad_models.cpp:
+    random weights, q/k/v biases, NeoX RoPE), two fixed token sequences teacher-forced,
+    and the top-5 logits after every position (tests/golden/qwen2_tiny_fp32.json); the
+    file's FNV-1a 64 hash is recorded so the test knows it rebuilt the same file.
+    scripts/make_golden_qwen2_tiny.sh builds the model writer, writes the model and runs
+    this. See main_tiny().
 
 Families (FAMILIES below, from docs/engine.md, "Model families"): gemma3 scales the embedding by
 sqrt(n_embd), normalizes each q and k head (RMSNorm with attn_q_norm / attn_k_norm) before
@@ -274,6 +280,18 @@ def to_json(obj, indent=0):
     return pad + json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
+def reference_versions():
+    return {"python": platform.python_version(), "numpy": np.__version__,
+            "gguf": importlib.metadata.version("gguf")}
+
+
+def write_golden(path, obj):
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(to_json(obj))
+        f.write("\n")
+    print(f"wrote {path}")
+
+
 # Prompts of the family golden file: (name, text). The first is the greedy check of
 # docs/engine.md, "Checked ids" ("The capital of France is" -> " the capital of the
 # country of France.").
@@ -374,10 +392,7 @@ def main_family(args):
                  "to 8 bits in its matmuls), for comparison only.",
         "prompts": results,
     }
-    with open(args.out, "w", encoding="utf-8") as f:
-        f.write(to_json(out))
-        f.write("\n")
-    print(f"wrote {args.out}")
+    write_golden(args.out, out)
 
 
 WINDOW_PROMPT_TOKENS = 640
@@ -441,10 +456,49 @@ def main_window(args):
         "top5": tops,
         "no_window_max_diff": round(no_window_diff, 4),
     }
-    with open(args.out, "w", encoding="utf-8") as f:
-        f.write(to_json(out))
-        f.write("\n")
-    print(f"wrote {args.out}")
+    write_golden(args.out, out)
+
+
+# The token sequences of the tiny golden file: fixed patterns over the vocabulary (the
+# tiny model's tokens are bytes and a few merges; no text is needed to run it).
+TINY_SEQUENCES = [
+    ("stride37", lambda n_vocab: [(11 + 37 * i) % n_vocab for i in range(40)]),
+    ("repeats", lambda n_vocab: [(3 + 5 * (i % 7)) % n_vocab for i in range(24)]),
+]
+
+
+def fnv1a64(data):
+    h = 0xcbf29ce484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return f"{h:016x}"
+
+
+def main_tiny(args):
+    """Golden logits of a tiny generated model: every position of TINY_SEQUENCES."""
+    with open(args.model, "rb") as f:
+        data = f.read()
+    model = Model(args.model)
+    results = []
+    for name, make in TINY_SEQUENCES:
+        ids = make(model.n_vocab)
+        logits = model.forward(ids, np.arange(len(ids)))
+        results.append({"name": name, "ids": ids, "top5": [top5(row) for row in logits]})
+        print(f"{name}: {len(ids)} tokens, top-1 after the last {int(np.argmax(logits[-1]))}")
+    out = {
+        "source": "scripts/reference_forward.py --tiny-golden: numpy fp32 forward pass, "
+                  "weights dequantized with the gguf package (independent of kvscope)",
+        "script": "scripts/make_golden_qwen2_tiny.sh",
+        "versions": reference_versions(),
+        "model": {"file": "qwen2.gguf of tests/cli/make_bad_models.cpp "
+                          "(test::tiny_family(\"qwen2\", 4))",
+                  "arch": model.arch, "bytes": len(data), "fnv1a64": fnv1a64(data)},
+        "kv": "fp32",
+        "notes": "top5[t] follows the token at position t (whole sequence at once, causal mask); "
+                 "logits rounded to 4 decimals.",
+        "sequences": results,
+    }
+    write_golden(args.out, out)
 
 
 def main():
@@ -457,7 +511,15 @@ def main():
     ap.add_argument("--model")
     ap.add_argument("--golden", default="tests/golden/forward.json")
     ap.add_argument("--out")
+    ap.add_argument("--tiny-golden", action="store_true",
+                    help="a tiny generated model (--model), fixed token sequences")
     args = ap.parse_args()
+    if args.tiny_golden:
+        if not args.model:
+            sys.exit("--tiny-golden needs --model (scripts/make_golden_qwen2_tiny.sh)")
+        args.out = args.out or "tests/golden/qwen2_tiny_fp32.json"
+        main_tiny(args)
+        return
     if args.window_golden:
         args.model = args.model or "assets/models/gemma-3-270m-q4_k_m.gguf"
         args.out = args.out or "tests/golden/gemma3_window_fp32.json"
@@ -532,8 +594,7 @@ def main():
         "source": "scripts/reference_forward.py: numpy fp32 forward pass, weights dequantized "
                   "with the gguf package (independent of kvscope and llama.cpp)",
         "script": "scripts/reference_forward.py",
-        "versions": {"python": platform.python_version(), "numpy": np.__version__,
-                     "gguf": importlib.metadata.version("gguf")},
+        "versions": reference_versions(),
         "model": {"file": os.path.basename(args.model), "sha256": sha},
         "kv": "fp32",
         "settings": {"compute": "float32 (float64 for the RMSNorm mean of squares and the "
@@ -551,10 +612,7 @@ def main():
                      "mean_abs_diff": round(mean_d, 4), "max_abs_diff": round(max_d, 4)},
         "prompts": results,
     }
-    with open(args.out, "w", encoding="utf-8") as f:
-        f.write(to_json(out))
-        f.write("\n")
-    print(f"wrote {args.out}")
+    write_golden(args.out, out)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 #!/bin/sh
 # headless_capture.sh KVSCOPE OUTDIR — `kvscope --screenshot` with no display server at all
 # (DISPLAY and WAYLAND_DISPLAY unset, no Xvfb): it must render through EGL, exit 0 and
-# write a PNG of the requested size. Then a screenshot with the Cache quality section
+# write a PNG of the requested size that shows the app (tests/app/png_content.py: panels
+# with text, the run's coloured scene). Then a screenshot with the Cache quality section
 # (--cache-quality): a q4_0 cache against f16 must report a mean KL above 0.
 set -eu
 kvscope=$1
@@ -15,6 +16,9 @@ sig=$(od -An -tx1 -N8 "$out" | tr -d ' \n')
 [ "$sig" = "89504e470d0a1a0a" ] || { echo "headless_capture: not a PNG ($sig)" >&2; exit 1; }
 size=$(od -An -tu1 -j16 -N8 "$out" | tr -s ' ' | sed 's/^ //')
 [ "$size" = "0 0 2 128 0 0 1 144" ] || { echo "headless_capture: size bytes '$size', want 640x400" >&2; exit 1; }
+# What the picture shows: panels with text, and the run's coloured scene in the 3D view.
+python3 "$(dirname "$0")/png_content.py" "$out" 640 400 ||
+  { echo "headless_capture: $out does not show the app" >&2; exit 1; }
 echo "headless_capture: wrote $out (640x400) with no display"
 
 # The Cache quality section's comparison, in a screenshot: q4_0 against f16.

@@ -15,16 +15,19 @@
 #include <iterator>
 #include <string>
 
-#include "app/ui/app_capture.h"
 #include "app/core/engine_setup.h"
+#include "app/scene/scene_view.h"
+#include "app/ui/app_capture.h"
 #include "gl_test_context.h"
 #include "pixel_utils.h"
 #include "render/camera.h"
-#include "render/layout.h"
 #include "render/offscreen.h"
 #include "render/synthetic_scene.h"
-#include "app/scene/scene_view.h"
 #include "synthetic_run.h"
+#include "tests/render/expected_layout.h"
+
+// Expected positions come from the documented geometry, not render::layout.
+namespace expected_layout = kvscope::test::expected_layout;
 
 using namespace kvscope;
 using namespace kvscope::app;
@@ -70,10 +73,11 @@ int count_near(const Image& img, glm::vec2 p, int radius, Pred pred) {
   return n;
 }
 
+// World point -> framebuffer pixel: the 3D view's own projection (tests/render/pixel_utils.h,
+// not the renderer's), offset by where the view sits in the window.
 glm::vec2 project(const AppShotResult& r, glm::vec3 world) {
-  auto p = render::project_to_viewport(r.scene.camera, world, r.view);
-  EXPECT_TRUE(p.has_value());
-  return p.value_or(glm::vec2(-1e6f));
+  return test::to_screen(r.scene.camera, world, r.view.width, r.view.height) +
+         glm::vec2(float(r.view.x), float(r.view.y));
 }
 
 UiState ui_for(const ModelFacts& facts) {
@@ -176,7 +180,7 @@ TEST_F(AppView, EveryPresetShowsTheHeadAndNewestTokenInTheFreeRectangle) {
           << "," << cap.view.y << " " << cap.view.width << "x" << cap.view.height;
       EXPECT_GE(count_near(img, head, 3, is_head_glow), 6) << what << ": no head glow at its place";
 
-      glm::vec2 tok = project(cap, render::layout::token_position(newest));
+      glm::vec2 tok = project(cap, expected_layout::token_position(newest));
       EXPECT_TRUE(inside(cap.view, tok, 2.0f)) << what << ": newest token outside the view";
       EXPECT_GE(count_near(img, tok, 3, is_generated_orange), 4)
           << what << ": the newest token's colour is not where it projects";
@@ -395,7 +399,7 @@ TEST(AppViewReset, ANewRunIsFramedAtOnceAfterTheViewWasZoomedIn) {
   zoom.mouse_y = 250;
   zoom.wheel = 2;
   for (int i = 0; i < 30; ++i) view.update(f, zoom);
-  ASSERT_FALSE(on_screen(view, render::layout::token_position(0)))
+  ASSERT_FALSE(on_screen(view, expected_layout::token_position(0)))
       << "the zoom did not leave the start of the sequence";
 
   Event reset{Event::Kind::Reset, tl.run() + 1};
@@ -403,6 +407,6 @@ TEST(AppViewReset, ANewRunIsFramedAtOnceAfterTheViewWasZoomedIn) {
   ASSERT_TRUE(tl.apply(reset));
   view.update(f, ViewInput{});  // the first frame after the Reset event
   EXPECT_TRUE(on_screen(view, view.scene().head.position)) << "the head is out of view";
-  EXPECT_TRUE(on_screen(view, render::layout::token_position(0)));
+  EXPECT_TRUE(on_screen(view, expected_layout::token_position(0)));
   EXPECT_TRUE(view.scene().grid.visible);
 }

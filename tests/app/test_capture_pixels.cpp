@@ -6,11 +6,14 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "app/scene/capture.h"
 #include "app/core/engine_setup.h"
+#include "app/scene/capture.h"
 #include "gl_test_context.h"
 #include "pixel_utils.h"
-#include "render/layout.h"
+#include "tests/render/expected_layout.h"
+
+// Expected positions come from the documented geometry, not render::layout.
+namespace expected_layout = kvscope::test::expected_layout;
 
 using namespace kvscope;
 using namespace kvscope::app;
@@ -83,8 +86,8 @@ TEST_F(CapturePixels, TokenColumnsEqualSeqLen) {
   ASSERT_EQ(int(s.tokens.size()), seq_len);
   // Top faces: prompt tokens have one shade, generated tokens another.
   auto top = [&](int pos) {
-    return kvscope::test::to_screen(s, render::layout::token_position(pos) + glm::vec3(0, 0.4f, 0),
-                                   kW, kH);
+    return kvscope::test::to_screen(s, expected_layout::token_position(pos) + glm::vec3(0, 0.4f, 0),
+                                    kW, kH);
   };
   glm::vec2 p0 = top(0), pn = top(seq_len - 1);
   glm::vec3 prompt_face = img.at(int(p0.x), int(p0.y)), gen_face = img.at(int(pn.x), int(pn.y));

@@ -1,6 +1,10 @@
 // test_controller_limits.cpp — the controller at its limits: Stop and close while steps are
 // queued behind a long step, thousands of random commands (under ThreadSanitizer too), and a
 // 4,096-step run whose history must fit a memory budget and be given back on Reset.
+//
+// Stop and close are checked by what ran after them (at most the step in flight), counted by
+// the source, never by a wall-clock limit that a busy machine or a sanitizer can break;
+// tests/app/measure_controller_latency.cpp measures the times on the real model, by hand.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -12,16 +16,16 @@ using namespace kvscope;
 using namespace kvscope::app;
 using namespace kvscope::app::testing;
 
-// What Stop and close may take beyond the step in flight: 100 ms in a release build,
-// scaled by kTimeLimitScale under a sanitizer (tests/util/timing.h).
-constexpr double kLatencySlack = 0.1 * kvscope::test::kTimeLimitScale;
+// How long to wait for a run to finish before the test fails (not a limit on latency).
+const double kFinishTimeout = 10 * kvscope::test::time_limit_scale();
 
 // Stop takes effect at the next step boundary: the step in flight finishes, the queued
 // Steps never run.
 TEST(Controller, StopWithQueuedStepsTakesEffectAtTheNextBoundary) {
   constexpr int kStepMs = 300;
-  auto ctl = std::make_unique<Controller>(std::make_unique<SlowSource>(tiny_source(100), kStepMs),
-                                          test_options());
+  auto slow = std::make_unique<SlowSource>(tiny_source(100), kStepMs);
+  const auto started = slow->steps_started();
+  auto ctl = std::make_unique<Controller>(std::move(slow), test_options());
   std::vector<Event> ev;
   ctl->send(CmdReset{kStory, false});
   collect(*ctl, ev, [](auto& e) { return count_kind(e, Event::Kind::Reset, 1) > 0; });
@@ -32,24 +36,24 @@ TEST(Controller, StopWithQueuedStepsTakesEffectAtTheNextBoundary) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   ASSERT_TRUE(ctl->state().busy);
   for (int i = 0; i < 10; ++i) ctl->send(CmdStep{});
-  auto t0 = std::chrono::steady_clock::now();
   ctl->send(CmdStop{});
+  const int at_stop = started->load();  // the step in flight is counted already
   collect(
-      *ctl, ev, [](auto& e) { return finished(e, 1); }, 10);
-  const double stop_s = seconds_since(t0);
+      *ctl, ev, [](auto& e) { return finished(e, 1); }, kFinishTimeout);
   ASSERT_TRUE(finished(ev, 1));
-  EXPECT_LE(stop_s, kStepMs / 1000.0 + kLatencySlack) << "Stop waited behind queued steps";
   std::this_thread::sleep_for(std::chrono::milliseconds(2 * kStepMs));
   for (Event& e : ctl->poll()) ev.push_back(std::move(e));
   EXPECT_EQ(count_steps(ev, 1), 1) << "only the step in flight may finish";
+  EXPECT_EQ(started->load(), at_stop) << "a queued step started after Stop";
 }
 
 // Closing (destroying the controller) waits for the step in flight at most, never for what
 // is queued behind it.
 TEST(Controller, ShutdownWithQueuedWorkReturnsWithinOneStep) {
   constexpr int kStepMs = 400;
-  auto ctl = std::make_unique<Controller>(std::make_unique<SlowSource>(tiny_source(1000), kStepMs),
-                                          test_options());
+  auto slow = std::make_unique<SlowSource>(tiny_source(1000), kStepMs);
+  const auto started = slow->steps_started();
+  auto ctl = std::make_unique<Controller>(std::move(slow), test_options());
   ctl->send(CmdSpeed{kSpeedMax});
   ctl->send(CmdReset{kStory, true});
   for (int i = 0; i < 200 && !ctl->state().busy; ++i)
@@ -61,10 +65,11 @@ TEST(Controller, ShutdownWithQueuedWorkReturnsWithinOneStep) {
                            : Command(CmdReset{kCode, true}));
     ASSERT_LE(ctl->queued(), kMaxQueued) << "the command queue grew past its bound";
   }
-  auto t0 = std::chrono::steady_clock::now();
+  // The worker may be between two steps as close begins: one more step may start, no more
+  // (a step lasts 400 ms, so the count is not at the mercy of a busy machine).
+  const int at_close = started->load();
   ctl.reset();
-  EXPECT_LE(seconds_since(t0), kStepMs / 1000.0 + kLatencySlack)
-      << "close waited behind queued work";
+  EXPECT_LE(started->load(), at_close + 1) << "close ran the queued steps";
 }
 
 // A 4,096-step run through the controller (tiny model: it is the history that is measured,
@@ -82,6 +87,8 @@ TEST(ControllerHistory, FourThousandStepsStayWithinBudgetAndResetReturnsMemory) 
   // waiting step's rows.
   constexpr uint64_t kRssBudget = 20ull << 20;
   constexpr uint64_t kRssAfterReset = 16ull << 20;  // what may stay after Reset
+  // Under a sanitizer, whose allocator makes RSS meaningless, the same budgets apply to the
+  // heap bytes the program holds by the sanitizer's own count (sanitizer_heap_bytes).
   constexpr auto kFrame = std::chrono::milliseconds(200);
   auto src = tiny_source(kSteps, kSteps + 64, /*n_layer=*/2, /*n_head=*/4);
   ASSERT_TRUE(src);
@@ -97,6 +104,8 @@ TEST(ControllerHistory, FourThousandStepsStayWithinBudgetAndResetReturnsMemory) 
   const uint64_t rss0 = process_resident_bytes();
   ASSERT_GT(rss0, 0u);
   const bool exact_peak = reset_peak_resident();  // VmHWM from here on
+  const std::optional<uint64_t> heap0 = sanitizer_heap_bytes();
+  uint64_t heap_peak = heap0.value_or(0);
 
   ctl->send(CmdSpeed{kSpeedMax});
   ctl->send(CmdReset{kStory, true});
@@ -131,6 +140,7 @@ TEST(ControllerHistory, FourThousandStepsStayWithinBudgetAndResetReturnsMemory) 
       ASSERT_TRUE(tl.apply(e));
     }
     rss_peak = std::max(rss_peak, process_resident_bytes());
+    heap_peak = std::max(heap_peak, sanitizer_heap_bytes().value_or(0));
   }
   ASSERT_TRUE(done) << "the run did not finish in time (" << tl.step_count() << " steps)";
   ASSERT_EQ(tl.step_count(), kSteps);
@@ -146,7 +156,12 @@ TEST(ControllerHistory, FourThousandStepsStayWithinBudgetAndResetReturnsMemory) 
       tl.store()->bytes() / 1048576.0);
   EXPECT_GT(most_in_a_frame, 1) << "no frame took more than one step: the queue went untested";
   EXPECT_LE(tl_bytes, kTimelineBudget);
-  if (!kTsan && !kAsan) {
+  if (heap0) {
+    heap_peak = std::max(heap_peak, *sanitizer_heap_bytes());
+    std::printf("heap in use (sanitizer's count): %.1f MiB before the run, peak %.1f MiB\n",
+                *heap0 / 1048576.0, heap_peak / 1048576.0);
+    EXPECT_LE(heap_peak, *heap0 + kRssBudget) << "heap in use grew past the budget";
+  } else {
     EXPECT_LE(rss_peak, rss0 + kRssBudget);
   }
 
@@ -179,17 +194,23 @@ TEST(ControllerHistory, FourThousandStepsStayWithinBudgetAndResetReturnsMemory) 
   const uint64_t rss_reset = process_resident_bytes();
   std::printf("after Reset: RSS %.1f MiB (before the run %.1f MiB)\n", rss_reset / 1048576.0,
               rss0 / 1048576.0);
-  if (!kTsan && !kAsan) {
+  if (heap0) {
+    const uint64_t heap_reset = *sanitizer_heap_bytes();
+    std::printf("after Reset: heap in use %.1f MiB\n", heap_reset / 1048576.0);
+    EXPECT_LE(heap_reset, *heap0 + kRssAfterReset) << "Reset did not free the history's heap";
+  } else {
     EXPECT_LE(rss_reset, rss0 + kRssAfterReset) << "Reset did not give the memory back";
   }
 }
 
 // Thousands of random commands, as fast as a hand on the controls and faster, while a UI-like
 // loop drains events. The event order stays consistent, the queue stays bounded, and Stop and
-// close keep their latency (one step in flight + 100 ms).
+// close wait for the step in flight at most (no queued step starts after them).
 TEST(ControllerStress, RandomCommandsKeepOrderBoundsAndLatency) {
   constexpr int kCommands = 3000;
-  auto ctl = std::make_unique<Controller>(tiny_source(300), test_options());
+  auto counted = std::make_unique<SlowSource>(tiny_source(300), 0);
+  const auto started = counted->steps_started();
+  auto ctl = std::make_unique<Controller>(std::move(counted), test_options());
   std::mt19937 rng(12345);
   Timeline tl;
   std::vector<uint64_t> next_step(1, 1);  // per run: the step number expected next
@@ -236,16 +257,17 @@ TEST(ControllerStress, RandomCommandsKeepOrderBoundsAndLatency) {
     ASSERT_LE(ctl->queued(), kMaxQueued);
     auto t0 = std::chrono::steady_clock::now();
     ctl->send(CmdStop{});
-    double waited = 0;
-    while (waited < 10) {
+    // Read after the send: steps counted before it may have run before the worker saw Stop.
+    const int at_stop = started->load();
+    while (seconds_since(t0) < kFinishTimeout) {
       drain(ctl->wait_events(5));
-      waited = seconds_since(t0);
       if (run_finished[run]) break;
     }
     ASSERT_TRUE(run_finished[run])
         << when << " run " << run << " last " << last_run << " busy " << ctl->state().busy
         << " fin " << ctl->state().finished << " queued " << ctl->queued();
-    EXPECT_LE(waited, max_step_s + kLatencySlack) << "Stop latency " << when;
+    // One step the worker was about to start as Stop arrived, and no more.
+    EXPECT_LE(started->load(), at_stop + 1) << "queued steps ran after Stop " << when;
   };
 
   for (int i = 0; i < kCommands; ++i) {
@@ -294,7 +316,7 @@ TEST(ControllerStress, RandomCommandsKeepOrderBoundsAndLatency) {
   ctl->send(CmdReset{kStory, true});
   for (int i = 0; i < 40; ++i) ctl->send(CmdStep{});
   ctl->send(CmdCompare{kCode, 8});
-  auto t0 = std::chrono::steady_clock::now();
+  // Close must not hang behind the queue; how much it may run after it began is checked in
+  // ShutdownWithQueuedWorkReturnsWithinOneStep, where steps are long enough to count it.
   ctl.reset();
-  EXPECT_LE(seconds_since(t0), max_step_s + kLatencySlack) << "close latency";
 }

@@ -15,15 +15,15 @@
 #include <map>
 #include <set>
 
-#include "app/ui/app_capture.h"
-#include "engine/bootstrap/bootstrap.h"
 #include "app/scene/overview_marks.h"
 #include "app/scene/scene_kv.h"
+#include "app/ui/app_capture.h"
+#include "engine/bootstrap/bootstrap.h"
 #include "gl_test_context.h"
 #include "pixel_utils.h"
-#include "render/layout.h"
 #include "render/offscreen.h"
 #include "synthetic_run.h"
+#include "tests/render/expected_layout.h"
 
 using namespace kvscope;
 using namespace kvscope::app;
@@ -33,7 +33,7 @@ using kvscope::test::SyntheticRun;
 
 namespace {
 
-namespace layout = render::layout;
+namespace layout = kvscope::test::expected_layout;
 
 // Where a KV block instance sits: position, layer and KV head (of n_heads).
 struct BlockAt {
@@ -387,9 +387,8 @@ TEST(ViewPolish, TheNoGpuNoticeIsOnePlainSentence) {
     EXPECT_EQ(std::count(n.begin(), n.end(), '.'), 1) << n;
     EXPECT_EQ(n.back(), '.');
   }
-  EXPECT_EQ(
-      gpu_fallback_notice("cuda: no usable GPU: no CUDA-capable device; use the CPU backend"),
-      "No usable GPU (no CUDA-capable device); running on the CPU backend.");
+  EXPECT_EQ(gpu_fallback_notice("cuda: no usable GPU: no CUDA-capable device; use the CPU backend"),
+            "No usable GPU (no CUDA-capable device); running on the CPU backend.");
 }
 
 TEST(ViewPolish, TopViewLabelsOfTheMostAttendedTokensAreFlatLegibleAndApart) {

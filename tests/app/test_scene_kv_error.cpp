@@ -17,13 +17,13 @@
 #include "app/core/timeline.h"
 #include "app/scene/scene_builder.h"
 #include "app/scene/scene_kv.h"
-#include "render/layout.h"
 #include "render/synthetic_scene.h"
+#include "tests/render/expected_layout.h"
 
 namespace kvscope::app {
 namespace {
 
-namespace layout = render::layout;
+namespace layout = kvscope::test::expected_layout;
 constexpr int kL = 2, kPrompt = 5;
 
 // Errors made up per layer and position: 10^-(4 - pos * 0.7) (0.01% .. 30%), V twice K.

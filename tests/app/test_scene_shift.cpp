@@ -13,15 +13,15 @@
 #include <cmath>
 #include <memory>
 
+#include "app/core/timeline.h"
 #include "app/scene/scene_builder.h"
 #include "app/scene/scene_shift.h"
-#include "app/core/timeline.h"
-#include "render/layout.h"
+#include "tests/render/expected_layout.h"
 
 namespace kvscope::app {
 namespace {
 
-namespace layout = render::layout;
+namespace layout = kvscope::test::expected_layout;
 constexpr int kL = 2, kPrompt = 6, kCtx = 10, kKeep = 2, kDrop = 4;
 
 // The K norm written for the token that arrived `index`-th (distinct per token and layer).

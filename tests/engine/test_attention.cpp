@@ -16,6 +16,7 @@
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cpu/cpu_isa.h"
 #include "engine/quant.h"
+#include "tests/util/isa_paths.h"
 
 namespace kvscope {
 namespace {
@@ -133,74 +134,66 @@ const Case kCases[] = {
     {24, 2, 2, 70, {KvDtype::F32, KvDtype::F16}, {}},            // odd head size
 };
 
-class Attention : public ::testing::Test {
- protected:
-  void TearDown() override { cpu::set_isa(saved_); }
-  const Isa saved_ = cpu::isa_active();
-};
+// Every test here runs once per path (".../scalar", ".../avx2", ".../avx512"); a path this
+// CPU lacks is reported as skipped (tests/util/isa_paths.h).
+class Attention : public test::IsaPathTest {};
+KVSCOPE_TEST_EVERY_ISA(Attention);
 
-TEST_F(Attention, MatchesAFloat64ReferenceOnEveryPath) {
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
-    if (!cpu::set_isa(isa)) {
-      std::printf("%s: not supported by this CPU, not run\n", cpu::isa_name(isa));
-      continue;
+TEST_P(Attention, MatchesAFloat64Reference) {
+  const Isa isa = this->isa();
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(std::string(cpu::isa_name(isa)) + " " + describe(c));
+    auto be = make_cpu_backend(2);
+    const Data d = random_data(c, 17);
+    auto cache = be->create_kv_cache(config_for(c, false), c.n);
+    ASSERT_TRUE(cache.ok());
+    const Result r = attend(*be, **cache, c, d, 0, c.n);
+    const int H = c.Hkv * c.G;
+    std::vector<double> want, want_p;
+    double worst = 0;
+    for (int qp : {0, 1, c.n / 3, c.n - 1}) {
+      reference(c, d, qp, want, want_p);
+      for (size_t i = 0; i < want.size(); ++i)
+        worst = std::max(worst, std::fabs(r.out[size_t(qp) * H * c.D + i] - want[i]));
     }
-    for (const Case& c : kCases) {
-      SCOPED_TRACE(std::string(cpu::isa_name(isa)) + " " + describe(c));
-      auto be = make_cpu_backend(2);
-      const Data d = random_data(c, 17);
-      auto cache = be->create_kv_cache(config_for(c, false), c.n);
-      ASSERT_TRUE(cache.ok());
-      const Result r = attend(*be, **cache, c, d, 0, c.n);
-      const int H = c.Hkv * c.G;
-      std::vector<double> want, want_p;
-      double worst = 0;
-      for (int qp : {0, 1, c.n / 3, c.n - 1}) {
-        reference(c, d, qp, want, want_p);
-        for (size_t i = 0; i < want.size(); ++i)
-          worst = std::max(worst, std::fabs(r.out[size_t(qp) * H * c.D + i] - want[i]));
-      }
-      EXPECT_LT(worst, 2e-5) << "largest output difference";
-      // The last query's attention rows, by position.
-      reference(c, d, c.n - 1, want, want_p);
-      double sum0 = 0;
-      for (int j = 0; j < c.n; ++j) {
-        for (int h = 0; h < H; ++h)
-          ASSERT_NEAR(r.probs[size_t(h) * c.n + j], want_p[size_t(h) * c.n + j], 2e-6)
-              << "pos " << j;
-        sum0 += r.probs[size_t(j)];
-      }
-      EXPECT_NEAR(sum0, 1.0, 1e-5);
+    EXPECT_LT(worst, 2e-5) << "largest output difference";
+    // The last query's attention rows, by position.
+    reference(c, d, c.n - 1, want, want_p);
+    double sum0 = 0;
+    for (int j = 0; j < c.n; ++j) {
+      for (int h = 0; h < H; ++h)
+        ASSERT_NEAR(r.probs[size_t(h) * c.n + j], want_p[size_t(h) * c.n + j], 2e-6) << "pos " << j;
+      sum0 += r.probs[size_t(j)];
     }
+    EXPECT_NEAR(sum0, 1.0, 1e-5);
   }
 }
 
-TEST_F(Attention, EachQueryGivesTheSameBitsAloneOrInABatchWithAnyThreads) {
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
-    if (!cpu::set_isa(isa)) continue;
-    for (const Case& c : kCases) {
-      SCOPED_TRACE(std::string(cpu::isa_name(isa)) + " " + describe(c));
-      const Data d = random_data(c, 5);
-      const int H = c.Hkv * c.G;
-      // NO CACHE: all queries in one batch on a scratch cache.
-      auto be = make_cpu_backend(2);
-      auto scratch = be->create_kv_cache(config_for(c, false), c.n);
-      ASSERT_TRUE(scratch.ok());
-      const Result batch = attend(*be, **scratch, c, d, 0, c.n);
-      // CACHE: a prompt of 37, then one position at a time (windowed layers in a ring).
-      for (int threads : {1, 3}) {
-        auto be1 = make_cpu_backend(threads);
-        auto ring = be1->create_kv_cache(config_for(c, true), 8);
-        ASSERT_TRUE(ring.ok());
-        const Result prompt = attend(*be1, **ring, c, d, 0, 37);
-        for (int i = 0; i < 37 * H * c.D; ++i)
-          ASSERT_EQ(prompt.out[size_t(i)], batch.out[size_t(i)]);
-        for (int p = 37; p < c.n; ++p) {
-          const Result one = attend(*be1, **ring, c, d, p, 1);
-          for (int i = 0; i < H * c.D; ++i)
-            ASSERT_EQ(one.out[size_t(i)], batch.out[size_t(p) * H * c.D + i])
-                << threads << " threads, query " << p;
-          if (p == c.n - 1) EXPECT_EQ(one.probs, batch.probs) << "the last query's attention rows";
+TEST_P(Attention, EachQueryGivesTheSameBitsAloneOrInABatchWithAnyThreads) {
+  const Isa isa = this->isa();
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(std::string(cpu::isa_name(isa)) + " " + describe(c));
+    const Data d = random_data(c, 5);
+    const int H = c.Hkv * c.G;
+    // NO CACHE: all queries in one batch on a scratch cache.
+    auto be = make_cpu_backend(2);
+    auto scratch = be->create_kv_cache(config_for(c, false), c.n);
+    ASSERT_TRUE(scratch.ok());
+    const Result batch = attend(*be, **scratch, c, d, 0, c.n);
+    // CACHE: a prompt of 37, then one position at a time (windowed layers in a ring).
+    for (int threads : {1, 3}) {
+      auto be1 = make_cpu_backend(threads);
+      auto ring = be1->create_kv_cache(config_for(c, true), 8);
+      ASSERT_TRUE(ring.ok());
+      const Result prompt = attend(*be1, **ring, c, d, 0, 37);
+      for (int i = 0; i < 37 * H * c.D; ++i) ASSERT_EQ(prompt.out[size_t(i)], batch.out[size_t(i)]);
+      for (int p = 37; p < c.n; ++p) {
+        const Result one = attend(*be1, **ring, c, d, p, 1);
+        for (int i = 0; i < H * c.D; ++i)
+          ASSERT_EQ(one.out[size_t(i)], batch.out[size_t(p) * H * c.D + i])
+              << threads << " threads, query " << p;
+        if (p == c.n - 1) {
+          EXPECT_EQ(one.probs, batch.probs) << "the last query's attention rows";
         }
       }
     }

@@ -18,6 +18,7 @@
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cpu/cpu_isa.h"
 #include "engine/cpu/elementwise.h"
+#include "tests/util/isa_paths.h"
 
 namespace kvscope {
 namespace {
@@ -34,11 +35,10 @@ class Elementwise : public ::testing::Test {
 std::vector<float> gates(int64_t count, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-12.0f, 12.0f);
-  const float extremes[] = {0.0f, -0.0f, 1.0f, -1.0f, 30.0f, -30.0f, 87.0f,  -87.0f,
+  const float extremes[] = {0.0f,  -0.0f,  1.0f,  -1.0f,  30.0f,  -30.0f,  87.0f,  -87.0f,
                             88.5f, -88.5f, 89.0f, -89.0f, 103.0f, -103.0f, 200.0f, -200.0f};
   std::vector<float> g(static_cast<size_t>(count));
-  for (int64_t i = 0; i < count; ++i)
-    g[size_t(i)] = i % 7 == 3 ? extremes[(i / 7) % 16] : u(rng);
+  for (int64_t i = 0; i < count; ++i) g[size_t(i)] = i % 7 == 3 ? extremes[(i / 7) % 16] : u(rng);
   return g;
 }
 
@@ -53,63 +53,49 @@ std::vector<float> run_glu(int64_t T, int64_t n, const std::vector<float>& g,
   return std::vector<float>(gt->data, gt->data + T * n);
 }
 
-uint32_t bits(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
+using test::bits;
 
-TEST_F(Elementwise, SiluGluMatchesFloat64OnEveryPathWithTheSameBits) {
-  std::vector<float> first;  // the first path's results, per shape in turn
-  std::vector<std::vector<float>> by_shape;
-  bool have_first = false;
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
-    if (!cpu::set_isa(isa)) {
-      std::printf("%s: not supported by this CPU, not run\n", cpu::isa_name(isa));
-      continue;
-    }
-    size_t shape = 0;
-    for (int64_t T : {1, 3})
-      for (int64_t n : {1, 3, 17, 64, 513, 1536}) {
-        SCOPED_TRACE(std::string(cpu::isa_name(isa)) + " T=" + std::to_string(T) +
-                     " n=" + std::to_string(n));
-        const std::vector<float> g = gates(T * n, uint32_t(n)), up = gates(T * n, uint32_t(n + 1));
-        const std::vector<float> got = run_glu(T, n, g, up);
-        for (int64_t i = 0; i < T * n; ++i) {
-          const double x = g[size_t(i)];
-          const double want = x / (1.0 + std::exp(-x)) * double(up[size_t(i)]);
-          ASSERT_NEAR(got[size_t(i)], want, 8e-7 * std::fabs(want) + 1e-30)
-              << "gate " << x << " up " << up[size_t(i)];
-        }
-        if (!have_first) {
-          by_shape.push_back(got);
-        } else {
-          for (int64_t i = 0; i < T * n; ++i)
-            ASSERT_EQ(bits(got[size_t(i)]), bits(by_shape[shape][size_t(i)]))
-                << "element " << i << " differs from the first path's";
-        }
-        ++shape;
+// The tests of one SIMD path, run once per path (".../scalar", ".../avx2", ".../avx512");
+// a path this CPU lacks is reported as skipped (tests/util/isa_paths.h).
+class ElementwisePath : public test::IsaPathTest {};
+KVSCOPE_TEST_EVERY_ISA(ElementwisePath);
+
+// Against float64, and the same bits as the scalar path (which every CPU runs).
+TEST_P(ElementwisePath, SiluGluMatchesFloat64AndTheScalarPathsBits) {
+  const Isa isa = this->isa();
+  for (int64_t T : {1, 3})
+    for (int64_t n : {1, 3, 17, 64, 513, 1536}) {
+      SCOPED_TRACE(std::string(cpu::isa_name(isa)) + " T=" + std::to_string(T) +
+                   " n=" + std::to_string(n));
+      const std::vector<float> g = gates(T * n, uint32_t(n)), up = gates(T * n, uint32_t(n + 1));
+      ASSERT_TRUE(cpu::set_isa(Isa::Scalar));
+      const std::vector<float> scalar = run_glu(T, n, g, up);
+      ASSERT_TRUE(cpu::set_isa(isa));
+      const std::vector<float> got = run_glu(T, n, g, up);
+      for (int64_t i = 0; i < T * n; ++i) {
+        const double x = g[size_t(i)];
+        const double want = x / (1.0 + std::exp(-x)) * double(up[size_t(i)]);
+        ASSERT_NEAR(got[size_t(i)], want, 8e-7 * std::fabs(want) + 1e-30)
+            << "gate " << x << " up " << up[size_t(i)];
+        ASSERT_EQ(bits(got[size_t(i)]), bits(scalar[size_t(i)]))
+            << "element " << i << " differs from the scalar path's";
       }
-    have_first = true;
-  }
-  ASSERT_TRUE(have_first);
+    }
 }
 
-TEST_F(Elementwise, SiluGluGivesAValueTheSameBitsWhereverItSitsInARow) {
+TEST_P(ElementwisePath, SiluGluGivesAValueTheSameBitsWhereverItSitsInARow) {
   // One gate put at every place of a 35-value row (two 16-lane vectors and a tail of 3,
   // or four 8-lane vectors and a tail of 3): the same bits everywhere.
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
-    if (!cpu::set_isa(isa)) continue;
-    for (float x : {-9.7f, -0.3f, 0.61f, 5.5f, -88.7f}) {
-      SCOPED_TRACE(std::string(cpu::isa_name(isa)) + " gate " + std::to_string(x));
-      uint32_t seen = 0;
-      for (int at = 0; at < 35; ++at) {
-        std::vector<float> g(35, 1.0f), up(35, 1.5f);
-        g[size_t(at)] = x;
-        const uint32_t b = bits(run_glu(1, 35, g, up)[size_t(at)]);
-        if (at == 0) seen = b;
-        ASSERT_EQ(b, seen) << "at " << at;
-      }
+  const Isa isa = this->isa();
+  for (float x : {-9.7f, -0.3f, 0.61f, 5.5f, -88.7f}) {
+    SCOPED_TRACE(std::string(cpu::isa_name(isa)) + " gate " + std::to_string(x));
+    uint32_t seen = 0;
+    for (int at = 0; at < 35; ++at) {
+      std::vector<float> g(35, 1.0f), up(35, 1.5f);
+      g[size_t(at)] = x;
+      const uint32_t b = bits(run_glu(1, 35, g, up)[size_t(at)]);
+      if (at == 0) seen = b;
+      ASSERT_EQ(b, seen) << "at " << at;
     }
   }
 }
@@ -127,9 +113,10 @@ TEST_F(Elementwise, RopeFromTheTableEqualsRopeRowsBitForBit) {
   const RopeSpec adj{RopeStyle::Adjacent, 48, 1e6f, 0.25f};
   // Prefill, decode steps, a second base in between, a jump far ahead, positions past
   // the table, and a negative start (not tabled either).
-  const Call calls[] = {{neox, 0, 40},     {adj, 0, 40},      {neox, 40, 1},
-                        {adj, 40, 1},      {neox, 41, 300},   {neox, 9000, 2},
-                        {adj, 5, 3},       {neox, int(cpu::RopeTable::kMaxPositions) - 1, 2},
+  const Call calls[] = {{neox, 0, 40},   {adj, 0, 40},
+                        {neox, 40, 1},   {adj, 40, 1},
+                        {neox, 41, 300}, {neox, 9000, 2},
+                        {adj, 5, 3},     {neox, int(cpu::RopeTable::kMaxPositions) - 1, 2},
                         {adj, -3, 5}};
   for (const Call& c : calls) {
     SCOPED_TRACE("pos0 " + std::to_string(c.pos0) + " T " + std::to_string(c.T) + " n_rot " +

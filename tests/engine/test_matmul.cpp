@@ -28,6 +28,8 @@
 #include "engine/model.h"
 #include "engine/quant.h"
 #include "tests/util/gguf_writer.h"
+#include "tests/util/isa_paths.h"
+#include "tests/util/skip_reason.h"
 
 namespace kvscope {
 namespace {
@@ -205,44 +207,42 @@ class Matmul : public ::testing::Test {
   const Isa saved_ = cpu::isa_active();
 };
 
-TEST_F(Matmul, EveryPathAndTypeEqualsTheExactReferenceBitForBit) {
+// The tests that run once per path (".../scalar", ".../avx2", ".../avx512"); a path this
+// CPU lacks is reported as skipped (tests/util/isa_paths.h).
+class MatmulPath : public test::IsaPathTest {};
+KVSCOPE_TEST_EVERY_ISA(MatmulPath);
+
+TEST_P(MatmulPath, EveryTypeEqualsTheExactReferenceBitForBit) {
   ThreadPool pool(2);
-  int paths = 0;
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
-    if (!cpu::set_isa(isa)) {
-      std::printf("%s: not supported by this CPU, not run\n", cpu::isa_name(isa));
-      continue;
-    }
-    ++paths;
-    for (GgmlType t : kTypes)
-      for (int64_t n_in : lengths_for(t))
-        for (int64_t n_out : {5, 83}) {
-          const Matrix m = random_matrix(t, n_in, n_out, uint32_t(n_in * 131 + n_out));
-          auto packed = cpu::pack_weight(m.weight(), pool);
-          ASSERT_TRUE(packed) << ggml_type_name(t);
-          // 5..16: a batch of decode rows, gemv over slices of 16, 8 and up to 4 rows.
-          for (int64_t T : {1, 3, 5, 8, 12, 16, 17, 64, 513}) {
-            const auto x = random_x(T, n_in, uint32_t(T + n_in));
-            const auto want = exact_reference(m, x, T);
-            std::vector<float> got(want.size(), NAN);
-            cpu::matmul(pool, *packed, x.data(), T, got.data());
-            for (size_t i = 0; i < want.size(); ++i)
-              ASSERT_EQ(got[i], want[i])
-                  << cpu::isa_name(isa) << " " << ggml_type_name(t) << " n_in=" << n_in
-                  << " n_out=" << n_out << " T=" << T << " token " << i / size_t(n_out) << " row "
-                  << i % size_t(n_out);
-          }
+  const Isa isa = this->isa();
+  for (GgmlType t : kTypes)
+    for (int64_t n_in : lengths_for(t))
+      for (int64_t n_out : {5, 83}) {
+        const Matrix m = random_matrix(t, n_in, n_out, uint32_t(n_in * 131 + n_out));
+        auto packed = cpu::pack_weight(m.weight(), pool);
+        ASSERT_TRUE(packed) << ggml_type_name(t);
+        // 5..16: a batch of decode rows, gemv over slices of 16, 8 and up to 4 rows.
+        for (int64_t T : {1, 3, 5, 8, 12, 16, 17, 64, 513}) {
+          const auto x = random_x(T, n_in, uint32_t(T + n_in));
+          const auto want = exact_reference(m, x, T);
+          std::vector<float> got(want.size(), NAN);
+          cpu::matmul(pool, *packed, x.data(), T, got.data());
+          for (size_t i = 0; i < want.size(); ++i)
+            ASSERT_EQ(got[i], want[i])
+                << cpu::isa_name(isa) << " " << ggml_type_name(t) << " n_in=" << n_in
+                << " n_out=" << n_out << " T=" << T << " token " << i / size_t(n_out) << " row "
+                << i % size_t(n_out);
         }
-  }
-  EXPECT_GE(paths, 1);
+      }
 }
 
 // Enough rows for several decoded panels per chunk and several chunks per thread (the
 // threads claim chunks in whatever order they get to them), an odd group count, and two
 // products in one region whose chunks straddle the boundary between them: still the
 // exact reference, bit for bit, on every path and type.
-TEST_F(Matmul, ManyRowsOverSeveralPanelsAndChunksEqualTheExactReference) {
+TEST_P(MatmulPath, ManyRowsOverSeveralPanelsAndChunksEqualTheExactReference) {
   ThreadPool pool(3);
+  const Isa isa = this->isa();
   for (GgmlType t : kTypes) {
     const int64_t n_in = lengths_for(t).front(), n_out = 300, n_out2 = 45;
     const Matrix m = random_matrix(t, n_in, n_out, uint32_t(n_in + 17));
@@ -250,23 +250,20 @@ TEST_F(Matmul, ManyRowsOverSeveralPanelsAndChunksEqualTheExactReference) {
     for (int64_t T : {1, 64, 513}) {
       const auto x = random_x(T, n_in, uint32_t(T * 3 + n_in));
       const auto want = exact_reference(m, x, T), want2 = exact_reference(m2, x, T);
-      for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
-        if (!cpu::set_isa(isa)) continue;
-        auto packed = cpu::pack_weight(m.weight(), pool);
-        auto packed2 = cpu::pack_weight(m2.weight(), pool);
-        ASSERT_TRUE(packed && packed2) << ggml_type_name(t);
-        std::vector<float> got(want.size(), NAN), got2(want2.size(), NAN);
-        const cpu::MatmulJob jobs[2] = {{packed.get(), got.data()}, {packed2.get(), got2.data()}};
-        cpu::matmul_many(pool, jobs, 2, x.data(), T);
-        for (size_t i = 0; i < want.size(); ++i)
-          ASSERT_EQ(got[i], want[i]) << cpu::isa_name(isa) << " " << ggml_type_name(t) << " T="
-                                     << T << " token " << i / size_t(n_out) << " row "
-                                     << i % size_t(n_out);
-        for (size_t i = 0; i < want2.size(); ++i)
-          ASSERT_EQ(got2[i], want2[i]) << cpu::isa_name(isa) << " " << ggml_type_name(t)
-                                       << " second product T=" << T << " token "
-                                       << i / size_t(n_out2) << " row " << i % size_t(n_out2);
-      }
+      auto packed = cpu::pack_weight(m.weight(), pool);
+      auto packed2 = cpu::pack_weight(m2.weight(), pool);
+      ASSERT_TRUE(packed && packed2) << ggml_type_name(t);
+      std::vector<float> got(want.size(), NAN), got2(want2.size(), NAN);
+      const cpu::MatmulJob jobs[2] = {{packed.get(), got.data()}, {packed2.get(), got2.data()}};
+      cpu::matmul_many(pool, jobs, 2, x.data(), T);
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_EQ(got[i], want[i])
+            << cpu::isa_name(isa) << " " << ggml_type_name(t) << " T=" << T << " token "
+            << i / size_t(n_out) << " row " << i % size_t(n_out);
+      for (size_t i = 0; i < want2.size(); ++i)
+        ASSERT_EQ(got2[i], want2[i])
+            << cpu::isa_name(isa) << " " << ggml_type_name(t) << " second product T=" << T
+            << " token " << i / size_t(n_out2) << " row " << i % size_t(n_out2);
     }
   }
 }
@@ -409,8 +406,8 @@ TEST(CpuIsa, StartsOnThePathTheEnvironmentNames) {
   // A path this CPU lacks falls back to the best below it: right, but then this run did
   // not test the path it was asked to (engine_cpu_isa_env_*), so it says so.
   if (named && *named != cpu::isa_active())
-    GTEST_SKIP() << "KVSCOPE_CPU_ISA=" << env << " but this CPU lacks it: ran on "
-                 << cpu::isa_name(cpu::isa_active());
+    GTEST_SKIP() << test::skip_isa_lacking(*named) << " (KVSCOPE_CPU_ISA=" << env << " ran on "
+                 << cpu::isa_name(cpu::isa_active()) << ")";
 }
 
 }  // namespace

@@ -2,8 +2,10 @@
 // token's negative log-likelihood equals the one a fresh session computes from the same
 // prefix in one prefill; a context size splits the text into chunks whose cache never
 // holds more than the context; the project's long text (GPL-3 from base-files) has a
-// plausible perplexity.
+// plausible perplexity, within a stated tolerance of llama.cpp's on the same GGUF file and
+// tokens (tests/golden/perplexity_llamacpp.json, scripts/make_golden_perplexity.py).
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <filesystem>
@@ -13,6 +15,7 @@
 #include "engine/cpu/cpu_backend.h"
 #include "engine/perplexity.h"
 #include "tests/util/model_fixture.h"
+#include "tests/util/sanitizer.h"
 
 namespace kvscope {
 namespace {
@@ -89,6 +92,39 @@ TEST_F(PerplexityTest, ContextSizeSplitsTheTextIntoChunks) {
   EXPECT_LE(r->kv_bytes_max, 16 * per_token);
   EXPECT_NEAR(r->token_nll[15], direct_nll(tokens, 15, 16), 2e-3);  // first of chunk 2
   EXPECT_NEAR(r->token_nll[29], direct_nll(tokens, 15, 30), 2e-3);  // last of chunk 2
+}
+
+// The same tokens as llama.cpp read (the golden's ids: kvscope's tokenizer is checked against
+// llama.cpp's elsewhere), every token of one window scored as llama.cpp scored it. Tolerance:
+// llama.cpp's CPU matmuls quantize the activations to 8 bits, which moves its logits from an
+// fp32 forward pass by 0.16 on average (max 0.8; tests/golden/forward_fp32.json, vs_llama);
+// a token's nll moves by about as much, in either direction, so the mean over n tokens moves
+// by about 0.16/sqrt(n): 0.01 nats over 255 tokens, 0.025 over the 47 of the ASan stage. The
+// bound, 0.05 nats on the mean (perplexity within 5%), is twice the larger. A model that
+// reads the text at all scores it far below the uniform perplexity (the vocabulary, 49,152);
+// the GPL's preamble under a 135M model is between 2 and 40.
+TEST_F(PerplexityTest, LongTextHasLlamaCppsPerplexity) {
+  std::ifstream in(std::string(KVSCOPE_SOURCE_DIR) + "/tests/golden/perplexity_llamacpp.json");
+  ASSERT_TRUE(in) << "tests/golden/perplexity_llamacpp.json";
+  const nlohmann::json j = nlohmann::json::parse(in);
+  const auto ids = j.at("ids").get<std::vector<int32_t>>();
+  const auto want_nll = j.at("token_nll").get<std::vector<double>>();
+  ASSERT_EQ(want_nll.size() + 1, ids.size());
+  ASSERT_GE(ids.size(), 200u) << "an emptied or truncated golden file";
+  // ASan runs 30 to 60 times slower: a prefix there (tests/util/sanitizer.h).
+  const int n = test::kAddressSanitizer ? 48 : int(ids.size());
+  auto s = make();
+  auto r = perplexity(*s, ids, n);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  ASSERT_EQ(r->scored, n - 1);
+  double want = 0;
+  for (int i = 0; i < n - 1; ++i) want += want_nll[size_t(i)];
+  want /= n - 1;
+  std::printf("perplexity over %d tokens: kvscope %.3f, llama.cpp %.3f (mean nll %.4f / %.4f)\n", n,
+              r->perplexity(), std::exp(want), r->mean_nll(), want);
+  EXPECT_NEAR(r->mean_nll(), want, 0.05) << "mean nll against llama.cpp's";
+  EXPECT_GT(r->perplexity(), 2.0);
+  EXPECT_LT(r->perplexity(), 40.0);
 }
 
 TEST_F(PerplexityTest, TooShortATextIsAnError) {

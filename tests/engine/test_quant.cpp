@@ -15,6 +15,7 @@
 #include "engine/cpu/kernels.h"
 #include "engine/quant.h"
 #include "tests/util/gguf_writer.h"
+#include "tests/util/isa_paths.h"
 
 namespace kvscope {
 namespace {
@@ -354,26 +355,15 @@ TEST(VecDot, WorksOnUnalignedRows) {
 
 using cpu::Isa;
 
-uint32_t bits(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
+using test::bits;
 
-// The paths this CPU can run (the others are named as not run).
-std::vector<Isa> paths() {
-  std::vector<Isa> out;
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
-    if (cpu::isa_supported(isa)) {
-      out.push_back(isa);
-    } else {
-      std::printf("%s: not supported by this CPU, not run\n", cpu::isa_name(isa));
-    }
-  }
-  return out;
-}
+// The row kernels of one SIMD path, run once per path (".../scalar", ".../avx2",
+// ".../avx512"); a path this CPU lacks is reported as skipped (tests/util/isa_paths.h).
+class RowKernels : public test::IsaPathTest {};
+KVSCOPE_TEST_EVERY_ISA(RowKernels);
 
-TEST(RowKernels, F16ConversionsEqualTheReferenceOnEveryPath) {
+TEST_P(RowKernels, F16ConversionsEqualTheReference) {
+  const Isa isa = this->isa();
   // Every binary16 value, in a row whose length leaves a tail on every path.
   std::vector<uint8_t> halves(2 * 65537);
   for (uint32_t h = 0; h < 65537; ++h) put16(halves, 2 * h, uint16_t(h * 40503u));
@@ -401,28 +391,27 @@ TEST(RowKernels, F16ConversionsEqualTheReferenceOnEveryPath) {
   floats.push_back(f);
   const int64_t nh = int64_t(halves.size() / 2), nf = int64_t(floats.size());
 
-  for (Isa isa : paths()) {
-    SCOPED_TRACE(cpu::isa_name(isa));
-    const cpu::IsaKernels& k = cpu::kernels(isa);
-    std::vector<float> got(static_cast<size_t>(nh));
-    k.f16_to_f32(halves.data(), got.data(), nh);
-    for (int64_t i = 0; i < nh; ++i) {
-      uint16_t h;
-      std::memcpy(&h, halves.data() + 2 * i, 2);
-      ASSERT_EQ(bits(got[size_t(i)]), bits(fp16_to_fp32(h))) << "half " << h;
-    }
-    std::vector<uint8_t> enc(2 * static_cast<size_t>(nf));
-    k.f32_to_f16(floats.data(), enc.data(), nf);
-    for (int64_t i = 0; i < nf; ++i) {
-      uint16_t h;
-      std::memcpy(&h, enc.data() + 2 * i, 2);
-      ASSERT_EQ(h, fp32_to_fp16(floats[size_t(i)])) << "value " << floats[size_t(i)] << " bits "
-                                                    << bits(floats[size_t(i)]);
-    }
+  SCOPED_TRACE(cpu::isa_name(isa));
+  const cpu::IsaKernels& k = cpu::kernels(isa);
+  std::vector<float> got(static_cast<size_t>(nh));
+  k.f16_to_f32(halves.data(), got.data(), nh);
+  for (int64_t i = 0; i < nh; ++i) {
+    uint16_t h;
+    std::memcpy(&h, halves.data() + 2 * i, 2);
+    ASSERT_EQ(bits(got[size_t(i)]), bits(fp16_to_fp32(h))) << "half " << h;
+  }
+  std::vector<uint8_t> enc(2 * static_cast<size_t>(nf));
+  k.f32_to_f16(floats.data(), enc.data(), nf);
+  for (int64_t i = 0; i < nf; ++i) {
+    uint16_t h;
+    std::memcpy(&h, enc.data() + 2 * i, 2);
+    ASSERT_EQ(h, fp32_to_fp16(floats[size_t(i)]))
+        << "value " << floats[size_t(i)] << " bits " << bits(floats[size_t(i)]);
   }
 }
 
-TEST(RowKernels, DequantizeRowEqualsTheReferenceBitForBitOnEveryPath) {
+TEST_P(RowKernels, DequantizeRowEqualsTheReferenceBitForBit) {
+  const Isa isa = this->isa();
   std::mt19937 rng(321);
   for (GgmlType t :
        {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
@@ -433,46 +422,43 @@ TEST(RowKernels, DequantizeRowEqualsTheReferenceBitForBitOnEveryPath) {
       const auto row = random_row(t, n, rng);
       std::vector<float> want(static_cast<size_t>(n));
       dequantize_row(t, row.data(), want.data(), n);
-      for (Isa isa : paths()) {
-        std::vector<float> got(static_cast<size_t>(n), -1.0f);
-        cpu::kernels(isa).dequantize_row(t, row.data(), got.data(), n);
-        for (int64_t i = 0; i < n; ++i)
-          ASSERT_EQ(bits(got[size_t(i)]), bits(want[size_t(i)]))
-              << cpu::isa_name(isa) << " " << ggml_type_name(t) << " n=" << n << " value " << i;
-      }
+      std::vector<float> got(static_cast<size_t>(n), -1.0f);
+      cpu::kernels(isa).dequantize_row(t, row.data(), got.data(), n);
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(bits(got[size_t(i)]), bits(want[size_t(i)]))
+            << cpu::isa_name(isa) << " " << ggml_type_name(t) << " n=" << n << " value " << i;
     }
   }
 }
 
-TEST(RowKernels, DotsMatchDequantizeThenDotOnEveryPath) {
+TEST_P(RowKernels, DotsMatchDequantizeThenDot) {
+  const Isa isa = this->isa();
   std::mt19937 rng(77);
   std::uniform_real_distribution<float> u(-2.0f, 2.0f);
-  for (Isa isa : paths()) {
-    const cpu::IsaKernels& k = cpu::kernels(isa);
-    for (GgmlType t :
-         {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
-          GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q6_K}) {
-      const int64_t bs = type_traits(t)->block_size;
-      const std::vector<int64_t> lengths = bs == 1    ? std::vector<int64_t>{1, 7, 33, 100, 1536}
-                                           : bs == 32 ? std::vector<int64_t>{32, 96, 1536}
-                                                      : std::vector<int64_t>{256, 1536};
-      for (int64_t n : lengths) {
-        const auto row = random_row(t, n, rng);
-        // x one float past an aligned start: the kernels need no alignment.
-        std::vector<float> xs(size_t(n) + 1), w(static_cast<size_t>(n));
-        for (float& v : xs) v = u(rng);
-        const float* x = xs.data() + 1;
-        dequantize_row(t, row.data(), w.data(), n);
-        double ref = 0, mag = 0;
-        for (int64_t i = 0; i < n; ++i) {
-          ref += static_cast<double>(w[size_t(i)]) * x[i];
-          mag += std::fabs(static_cast<double>(w[size_t(i)]) * x[i]);
-        }
-        const std::string what =
-            std::string(cpu::isa_name(isa)) + " " + ggml_type_name(t) + " n=" + std::to_string(n);
-        EXPECT_NEAR(k.vec_dot(t, row.data(), x, n), ref, 1e-5 * mag + 1e-6) << what;
-        EXPECT_NEAR(k.dot_f32(w.data(), x, n), ref, 1e-5 * mag + 1e-6) << what;
+  const cpu::IsaKernels& k = cpu::kernels(isa);
+  for (GgmlType t :
+       {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
+        GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q6_K}) {
+    const int64_t bs = type_traits(t)->block_size;
+    const std::vector<int64_t> lengths = bs == 1    ? std::vector<int64_t>{1, 7, 33, 100, 1536}
+                                         : bs == 32 ? std::vector<int64_t>{32, 96, 1536}
+                                                    : std::vector<int64_t>{256, 1536};
+    for (int64_t n : lengths) {
+      const auto row = random_row(t, n, rng);
+      // x one float past an aligned start: the kernels need no alignment.
+      std::vector<float> xs(size_t(n) + 1), w(static_cast<size_t>(n));
+      for (float& v : xs) v = u(rng);
+      const float* x = xs.data() + 1;
+      dequantize_row(t, row.data(), w.data(), n);
+      double ref = 0, mag = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        ref += static_cast<double>(w[size_t(i)]) * x[i];
+        mag += std::fabs(static_cast<double>(w[size_t(i)]) * x[i]);
       }
+      const std::string what =
+          std::string(cpu::isa_name(isa)) + " " + ggml_type_name(t) + " n=" + std::to_string(n);
+      EXPECT_NEAR(k.vec_dot(t, row.data(), x, n), ref, 1e-5 * mag + 1e-6) << what;
+      EXPECT_NEAR(k.dot_f32(w.data(), x, n), ref, 1e-5 * mag + 1e-6) << what;
     }
   }
 }

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <system_error>
@@ -37,6 +38,26 @@ std::map<std::string, long> worker_switches() {
   return out;
 }
 
+// Waits until every thread of this process but the main one is asleep (state S in
+// /proc/self/task/*/stat), up to 10 s: a fixed sleep can be too short on a busy machine.
+bool workers_asleep() {
+  const std::string self = std::to_string(getpid());
+  for (int tries = 0; tries < 1000; ++tries) {
+    bool all = true;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+      if (e.path().filename() == self) continue;
+      std::ifstream f(e.path() / "stat");
+      std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      const size_t paren = stat.rfind(')');  // "tid (name) STATE ..."
+      if (paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 2] != 'S')
+        all = false;
+    }
+    if (all) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
 TEST(ThreadPool, EveryIndexOnceWithGrainAlignedChunks) {
   ThreadPool pool(4);
   for (int64_t n : {1, 2, 3, 5, 31, 64, 1000}) {
@@ -59,7 +80,7 @@ TEST(ThreadPool, EveryIndexOnceWithGrainAlignedChunks) {
 TEST(ThreadPool, AJobWakesOnlyTheWorkersItUses) {
   ThreadPool pool(16);
   ASSERT_EQ(pool.size(), 16) << pool.start_error();
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // every worker asleep
+  ASSERT_TRUE(workers_asleep()) << "the pool's workers did not go to sleep";
   const auto before_switches = worker_switches();
   const int jobs = 200;
   std::atomic<int64_t> sum{0};

@@ -16,6 +16,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <numeric>
 #include <unistd.h>
@@ -64,8 +66,8 @@ void check_forward_parity(const Model& model, KvDtype dtype, int prompt_len) {
     EXPECT_LE(max_abs_diff(a.logits, b.logits), kLogitTol) << "step " << step;
     EXPECT_LE(max_abs_diff(a.attention, b.attention), kProbTol)
         << "step " << step;
-    EXPECT_LE(max_abs_diff(a.k_norm, b.k_norm), 1e-2f * (1 + *std::max_element(a.k_norm.begin(), a.k_norm.end())));
-    EXPECT_LE(max_abs_diff(a.v_norm, b.v_norm), 1e-2f * (1 + *std::max_element(a.v_norm.begin(), a.v_norm.end())));
+    EXPECT_LE(max_abs_diff(a.k_norm, b.k_norm), kv_norm_tol(a.k_norm));
+    EXPECT_LE(max_abs_diff(a.v_norm, b.v_norm), kv_norm_tol(a.v_norm));
     EXPECT_EQ(a.flops, b.flops);
     EXPECT_EQ(a.kv_rows, b.kv_rows);
     EXPECT_EQ((*cache_gpu)->length(), (*cache_cpu)->length());
@@ -259,7 +261,7 @@ TEST_F(CudaBackendParity, LongPromptInBatchesMatchesCpu) {
     ASSERT_TRUE(s.ok()) << s.message();
     EXPECT_LE(max_abs_diff(a.logits, b.logits), kLogitTol) << "step " << step;
     EXPECT_LE(max_abs_diff(a.attention, b.attention), kProbTol) << "step " << step;
-    EXPECT_LE(max_abs_diff(a.k_norm, b.k_norm), 1e-2f * (1 + *std::max_element(a.k_norm.begin(), a.k_norm.end())));
+    EXPECT_LE(max_abs_diff(a.k_norm, b.k_norm), kv_norm_tol(a.k_norm));
     EXPECT_EQ(a.flops, b.flops);
     for (int l = 0; l < model.config().n_layer; ++l)
       EXPECT_EQ((*cache_gpu)->held_ranges(l), (*cache_cpu)->held_ranges(l)) << "layer " << l;
@@ -330,14 +332,23 @@ TEST_F(CudaBackendParity, DefaultModelPromptAndTwoDecodeStepsSameTop5) {
   RunResult b = run_session(model, std::move(cuda.value()), CacheMode::Cache, 3);
   ASSERT_EQ(a.steps.size(), 3u);
   ASSERT_EQ(b.steps.size(), 3u);
+  // Logits within 10·kLogitTol, as Gemma 3's below and for the same reason: 30 layers of
+  // width 576 whose residual grows to hundreds, where fp32 summation order alone moves a
+  // logit by up to ~1e-3 (each layer's dot products of n terms differ by up to ~n·2^-24
+  // relative to the sum of |terms|, and the differences add up over the layers); the tiny
+  // models' kLogitTol is for 2 layers. The largest difference is printed (5.1e-4 on the
+  // emulator).
+  float worst = 0;
   for (size_t i = 0; i < 3; ++i) {
     ASSERT_GE(a.steps[i].top.size(), 5u);
     ASSERT_GE(b.steps[i].top.size(), 5u);
     for (size_t k = 0; k < 5; ++k) {
       EXPECT_EQ(a.steps[i].top[k].id, b.steps[i].top[k].id) << "step " << i << " rank " << k;
-      EXPECT_NEAR(a.steps[i].top[k].logit, b.steps[i].top[k].logit, 2e-2f);
+      EXPECT_NEAR(a.steps[i].top[k].logit, b.steps[i].top[k].logit, 10 * kLogitTol);
+      worst = std::max(worst, std::fabs(a.steps[i].top[k].logit - b.steps[i].top[k].logit));
     }
   }
+  std::printf("default model: largest top-5 logit difference %.2e\n", worst);
 }
 
 // Gemma 3 270M, the second built-in model: a 12-token prompt (cuBLAS fp32 GEMMs) and two

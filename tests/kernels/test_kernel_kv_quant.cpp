@@ -22,6 +22,7 @@
 #include "engine/cpu/elementwise.h"
 #include "engine/quant.h"
 #include "tests/kernels/kernel_test_util.h"
+#include "tests/util/skip_reason.h"
 
 namespace kvscope::test {
 namespace {
@@ -35,7 +36,7 @@ class KernelKvQuant : public ::testing::Test {
   void SetUp() override {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0)
-      GTEST_SKIP() << "no GPU for the real-kernel test";
+      GTEST_SKIP() << kSkipNoGpu << "no GPU for the real-kernel test";
   }
 #endif
   void TearDown() override { cudaDeviceReset(); }

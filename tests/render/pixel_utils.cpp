@@ -6,6 +6,9 @@
 #include <cstdlib>
 #include <string>
 
+#include <glm/gtc/matrix_transform.hpp>
+#include <glm/mat4x4.hpp>
+
 #include "render/offscreen.h"
 #include "render/synthetic_scene.h"
 
@@ -43,9 +46,21 @@ Image render_image(render::Renderer& r, const render::Scene& scene, int width, i
 }
 
 glm::vec2 to_screen(const render::Scene& s, glm::vec3 world, int width, int height) {
-  auto p = render::project_to_screen(s.camera, world, width, height);
-  EXPECT_TRUE(p.has_value());
-  return p.value_or(glm::vec2(-1.0f));
+  return to_screen(s.camera, world, width, height);
+}
+
+glm::vec2 to_screen(const render::CameraView& v, glm::vec3 world, int width, int height) {
+  // From the camera's own numbers and glm, not render::project_to_screen (the code under
+  // test): a right-handed look-at view, an OpenGL perspective (depth -1..1) of the camera's
+  // vertical field of view and the image's aspect, then NDC to pixels with y down.
+  const glm::mat4 view = glm::lookAt(v.eye, v.target, v.up);
+  const glm::mat4 proj = glm::perspective(glm::radians(v.fov_y_deg), float(width) / float(height),
+                                          v.near_plane, v.far_plane);
+  const glm::vec4 clip = proj * view * glm::vec4(world, 1.0f);
+  EXPECT_GT(clip.w, 1e-6f) << "behind the camera";
+  if (clip.w <= 1e-6f) return glm::vec2(-1.0f);
+  const glm::vec2 ndc(clip.x / clip.w, clip.y / clip.w);
+  return {(ndc.x + 1.0f) * 0.5f * float(width), (1.0f - ndc.y) * 0.5f * float(height)};
 }
 
 }  // namespace kvscope::test

@@ -41,6 +41,9 @@ int count_runs(const Image& img, bool vertical, int fixed, Pred pred) {
   }
   return runs;
 }
+// World point -> pixel (origin top-left) through the scene's camera, computed here from the
+// camera's eye, target, up and field of view, independently of the renderer's projection.
 glm::vec2 to_screen(const render::Scene& s, glm::vec3 world, int width, int height);
+glm::vec2 to_screen(const render::CameraView& v, glm::vec3 world, int width, int height);
 
 }  // namespace kvscope::test

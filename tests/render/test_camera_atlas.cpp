@@ -10,6 +10,7 @@
 #include "render/glyph_atlas.h"
 #include "render/layout.h"
 #include "render/synthetic_scene.h"
+#include "tests/render/expected_layout.h"
 
 namespace render = kvscope::render;
 using render::Camera;
@@ -118,8 +119,8 @@ TEST(Camera, TopFramesEveryBeamOfALongSequenceAtAnyAspect) {
 }
 
 TEST(Camera, RecentPresetsFrameTheHeadAndTheLastTokens) {
-  for (CameraPreset p : {CameraPreset::Side, CameraPreset::Front, CameraPreset::ThreeQuarter,
-                         CameraPreset::Follow})
+  for (CameraPreset p :
+       {CameraPreset::Side, CameraPreset::Front, CameraPreset::ThreeQuarter, CameraPreset::Follow})
     for (int n : {5, 300, 2000}) {
       Camera cam;
       render::Scene s = framed_scene(n, p, 1.1f, &cam);
@@ -130,8 +131,10 @@ TEST(Camera, RecentPresetsFrameTheHeadAndTheLastTokens) {
             << name << " n=" << n << " token " << n - back;
       // Long sequences: the preset shows the recent part, not a thin line of everything.
       if (n == 2000) {
-        auto a = render::project_to_screen(s.camera, render::layout::token_position(n - 1), 792, 720);
-        auto b = render::project_to_screen(s.camera, render::layout::token_position(n - 2), 792, 720);
+        auto a =
+            render::project_to_screen(s.camera, render::layout::token_position(n - 1), 792, 720);
+        auto b =
+            render::project_to_screen(s.camera, render::layout::token_position(n - 2), 792, 720);
         ASSERT_TRUE(a && b);
         EXPECT_GT(glm::length(*a - *b), 8.0f) << name << ": neighbouring tokens too close to read";
       }
@@ -229,4 +232,31 @@ TEST(GlyphAtlas, BakesDejaVuAndLaysOutText) {
   atlas.layout("\xC3", &q);  // truncated UTF-8 does not crash and draws a replacement
   EXPECT_EQ(q.size(), 1u);
   EXPECT_FALSE(render::GlyphAtlas::bake("/nonexistent.ttf", 40, 1024).ok());
+}
+
+// The scene's geometry as documented (tests/render/expected_layout.h, which the pixel tests
+// take their expected positions from): a change to render::layout shows here by name.
+TEST(LayoutSpec, ProductionLayoutMatchesTheSpec) {
+  namespace spec = kvscope::test::expected_layout;
+  namespace layout = render::layout;
+  EXPECT_EQ(layout::kTokenSpacing, spec::kTokenSpacing);
+  EXPECT_EQ(layout::kKvTop, spec::kKvTop);
+  EXPECT_EQ(layout::kKvPitch, spec::kKvPitch);
+  EXPECT_EQ(layout::kHeadHeight, spec::kHeadHeight);
+  EXPECT_EQ(layout::kKvWidth, spec::kKvWidth);
+  EXPECT_EQ(layout::kKvHeadFill, spec::kKvHeadFill);
+  for (int pos : {0, 1, 7, 300}) {
+    EXPECT_EQ(layout::token_position(pos), spec::token_position(pos)) << pos;
+    EXPECT_EQ(layout::head_position(pos), spec::head_position(pos)) << pos;
+    for (int l : {0, 3, 29}) {
+      EXPECT_EQ(layout::kv_block_position(pos, l), spec::kv_block_position(pos, l));
+      for (int n : {1, 3, 8})
+        for (int h = 0; h < n; ++h) {
+          const glm::vec3 a = layout::kv_head_position(pos, l, h, n);
+          const glm::vec3 b = spec::kv_head_position(pos, l, h, n);
+          EXPECT_NEAR(a.x, b.x, 1e-6f * (1.0f + std::fabs(b.x))) << pos << " " << l << " " << h << "/" << n;
+          EXPECT_EQ(a.y, b.y);
+        }
+    }
+  }
 }

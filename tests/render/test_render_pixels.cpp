@@ -13,9 +13,12 @@
 
 #include "gl_test_context.h"
 #include "pixel_utils.h"
-#include "render/layout.h"
 #include "render/offscreen.h"
 #include "render/synthetic_scene.h"
+#include "tests/render/expected_layout.h"
+
+// Expected positions come from the documented geometry, not render::layout.
+namespace expected_layout = kvscope::test::expected_layout;
 
 namespace render = kvscope::render;
 using namespace kvscope;
@@ -71,9 +74,9 @@ TEST(RenderPixels, OneBlockPerTokenSideAndTop) {
       Image img = render_image(*r, s, kW, kH);
       // The face turned to the camera has one shade; count its runs along the row
       // through the first token's center (perspective shows side faces in between).
-      glm::vec2 c0 = to_screen(s, render::layout::token_position(0), kW, kH);
+      glm::vec2 c0 = to_screen(s, expected_layout::token_position(0), kW, kH);
       if (p == CameraPreset::Top)
-        c0 = to_screen(s, render::layout::token_position(0) + glm::vec3(0, 0.4f, 0), kW, kH);
+        c0 = to_screen(s, expected_layout::token_position(0) + glm::vec3(0, 0.4f, 0), kW, kH);
       glm::vec3 face = img.at(int(c0.x), int(c0.y));
       EXPECT_TRUE(is_drawn(face));
       auto same_face = [&](glm::vec3 c) {
@@ -95,9 +98,9 @@ TEST(RenderPixels, OneKvBlockPerLayer) {
     render::Scene s = bare_scene(3, layers);
     s.tokens.clear();  // only the stacks
     // Face-on through a long lens (nearly orthographic) so the gaps between layers show.
-    glm::vec3 mid = 0.5f * (render::layout::kv_block_position(1, 0) +
-                            render::layout::kv_block_position(1, layers - 1));
-    float height = layers * render::layout::kKvPitch * 1.2f;
+    glm::vec3 mid = 0.5f * (expected_layout::kv_block_position(1, 0) +
+                            expected_layout::kv_block_position(1, layers - 1));
+    float height = layers * expected_layout::kKvPitch * 1.2f;
     s.camera.fov_y_deg = 3.0f;
     s.camera.target = mid;
     s.camera.eye = mid + glm::vec3(0.0f, 0.0f, height / std::tan(glm::radians(1.5f)) * 0.5f);
@@ -188,9 +191,9 @@ TEST(RenderPixels, LabelsDrawTextAboveTokens) {
   Image b = render_image(*r, without, kW, kH);
   // Light text pixels in the band above token 7 (" kingdom").
   glm::vec2 base =
-      to_screen(with, render::layout::token_position(7) + glm::vec3(0, 0.6f, 0), kW, kH);
+      to_screen(with, expected_layout::token_position(7) + glm::vec3(0, 0.6f, 0), kW, kH);
   glm::vec2 top =
-      to_screen(with, render::layout::token_position(7) + glm::vec3(0, 3.0f, 0), kW, kH);
+      to_screen(with, expected_layout::token_position(7) + glm::vec3(0, 3.0f, 0), kW, kH);
   int light_a = 0, light_b = 0;
   for (int y = int(top.y); y < int(base.y); ++y)
     for (int x = int(base.x) - 15; x <= int(base.x) + 15; ++x) {
