@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
 
 #include "engine/forward.h"
 
@@ -122,6 +124,8 @@ Expected<int> Scheduler::add(Request r) {
     return make_error("request: ", r.n, " samples; 1 to ", std::min(64, cfg_.max_seqs),
                       " (at most --max-seqs run at once)");
   if (r.min_tokens < 0) return make_error("request: min tokens ", r.min_tokens, " is negative");
+  if (r.logprobs < -1 || r.logprobs > 20)
+    return make_error("request: logprobs ", r.logprobs, " (-1 for none, else 0 to 20)");
   KV_TRY(penalty_config_check(r.sampler.penalties, model_->config().n_vocab));
   for (int32_t id : r.stop_ids)
     if (id < 0 || id >= model_->config().n_vocab)
@@ -173,12 +177,31 @@ Status Scheduler::cancel(int id) {
   std::erase(waiting_, id);
   std::erase(running_, id);
   s.state = SeqState::Cancelled;
+  // A sample not forked yet leaves its request's list of samples to fork.
+  if (s.fork_of >= 0) std::erase(seqs_[size_t(s.fork_of)]->samples, id);
+  s.fork_of = -1;
   // Samples not forked yet go with it.
   for (int c : s.samples) {
     seqs_[size_t(c)]->state = SeqState::Cancelled;
     seqs_[size_t(c)]->fork_of = -1;
   }
   s.samples.clear();
+  return Status::Ok();
+}
+
+Status Scheduler::forget(int id) {
+  if (id < 0 || id >= int(seqs_.size())) return make_error("forget: no request ", id);
+  Seq& s = *seqs_[size_t(id)];
+  if (s.state != SeqState::Finished && s.state != SeqState::Cancelled &&
+      s.state != SeqState::Failed)
+    return make_error("forget: request ", id, " is still ", seq_state_name(s.state));
+  s.cache->release();
+  s.logits = {};
+  s.tokens = {};
+  s.gen = {};
+  s.text = {};
+  s.hashes = {};
+  s.req.prompt = {};
   return Status::Ok();
 }
 
@@ -526,6 +549,32 @@ Status Scheduler::run_step(BatchStep& out) {
   return Status::Ok();
 }
 
+namespace {
+
+// The log-softmax of `logits` at token t, and the k largest (most likely first, ties:
+// lower id) into row.
+void token_logprobs(const std::vector<float>& logits, int32_t t, int k, StepRow& row) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (float x : logits) mx = std::max(mx, x);
+  double sum = 0;
+  for (float x : logits) sum += std::exp(double(x) - double(mx));
+  const double lse = double(mx) + std::log(sum);
+  row.logprob = float(double(logits[size_t(t)]) - lse);
+  row.top_logprobs.clear();
+  if (k <= 0) return;
+  std::vector<int32_t> ids(logits.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
+  const size_t n = std::min(ids.size(), size_t(k));
+  std::partial_sort(ids.begin(), ids.begin() + long(n), ids.end(), [&](int32_t a, int32_t b) {
+    return logits[size_t(a)] > logits[size_t(b)] ||
+           (logits[size_t(a)] == logits[size_t(b)] && a < b);
+  });
+  for (size_t i = 0; i < n; ++i)
+    row.top_logprobs.push_back({ids[i], float(double(logits[size_t(ids[i])]) - lse)});
+}
+
+}  // namespace
+
 void Scheduler::sample_next(Seq& s, StepRow& row) {
   const Tokenizer& tok = model_->tokenizer();
   const bool hold_back = int(s.gen.size()) < s.req.min_tokens;
@@ -542,6 +591,10 @@ void Scheduler::sample_next(Seq& s, StepRow& row) {
     t = s.sampler.sample(shaped_);
   } else {
     t = s.sampler.sample(s.logits);
+  }
+  if (s.req.logprobs >= 0) {
+    const bool shaped = s.req.sampler.penalties.active() || hold_back;
+    token_logprobs(shaped ? shaped_ : s.logits, t, s.req.logprobs, row);
   }
   s.tokens.push_back(t);
   s.gen.push_back(t);
