@@ -169,6 +169,8 @@ Expected<int> Scheduler::add(Request r) {
 
 Status Scheduler::cancel(int id) {
   if (id < 0 || id >= int(seqs_.size())) return make_error("cancel: no request ", id);
+  if (!seqs_[size_t(id)])
+    return make_error("cancel: request ", id, " is already ", seq_state_name(state(id)));
   Seq& s = *seqs_[size_t(id)];
   if (s.state != SeqState::Pending && s.state != SeqState::Waiting &&
       s.state != SeqState::Running)
@@ -178,7 +180,8 @@ Status Scheduler::cancel(int id) {
   std::erase(running_, id);
   s.state = SeqState::Cancelled;
   // A sample not forked yet leaves its request's list of samples to fork.
-  if (s.fork_of >= 0) std::erase(seqs_[size_t(s.fork_of)]->samples, id);
+  if (s.fork_of >= 0 && seqs_[size_t(s.fork_of)])
+    std::erase(seqs_[size_t(s.fork_of)]->samples, id);
   s.fork_of = -1;
   // Samples not forked yet go with it.
   for (int c : s.samples) {
@@ -191,40 +194,54 @@ Status Scheduler::cancel(int id) {
 
 Status Scheduler::forget(int id) {
   if (id < 0 || id >= int(seqs_.size())) return make_error("forget: no request ", id);
+  if (!seqs_[size_t(id)]) return Status::Ok();
   Seq& s = *seqs_[size_t(id)];
   if (s.state != SeqState::Finished && s.state != SeqState::Cancelled &&
       s.state != SeqState::Failed)
     return make_error("forget: request ", id, " is still ", seq_state_name(s.state));
+  if (gone_.size() < seqs_.size()) gone_.resize(seqs_.size());
+  gone_[size_t(id)] = {s.state, s.stop};
   s.cache->release();
-  s.logits = {};
-  s.tokens = {};
-  s.gen = {};
-  s.text = {};
-  s.hashes = {};
-  s.req.prompt = {};
+  seqs_[size_t(id)].reset();
   return Status::Ok();
 }
 
 bool Scheduler::idle() const {
   for (const auto& s : seqs_)
-    if (s->state == SeqState::Pending || s->state == SeqState::Waiting ||
-        s->state == SeqState::Running)
+    if (s && (s->state == SeqState::Pending || s->state == SeqState::Waiting ||
+              s->state == SeqState::Running))
       return false;
   return true;
 }
 
-SeqState Scheduler::state(int id) const { return seqs_.at(size_t(id))->state; }
-StopReason Scheduler::stop_reason(int id) const { return seqs_.at(size_t(id))->stop; }
-const std::vector<int32_t>& Scheduler::generated(int id) const { return seqs_.at(size_t(id))->gen; }
-std::string Scheduler::text(int id) const { return seqs_.at(size_t(id))->text; }
+SeqState Scheduler::state(int id) const {
+  const auto& s = seqs_.at(size_t(id));
+  return s ? s->state : gone_.at(size_t(id)).state;
+}
+StopReason Scheduler::stop_reason(int id) const {
+  const auto& s = seqs_.at(size_t(id));
+  return s ? s->stop : gone_.at(size_t(id)).stop;
+}
+const std::vector<int32_t>& Scheduler::generated(int id) const {
+  static const std::vector<int32_t> none;
+  const auto& s = seqs_.at(size_t(id));
+  return s ? s->gen : none;
+}
+std::string Scheduler::text(int id) const {
+  const auto& s = seqs_.at(size_t(id));
+  return s ? s->text : std::string();
+}
 const std::vector<float>& Scheduler::last_logits(int id) const {
-  return seqs_.at(size_t(id))->logits;
+  static const std::vector<float> none;
+  const auto& s = seqs_.at(size_t(id));
+  return s ? s->logits : none;
 }
 
 Status Scheduler::check() const {
   std::vector<const std::vector<int32_t>*> tables;
   for (const auto& s : seqs_)
-    for (int g = 0; g < s->cache->n_groups(); ++g) tables.push_back(&s->cache->blocks(g));
+    if (s)
+      for (int g = 0; g < s->cache->n_groups(); ++g) tables.push_back(&s->cache->blocks(g));
   return pool_->check(tables);
 }
 
@@ -381,7 +398,7 @@ Status Scheduler::run_step(BatchStep& out) {
   out.step = ++step_;
   ++stats_.steps;
   for (auto& sp : seqs_)
-    if (sp->state == SeqState::Pending && sp->fork_of < 0 && sp->req.arrival_step <= step_) {
+    if (sp && sp->state == SeqState::Pending && sp->fork_of < 0 && sp->req.arrival_step <= step_) {
       sp->state = SeqState::Waiting;
       waiting_.push_back(sp->id);
       out.events.push_back({EventKind::Arrive, sp->id, int(sp->tokens.size()), {}});

@@ -169,9 +169,10 @@ class Scheduler {
   // request's first sequence before its samples are forked cancels them too; cancelling
   // a sample not forked yet leaves the others. Error for an unknown or ended id.
   Status cancel(int seq);
-  // Frees what an ended (finished, cancelled, failed) sequence still keeps: its logits,
-  // tokens and text (a server's long run would otherwise grow with every request). Its
-  // state and stop reason stay; generated() and text() are empty after it.
+  // Frees an ended (finished, cancelled, failed) sequence: its logits, tokens, text,
+  // sampler (a server's long run would otherwise grow with every request); a few bytes
+  // stay. Its state and stop reason stay; generated(), text() and last_logits() are empty
+  // after it. Forgetting it again is no error.
   Status forget(int seq);
   // Nothing pending, waiting or running.
   bool idle() const;
@@ -222,7 +223,12 @@ class Scheduler {
   std::shared_ptr<KvPool> pool_;
   std::vector<int32_t> end_ids_;  // generation_end_ids, made when a minimum length needs it
   std::vector<float> shaped_;     // a sequence's logits after its penalties
-  std::vector<std::unique_ptr<Seq>> seqs_;
+  std::vector<std::unique_ptr<Seq>> seqs_;  // null once forgotten
+  struct Gone {
+    SeqState state = SeqState::Finished;
+    StopReason stop = StopReason::None;
+  };
+  std::vector<Gone> gone_;  // what a forgotten sequence leaves (by id)
   std::vector<int> waiting_;  // ids, head first
   std::vector<int> running_;  // ids, in admission order
   int step_ = 0;

@@ -856,6 +856,15 @@ TEST_F(TinySchedulerTest, ACancelledSequenceGivesItsBlocksBackAndOthersRunOn) {
   EXPECT_TRUE(s.generated(*first).empty());
   EXPECT_TRUE(s.text(*first).empty());
   EXPECT_EQ(s.state(*first), SeqState::Finished);
+  EXPECT_EQ(s.stop_reason(*first), StopReason::MaxTokens);
+  EXPECT_TRUE(s.forget(*first).ok()) << "a second forget";
+  EXPECT_FALSE(s.cancel(*first).ok()) << "cancel of a forgotten sequence";
+  for (int id = 0; id < s.size(); ++id) ASSERT_TRUE(s.forget(id).ok()) << id;
+  EXPECT_TRUE(s.check().ok());
+  // The scheduler runs on past forgotten sequences.
+  ASSERT_TRUE(s.add(other).ok());
+  run_to_idle(s);
+  EXPECT_EQ(s.generated(s.size() - 1), run_solo(model_, other.prompt, 6, 192, false).gen);
   Request late = other;
   late.arrival_step = 1 << 20;
   auto pending = s.add(late);
@@ -897,7 +906,9 @@ TEST_F(TinySchedulerTest, LogprobsOfTheSampledTokenAndTheTopOnes) {
       double p = 0;
       for (size_t i = 0; i < 4; ++i) {
         p += std::exp(double(row.top_logprobs[i].second));
-        if (i > 0) EXPECT_LE(row.top_logprobs[i].second, row.top_logprobs[i - 1].second);
+        if (i > 0) {
+          EXPECT_LE(row.top_logprobs[i].second, row.top_logprobs[i - 1].second);
+        }
       }
       EXPECT_LE(p, 1.0 + 1e-5);
     }
