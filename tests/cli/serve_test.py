@@ -16,8 +16,9 @@ HTTP client:
     over --max-body-kib, max_tokens beyond the context, an unknown model, an empty prompt,
     invalid UTF-8, n out of range, ...), and the server serves the next request;
   - the queue limit: with --max-queue requests in flight, one more gets 429;
-  - a client that disconnects mid-stream is cancelled: the pool's used blocks return to 0
-    (GET /health) and its invariants hold;
+  - a client that disconnects mid-stream, or while a whole answer is computed, is
+    cancelled: the pool's used blocks return to 0 (GET /health) and its invariants hold;
+  - presence, frequency and repetition penalties change a greedy completion;
   - SIGTERM with a request in flight: the process exits 0 (under ASan: with no leak).
 Exit status 0 when every check passed, 1 otherwise, 77 when kvscope was built without serve.
 """
@@ -348,6 +349,33 @@ def test_queue_limit_and_disconnect(cl, max_queue):
     check(st == 200, f"after the queue drained: {st} {r}")
 
 
+def test_whole_answer_disconnect_and_penalties(cl):
+    # A non-streamed request whose client leaves: the server's next write (a space while
+    # the answer is computed) fails and the request is cancelled.
+    before = cl.health()["cancelled"]
+    c = cl.conn()
+    c.request("POST", "/v1/completions", headers={"Content-Type": "application/json"},
+              body=json.dumps({"prompt": "1, 2, 3, 4, 5, 6,", "max_tokens": 400,
+                               "temperature": 0}).encode())
+    deadline = time.time() + 30 * SLOW
+    while time.time() < deadline and cl.health()["running"] == 0:
+        time.sleep(0.05)
+    c.sock.close()
+    c.close()
+    h = wait_pool_empty(cl, "after a client of a whole answer disconnected")
+    check(h["cancelled"] == before + 1, f"the whole answer's request was cancelled: {h}")
+
+    # The penalties reach the sampler: counting with a frequency penalty goes elsewhere.
+    body = {"prompt": "1, 2, 3, 4, 5, 6,", "max_tokens": 16, "temperature": 0}
+    texts = []
+    for extra in ({}, {"frequency_penalty": 2}, {"presence_penalty": 2},
+                  {"repetition_penalty": 3}):
+        st, r = cl.post("/v1/completions", dict(body, **extra))
+        texts.append(r["choices"][0]["text"] if st == 200 else f"status {st}")
+    check(all(t != texts[0] for t in texts[1:]) and not any(t.startswith("status") for t in texts),
+          f"penalties change greedy counting: {texts}")
+
+
 def test_sigterm(proc, cl):
     result = {}
 
@@ -392,6 +420,7 @@ def main():
         test_errors(cl, 1024)
         test_concurrency(cl)
         test_queue_limit_and_disconnect(cl, max_queue)
+        test_whole_answer_disconnect_and_penalties(cl)
         wait_pool_empty(cl, "at the end")
         test_sigterm(proc, cl)
     finally:
