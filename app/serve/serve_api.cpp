@@ -211,6 +211,92 @@ std::string error_json(const ApiError& e) {
   return dump(j);
 }
 
+namespace {
+
+std::optional<ApiError> parse_model(const json& o, const ApiLimits& limits, ApiRequest* r) {
+  r->model = limits.model_ids.empty() ? "" : limits.model_ids.front();
+  auto it = o.find("model");
+  if (it == o.end() || it->is_null()) return std::nullopt;
+  if (!it->is_string())
+    return bad("model", std::string("'model' must be a string, not ") + type_name(*it));
+  const std::string m = it->get<std::string>();
+  for (const std::string& id : limits.model_ids)
+    if (id == m) {
+      r->model = m;
+      return std::nullopt;
+    }
+  ApiError e = bad("model", "The model '" + m + "' does not exist; this server has '" + r->model +
+                                "' (GET /v1/models)");
+  e.status = 404;
+  e.code = "model_not_found";
+  return e;
+}
+
+// max_tokens, temperature, top_p, seed, stop, n and the penalties.
+std::optional<ApiError> parse_sampling(const json& o, const ApiLimits& limits, ApiRequest* r) {
+  const int64_t ctx = std::max(1, limits.context);
+  const char* max_key =
+      r->chat && o.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  int64_t v = -1;
+  if (auto e = get_int(o, max_key, 1, ctx, &v)) {
+    if (e->message.find("must be in") != std::string::npos)
+      e->message += " (the context holds " + std::to_string(ctx) + " positions, prompt included)";
+    return e;
+  }
+  r->max_tokens = int(v);
+  if (auto e = get_number(o, "temperature", 0, 2, &r->temperature)) return e;
+  if (auto e = get_number(o, "top_p", 0, 1, &r->top_p)) return e;
+  if (r->top_p <= 0) return bad("top_p", "'top_p' must be greater than 0");
+  if (auto it = o.find("seed"); it != o.end() && !it->is_null()) {
+    if (!it->is_number_integer())
+      return bad("seed", std::string("'seed' must be an integer, not ") + type_name(*it));
+    r->seed = it->is_number_unsigned() ? it->get<uint64_t>() : uint64_t(it->get<int64_t>());
+  }
+  if (auto e = parse_stop(o, &r->stop)) return e;
+  v = 1;
+  if (auto e = get_int(o, "n", 1, limits.max_n, &v)) return e;
+  r->n = int(v);
+  if (auto e = get_number(o, "presence_penalty", -2, 2, &r->presence_penalty)) return e;
+  if (auto e = get_number(o, "frequency_penalty", -2, 2, &r->frequency_penalty)) return e;
+  if (auto e = get_number(o, "repetition_penalty", 0.01, 10, &r->repetition_penalty)) return e;
+  return parse_logit_bias(o, r);
+}
+
+// stream, stream_options, logprobs / top_logprobs, and the fields refused as unsupported.
+std::optional<ApiError> parse_output(const json& o, ApiRequest* r) {
+  if (auto e = get_bool(o, "stream", &r->stream)) return e;
+  if (auto it = o.find("stream_options"); it != o.end() && !it->is_null()) {
+    if (!it->is_object()) return bad("stream_options", "'stream_options' must be an object");
+    if (!r->stream) return bad("stream_options", "'stream_options' needs 'stream': true");
+    if (auto e = get_bool(*it, "include_usage", &r->include_usage)) return e;
+  }
+  int64_t v = 0;
+  if (r->chat) {
+    bool lp = false;
+    if (auto e = get_bool(o, "logprobs", &lp)) return e;
+    if (auto e = get_int(o, "top_logprobs", 0, 20, &v)) return e;
+    if (v > 0 && !lp) return bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    r->logprobs = lp ? int(v) : -1;
+  } else {
+    v = -1;
+    if (auto e = get_int(o, "logprobs", 0, 5, &v)) return e;
+    r->logprobs = int(v);
+    bool echo = false;
+    if (auto e = get_bool(o, "echo", &echo)) return e;
+    if (echo) return bad("echo", "'echo' is not supported");
+    if (auto it = o.find("best_of"); it != o.end() && !it->is_null() && *it != json(r->n))
+      return bad("best_of", "'best_of' is not supported");
+    if (auto it = o.find("suffix"); it != o.end() && !it->is_null())
+      return bad("suffix", "'suffix' is not supported");
+  }
+  if (auto it = o.find("tools");
+      it != o.end() && !it->is_null() && !(it->is_array() && it->empty()))
+    return bad("tools", "'tools' is not supported");
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<ApiError> parse_api_request(const std::string& body, bool chat,
                                           const ApiLimits& limits, ApiRequest* out) {
   json o;
@@ -223,78 +309,10 @@ std::optional<ApiError> parse_api_request(const std::string& body, bool chat,
     return bad("", std::string("the request body must be a JSON object, not ") + type_name(o));
   ApiRequest r;
   r.chat = chat;
-  r.model = limits.model_ids.empty() ? "" : limits.model_ids.front();
-  if (auto it = o.find("model"); it != o.end() && !it->is_null()) {
-    if (!it->is_string())
-      return bad("model", std::string("'model' must be a string, not ") + type_name(*it));
-    const std::string m = it->get<std::string>();
-    bool known = false;
-    for (const std::string& id : limits.model_ids) known = known || id == m;
-    if (!known) {
-      ApiError e = bad("model", "The model '" + m + "' does not exist; this server has '" +
-                                    r.model + "' (GET /v1/models)");
-      e.status = 404;
-      e.code = "model_not_found";
-      return e;
-    }
-    r.model = m;
-  }
+  if (auto e = parse_model(o, limits, &r)) return e;
   if (auto e = chat ? parse_messages(o, &r) : parse_prompt(o, &r)) return e;
-  int64_t v = 0;
-  const int64_t ctx = std::max(1, limits.context);
-  const char* max_key =
-      chat && o.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-  v = -1;
-  if (auto e = get_int(o, max_key, 1, ctx, &v)) {
-    if (e->message.find("must be in") != std::string::npos)
-      e->message += " (the context holds " + std::to_string(ctx) + " positions, prompt included)";
-    return e;
-  }
-  r.max_tokens = int(v);
-  if (auto e = get_number(o, "temperature", 0, 2, &r.temperature)) return e;
-  if (auto e = get_number(o, "top_p", 0, 1, &r.top_p)) return e;
-  if (r.top_p <= 0) return bad("top_p", "'top_p' must be greater than 0");
-  if (auto it = o.find("seed"); it != o.end() && !it->is_null()) {
-    if (!it->is_number_integer())
-      return bad("seed", std::string("'seed' must be an integer, not ") + type_name(*it));
-    r.seed = it->is_number_unsigned() ? it->get<uint64_t>() : uint64_t(it->get<int64_t>());
-  }
-  if (auto e = parse_stop(o, &r.stop)) return e;
-  v = 1;
-  if (auto e = get_int(o, "n", 1, limits.max_n, &v)) return e;
-  r.n = int(v);
-  if (auto e = get_bool(o, "stream", &r.stream)) return e;
-  if (auto it = o.find("stream_options"); it != o.end() && !it->is_null()) {
-    if (!it->is_object()) return bad("stream_options", "'stream_options' must be an object");
-    if (!r.stream) return bad("stream_options", "'stream_options' needs 'stream': true");
-    if (auto e = get_bool(*it, "include_usage", &r.include_usage)) return e;
-  }
-  if (auto e = get_number(o, "presence_penalty", -2, 2, &r.presence_penalty)) return e;
-  if (auto e = get_number(o, "frequency_penalty", -2, 2, &r.frequency_penalty)) return e;
-  if (auto e = get_number(o, "repetition_penalty", 0.01, 10, &r.repetition_penalty)) return e;
-  if (auto e = parse_logit_bias(o, &r)) return e;
-  if (chat) {
-    bool lp = false;
-    if (auto e = get_bool(o, "logprobs", &lp)) return e;
-    v = 0;
-    if (auto e = get_int(o, "top_logprobs", 0, 20, &v)) return e;
-    if (v > 0 && !lp) return bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
-    r.logprobs = lp ? int(v) : -1;
-  } else {
-    v = -1;
-    if (auto e = get_int(o, "logprobs", 0, 5, &v)) return e;
-    r.logprobs = int(v);
-    bool echo = false;
-    if (auto e = get_bool(o, "echo", &echo)) return e;
-    if (echo) return bad("echo", "'echo' is not supported");
-    if (auto it = o.find("best_of"); it != o.end() && !it->is_null() && *it != json(r.n))
-      return bad("best_of", "'best_of' is not supported");
-    if (auto it = o.find("suffix"); it != o.end() && !it->is_null())
-      return bad("suffix", "'suffix' is not supported");
-  }
-  if (auto it = o.find("tools");
-      it != o.end() && !it->is_null() && !(it->is_array() && it->empty()))
-    return bad("tools", "'tools' is not supported");
+  if (auto e = parse_sampling(o, limits, &r)) return e;
+  if (auto e = parse_output(o, &r)) return e;
   *out = std::move(r);
   return std::nullopt;
 }
