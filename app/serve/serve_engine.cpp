@@ -233,7 +233,11 @@ void ServeEngine::admit(Job& job) {
                    " (leave room for at least one generated token)",
                "context_length_exceeded");
   if (q.max_tokens < 0) {
-    r.max_tokens = q.chat ? ctx - P : std::min(16, ctx - P);
+    // Up to the context, or what the pool holds if that is less (--kv-pool-mib).
+    const int pool_positions =
+        sched_->pool().n_blocks() / sched_->layer_groups().count() * sched_->config().block_size;
+    const int room = std::max(1, std::min(ctx, pool_positions) - P);
+    r.max_tokens = q.chat ? room : std::min(16, room);
   } else if (P + q.max_tokens > ctx) {
     return bad("max_tokens",
                "This model's maximum context length is " + std::to_string(ctx) +
@@ -277,6 +281,11 @@ void ServeEngine::route(const BatchStep& st) {
     Job::Choice& c = job.choices[size_t(index)];
     if (c.done) continue;
     ++c.tokens;
+    // The end-of-text token that ended the sequence is not part of its text (OpenAI's
+    // answers stop before it; `generate` shows it, e.g. <|im_end|>).
+    if (sched_->state(row.seq) == SeqState::Finished &&
+        sched_->stop_reason(row.seq) == StopReason::Eos)
+      continue;
     c.text += row.text;
     if (job.req.logprobs >= 0) {
       auto entry = [&](int32_t id, float lp) {

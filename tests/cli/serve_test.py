@@ -157,16 +157,21 @@ def test_greedy_and_stream(cl):
           and all(e["choices"][0]["finish_reason"] is None for e in events[:-1]),
           f"stream: finish_reason only on the last chunk: {events[-2:]}")
 
+    # The answer ends within max_tokens: `generate` shows the end-of-text token that ends
+    # it (<|im_end|>), the served text stops before it, with finish_reason "stop".
     question = "What is the capital of France?"
-    want = generate(question, n, chat=True)
+    shown = generate(question, n, chat=True)
+    check(shown.endswith("<|im_end|>"), f"generate --chat ends with <|im_end|>: {shown!r}")
+    want = shown.removesuffix("<|im_end|>")
     body = {"model": "smollm2-135m", "messages": [{"role": "user", "content": question}],
             "max_tokens": n, "temperature": 0}
     st, r = cl.post("/v1/chat/completions", body)
     if check(st == 200, f"chat: status {st}: {r}"):
         check(r["object"] == "chat.completion", f"chat object: {r['object']}")
         m = r["choices"][0]["message"]
-        check(m["role"] == "assistant" and m["content"] == want,
-              f"chat served '{m['content']}' but generate --chat wrote '{want}'")
+        check(m["role"] == "assistant" and m["content"] == want
+              and r["choices"][0]["finish_reason"] == "stop",
+              f"chat served {r['choices'][0]} but generate --chat wrote {shown!r}")
     c, resp = cl.stream("/v1/chat/completions", body)
     events, done = read_events(resp)
     c.close()
