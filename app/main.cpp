@@ -8,6 +8,9 @@
 #if defined(KVSCOPE_WITH_APP)
 #include "app/ui/app_main.h"
 #endif
+#if defined(KVSCOPE_WITH_SERVE)
+#include "app/serve/serve_command.h"
+#endif
 
 int main(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "generate") == 0)
@@ -24,6 +27,15 @@ int main(int argc, char** argv) {
     return kvscope::cli::run_batch(argc - 1, argv + 1);
   if (argc >= 2 && std::strcmp(argv[1], "export") == 0)
     return kvscope::cli::run_export(argc - 1, argv + 1);
+  if (argc >= 2 && std::strcmp(argv[1], "serve") == 0) {
+#if defined(KVSCOPE_WITH_SERVE)
+    return kvscope::serve::run_serve(argc - 1, argv + 1);
+#else
+    return kvscope::cli::fail(
+        "serve: built without cpp-httplib (install libcpp-httplib-dev, e.g. with "
+        "scripts/setup.sh, and configure again)");
+#endif
+  }
 #if defined(KVSCOPE_WITH_APP)
   if (argc >= 2 && std::strcmp(argv[1], "bench-render") == 0)
     return kvscope::app::run_bench_render(argc - 1, argv + 1);

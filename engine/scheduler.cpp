@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
 
 #include "engine/forward.h"
 
@@ -122,6 +124,8 @@ Expected<int> Scheduler::add(Request r) {
     return make_error("request: ", r.n, " samples; 1 to ", std::min(64, cfg_.max_seqs),
                       " (at most --max-seqs run at once)");
   if (r.min_tokens < 0) return make_error("request: min tokens ", r.min_tokens, " is negative");
+  if (r.logprobs < -1 || r.logprobs > 20)
+    return make_error("request: logprobs ", r.logprobs, " (-1 for none, else 0 to 20)");
   KV_TRY(penalty_config_check(r.sampler.penalties, model_->config().n_vocab));
   for (int32_t id : r.stop_ids)
     if (id < 0 || id >= model_->config().n_vocab)
@@ -165,6 +169,8 @@ Expected<int> Scheduler::add(Request r) {
 
 Status Scheduler::cancel(int id) {
   if (id < 0 || id >= int(seqs_.size())) return make_error("cancel: no request ", id);
+  if (!seqs_[size_t(id)])
+    return make_error("cancel: request ", id, " is already ", seq_state_name(state(id)));
   Seq& s = *seqs_[size_t(id)];
   if (s.state != SeqState::Pending && s.state != SeqState::Waiting &&
       s.state != SeqState::Running)
@@ -173,6 +179,10 @@ Status Scheduler::cancel(int id) {
   std::erase(waiting_, id);
   std::erase(running_, id);
   s.state = SeqState::Cancelled;
+  // A sample not forked yet leaves its request's list of samples to fork.
+  if (s.fork_of >= 0 && seqs_[size_t(s.fork_of)])
+    std::erase(seqs_[size_t(s.fork_of)]->samples, id);
+  s.fork_of = -1;
   // Samples not forked yet go with it.
   for (int c : s.samples) {
     seqs_[size_t(c)]->state = SeqState::Cancelled;
@@ -182,26 +192,56 @@ Status Scheduler::cancel(int id) {
   return Status::Ok();
 }
 
+Status Scheduler::forget(int id) {
+  if (id < 0 || id >= int(seqs_.size())) return make_error("forget: no request ", id);
+  if (!seqs_[size_t(id)]) return Status::Ok();
+  Seq& s = *seqs_[size_t(id)];
+  if (s.state != SeqState::Finished && s.state != SeqState::Cancelled &&
+      s.state != SeqState::Failed)
+    return make_error("forget: request ", id, " is still ", seq_state_name(s.state));
+  if (gone_.size() < seqs_.size()) gone_.resize(seqs_.size());
+  gone_[size_t(id)] = {s.state, s.stop};
+  s.cache->release();
+  seqs_[size_t(id)].reset();
+  return Status::Ok();
+}
+
 bool Scheduler::idle() const {
   for (const auto& s : seqs_)
-    if (s->state == SeqState::Pending || s->state == SeqState::Waiting ||
-        s->state == SeqState::Running)
+    if (s && (s->state == SeqState::Pending || s->state == SeqState::Waiting ||
+              s->state == SeqState::Running))
       return false;
   return true;
 }
 
-SeqState Scheduler::state(int id) const { return seqs_.at(size_t(id))->state; }
-StopReason Scheduler::stop_reason(int id) const { return seqs_.at(size_t(id))->stop; }
-const std::vector<int32_t>& Scheduler::generated(int id) const { return seqs_.at(size_t(id))->gen; }
-std::string Scheduler::text(int id) const { return seqs_.at(size_t(id))->text; }
+SeqState Scheduler::state(int id) const {
+  const auto& s = seqs_.at(size_t(id));
+  return s ? s->state : gone_.at(size_t(id)).state;
+}
+StopReason Scheduler::stop_reason(int id) const {
+  const auto& s = seqs_.at(size_t(id));
+  return s ? s->stop : gone_.at(size_t(id)).stop;
+}
+const std::vector<int32_t>& Scheduler::generated(int id) const {
+  static const std::vector<int32_t> none;
+  const auto& s = seqs_.at(size_t(id));
+  return s ? s->gen : none;
+}
+std::string Scheduler::text(int id) const {
+  const auto& s = seqs_.at(size_t(id));
+  return s ? s->text : std::string();
+}
 const std::vector<float>& Scheduler::last_logits(int id) const {
-  return seqs_.at(size_t(id))->logits;
+  static const std::vector<float> none;
+  const auto& s = seqs_.at(size_t(id));
+  return s ? s->logits : none;
 }
 
 Status Scheduler::check() const {
   std::vector<const std::vector<int32_t>*> tables;
   for (const auto& s : seqs_)
-    for (int g = 0; g < s->cache->n_groups(); ++g) tables.push_back(&s->cache->blocks(g));
+    if (s)
+      for (int g = 0; g < s->cache->n_groups(); ++g) tables.push_back(&s->cache->blocks(g));
   return pool_->check(tables);
 }
 
@@ -358,7 +398,7 @@ Status Scheduler::run_step(BatchStep& out) {
   out.step = ++step_;
   ++stats_.steps;
   for (auto& sp : seqs_)
-    if (sp->state == SeqState::Pending && sp->fork_of < 0 && sp->req.arrival_step <= step_) {
+    if (sp && sp->state == SeqState::Pending && sp->fork_of < 0 && sp->req.arrival_step <= step_) {
       sp->state = SeqState::Waiting;
       waiting_.push_back(sp->id);
       out.events.push_back({EventKind::Arrive, sp->id, int(sp->tokens.size()), {}});
@@ -526,6 +566,32 @@ Status Scheduler::run_step(BatchStep& out) {
   return Status::Ok();
 }
 
+namespace {
+
+// The log-softmax of `logits` at token t, and the k largest (most likely first, ties:
+// lower id) into row.
+void token_logprobs(const std::vector<float>& logits, int32_t t, int k, StepRow& row) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (float x : logits) mx = std::max(mx, x);
+  double sum = 0;
+  for (float x : logits) sum += std::exp(double(x) - double(mx));
+  const double lse = double(mx) + std::log(sum);
+  row.logprob = float(double(logits[size_t(t)]) - lse);
+  row.top_logprobs.clear();
+  if (k <= 0) return;
+  std::vector<int32_t> ids(logits.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
+  const size_t n = std::min(ids.size(), size_t(k));
+  std::partial_sort(ids.begin(), ids.begin() + long(n), ids.end(), [&](int32_t a, int32_t b) {
+    return logits[size_t(a)] > logits[size_t(b)] ||
+           (logits[size_t(a)] == logits[size_t(b)] && a < b);
+  });
+  for (size_t i = 0; i < n; ++i)
+    row.top_logprobs.push_back({ids[i], float(double(logits[size_t(ids[i])]) - lse)});
+}
+
+}  // namespace
+
 void Scheduler::sample_next(Seq& s, StepRow& row) {
   const Tokenizer& tok = model_->tokenizer();
   const bool hold_back = int(s.gen.size()) < s.req.min_tokens;
@@ -542,6 +608,10 @@ void Scheduler::sample_next(Seq& s, StepRow& row) {
     t = s.sampler.sample(shaped_);
   } else {
     t = s.sampler.sample(s.logits);
+  }
+  if (s.req.logprobs >= 0) {
+    const bool shaped = s.req.sampler.penalties.active() || hold_back;
+    token_logprobs(shaped ? shaped_ : s.logits, t, s.req.logprobs, row);
   }
   s.tokens.push_back(t);
   s.gen.push_back(t);

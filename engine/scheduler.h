@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -66,6 +67,10 @@ struct Request {
   // Samples drawn from the prompt (1..64, at most max_seqs): sample k > 0 is sequence
   // id + k, forked when the prompt is done, with the seed sample_seed(seed, k).
   int n = 1;
+  // Log-probabilities: -1 none; k in 0..20: each sampled token's log-probability and the
+  // k most likely tokens' (StepRow::logprob, StepRow::top_logprobs), from the logits the
+  // sampler sees (after the penalties) at temperature 1.
+  int logprobs = -1;
 };
 
 // The seed of sample k of a request whose seed is `seed` (sample 0 keeps it).
@@ -101,6 +106,10 @@ struct StepRow {
   // (KvLayerGroups); empty for one group. -1: a block given back outside the window.
   std::vector<std::vector<int32_t>> tables;
   std::vector<float> attention;  // [L][H][pos0 + tokens] when SchedulerConfig::attention
+  // When the request asked for them (Request::logprobs >= 0) and a token was sampled: its
+  // log-probability, and the most likely tokens' (most likely first, ties: lower id).
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top_logprobs;
 };
 
 struct PoolState {
@@ -156,8 +165,15 @@ class Scheduler {
   // is empty, has an id outside the vocabulary, or cannot fit in the context or the pool,
   // or n is out of range.
   Expected<int> add(Request r);
-  // Takes a waiting or running request out; its blocks go back. Error for an unknown id.
+  // Takes a pending, waiting or running sequence out; its blocks go back. Cancelling a
+  // request's first sequence before its samples are forked cancels them too; cancelling
+  // a sample not forked yet leaves the others. Error for an unknown or ended id.
   Status cancel(int seq);
+  // Frees an ended (finished, cancelled, failed) sequence: its logits, tokens, text,
+  // sampler (a server's long run would otherwise grow with every request); a few bytes
+  // stay. Its state and stop reason stay; generated(), text() and last_logits() are empty
+  // after it. Forgetting it again is no error.
+  Status forget(int seq);
   // Nothing pending, waiting or running.
   bool idle() const;
   // One step; the step counter advances even when nothing runs (arrivals are by step).
@@ -207,7 +223,12 @@ class Scheduler {
   std::shared_ptr<KvPool> pool_;
   std::vector<int32_t> end_ids_;  // generation_end_ids, made when a minimum length needs it
   std::vector<float> shaped_;     // a sequence's logits after its penalties
-  std::vector<std::unique_ptr<Seq>> seqs_;
+  std::vector<std::unique_ptr<Seq>> seqs_;  // null once forgotten
+  struct Gone {
+    SeqState state = SeqState::Finished;
+    StopReason stop = StopReason::None;
+  };
+  std::vector<Gone> gone_;  // what a forgotten sequence leaves (by id)
   std::vector<int> waiting_;  // ids, head first
   std::vector<int> running_;  // ids, in admission order
   int step_ = 0;

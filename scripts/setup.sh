@@ -8,6 +8,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 packages=(
   build-essential cmake pkg-config git python3 python3-pip
   libpcre2-dev libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev
+  libcpp-httplib-dev  # `kvscope serve` (app/serve)
   libimgui-dev libglfw3-dev libglm-dev python3-glad libstb-dev fonts-dejavu-core
   libgl-dev libgl1-mesa-dri libglx-mesa0 xvfb xauth
   libegl-dev libegl1 libegl-mesa0 libgbm1

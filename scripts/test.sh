@@ -27,10 +27,14 @@
 #                  options are in tests/sanitizer_defaults.cpp.
 #   4. tsan        the controller test again under ThreadSanitizer (build-tsan/, the engine
 #                  instrumented too): its worker thread, its queues, and the real model
-#                  steps it runs on the CPU thread pool. Only this test: the rest is
-#                  single-threaded or runs on that same pool, ASan already checks it, and
-#                  TSan would slow the real-model tests 10x or more; the emulator's fibers
-#                  would also need TSan fiber calls.
+#                  steps it runs on the CPU thread pool; and the serve test (cli_serve):
+#                  `kvscope serve`'s engine thread, its inbox and per-request channels,
+#                  httplib's handler threads, disconnects and the SIGTERM shutdown. Only
+#                  these: the rest is single-threaded or runs on that same pool, ASan
+#                  already checks it, and TSan would slow the real-model tests 10x or more;
+#                  the emulator's fibers would also need TSan fiber calls. (httplib's own
+#                  code is Debian's uninstrumented library; its locks are seen through the
+#                  pthread calls TSan intercepts.)
 # So every test runs under at least one sanitizer, except the *_gpu tests (real GPU; skip
 # without one; their sources run in stage 3 on the emulator) and the two emulated
 # real-model CUDA tests named in stage 3 (their kernels run there on tiny models).
@@ -143,11 +147,11 @@ run_ctest "$root/build-asan" --timeout 1800 -E "$asan_skip"
 check_skips asan+ubsan "$root/build-asan"
 done_stage "asan+ubsan"
 
-stage "tsan: the controller under ThreadSanitizer"
+stage "tsan: the controller and kvscope serve under ThreadSanitizer"
 cmake -S "$root" -B "$root/build-tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DKVSCOPE_SANITIZE=thread -DKVSCOPE_APP=OFF -DKVSCOPE_CUDA=OFF >/dev/null
-cmake --build "$root/build-tsan" -j"$jobs" --target test_controller
-run_ctest "$root/build-tsan" -R '^app_controller$' --timeout 900
+cmake --build "$root/build-tsan" -j"$jobs" --target test_controller kvscope
+run_ctest "$root/build-tsan" -R '^(app_controller|cli_serve)$' --timeout 900
 check_skips tsan "$root/build-tsan"
 done_stage "tsan"
 printf '%s\n' "== summary of skips and SIMD paths, by stage:" "${summary[@]}"

@@ -16,6 +16,7 @@
 #include "app/options/kv_options.h"
 #include "app/options/options.h"
 #include "app/options/sampler_options.h"
+#include "app/options/scheduler_options.h"
 #include "engine/bootstrap/bootstrap.h"
 #include "engine/forward.h"
 #include "engine/scheduler.h"
@@ -197,13 +198,12 @@ int run_batch(int argc, char** argv) {
   CLI::App app{"Serve many prompts at once from one pool of KV blocks (continuous batching).",
                "kvscope batch"};
   std::string prompts_file, prompts_dir, arrival = "all";
-  bool json = false, chat = false, no_prefix = false;
-  int max_tokens = 64, block = 16, max_seqs = 16, max_batch_tokens = 512, ctx = 0, samples = 1;
-  uint64_t pool_mib = 0;
+  bool json = false, chat = false;
+  int max_tokens = 64, samples = 1;
   SamplerOptions sampler;
   StopOptions stop;
   EngineArgs engine;
-  KvTypeOptions kv;
+  SchedulerOptions sched_opts;
   auto* file = app.add_option("--prompts-file", prompts_file,
                               "One prompt per line (\\n in a line is a newline)");
   auto* dir = app.add_option("--prompts-dir", prompts_dir, "One prompt per file, in name order");
@@ -216,17 +216,7 @@ int run_batch(int argc, char** argv) {
   add_sampler_options(app, sampler);
   add_stop_options(app, stop);
   add_engine_options(app, engine);
-  add_kv_type_options(app, kv);
-  app.add_option("--kv-block", block, "Positions per KV block")->check(CLI::IsMember({8, 16, 32}));
-  app.add_option("--kv-pool-mib", pool_mib,
-                 "Size of the KV block pool in MiB (default: blocks for one full context)")
-      ->check(cli::Range(1LL, 1LL << 20));
-  app.add_option("--ctx", ctx, "Positions one sequence may hold (default: the model's context)")
-      ->check(cli::Range(0, kMaxPositionsOption));
-  app.add_option("--max-seqs", max_seqs, "Sequences running at once")->check(cli::Range(1, 4096));
-  app.add_option("--max-batch-tokens", max_batch_tokens, "Tokens through one forward pass")
-      ->check(cli::Range(1, kMaxBatchTokens));
-  app.add_flag("--no-prefix-cache", no_prefix, "Do not reuse cached prompt blocks");
+  add_scheduler_options(app, sched_opts);
   app.add_option("--n", samples,
                  "Samples per prompt: forked from the prompt's blocks once it is computed")
       ->check(cli::Range(1, 64));
@@ -242,29 +232,17 @@ int run_batch(int argc, char** argv) {
   const SamplerConfig sc = *sampler_cfg;
   auto arrivals = arrival_steps(arrival, int(prompts->size()), sc.seed);
   if (!arrivals.ok()) return fail(arrivals.error().message);
-  SchedulerConfig cfg;
-  if (Status s = parse_kv_type_options(kv, &cfg.kv_types); !s.ok()) return fail(s.error().message);
-
+  KvTypes kv_types;  // a bad type is refused before the model loads
+  if (Status st = parse_kv_type_options(sched_opts.kv, &kv_types); !st.ok())
+    return fail(st.message());
   auto model = load_model(engine.model);
   if (!model.ok()) return fail(model.error().message);
+  auto sched_cfg = to_scheduler_config(sched_opts, **model);
+  if (!sched_cfg.ok()) return fail(sched_cfg.error().message);
+  const SchedulerConfig cfg = *sched_cfg;
   std::string note;
   auto backend = make_backend(engine.backend, **model, engine.threads, &note);
   if (!backend.ok()) return fail(backend.error().message);
-  cfg.block_size = block;
-  cfg.context = ctx;
-  cfg.max_seqs = max_seqs;
-  cfg.max_batch_tokens = max_batch_tokens;
-  cfg.prefix_caching = !no_prefix;
-  if (pool_mib > 0) {
-    // Blocks as the scheduler makes them: one group of layers each (kv_layer_groups).
-    const KvCacheConfig kc = kv_cache_config(**model, cfg.kv_types, KvPolicy::Full);
-    KvPoolConfig pc{{kv_layer_groups(kc).size, kc.shape.n_head_kv, kc.shape.head_dim},
-                    cfg.kv_types, block, 0};
-    cfg.pool_blocks = kv_pool_blocks_for_mib(pc, pool_mib);
-    if (cfg.pool_blocks < 1)
-      return fail("--kv-pool-mib: " + std::to_string(pool_mib) + " MiB holds no block of " +
-                  std::to_string(kv_block_bytes(pc)) + " bytes");
-  }
   auto sched = Scheduler::create(*model, **backend, cfg);
   if (!sched.ok()) return fail(sched.error().message);
   Scheduler& s = **sched;

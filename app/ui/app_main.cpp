@@ -116,7 +116,7 @@ const char* kFooter =
     "kvscope --screenshot OUT.png [options] draws the app offscreen (no display needed);\n"
     "kvscope --replay RUN.kvs [options] plays a recorded run (no model).\n"
     "Subcommands (each has --help): generate, record, export, compare, perplexity, bench,\n"
-    "bench-render.";
+    "batch, serve, bench-render.";
 
 }  // namespace
 

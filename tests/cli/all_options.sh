@@ -35,6 +35,7 @@ declare -A bad=(
   [--presence-penalty]=-3 [--no-repeat-ngram]=65 [--logit-bias]=7 [--stop-id]=-1
   [--min-tokens]=-1 [--kv-block]=12 [--n]=0 [--speculative]=lookahead [--draft-max]=0
   [--beams]=0 [--length-penalty]=11 [--kv-layout]=striped
+  [--host]=MISSING [--port]=70000 [--max-queue]=0 [--max-body-kib]=0 [--shutdown-grace]=-1
 )
 for o in ctx ctx-full n-keep kv-sink kv-window kv-keep kv-block kv-type kv-type-k kv-type-v; do
   bad[--ref-$o]=${bad[--$o]}
@@ -48,9 +49,14 @@ declare -A differs=(
 declare -A base=(
   [app]="" [generate]="--prompt hi" [record]="--out $dir/r.kvs --prompt hi"
   [compare]="--prompt hi" [perplexity]="--file $dir/text.txt" [bench]="" [bench-render]=""
-  [export]="$dir/none.kvs" [batch]="--prompts-file $dir/text.txt"
+  [export]="$dir/none.kvs" [batch]="--prompts-file $dir/text.txt" [serve]=""
 )
 commands=(generate record compare perplexity bench export batch)
+if "$kvscope" serve --list-options >/dev/null 2>&1; then
+  commands+=(serve)
+else
+  echo "note: built without serve (cpp-httplib); serve is not checked"
+fi
 if env -u DISPLAY -u WAYLAND_DISPLAY "$kvscope" --list-options >/dev/null 2>&1; then
   commands=(app "${commands[@]}" bench-render)
 else

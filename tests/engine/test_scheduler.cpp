@@ -802,5 +802,119 @@ TEST_F(TinySchedulerTest, AControlTokenEndsASequenceLikeItsSoloRun) {
   EXPECT_EQ(s.stop_reason(0), StopReason::Eos);
 }
 
+// What a server does when a client goes away: cancelling a running sequence mid-decode
+// gives every block it holds back to the pool (the invariants hold, nothing used), and
+// the others run on; cancelling one sample of a request before the fork leaves the
+// request's other samples to fork and finish; forget() frees an ended sequence's text.
+TEST_F(TinySchedulerTest, ACancelledSequenceGivesItsBlocksBackAndOthersRunOn) {
+  auto backend = make_cpu_backend(2);
+  SchedulerConfig c;
+  c.block_size = 8;
+  c.stop_at_eos = false;
+  auto made = Scheduler::create(model_, *backend, c);
+  ASSERT_TRUE(made.ok()) << made.error().message;
+  Scheduler& s = **made;
+  Request r;
+  r.prompt = {10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110};
+  r.max_tokens = 40;
+  ASSERT_TRUE(s.add(r).ok());  // 0
+  Request other = r;
+  other.prompt = {7, 8, 9};
+  other.max_tokens = 6;
+  ASSERT_TRUE(s.add(other).ok());  // 1
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(s.step().ok());
+  ASSERT_EQ(s.state(0), SeqState::Running);
+  const int before = s.pool().counts().used;
+  ASSERT_GE(before, 2 + 1);  // 16 positions of sequence 0, 8 of sequence 1
+  ASSERT_TRUE(s.cancel(0).ok());
+  EXPECT_EQ(s.state(0), SeqState::Cancelled);
+  EXPECT_LT(s.pool().counts().used, before);
+  EXPECT_TRUE(s.check().ok()) << s.check().message();
+  EXPECT_FALSE(s.cancel(0).ok()) << "a second cancel of the same sequence";
+  run_to_idle(s);
+  EXPECT_EQ(s.state(1), SeqState::Finished);
+  EXPECT_EQ(s.generated(1), run_solo(model_, other.prompt, 6, 192, false).gen);
+  EXPECT_EQ(s.pool().counts().used, 0);
+  EXPECT_TRUE(s.check().ok());
+
+  // Three samples; the second is cancelled before its request's prompt is computed.
+  Request three = r;
+  three.max_tokens = 4;
+  three.n = 3;
+  auto first = s.add(three);
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE(s.cancel(*first + 1).ok());
+  run_to_idle(s);
+  EXPECT_EQ(s.state(*first), SeqState::Finished);
+  EXPECT_EQ(s.state(*first + 1), SeqState::Cancelled);
+  EXPECT_EQ(s.state(*first + 2), SeqState::Finished);
+  EXPECT_EQ(s.generated(*first + 2).size(), 4u);
+  EXPECT_EQ(s.pool().counts().used, 0);
+  EXPECT_TRUE(s.check().ok());
+
+  ASSERT_TRUE(s.forget(*first).ok());
+  EXPECT_TRUE(s.generated(*first).empty());
+  EXPECT_TRUE(s.text(*first).empty());
+  EXPECT_EQ(s.state(*first), SeqState::Finished);
+  EXPECT_EQ(s.stop_reason(*first), StopReason::MaxTokens);
+  EXPECT_TRUE(s.forget(*first).ok()) << "a second forget";
+  EXPECT_FALSE(s.cancel(*first).ok()) << "cancel of a forgotten sequence";
+  for (int id = 0; id < s.size(); ++id) ASSERT_TRUE(s.forget(id).ok()) << id;
+  EXPECT_TRUE(s.check().ok());
+  // The scheduler runs on past forgotten sequences.
+  ASSERT_TRUE(s.add(other).ok());
+  run_to_idle(s);
+  EXPECT_EQ(s.generated(s.size() - 1), run_solo(model_, other.prompt, 6, 192, false).gen);
+  Request late = other;
+  late.arrival_step = 1 << 20;
+  auto pending = s.add(late);
+  ASSERT_TRUE(pending.ok());
+  EXPECT_FALSE(s.forget(*pending).ok()) << "forget of a live sequence";
+  ASSERT_TRUE(s.cancel(*pending).ok());
+  EXPECT_TRUE(s.idle());
+}
+
+// Log-probabilities on request: the sampled token's, greedy, is the largest, and the top
+// ones come sorted and sum (as probabilities) to at most 1.
+TEST_F(TinySchedulerTest, LogprobsOfTheSampledTokenAndTheTopOnes) {
+  auto backend = make_cpu_backend(2);
+  SchedulerConfig c;
+  c.block_size = 8;
+  c.stop_at_eos = false;
+  auto made = Scheduler::create(model_, *backend, c);
+  ASSERT_TRUE(made.ok()) << made.error().message;
+  Scheduler& s = **made;
+  Request r;
+  r.prompt = {10, 20, 30};
+  r.max_tokens = 3;
+  r.logprobs = 4;
+  ASSERT_TRUE(s.add(r).ok());
+  Request bad = r;
+  bad.logprobs = 21;
+  EXPECT_FALSE(s.add(bad).ok());
+  int rows = 0;
+  while (!s.idle()) {
+    auto st = s.step();
+    ASSERT_TRUE(st.ok());
+    for (const StepRow& row : st->rows) {
+      if (row.token_id < 0) continue;
+      ++rows;
+      ASSERT_EQ(row.top_logprobs.size(), 4u);
+      EXPECT_EQ(row.top_logprobs[0].first, row.token_id);
+      EXPECT_FLOAT_EQ(row.top_logprobs[0].second, row.logprob);
+      EXPECT_LE(row.logprob, 0.0f);
+      double p = 0;
+      for (size_t i = 0; i < 4; ++i) {
+        p += std::exp(double(row.top_logprobs[i].second));
+        if (i > 0) {
+          EXPECT_LE(row.top_logprobs[i].second, row.top_logprobs[i - 1].second);
+        }
+      }
+      EXPECT_LE(p, 1.0 + 1e-5);
+    }
+  }
+  EXPECT_EQ(rows, 3);
+}
+
 }  // namespace
 }  // namespace kvscope

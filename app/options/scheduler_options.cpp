@@ -1,0 +1,46 @@
+// scheduler_options.cpp — see scheduler_options.h.
+#include "app/options/scheduler_options.h"
+
+#include "app/options/options.h"
+#include "engine/forward.h"
+
+namespace kvscope::cli {
+
+void add_scheduler_options(CLI::App& app, SchedulerOptions& o) {
+  add_kv_type_options(app, o.kv);
+  app.add_option("--kv-block", o.block, "Positions per KV block")
+      ->check(CLI::IsMember({8, 16, 32}));
+  app.add_option("--kv-pool-mib", o.pool_mib,
+                 "Size of the KV block pool in MiB (default: blocks for one full context)")
+      ->check(cli::Range(1LL, 1LL << 20));
+  app.add_option("--ctx", o.ctx, "Positions one sequence may hold (default: the model's context)")
+      ->check(cli::Range(0, kMaxPositionsOption));
+  app.add_option("--max-seqs", o.max_seqs, "Sequences running at once")->check(cli::Range(1, 4096));
+  app.add_option("--max-batch-tokens", o.max_batch_tokens, "Tokens through one forward pass")
+      ->check(cli::Range(1, kMaxBatchTokens));
+  app.add_flag("--no-prefix-cache", o.no_prefix, "Do not reuse cached prompt blocks");
+}
+
+Expected<SchedulerConfig> to_scheduler_config(const SchedulerOptions& o, const Model& model) {
+  SchedulerConfig cfg;
+  if (Status s = parse_kv_type_options(o.kv, &cfg.kv_types); !s.ok()) return s.error();
+  cfg.block_size = o.block;
+  cfg.context = o.ctx;
+  cfg.max_seqs = o.max_seqs;
+  cfg.max_batch_tokens = o.max_batch_tokens;
+  cfg.prefix_caching = !o.no_prefix;
+  if (o.pool_mib > 0) {
+    // Blocks as the scheduler makes them: one group of layers each (kv_layer_groups;
+    // Gemma 3's windowed and global layers keep theirs apart).
+    const KvCacheConfig kc = kv_cache_config(model, cfg.kv_types, KvPolicy::Full);
+    KvPoolConfig pc{{kv_layer_groups(kc).size, kc.shape.n_head_kv, kc.shape.head_dim},
+                    cfg.kv_types, o.block, 0};
+    cfg.pool_blocks = kv_pool_blocks_for_mib(pc, o.pool_mib);
+    if (cfg.pool_blocks < 1)
+      return make_error("--kv-pool-mib: ", o.pool_mib, " MiB holds no block of ",
+                        kv_block_bytes(pc), " bytes");
+  }
+  return cfg;
+}
+
+}  // namespace kvscope::cli
