@@ -3,12 +3,17 @@
 # counts, measured interleaved in one run, reported as best, median and ratio.
 #
 #   scripts/bench_vs_llamacpp.sh [--rounds N] [--threads 1,2] [--model PATH] [--json FILE]
-#                                [--baseline KVSCOPE]
+#                                [--baseline KVSCOPE] [--isa avx2|avx512]
 #
 # llama.cpp comes from PyPI: llama-cpp-python==0.3.36 (the version the golden data were
 # made with), built from source (native CPU flags) into a venv at build/llamacpp-venv the
 # first time (about ten minutes; needs python3-venv and a C++ compiler). Set
 # KVSCOPE_LLAMACPP_PYTHON to a python that already has that version to skip the venv.
+# --isa avx2|avx512 compares one instruction set on both sides: kvscope runs with
+# KVSCOPE_CPU_ISA set to it, and llama.cpp is built for it alone (GGML_NATIVE off; for
+# avx2: AVX2, FMA, F16C, BMI2 and no AVX-512 or AVX-VNNI; for avx512: those plus AVX-512
+# F/BW/DQ/VL, VBMI, VNNI and BF16) into build/llamacpp-venv-<isa>. The run stops if the
+# llama.cpp it loads reports an AVX-512 feature on for avx2. The CPU must have the ISA.
 # kvscope must be built first (scripts/build.sh; KVSCOPE_BIN names another executable
 # to measure). --baseline names a second kvscope executable (say, a build of the
 # previous commit) measured in the same rounds, so a change's before and after ratios
@@ -21,6 +26,9 @@
 #   pp512          one 512-token batch into an empty cache, best of 3 (tokens/s)
 #   tg128          128 single-token decode calls from an empty cache (tokens/s)
 #   decode@512     the same after a 512-token prefill; decode@2048 after 2,048
+# and each side's tg128 as a share of the memory floor: kvscope bench's measured read
+# speed (same thread count, best of 8 passes over 512 MiB) over the weight bytes one
+# decode step reads (decode_floor_tok_s in its JSON; median over the rounds),
 # plus kvscope's NO CACHE step at 64, 128, 256 and 512 tokens (ms). Both use an f16 KV
 # cache. llama.cpp's CPU "extra buffer types" (AMX and repacked weights) are used when a
 # probe shows they work on this CPU, and left off otherwise; the table says which.
@@ -31,6 +39,7 @@ threads="1,$(nproc)"
 model="$root/assets/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 json_out=""
 baseline=""
+isa=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds=$2; shift 2 ;;
@@ -38,7 +47,8 @@ while [ $# -gt 0 ]; do
     --model) model=$2; shift 2 ;;
     --json) json_out=$2; shift 2 ;;
     --baseline) baseline=$2; shift 2 ;;
-    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+    --isa) isa=$2; shift 2 ;;
+    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
     *) echo "bench_vs_llamacpp: unknown option '$1' (see --help)" >&2; exit 1 ;;
   esac
 done
@@ -48,9 +58,19 @@ kvscope="${KVSCOPE_BIN:-$root/build/app/kvscope}"
 [ -x "$kvscope" ] || { echo "bench_vs_llamacpp: $kvscope is missing: build kvscope first (scripts/build.sh)" >&2; exit 1; }
 [ -z "$baseline" ] || [ -x "$baseline" ] || { echo "bench_vs_llamacpp: --baseline $baseline is not an executable" >&2; exit 1; }
 [ -f "$model" ] || { echo "bench_vs_llamacpp: model $model is missing (scripts/fetch_model.sh)" >&2; exit 1; }
+case "$isa" in
+  "") cmake_args="" ;;
+  avx2) cmake_args="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF" ;;
+  avx512) cmake_args="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON" ;;
+  *) echo "bench_vs_llamacpp: --isa must be avx2 or avx512, got '$isa'" >&2; exit 1 ;;
+esac
+if [ -n "$isa" ]; then
+  export KVSCOPE_CPU_ISA=$isa
+  grep -qw "${isa/avx512/avx512f}" /proc/cpuinfo || { echo "bench_vs_llamacpp: this CPU has no $isa" >&2; exit 1; }
+fi
 
 version=0.3.36
-venv="$root/build/llamacpp-venv"
+venv="$root/build/llamacpp-venv${isa:+-$isa}"
 py="${KVSCOPE_LLAMACPP_PYTHON:-$venv/bin/python}"
 have_llama() { "$1" -c "import llama_cpp, sys; sys.exit(llama_cpp.__version__ != '$version')" 2>/dev/null; }
 if ! have_llama "$py"; then
@@ -61,7 +81,9 @@ if ! have_llama "$py"; then
   echo "bench_vs_llamacpp: building llama-cpp-python==$version into $venv (about ten minutes) ..."
   python3 -m venv "$venv" || { echo "bench_vs_llamacpp: python3 -m venv failed: install python3-venv" >&2; exit 1; }
   "$venv/bin/python" -m pip install --quiet --upgrade pip
-  "$venv/bin/python" -m pip install --quiet --no-binary llama-cpp-python "llama-cpp-python==$version"
+  # No wheel cache: a wheel built earlier for other flags must not stand in for this one.
+  CMAKE_ARGS="$cmake_args" "$venv/bin/python" -m pip install --quiet --no-cache-dir \
+    --no-binary llama-cpp-python "llama-cpp-python==$version"
   have_llama "$py" || { echo "bench_vs_llamacpp: llama-cpp-python $version did not install" >&2; exit 1; }
 fi
 
@@ -117,6 +139,8 @@ def main():
                 sys.exit("llama_decode failed")
         L.llama_synchronize(ctx)
 
+    if sys.argv[4:] == ["info"]:  # the instruction sets this llama.cpp was built with
+        print(L.llama_print_system_info().decode()); return
     if probe:  # a small batch and one token: crashes here if the extra buffers do not work
         decode(tokens[:16]); decode(tokens[16:17])
         print("ok"); return
@@ -139,12 +163,20 @@ def main():
 main()
 PY
 
+# The instruction sets the llama.cpp build uses (its system info line).
+llama_isa=$("$py" "$work/llama_bench.py" "$model" 1 0 info 2>/dev/null | tail -1)
+if [ "$isa" = avx2 ] && grep -Eq "AVX512[A-Z_]* = 1" <<< "$llama_isa"; then
+  echo "bench_vs_llamacpp: the llama.cpp in $venv uses AVX-512 ($llama_isa): rebuild it for avx2" >&2
+  exit 1
+fi
+
 # Extra buffer types: on when a probe in a separate process survives them.
 extra=0
 if ( "$py" "$work/llama_bench.py" "$model" 1 1 probe ) >/dev/null 2>&1; then extra=1; fi
 
 IFS=, read -ra counts <<< "$threads"
-echo "bench_vs_llamacpp: $rounds rounds, threads $threads, model $(basename "$model"), load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "bench_vs_llamacpp: $rounds rounds, threads $threads, model $(basename "$model"), isa ${isa:-best}, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "llama.cpp: $llama_isa"
 for r in $(seq 1 "$rounds"); do
   run_kvscope() {
     "$kvscope" bench --json --threads "$threads" --model "$model" > "$work/kv_$r.json"
@@ -159,11 +191,13 @@ for r in $(seq 1 "$rounds"); do
   echo "  round $r done (load $(cut -d' ' -f1-3 /proc/loadavg))"
 done
 
-"$py" - "$work" "$rounds" "$extra" "$json_out" "$baseline" <<'PY' | tee "$work/table.md"
+"$py" - "$work" "$rounds" "$extra" "$json_out" "$baseline" "${isa:-best}" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'PY' | tee "$work/table.md"
 import json, os, statistics, sys
 work, rounds, extra, json_out, baseline = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4], sys.argv[5]
+isa, load = sys.argv[6], sys.argv[7]
 kv, base, ll = {}, {}, {}  # (threads, measure) -> [values]
 depth = {}  # threads -> [(decode@2048 / tg128, its memory-speed bound, read GB/s)] per round
+floor = {}  # threads -> [(read GB/s, decode weight MB, floor tok/s)] per round
 
 def read_kvscope(path, into):
     doc = json.load(open(path))
@@ -174,6 +208,9 @@ def read_kvscope(path, into):
             into.setdefault((t, "tg128" if d == "0" else f"decode@{d}"), []).append(v)
         for n, ms in run["nocache_step_ms"].items():
             into.setdefault((t, f"nocache {n}"), []).append(ms)
+        if into is kv and "decode_floor_tok_s" in run:
+            floor.setdefault(t, []).append((run["memory_read_gb_s"], run["decode_weight_mb"],
+                                            run["decode_floor_tok_s"]))
         if into is kv and "memory_read_gb_s" in run:
             d = run["decode_tok_s"]
             depth.setdefault(t, []).append((d["2048"] / d["0"], run["decode_depth_bound"]["2048"],
@@ -191,7 +228,8 @@ for r in range(1, rounds + 1):
         for d, v in run["decode_tok_s"].items():
             ll.setdefault((t, "tg128" if d == "0" else f"decode@{d}"), []).append(v)
 print(f"\nkvscope: {doc['runs'][0]['backend']} on {doc['cpu']}; llama.cpp: llama-cpp-python "
-      f"{__import__('llama_cpp').__version__}, extra buffer types {'on' if extra else 'off (they fail on this CPU)'}")
+      f"{__import__('llama_cpp').__version__}, extra buffer types {'on' if extra else 'off (they fail on this CPU)'}; "
+      f"isa {isa}; load at the end {load}")
 print("tokens/s (NO CACHE: ms), best and median of", rounds, "rounds; ratio = kvscope / llama.cpp")
 if baseline:
     print(f"baseline: {baseline}, measured in the same rounds; its ratios in the last columns")
@@ -244,7 +282,28 @@ if depth:
                      "kvscope_median": statistics.median(x[0] for x in v),
                      "bound_median": statistics.median(x[1] for x in v),
                      "memory_read_gb_s_median": statistics.median(x[2] for x in v)})
+if floor:
+    print("\ndecode tg128 as a share of the memory floor: read speed (kvscope bench, same threads)")
+    print("over the weight bytes a decode step reads; medians of rounds\n")
+    print("| threads | memory read | weights per step | floor | kvscope tg128 | share | llama.cpp tg128 | share |")
+    print("|---|---|---|---|---|---|---|---|")
+    for t in sorted(floor):
+        v = floor[t]
+        gb, mb, fl = (statistics.median(x[i] for x in v) for i in range(3))
+        k = statistics.median(kv[(t, "tg128")])
+        line = f"| {t} | {gb:.1f} GB/s | {mb:.1f} MB | {fl:.1f} tok/s | {k:.1f} | {100 * k / fl:.0f}% |"
+        row = {"threads": t, "measure": "tg128 / floor", "memory_read_gb_s_median": gb,
+               "decode_weight_mb": mb, "floor_tok_s_median": fl, "kvscope_share": k / fl}
+        if (t, "tg128") in ll:
+            l = statistics.median(ll[(t, "tg128")])
+            line += f" {l:.1f} | {100 * l / fl:.0f}% |"
+            row["llama_share"] = l / fl
+        else:
+            line += " | |"
+        print(line)
+        rows.append(row)
 if json_out:
-    json.dump({"rounds": rounds, "extra_buffer_types": extra, "baseline": baseline, "rows": rows},
+    json.dump({"rounds": rounds, "extra_buffer_types": extra, "baseline": baseline, "isa": isa,
+               "load": load, "rows": rows},
               open(json_out, "w"), indent=1)
 PY

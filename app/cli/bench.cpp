@@ -6,8 +6,13 @@
 // prefill: the 512-token NO CACHE step (llama.cpp's pp512);
 // decode:  128 single-token forwards after a prefill of 0 (llama.cpp's tg128), 512 and
 //          2,048 tokens (attention over that many more keys).
-// memory:  on the CPU, how fast the backend's thread count reads memory (a 256 MiB buffer,
-//          far past the caches, best of 3), and with it the bound on decode at depth:
+// memory:  on the CPU, how fast the backend's thread count reads memory (a 512 MiB buffer,
+//          far past the caches, best of 8 passes after a warm-up one), and with it
+//          the floor of decode: a step from an empty cache reads every weight the
+//          products use once (the file's weight bytes, less the embedding table when
+//          the LM head has its own), so decode runs at most read speed / those bytes
+//          tokens/s; tg128 is reported as a share of that floor. And the bound on
+//          decode at depth:
 //          each step after a prefill of d tokens reads the cache's K/V rows on top of
 //          what a step from an empty cache reads; if those bytes come from memory at
 //          that speed, it runs at most t0 / (t0 + extra bytes / bandwidth) of decode
@@ -77,6 +82,7 @@ struct BenchRun {
   std::vector<std::pair<int, double>> decode_ms;   // (depth, ms for kDecode tokens)
   std::vector<std::pair<int, double>> kv_mb;       // (depth, mean K/V MB a decode step reads)
   double read_gb_s = 0;                            // CPU: memory read speed, 0 off the CPU
+  double weight_mb = 0;                            // weight bytes one decode step reads
   double prefill_ms() const { return nocache_ms.back().second; }
 };
 
@@ -190,14 +196,15 @@ Expected<std::vector<BatchRun>> measure_batch(Backend& backend, const Model& m,
   return out;
 }
 
-// GB/s at which n threads read a 256 MiB buffer, each summing its share in 16 lanes
-// (best of 3).
+// GB/s at which n threads read a 512 MiB buffer, each summing its share in 16 lanes
+// (best of 8 passes after a warm-up pass: other programs on the machine only ever make a
+// pass slower, so the best is the steadiest figure of what the memory can deliver).
 double memory_read_gb_s(int n) {
-  const size_t floats = (size_t(256) << 20) / sizeof(float);
+  const size_t floats = (size_t(512) << 20) / sizeof(float);
   std::vector<float> buf(floats, 1.0f);
   std::vector<float> sums(size_t(n) * 16);
   double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
+  for (int rep = 0; rep < 9; ++rep) {
     const double t0 = now_ms();
     std::vector<std::thread> threads;
     for (int t = 0; t < n; ++t)
@@ -210,7 +217,8 @@ double memory_read_gb_s(int n) {
         std::copy_n(acc, 16, sums.begin() + t * 16);
       });
     for (std::thread& th : threads) th.join();
-    best = std::max(best, double(floats * sizeof(float)) / ((now_ms() - t0) / 1000.0) / 1e9);
+    if (rep > 0)
+      best = std::max(best, double(floats * sizeof(float)) / ((now_ms() - t0) / 1000.0) / 1e9);
   }
   return sums[0] > 0 ? best : 0;  // sums read, so the loads are not optimized away
 }
@@ -229,6 +237,23 @@ double depth_bound(const BenchRun& r, int depth) {
 }
 
 double tok_s(int tokens, double ms) { return tokens / (ms / 1000.0); }
+
+// Weight MB one decode step reads: every weight in the file, less the embedding table
+// when the LM head is a separate tensor (a step then reads one row of the table).
+double decode_weight_mb(const Model& m) {
+  uint64_t b = m.weight_bytes();
+  const Weight& e = m.tok_embd();
+  if (m.output().data != e.data) b -= std::min(b, e.row_bytes * uint64_t(e.n_out));
+  return double(b) / 1e6;
+}
+
+// The floor of decode at the measured read speed (tokens/s), and tg128's share of it.
+double floor_tok_s(const BenchRun& r) {
+  return r.read_gb_s * 1e3 / r.weight_mb;
+}
+double floor_share(const BenchRun& r) {
+  return tok_s(kDecode, ms_of(r.decode_ms, 0)) / floor_tok_s(r);
+}
 
 void print_json(const std::string& model, const std::string& cpu, const std::vector<BenchRun>& runs) {
   JsonWriter j;
@@ -253,6 +278,9 @@ void print_json(const std::string& model, const std::string& cpu, const std::vec
     j.end_object();
     if (r.read_gb_s > 0) {
       j.key("memory_read_gb_s").value(r.read_gb_s);
+      j.key("decode_weight_mb").value(r.weight_mb);
+      j.key("decode_floor_tok_s").value(floor_tok_s(r));  // read speed / weight bytes
+      j.key("decode_floor_share").value(floor_share(r));  // tg128 / that floor
       j.key("decode_depth_bound").begin_object();  // bound on decode at depth / at 0
       for (auto& [depth, ms] : r.decode_ms)
         if (depth > 0) j.key(std::to_string(depth)).value(depth_bound(r, depth));
@@ -283,6 +311,10 @@ void print_text(const std::string& model, const std::string& cpu, const std::vec
     if (r.read_gb_s <= 0) continue;
     std::printf("  memory   read at %.1f GB/s by %d thread%s\n", r.read_gb_s, r.threads,
                 r.threads == 1 ? "" : "s");
+    std::printf(
+        "  floor    %.1f MB of weights per step: %.1f tokens/s at that speed; decode after "
+        "0 reaches %.0f%% of it\n",
+        r.weight_mb, floor_tok_s(r), 100.0 * floor_share(r));
     const double d0 = ms_of(r.decode_ms, 0);
     for (auto& [depth, ms] : r.decode_ms)
       if (depth > 0)
@@ -412,7 +444,10 @@ int run_bench(int argc, char** argv) {
     if (!run.ok()) return fail(run.error());
     run->threads = std::min(n, hw);
     const bool on_cpu = std::string_view((*be)->kind()) == "cpu";
-    if (on_cpu) run->read_gb_s = memory_read_gb_s(run->threads);
+    if (on_cpu) {
+      run->read_gb_s = memory_read_gb_s(run->threads);
+      run->weight_mb = decode_weight_mb(m);
+    }
     runs.push_back(std::move(*run));
     if (!on_cpu) break;  // thread counts mean nothing off the CPU
   }

@@ -223,7 +223,8 @@ Status attention(ThreadPool& pool, Tensor q, const CpuKvCache& cache, int layer,
       scratch.items.push_back({int(p), int(c)});
   }
   const int64_t items = int64_t(scratch.items.size());
-  std::vector<size_t> first(size_t(pairs) + 1, 0);  // each pair's first item
+  std::vector<size_t>& first = scratch.first;  // each pair's first item
+  first.assign(size_t(pairs) + 1, 0);
   for (int64_t p = 0; p < pairs; ++p)
     first[size_t(p) + 1] = first[size_t(p)] + per_pair[size_t(p)].size();
   if (scratch.parts.size() < size_t(items) * stride) scratch.parts.resize(size_t(items) * stride);

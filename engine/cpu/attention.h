@@ -23,6 +23,7 @@ struct AttentionScratch {
   std::vector<int32_t> key_pos;                // their positions
   std::vector<std::vector<AttnRange>> chunks;  // per (query, KV head): its chunks
   std::vector<std::pair<int, int>> items;      // (pair, chunk) work items
+  std::vector<size_t> first;                   // per pair: its first item
   std::vector<float> parts;                    // per item: the chunk's results
   std::vector<float> q_scaled;                 // the queries times the score scale
   std::vector<int32_t> spans;                  // combine's chunk positions

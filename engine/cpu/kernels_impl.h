@@ -7,13 +7,15 @@
 // rows per group, one vector lane per row. The arithmetic of one output element is fixed
 // — and therefore independent of T, of the thread split, of which kernel below runs and
 // even of the instruction set:
-//  - every weight value comes from the same decoder (Pack*<V>::seg / step below);
+//  - every weight value comes from the same decoder (Pack*<V>::scales / step below);
 //  - the accumulator starts at 0 and adds W[o][k]·x[t][k] for k = 0, 1, 2, ... in
 //    order, each with one fused multiply-add; nothing else touches it.
 // Kernels:
-//  - gemv (T ≤ kGemvMaxT, the decode step): each packed group is streamed once and decoded in
-//    registers straight into the token accumulators, kGemvG groups at a time so that
-//    their multiply-add chains overlap;
+//  - gemv (T ≤ kGemvMaxT, the decode step): each packed group is streamed once, with
+//    software prefetch, and decoded in registers one vector at a time straight into the
+//    token accumulators, kGemvG groups at a time so that their multiply-add chains
+//    overlap; the scales wait in a small fp32 buffer, not in registers, so that on AVX2
+//    (sixteen registers) the accumulators never spill to memory;
 //  - gemv slices (kGemvMaxT < T <= kGemvSlicesMaxT, a batch of decode rows): gemv over
 //    slices of 16 rows (AVX-512), 8, then 4 or fewer;
 //  - panel (T > kGemvSlicesMaxT, prefill and NO CACHE): a few groups are decoded once into an fp32
@@ -62,10 +64,15 @@ struct ScratchFloats {
 };
 
 // ---- decoders of one packed block (16 rows) ----
-// A block of kValues k-values is kSegs segments of kSegValues; seg() loads a segment's
-// scales, step(j) decodes k-values [j·kStep, (j+1)·kStep) of the segment into
-// w[u][h] (value u of the step, lanes h·N .. h·N+N of the group). The offsets follow
-// the layouts in packed_weight.h.
+// A block of kValues k-values is kSegs segments of kSegValues. scales(b, s, sc) writes
+// segment s's per-row scale fields as fp32, sc[kScales][16] (field f of row r at
+// sc[f·16 + r]); step(b, sc, s, j, h, w) decodes k-values [j·kStep, (j+1)·kStep) of the
+// segment for lanes h·N .. h·N + N of the group (one vector: the h-th of the group's H)
+// into w[u], reading the scales back from sc. One vector at a time, with the scales in
+// memory rather than in registers, so that a kernel can keep many independent
+// accumulator chains in registers (AVX2 has sixteen). The offsets follow the layouts in
+// packed_weight.h; the arithmetic of each value is the formula in the test's reference
+// (tests/engine/test_matmul.cpp, kernel_value).
 
 template <class V>
 struct Lanes {
@@ -76,12 +83,10 @@ struct Lanes {
 template <class V, int E, class Load>
 struct PackFloat : Lanes<V> {
   using typename Lanes<V>::F;
-  using Lanes<V>::H;
-  static constexpr int kValues = 1, kSegs = 1, kSegValues = 1, kStep = 1;
-  struct Seg {};
-  static Seg seg(const uint8_t*, int) { return {}; }
-  static void step(const uint8_t* b, const Seg&, int, int, F (&w)[1][H]) {
-    for (int h = 0; h < H; ++h) w[0][h] = Load::load(b + E * h * V::N);
+  static constexpr int kValues = 1, kSegs = 1, kSegValues = 1, kStep = 1, kScales = 0;
+  static void scales(const uint8_t*, int, float*) {}
+  static void step(const uint8_t* b, const float*, int, int, int h, F (&w)[1]) {
+    w[0] = Load::load(b + E * h * V::N);
   }
 };
 template <class V>
@@ -97,40 +102,22 @@ struct LoadBF16 {
   static typename V::F load(const uint8_t* p) { return V::bf16(p); }
 };
 
-// d[16] f16 at b: one vector per half.
-template <class V>
-struct Scale1 {
-  typename V::F d[Lanes<V>::H];
-  static Scale1 at(const uint8_t* b) {
-    Scale1 s;
-    for (int h = 0; h < Lanes<V>::H; ++h) s.d[h] = V::f16(b + 2 * h * V::N);
-    return s;
+// d[16] f16 at b (and m[16] f16 at b + 32 when kMin) as fp32 into sc.
+template <class V, bool kMin>
+void f16_scales(const uint8_t* b, float* sc) {
+  for (int h = 0; h < Lanes<V>::H; ++h) {
+    V::store(sc + h * V::N, V::f16(b + 2 * h * V::N));
+    if constexpr (kMin) V::store(sc + 16 + h * V::N, V::f16(b + 32 + 2 * h * V::N));
   }
-};
-// d[16], m[16] f16 at b.
-template <class V>
-struct Scale2 {
-  typename V::F d[Lanes<V>::H], m[Lanes<V>::H];
-  static Scale2 at(const uint8_t* b) {
-    Scale2 s;
-    for (int h = 0; h < Lanes<V>::H; ++h) {
-      s.d[h] = V::f16(b + 2 * h * V::N);
-      s.m[h] = V::f16(b + 32 + 2 * h * V::N);
-    }
-    return s;
-  }
-};
+}
 
 template <class V>
 struct PackQ8_0 : Lanes<V> {
   using typename Lanes<V>::F;
-  using Lanes<V>::H;
-  static constexpr int kValues = 32, kSegs = 1, kSegValues = 32, kStep = 1;
-  using Seg = Scale1<V>;
-  static Seg seg(const uint8_t* b, int) { return Seg::at(b); }
-  static void step(const uint8_t* b, const Seg& s, int, int j, F (&w)[1][H]) {
-    const uint8_t* q = b + 32 + 16 * j;
-    for (int h = 0; h < H; ++h) w[0][h] = V::mul(V::cvt(V::i8(q + h * V::N)), s.d[h]);
+  static constexpr int kValues = 32, kSegs = 1, kSegValues = 32, kStep = 1, kScales = 1;
+  static void scales(const uint8_t* b, int, float* sc) { f16_scales<V, false>(b, sc); }
+  static void step(const uint8_t* b, const float* sc, int, int j, int h, F (&w)[1]) {
+    w[0] = V::mul(V::cvt(V::i8(b + 32 + 16 * j + h * V::N)), V::load(sc + h * V::N));
   }
 };
 
@@ -138,21 +125,18 @@ struct PackQ8_0 : Lanes<V> {
 template <class V, bool kMin>
 struct PackQ4 : Lanes<V> {
   using typename Lanes<V>::F;
-  using Lanes<V>::H;
   static constexpr int kValues = 32, kSegs = 1, kSegValues = 32, kStep = 2;
-  using Seg = std::conditional_t<kMin, Scale2<V>, Scale1<V>>;
-  static Seg seg(const uint8_t* b, int) { return Seg::at(b); }
-  static void step(const uint8_t* b, const Seg& s, int, int j, F (&w)[2][H]) {
-    const uint8_t* q = b + (kMin ? 64 : 32) + 16 * j;
-    for (int h = 0; h < H; ++h) {
-      const auto u = V::u8(q + h * V::N);
-      if constexpr (kMin) {
-        w[0][h] = V::fma(V::cvt(V::and_(u, 15)), s.d[h], s.m[h]);
-        w[1][h] = V::fma(V::cvt(V::srl(u, 4)), s.d[h], s.m[h]);
-      } else {
-        w[0][h] = V::mul(V::cvt(V::sub_i(V::and_(u, 15), 8)), s.d[h]);
-        w[1][h] = V::mul(V::cvt(V::sub_i(V::srl(u, 4), 8)), s.d[h]);
-      }
+  static constexpr int kScales = kMin ? 2 : 1;
+  static void scales(const uint8_t* b, int, float* sc) { f16_scales<V, kMin>(b, sc); }
+  static void step(const uint8_t* b, const float* sc, int, int j, int h, F (&w)[2]) {
+    const auto u = V::u8(b + (kMin ? 64 : 32) + 16 * j + h * V::N);
+    const F d = V::load(sc + h * V::N);
+    if constexpr (kMin) {
+      w[0] = V::fma(V::cvt(V::and_(u, 15)), d, V::load(sc + 16 + h * V::N));
+      w[1] = V::fma(V::cvt(V::srl(u, 4)), d, V::load(sc + 16 + h * V::N));
+    } else {
+      w[0] = V::mul(V::cvt(V::sub_i(V::and_(u, 15), 8)), d);
+      w[1] = V::mul(V::cvt(V::sub_i(V::srl(u, 4), 8)), d);
     }
   }
 };
@@ -161,25 +145,23 @@ struct PackQ4 : Lanes<V> {
 template <class V, bool kMin>
 struct PackQ5 : Lanes<V> {
   using typename Lanes<V>::F;
-  using Lanes<V>::H;
   static constexpr int kValues = 32, kSegs = 1, kSegValues = 32, kStep = 2;
-  using Seg = std::conditional_t<kMin, Scale2<V>, Scale1<V>>;
-  static Seg seg(const uint8_t* b, int) { return Seg::at(b); }
-  static void step(const uint8_t* b, const Seg& s, int, int j, F (&w)[2][H]) {
+  static constexpr int kScales = kMin ? 2 : 1;
+  static void scales(const uint8_t* b, int, float* sc) { f16_scales<V, kMin>(b, sc); }
+  static void step(const uint8_t* b, const float* sc, int, int j, int h, F (&w)[2]) {
     const uint8_t* q = b + (kMin ? 64 : 32) + 16 * j;
     const uint8_t* hb = b + (kMin ? 64 : 32) + 256;
     const uint32_t h0 = load_u16(hb + 4 * j), h1 = load_u16(hb + 4 * j + 2);
-    for (int h = 0; h < H; ++h) {
-      const auto u = V::u8(q + h * V::N);
-      const auto q0 = V::or_(V::and_(u, 15), V::bit4(h0, h * V::N));
-      const auto q1 = V::or_(V::srl(u, 4), V::bit4(h1, h * V::N));
-      if constexpr (kMin) {
-        w[0][h] = V::fma(V::cvt(q0), s.d[h], s.m[h]);
-        w[1][h] = V::fma(V::cvt(q1), s.d[h], s.m[h]);
-      } else {
-        w[0][h] = V::mul(V::cvt(V::sub_i(q0, 16)), s.d[h]);
-        w[1][h] = V::mul(V::cvt(V::sub_i(q1, 16)), s.d[h]);
-      }
+    const auto u = V::u8(q + h * V::N);
+    const auto q0 = V::or_(V::and_(u, 15), V::bit4(h0, h * V::N));
+    const auto q1 = V::or_(V::srl(u, 4), V::bit4(h1, h * V::N));
+    const F d = V::load(sc + h * V::N);
+    if constexpr (kMin) {
+      w[0] = V::fma(V::cvt(q0), d, V::load(sc + 16 + h * V::N));
+      w[1] = V::fma(V::cvt(q1), d, V::load(sc + 16 + h * V::N));
+    } else {
+      w[0] = V::mul(V::cvt(V::sub_i(q0, 16)), d);
+      w[1] = V::mul(V::cvt(V::sub_i(q1, 16)), d);
     }
   }
 };
@@ -190,26 +172,20 @@ template <class V>
 struct PackQ4_K : Lanes<V> {
   using typename Lanes<V>::F;
   using Lanes<V>::H;
-  static constexpr int kValues = 256, kSegs = 8, kSegValues = 32, kStep = 2;
-  struct Seg {
-    F scale[H], neg_min[H];
-  };
-  static Seg seg(const uint8_t* b, int s) {
-    Seg g;
+  static constexpr int kValues = 256, kSegs = 8, kSegValues = 32, kStep = 2, kScales = 2;
+  static void scales(const uint8_t* b, int s, float* sc) {
     for (int h = 0; h < H; ++h) {
       const F d = V::f16(b + 2 * h * V::N), dmin = V::f16(b + 32 + 2 * h * V::N);
-      g.scale[h] = V::mul(d, V::cvt(V::u8(b + 64 + 16 * s + h * V::N)));
-      g.neg_min[h] = V::neg(V::mul(dmin, V::cvt(V::u8(b + 192 + 16 * s + h * V::N))));
+      V::store(sc + h * V::N, V::mul(d, V::cvt(V::u8(b + 64 + 16 * s + h * V::N))));
+      V::store(sc + 16 + h * V::N,
+               V::neg(V::mul(dmin, V::cvt(V::u8(b + 192 + 16 * s + h * V::N)))));
     }
-    return g;
   }
-  static void step(const uint8_t* b, const Seg& g, int s, int j, F (&w)[2][H]) {
-    const uint8_t* q = b + 320 + 16 * (16 * s + j);
-    for (int h = 0; h < H; ++h) {
-      const auto u = V::u8(q + h * V::N);
-      w[0][h] = V::fma(V::cvt(V::and_(u, 15)), g.scale[h], g.neg_min[h]);
-      w[1][h] = V::fma(V::cvt(V::srl(u, 4)), g.scale[h], g.neg_min[h]);
-    }
+  static void step(const uint8_t* b, const float* sc, int s, int j, int h, F (&w)[2]) {
+    const auto u = V::u8(b + 320 + 16 * (16 * s + j) + h * V::N);
+    const F scale = V::load(sc + h * V::N);
+    w[0] = V::fma(V::cvt(V::and_(u, 15)), scale, V::load(sc + 16 + h * V::N));
+    w[1] = V::fma(V::cvt(V::srl(u, 4)), scale, V::load(sc + 16 + h * V::N));
   }
 };
 
@@ -218,23 +194,25 @@ template <class V>
 struct PackQ6_K : Lanes<V> {
   using typename Lanes<V>::F;
   using Lanes<V>::H;
-  static constexpr int kValues = 256, kSegs = 16, kSegValues = 16, kStep = 1;
-  struct Seg {
-    F scale[H];
-  };
-  static Seg seg(const uint8_t* b, int s) {
-    Seg g;
+  static constexpr int kValues = 256, kSegs = 16, kSegValues = 16, kStep = 1, kScales = 1;
+  static void scales(const uint8_t* b, int s, float* sc) {
     for (int h = 0; h < H; ++h)
-      g.scale[h] = V::mul(V::f16(b + 2 * h * V::N), V::cvt(V::i8(b + 32 + 16 * s + h * V::N)));
-    return g;
+      V::store(sc + h * V::N,
+               V::mul(V::f16(b + 2 * h * V::N), V::cvt(V::i8(b + 32 + 16 * s + h * V::N))));
   }
-  static void step(const uint8_t* b, const Seg& g, int s, int j, F (&w)[1][H]) {
-    const uint8_t* q = b + 288 + 16 * (16 * s + j);
-    for (int h = 0; h < H; ++h) w[0][h] = V::mul(V::cvt(V::i8(q + h * V::N)), g.scale[h]);
+  static void step(const uint8_t* b, const float* sc, int s, int j, int h, F (&w)[1]) {
+    w[0] = V::mul(V::cvt(V::i8(b + 288 + 16 * (16 * s + j) + h * V::N)), V::load(sc + h * V::N));
   }
 };
 
 // ---- the kernels ----
+
+// How far ahead of its reads the single-token products prefetch each weight stream. A
+// decode step reads every weight once, straight from memory: without software prefetch
+// the hardware prefetcher, retrained on every short group stream, leaves the loads
+// waiting on memory (1.75× the time on AVX2 at one thread); 2 KiB ahead measured best
+// (1, 4 KiB: a few % slower).
+constexpr int64_t kPrefetchBytes = 2048;
 
 template <class V>
 struct Kernels {
@@ -255,45 +233,62 @@ struct Kernels {
     }
   }
 
-  // Calls fn(k, w) for every k of groups' block `blk` in order, w[h] the 16 values of
-  // each of the G groups at k (groups at base[g] + blk · block_bytes).
-  template <class Dec, int G, class Fn>
-  static void for_block(const uint8_t* const (&base)[G], uint64_t block_bytes, int64_t blk,
-                        Fn&& fn) {
-    const uint8_t* b[G];
-    for (int g = 0; g < G; ++g) b[g] = base[g] + uint64_t(blk) * block_bytes;
-    for (int s = 0; s < Dec::kSegs; ++s) {
-      typename Dec::Seg seg[G];
-      for (int g = 0; g < G; ++g) seg[g] = Dec::seg(b[g], s);
-      for (int j = 0; j < Dec::kSegValues / Dec::kStep; ++j) {
-        F w[G][Dec::kStep][H];
-        for (int g = 0; g < G; ++g) Dec::step(b[g], seg[g], s, j, w[g]);
-        const int64_t k0 = blk * Dec::kValues + s * Dec::kSegValues + j * Dec::kStep;
-        for (int u = 0; u < Dec::kStep; ++u) fn(k0 + u, w, u);
-      }
-    }
-  }
-
-  // G groups × NT tokens, weights decoded in registers.
+  // G groups × NT tokens, weights decoded in registers, one vector (8 or 16 rows of a
+  // group) at a time: each vector's accumulator chains stay in registers and the G·H
+  // chains of one token overlap.
   template <class Dec, int G, int NT>
   static void gemv_tile(const PackedWeight& p, int64_t g0, const float* x, float* out,
                         int64_t ldo) {
+    constexpr int S = Dec::kStep, NS = Dec::kScales > 0 ? Dec::kScales : 1;
     F acc[G][NT][H];
     for (int g = 0; g < G; ++g)
       for (int t = 0; t < NT; ++t)
         for (int h = 0; h < H; ++h) acc[g][t][h] = V::zero();
-    const uint8_t* base[G];
-    for (int g = 0; g < G; ++g) base[g] = p.group(g0 + g);
     const uint64_t bb = packed_layout(p.type).block_bytes;
     const int64_t n = p.n_in, blocks = n / Dec::kValues;
-    for (int64_t blk = 0; blk < blocks; ++blk)
-      for_block<Dec, G>(base, bb, blk, [&](int64_t k, const F(&w)[G][Dec::kStep][H], int u) {
-        for (int t = 0; t < NT; ++t) {
-          const F xb = V::bcast(x + t * n + k);
-          for (int g = 0; g < G; ++g)
-            for (int h = 0; h < H; ++h) acc[g][t][h] = V::fma(w[g][u][h], xb, acc[g][t][h]);
+    alignas(64) float sc[G][NS * 16];
+    const uint8_t* b[G];
+    for (int g = 0; g < G; ++g) b[g] = p.group(g0 + g);
+    // Addresses as integers: the prefetch may point past the weight (it never faults).
+    const uintptr_t end = reinterpret_cast<uintptr_t>(b[0]) + p.group_bytes;  // of group 0
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      // Software prefetch, kPrefetchBytes ahead in each group's stream; past a group's end,
+      // the same place in the group that the next tile reads in this stream's place.
+      for (int g = 0; g < G; ++g) {
+        uintptr_t pf = reinterpret_cast<uintptr_t>(b[g]) + kPrefetchBytes;
+        if (pf >= end + g * p.group_bytes) pf += (G - 1) * p.group_bytes;
+        for (uint64_t off = 0; off < bb; off += 64)
+          __builtin_prefetch(reinterpret_cast<const void*>(pf + off));
+      }
+      for (int s = 0; s < Dec::kSegs; ++s) {
+        for (int g = 0; g < G; ++g) Dec::scales(b[g], s, sc[g]);
+        const float* xs = x + blk * Dec::kValues + s * Dec::kSegValues;
+        for (int j = 0; j < Dec::kSegValues / S; ++j) {
+          const float* xk = xs + j * S;
+          if constexpr (NT == 1) {
+            F xb[S];
+            for (int u = 0; u < S; ++u) xb[u] = V::bcast(xk + u);
+            for (int g = 0; g < G; ++g)
+              for (int h = 0; h < H; ++h) {
+                F w[S];
+                Dec::step(b[g], sc[g], s, j, h, w);
+                for (int u = 0; u < S; ++u) acc[g][0][h] = V::fma(w[u], xb[u], acc[g][0][h]);
+              }
+          } else {
+            F w[G][H][S];
+            for (int g = 0; g < G; ++g)
+              for (int h = 0; h < H; ++h) Dec::step(b[g], sc[g], s, j, h, w[g][h]);
+            for (int u = 0; u < S; ++u)
+              for (int t = 0; t < NT; ++t) {
+                const F xb = V::bcast(xk + t * n + u);
+                for (int g = 0; g < G; ++g)
+                  for (int h = 0; h < H; ++h) acc[g][t][h] = V::fma(w[g][h][u], xb, acc[g][t][h]);
+              }
+          }
         }
-      });
+      }
+      for (int g = 0; g < G; ++g) b[g] += bb;
+    }
     for (int g = 0; g < G; ++g)
       for (int t = 0; t < NT; ++t)
         store_group(acc[g][t], out + t * ldo + (g0 + g) * 16, p.n_out - (g0 + g) * 16);
@@ -310,15 +305,25 @@ struct Kernels {
   // Groups [g0, g0 + ng) decoded into panel, group i at panel + i · n · 16, [k][16].
   template <class Dec>
   static void decode_panel(const PackedWeight& p, int64_t g0, int ng, float* panel) {
+    constexpr int S = Dec::kStep, NS = Dec::kScales > 0 ? Dec::kScales : 1;
     const uint64_t bb = packed_layout(p.type).block_bytes;
     const int64_t n = p.n_in, blocks = n / Dec::kValues;
+    alignas(64) float sc[NS * 16];
     for (int i = 0; i < ng; ++i) {
-      const uint8_t* const base[1] = {p.group(g0 + i)};
+      const uint8_t* b = p.group(g0 + i);
       float* dst = panel + int64_t(i) * n * 16;
-      for (int64_t blk = 0; blk < blocks; ++blk)
-        for_block<Dec, 1>(base, bb, blk, [&](int64_t k, const F(&w)[1][Dec::kStep][H], int u) {
-          for (int h = 0; h < H; ++h) V::store(dst + k * 16 + h * N, w[0][u][h]);
-        });
+      for (int64_t blk = 0; blk < blocks; ++blk, b += bb)
+        for (int s = 0; s < Dec::kSegs; ++s) {
+          Dec::scales(b, s, sc);
+          for (int j = 0; j < Dec::kSegValues / S; ++j) {
+            float* d = dst + (blk * Dec::kValues + s * Dec::kSegValues + j * S) * 16;
+            for (int h = 0; h < H; ++h) {
+              F w[S];
+              Dec::step(b, sc, s, j, h, w);
+              for (int u = 0; u < S; ++u) V::store(d + u * 16 + h * N, w[u]);
+            }
+          }
+        }
     }
   }
 
@@ -410,8 +415,8 @@ struct Kernels {
   // output is gemv's (and panel's), so the slicing changes no bit.
   static constexpr int kSliceT = H == 1 ? 16 : 4;
   template <class Dec>
-  static void gemv_slices(const PackedWeight& p, int64_t g0, int64_t g1, const float* x,
-                          int64_t T, float* out) {
+  static void gemv_slices(const PackedWeight& p, int64_t g0, int64_t g1, const float* x, int64_t T,
+                          float* out) {
     for (int64_t t0 = 0; t0 < T;) {
       const float* xs = x + t0 * p.n_in;
       float* os = out + t0 * p.n_out;
@@ -437,8 +442,8 @@ struct Kernels {
   }
 
   template <class Dec>
-  static void run(const PackedWeight& p, int64_t g0, int64_t g1, const float* x,
-                  const float* xt, int64_t T, float* out) {
+  static void run(const PackedWeight& p, int64_t g0, int64_t g1, const float* x, const float* xt,
+                  int64_t T, float* out) {
     switch (T) {
       case 1:
         gemv<Dec, 1>(p, g0, g1, x, out);

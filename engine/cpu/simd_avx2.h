@@ -18,7 +18,9 @@ struct VecAvx2 {
   using I = __m256i;  // 8 int32 lanes
   static constexpr int N = 8;
   static constexpr int kTileG = 1, kTileT = 6;
-  static constexpr int kGemvG = 2;
+  // Groups of the single-token kernel: 4 × 2 vectors = 8 accumulator chains, which with the
+  // scales kept in memory (kernels_impl.h) still fit the sixteen registers.
+  static constexpr int kGemvG = 4;
 
   static F zero() { return _mm256_setzero_ps(); }
   static F load(const float* p) { return _mm256_loadu_ps(p); }

@@ -61,8 +61,7 @@ uint64_t ThreadPool::worker_wakeups() const {
   return n;
 }
 
-void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn,
-                              int64_t grain) {
+void ThreadPool::parallel_for(int64_t n, RangeFn fn, int64_t grain) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   const int64_t units = (n + grain - 1) / grain;
@@ -77,7 +76,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   const int64_t chunk = (units + want - 1) / want * grain;
   const int64_t total = (n + chunk - 1) / chunk;
   const int wake = int(std::min<int64_t>(parts, total)) - 1;
-  job_ = &fn;
+  job_ = fn;
   job_n_ = n;
   job_chunk_ = chunk;
   done_.store(0, std::memory_order_relaxed);
@@ -115,7 +114,7 @@ void ThreadPool::run_chunks() {
                                       std::memory_order_acquire))
       continue;
     const int64_t begin = int64_t(next) * job_chunk_, end = std::min(job_n_, begin + job_chunk_);
-    (*job_)(begin, end);
+    job_(begin, end);
     done_.fetch_add(1, std::memory_order_acq_rel);
     c = claim_.load(std::memory_order_acquire);
   }

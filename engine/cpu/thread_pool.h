@@ -25,12 +25,33 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace kvscope {
 
 // Threads this process may run on at once (its CPU affinity set; at least 1).
 int hardware_threads();
+
+// A non-owning reference to a callable fn(begin, end), valid while the callable lives
+// (parallel_for returns before its argument's full expression ends). Unlike a
+// std::function, making one never allocates: a decode step hands the pool a few hundred
+// jobs whose lambdas capture more than a std::function stores in place.
+class RangeFn {
+ public:
+  RangeFn() = default;  // calls nothing; only for a pool with no job yet
+  template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, RangeFn>>>
+  RangeFn(F&& f)  // NOLINT(google-explicit-constructor): call sites pass lambdas
+      : obj_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
+        call_([](void* o, int64_t b, int64_t e) {
+          (*static_cast<std::remove_reference_t<F>*>(o))(b, e);
+        }) {}
+  void operator()(int64_t begin, int64_t end) const { call_(obj_, begin, end); }
+
+ private:
+  void* obj_ = nullptr;
+  void (*call_)(void*, int64_t, int64_t) = nullptr;
+};
 
 class ThreadPool {
  public:
@@ -49,7 +70,7 @@ class ThreadPool {
   const std::string& start_error() const { return start_error_; }
   // Calls fn(begin, end) over a partition of [0, n) into at most 4 · size() chunks whose
   // boundaries are multiples of `grain` (except the last).
-  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain = 1);
+  void parallel_for(int64_t n, RangeFn fn, int64_t grain = 1);
   // Jobs that have signalled a worker since construction (the caller not counted):
   // one per worker a job used.
   uint64_t worker_wakeups() const;
@@ -70,7 +91,7 @@ class ThreadPool {
   void run_chunks();
   // The job in progress: written by the caller before it publishes claim_, read by a
   // worker only after it has claimed a chunk of that job.
-  const std::function<void(int64_t, int64_t)>* job_ = nullptr;
+  RangeFn job_;
   int64_t job_n_ = 0, job_chunk_ = 0;
   uint64_t epoch_ = 0;
   // epoch << 32 | chunks << 16 | next chunk to claim.

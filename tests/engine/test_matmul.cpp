@@ -299,6 +299,43 @@ TEST_F(Matmul, AgreesWithDequantizeAndAFloat64Dot) {
     }
 }
 
+// The path the process starts on (KVSCOPE_CPU_ISA; ctest runs this once with avx2 and once
+// with avx512 forced, tests/engine/CMakeLists.txt), alone: every weight type, bit for bit
+// against the exact reference at the decode step (T = 1), a few decode rows (3), the
+// batch kernels (17, 64) and a long prefill (513), over row counts that fill whole gemv
+// tiles of four groups and leave single groups and a part group over (150 rows: 9 full
+// groups and 6 rows), on one thread and two (chunks split between tiles).
+TEST_F(Matmul, TheStartPathEqualsTheExactReferenceForEveryTypeAndT) {
+  const Isa isa = cpu::isa_active();
+  const char* env = std::getenv("KVSCOPE_CPU_ISA");
+  std::printf("path: %s (KVSCOPE_CPU_ISA=%s)\n", cpu::isa_name(isa), env ? env : "(unset)");
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    for (GgmlType t : kTypes) {
+      const int64_t n_in = lengths_for(t).back();
+      for (int64_t n_out : {150, 64}) {
+        const Matrix m = random_matrix(t, n_in, n_out, uint32_t(n_in * 7 + n_out));
+        auto packed = cpu::pack_weight(m.weight(), pool);
+        ASSERT_TRUE(packed) << ggml_type_name(t);
+        for (int64_t T : {1, 3, 17, 64, 513}) {
+          const auto x = random_x(T, n_in, uint32_t(T * 5 + n_in));
+          const auto want = exact_reference(m, x, T);
+          std::vector<float> got(want.size(), NAN);
+          cpu::matmul(pool, *packed, x.data(), T, got.data());
+          for (size_t i = 0; i < want.size(); ++i)
+            ASSERT_EQ(got[i], want[i])
+                << cpu::isa_name(isa) << " " << ggml_type_name(t) << " n_in=" << n_in
+                << " n_out=" << n_out << " T=" << T << " threads=" << threads << " token "
+                << i / size_t(n_out) << " row " << i % size_t(n_out);
+        }
+      }
+    }
+  }
+  if (env && cpu::isa_from_name(env) && *cpu::isa_from_name(env) != isa)
+    GTEST_SKIP() << "KVSCOPE_CPU_ISA=" << env << " but this CPU lacks it: ran on "
+                 << cpu::isa_name(isa);
+}
+
 TEST_F(Matmul, ResultsDoNotDependOnTheThreadCount) {
   const Matrix m = random_matrix(GgmlType::Q4_1, 576, 700, 3);
   const auto x = random_x(33, 576, 4);
