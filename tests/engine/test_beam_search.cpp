@@ -8,6 +8,7 @@
 //    name) and the search stops and keeps finished hypotheses as documented.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cmath>
 
 #include "engine/beam_search.h"
@@ -109,7 +110,8 @@ TEST_F(BeamSearchTest, ScoresAreTheTeacherForcedLogProbabilitiesAndBeamsShareBlo
 TEST(BeamSearchTiny, AsManyBeamsAsTokensFindsTheExhaustiveBest) {
   test::TinyModelSpec spec;
   spec.seed = 7;
-  const std::string path = ::testing::TempDir() + "/kvscope_beams_tiny.gguf";
+  const std::string path =
+      ::testing::TempDir() + "/kvscope_beams_tiny." + std::to_string(::getpid()) + ".gguf";
   ASSERT_TRUE(test::write_tiny_llama(spec, path).ok());
   auto m = Model::load(path);
   ASSERT_TRUE(m.ok());
@@ -163,7 +165,8 @@ TEST(BeamSearchTiny, AsManyBeamsAsTokensFindsTheExhaustiveBest) {
 // bad setting is one clear error.
 TEST(BeamSearchTiny, FinishedHypothesesEndWithAnEndTokenAndBadSettingsAreRefused) {
   test::TinyModelSpec spec;
-  const std::string path = ::testing::TempDir() + "/kvscope_beams_tiny2.gguf";
+  const std::string path =
+      ::testing::TempDir() + "/kvscope_beams_tiny2." + std::to_string(::getpid()) + ".gguf";
   ASSERT_TRUE(test::write_tiny_llama(spec, path).ok());
   auto m = Model::load(path);
   ASSERT_TRUE(m.ok());

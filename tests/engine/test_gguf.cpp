@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -162,7 +163,8 @@ TEST(GgufRoundTrip, Version2IsAccepted) {
 }
 
 TEST(GgufOpen, MapsAFileFromDisk) {
-  const std::string path = ::testing::TempDir() + "/kvscope_test_gguf_open.gguf";
+  const std::string path =
+      ::testing::TempDir() + "/kvscope_test_gguf_open." + std::to_string(::getpid()) + ".gguf";
   ASSERT_TRUE(tiny_writer().write(path).ok());
   auto f = GgufFile::open(path);
   ASSERT_TRUE(f.ok()) << f.error().message;

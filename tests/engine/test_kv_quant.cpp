@@ -9,6 +9,7 @@
 // changing a token.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -249,7 +250,8 @@ TEST(KvQuant, SessionMeasuresRowErrorsOnlyWhenAskedWithTheSameTokens) {
   test::TinyModelSpec spec;
   spec.n_head = 2;  // head_dim 32: one quantized block per head
   spec.n_head_kv = 1;
-  const std::string path = ::testing::TempDir() + "/kvscope_tiny_kv_errors.gguf";
+  const std::string path =
+      ::testing::TempDir() + "/kvscope_tiny_kv_errors." + std::to_string(::getpid()) + ".gguf";
   ASSERT_TRUE(test::write_tiny_llama(spec, path).ok());
   auto model = Model::load(path);
   ASSERT_TRUE(model.ok()) << model.error().message;

@@ -6,6 +6,7 @@
 // and after the penalties.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cmath>
 #include <limits>
 
@@ -132,7 +133,8 @@ TEST(Penalties, OutOfRangeValuesAreOneClearError) {
 class SessionPenalties : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const std::string path = ::testing::TempDir() + "/kvscope_penalties_tiny.gguf";
+    const std::string path =
+        ::testing::TempDir() + "/kvscope_penalties_tiny." + std::to_string(::getpid()) + ".gguf";
     ASSERT_TRUE(test::write_tiny_llama(test::TinyModelSpec{}, path).ok());
     auto m = Model::load(path);
     ASSERT_TRUE(m.ok()) << m.error().message;

@@ -12,6 +12,7 @@
 //  - bad settings are one clear error.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -247,7 +248,8 @@ TEST(SpeculativeSampling, VerifiedTokensFollowTheTargetDistributionNotTheDrafts)
   test::TinyModelSpec spec;
   spec.n_layer = 3;
   spec.seed = 4;
-  const std::string path = ::testing::TempDir() + "/kvscope_spec_tiny.gguf";
+  const std::string path =
+      ::testing::TempDir() + "/kvscope_spec_tiny." + std::to_string(::getpid()) + ".gguf";
   ASSERT_TRUE(test::write_tiny_llama(spec, path).ok());
   auto m = Model::load(path);
   ASSERT_TRUE(m.ok()) << m.error().message;
@@ -350,7 +352,8 @@ TEST(Speculative, BadSettingsAreOneClearError) {
   EXPECT_FALSE(speculative_parse("draft:").ok());
   EXPECT_EQ(speculative_parse("early-exit:3")->layers, 3);
   test::TinyModelSpec spec;
-  const std::string path = ::testing::TempDir() + "/kvscope_spec_bad.gguf";
+  const std::string path =
+      ::testing::TempDir() + "/kvscope_spec_bad." + std::to_string(::getpid()) + ".gguf";
   ASSERT_TRUE(test::write_tiny_llama(spec, path).ok());
   auto m = Model::load(path);
   ASSERT_TRUE(m.ok());
