@@ -1,6 +1,10 @@
 // scheduler_options.cpp — see scheduler_options.h.
 #include "app/options/scheduler_options.h"
 
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
 #include "app/options/options.h"
 #include "engine/forward.h"
 
@@ -10,11 +14,21 @@ void add_scheduler_options(CLI::App& app, SchedulerOptions& o) {
   add_kv_type_options(app, o.kv);
   app.add_option("--kv-block", o.block, "Positions per KV block")
       ->check(CLI::IsMember({8, 16, 32}));
-  app.add_option("--kv-pool-mib", o.pool_mib,
-                 "Size of the KV block pool in MiB (default: blocks for one full context)")
-      ->check(cli::Range(1LL, 1LL << 20));
   app.add_option("--ctx", o.ctx, "Positions one sequence may hold (default: the model's context)")
       ->check(cli::Range(0, kMaxPositionsOption));
+  add_scheduling_options(app, o);
+}
+
+void add_scheduling_options(CLI::App& app, SchedulerOptions& o, bool pool_mib) {
+  auto* blocks = app.add_option("--kv-pool-blocks", o.pool_blocks,
+                                "Size of the KV block pool in blocks (default: blocks for one "
+                                "full context)")
+                     ->check(cli::Range(1, 1 << 22));
+  if (pool_mib)
+    app.add_option("--kv-pool-mib", o.pool_mib,
+                   "Size of the KV block pool in MiB (instead of --kv-pool-blocks)")
+        ->check(cli::Range(1LL, 1LL << 20))
+        ->excludes(blocks);
   app.add_option("--max-seqs", o.max_seqs, "Sequences running at once")->check(cli::Range(1, 4096));
   app.add_option("--max-batch-tokens", o.max_batch_tokens, "Tokens through one forward pass")
       ->check(cli::Range(1, kMaxBatchTokens));
@@ -29,6 +43,7 @@ Expected<SchedulerConfig> to_scheduler_config(const SchedulerOptions& o, const M
   cfg.max_seqs = o.max_seqs;
   cfg.max_batch_tokens = o.max_batch_tokens;
   cfg.prefix_caching = !o.no_prefix;
+  if (o.pool_blocks > 0) cfg.pool_blocks = o.pool_blocks;
   if (o.pool_mib > 0) {
     // Blocks as the scheduler makes them: one group of layers each (kv_layer_groups;
     // Gemma 3's windowed and global layers keep theirs apart).
@@ -41,6 +56,38 @@ Expected<SchedulerConfig> to_scheduler_config(const SchedulerOptions& o, const M
                         kv_block_bytes(pc), " bytes");
   }
   return cfg;
+}
+
+std::string arrival_spec_error(const std::string& spec) {
+  if (spec == "all") return "";
+  const auto colon = spec.find(':');
+  const std::string kind = spec.substr(0, colon);
+  const std::string arg = colon == std::string::npos ? "" : spec.substr(colon + 1);
+  char* end = nullptr;
+  const double v = arg.empty() ? 0 : std::strtod(arg.c_str(), &end);
+  const bool number = !arg.empty() && end && *end == '\0' && std::isfinite(v);
+  if (kind == "every" && number && v >= 1 && v <= 1e6 && v == std::floor(v)) return "";
+  if (kind == "poisson" && number && v > 0 && v <= 1e6) return "";
+  return "--arrival: '" + spec +
+         "' (choose all, every:N with N >= 1, or poisson:RATE with RATE > 0 per step)";
+}
+
+void add_arrival_option(CLI::App& app, std::string& spec) {
+  app.add_option("--arrival", spec,
+                 "When requests arrive: all (at once), every:N (one every N steps) or "
+                 "poisson:RATE (RATE per step on average, drawn from --seed)")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            std::string e = arrival_spec_error(v);
+            // CLI11 prefixes the option's name; the message carries it already.
+            return e.empty() ? e : e.substr(e.find(' ') + 1);
+          },
+          "SPEC"));
+}
+
+void add_samples_option(CLI::App& app, int& n) {
+  app.add_option("--n", n, "Samples per prompt: forked from the prompt's blocks once it is computed")
+      ->check(cli::Range(1, 64));
 }
 
 }  // namespace kvscope::cli

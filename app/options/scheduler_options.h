@@ -16,15 +16,26 @@ struct SchedulerOptions {
   KvTypeOptions kv;
   int block = 16;
   uint64_t pool_mib = 0;  // 0: blocks for one full context
+  int pool_blocks = 0;    // --kv-pool-blocks (instead of --kv-pool-mib); 0: not given
   int ctx = 0;            // 0: the model's context
   int max_seqs = 16;
   int max_batch_tokens = 512;
   bool no_prefix = false;
 };
 
-// Adds --kv-type, --kv-type-k, --kv-type-v, --kv-block, --kv-pool-mib, --ctx, --max-seqs,
-// --max-batch-tokens and --no-prefix-cache.
+// Adds --kv-type, --kv-type-k, --kv-type-v, --kv-block, --ctx, and the scheduling options
+// below.
 void add_scheduler_options(CLI::App& app, SchedulerOptions& o);
+// Adds --kv-pool-mib, --kv-pool-blocks, --max-seqs, --max-batch-tokens and
+// --no-prefix-cache (the app, whose KV options come from kv_options.h, takes these alone).
+// Without --kv-pool-mib when `pool_mib` is false.
+void add_scheduling_options(CLI::App& app, SchedulerOptions& o, bool pool_mib = true);
+// --arrival SPEC: when requests arrive (all, every:N, poisson:RATE), checked when parsed.
+void add_arrival_option(CLI::App& app, std::string& spec);
+// --n N: samples per prompt, 1..64.
+void add_samples_option(CLI::App& app, int& n);
+// The spec's error (the --arrival message), or "" when it is valid.
+std::string arrival_spec_error(const std::string& spec);
 // The scheduler configuration the options name for `model`; an Error names the option
 // (an unknown K/V type, a pool that holds no block).
 Expected<SchedulerConfig> to_scheduler_config(const SchedulerOptions& o, const Model& model);

@@ -10,13 +10,75 @@
 #include "app/options/kv_options.h"
 #include "app/options/options.h"
 #include "app/options/prompt_options.h"
+#include "app/options/scheduler_options.h"
 #include "app/ui/app_capture.h"
+#include "app/ui/serving_capture.h"
 #include "app/core/controller.h"
 #include "app/ui/gui_loop.h"
 #include "render/camera.h"
 
 namespace kvscope::app {
 namespace {
+
+// The Serving view's options (the scheduler's shared ones, and the workload's).
+struct ServingArgs {
+  std::string view = "single";
+  int requests = 8;
+  std::string arrival = "every:2";
+  int n = 1;
+  bool no_shared_prefix = false;
+  cli::SchedulerOptions sched;
+};
+
+void add_serving_options(CLI::App& app, ServingArgs& a) {
+  app.add_option("--view", a.view,
+                 "What the app shows: single (one sequence, its cache and attention) or serving "
+                 "(many requests from one pool of KV blocks)")
+      ->check(CLI::IsMember({"single", "serving"}));
+  app.add_option("--requests", a.requests, "Serving view: requests made from prompts/, in turn")
+      ->check(cli::Range(0, 256));
+  cli::add_arrival_option(app, a.arrival);
+  cli::add_samples_option(app, a.n);
+  app.add_flag("--no-shared-prefix", a.no_shared_prefix,
+               "Serving view: no shared system prompt before the prompts");
+  cli::add_scheduling_options(app, a.sched, /*pool_mib=*/false);
+}
+
+// A Serving view option given with the single view: refused, not ignored.
+Status check_serving_only(const CLI::App& app, bool serving) {
+  if (serving) return Status::Ok();
+  for (const char* name : {"--requests", "--arrival", "--n", "--no-shared-prefix",
+                           "--kv-pool-blocks", "--max-seqs", "--max-batch-tokens",
+                           "--no-prefix-cache"})
+    if (app.count(name) > 0) return make_error(name, ": only with --view serving");
+  return Status::Ok();
+}
+
+// The Serving view's settings from its options (the defaults where one is not given).
+void apply_serving(const CLI::App& app, const ServingArgs& a, const cli::KvOptions& kv,
+                   ServingSettings* s) {
+  const auto given = [&](const char* name) { return app.count(name) > 0; };
+  s->requests = a.requests;
+  if (given("--arrival")) {
+    if (a.arrival == "all") {
+      s->arrival_kind = 0;
+    } else if (a.arrival.rfind("every:", 0) == 0) {
+      s->arrival_kind = 1;
+      s->every = std::stoi(a.arrival.substr(6));
+    } else {
+      s->arrival_kind = 2;
+      s->rate = std::stof(a.arrival.substr(8));
+    }
+  }
+  s->n = a.n;
+  s->use_prefix = !a.no_shared_prefix;
+  if (given("--max-seqs")) s->max_seqs = a.sched.max_seqs;
+  if (given("--max-batch-tokens")) s->max_batch_tokens = a.sched.max_batch_tokens;
+  if (given("--kv-pool-blocks")) s->pool_blocks = a.sched.pool_blocks;
+  if (given("--kv-block")) s->block = kv.block;
+  if (given("--ctx") && kv.ctx > 0) s->context = kv.ctx;
+  s->prefix_caching = !a.sched.no_prefix;
+}
 
 struct Args : GuiOptions {
   bool screenshot = false;
@@ -138,11 +200,19 @@ int run_app(int argc, char** argv) {
   cli::add_capture_options(app, capture);
   cli::WindowArgs window;
   cli::add_window_options(app, window);
+  ServingArgs serving;
+  add_serving_options(app, serving);
   if (int rc = cli::parse_options(app, argc, argv); rc >= 0) return rc;
   Args args;
   if (Status st = apply(app, engine, kv, prompt, mode, max_tokens, capture, window, &args);
       !st.ok())
     return cli::fail(st.message());  // one line, exit status 1
+  args.serving = serving.view == "serving";
+  apply_serving(app, serving, kv, &args.serving_settings);
+  if (app.count("--max-tokens")) args.serving_settings.max_tokens = max_tokens;
+  if (Status st = check_serving_only(app, args.serving); !st.ok()) return cli::fail(st.message());
+  if (args.screenshot && args.serving)
+    return run_serving_screenshot(args.cap, args.serving_settings, !args.scene_only);
   if (args.screenshot) return run_screenshot(args.cap, !args.scene_only);
   return run_gui(args);
 }

@@ -91,6 +91,7 @@ UiState initial_ui(const GuiOptions& o) {
   ui.prompts = load_prompts();
   ui.view = o.cap.view;
   ui.preset = o.cap.camera;
+  ui.serving = o.serving;
   ui.mode = o.cap.mode;
   if (o.measure_steps > 0) ui.max_tokens = std::max(ui.max_tokens, o.measure_steps + 2);
   if (o.cap.max_tokens > 0) ui.max_tokens = o.cap.max_tokens;
@@ -198,6 +199,8 @@ ControllerState wait_for_frame(GLFWwindow* win, const GuiOptions& o, Controller*
     pace.changed = ls.settle > 0 || events || o.quit_after > 0 || glfwWindowShouldClose(win) ||
                    !ls.input.empty();
     pace.animating = view.animating();
+    if (ui.serving && ui.serving_ui)
+      pace.animating = ui.serving_ui->playing || ui.serving_ui->view.animating();
     // A focused text field's cursor blinks and timed notices expire.
     pace.slow = io.WantTextInput || std::any_of(ui.notices.begin(), ui.notices.end(),
                                                 [](const Notice& n) { return n.seconds > 0; });
@@ -374,20 +377,42 @@ int run_gui(const GuiOptions& o) {
     take_events(ui, ctl.get(), tl, pending, now, measure);
     sync_frame(ui, tl, now);
 
-    draw_frame_ui(ui, ctl.get(), cs, tl, ShownRange{view.shown_first(), view.shown_last()});
-    const ViewInput in = read_pointer(win, ui, ls);
-    view.update(view_frame(ui, tl, cs, now, dt), in);
-    ui.hovered_pos = view.hovered_token();
-    if (ui.hovered_pos >= 0) panel_inspector(ui, tl);
+    ServingUi* serving = nullptr;
+    if (ui.serving) {
+      if (!ui.serving_ui) {
+        ui.serving_ui = std::make_shared<ServingUi>();
+        ui.serving_ui->settings = o.serving_settings;
+        if (o.serving && (o.play || o.quit_after > 0)) serving_start(ui, *ui.serving_ui, true);
+      }
+      serving = ui.serving_ui.get();
+      serving_sync(*serving, now);
+      draw_serving_ui(ui, *serving);
+      const ViewInput in = read_pointer(win, ui, ls);
+      serving->view.update(serving_frame(ui, *serving, now, dt), in);
+      const bool click =
+          in.hover && ImGui::IsMouseReleased(0) && io.MouseDragMaxDistanceSqr[0] < 16.0f;
+      serving_overlay(ui, *serving, click);
+    } else {
+      draw_frame_ui(ui, ctl.get(), cs, tl, ShownRange{view.shown_first(), view.shown_last()});
+      const ViewInput in = read_pointer(win, ui, ls);
+      view.update(view_frame(ui, tl, cs, now, dt), in);
+      ui.hovered_pos = view.hovered_token();
+      if (ui.hovered_pos >= 0) panel_inspector(ui, tl);
+    }
 
     ImGui::Render();
     int fbw = 0, fbh = 0;
     window.value()->framebuffer_size(&fbw, &fbh);
     float fb_scale = io.DisplaySize.x > 0 ? float(fbw) / io.DisplaySize.x : 1.0f;
     render::clear_framebuffer(fbw, fbh, 0.06f, 0.065f, 0.08f);
-    if (renderer && fbw > 0 && fbh > 0) view.draw(*renderer, fbw, fbh, fb_scale);
+    if (renderer && fbw > 0 && fbh > 0) {
+      if (serving)
+        serving->view.draw(*renderer, fbw, fbh, fb_scale);
+      else
+        view.draw(*renderer, fbw, fbh, fb_scale);
+    }
     ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
-    if (ui.export_png && renderer) export_view(ui, *renderer, view, fb_scale);
+    if (ui.export_png && renderer && !serving) export_view(ui, *renderer, view, fb_scale);
     ++ls.frame;
     bool last_frame = (o.quit_after > 0 && ls.frame >= o.quit_after) || measure.done() ||
                       (measure.target > 0 && tl.finished() && tl.last());
@@ -411,6 +436,7 @@ int run_gui(const GuiOptions& o) {
   glfwHideWindow(win);
   glfwPollEvents();
   glfwSetCursorEnterCallback(win, nullptr);  // it forwards to the backend, shut down below
+  if (ui.serving_ui) ui.serving_ui->run.reset();
   ctl.reset();
   renderer.reset();
   ImGui_ImplOpenGL3_Shutdown();

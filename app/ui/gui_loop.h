@@ -12,6 +12,7 @@
 #include <string>
 
 #include "app/scene/capture.h"
+#include "app/ui/serving_ui.h"
 
 namespace kvscope::app {
 
@@ -47,6 +48,10 @@ struct GuiOptions {
   // frame work as one JSON line, and close (the app-versus-CLI speed measurement).
   int measure_steps = 0;
   int ui_nice = 5;  // added to the UI thread's nice value (0: leave it)
+  // --view serving: open on the Serving view with these settings (its run starts at once
+  // with --play).
+  bool serving = false;
+  ServingSettings serving_settings;
 };
 
 // Opens the window and runs until it closes; returns the exit code.

@@ -180,6 +180,10 @@ void panel_toolbar(UiState& ui, Controller* ctl, const ControllerState& cs, cons
   gap();
   if (ImGui::Button("Export PNG", ImVec2(0, h))) open_save_dialog(ui, SaveKind::ViewPng, tl);
   button_tip("Save the 3D view as it is now to a PNG file (choose where first)");
+  ImGui::SameLine();
+  if (ImGui::Button("Serving", ImVec2(0, h))) ui.serving = true;
+  button_tip("The Serving view: many requests at once from one pool of KV blocks (paged "
+             "attention, continuous batching, prefix sharing, preemption)");
 
   // Status: to the right of the buttons, so it never pushes them.
   gap();

@@ -21,6 +21,8 @@
 
 namespace kvscope::app {
 
+struct ServingUi;  // serving_ui.h
+
 // The memory formula's shape for a model (engine/kv_memory.h).
 KvMemoryShape facts_memory_shape(const ModelFacts& f);
 
@@ -144,6 +146,10 @@ struct UiState {
   std::shared_ptr<QualityJob> quality = std::make_shared<QualityJob>();
   WhatIfChoice quality_kv{{KvDtype::Q8_0, KvDtype::Q8_0}};
   int quality_steps = 64;
+  // The Serving view (serving_ui.h) instead of the single sequence, and its state (made
+  // when the view is first shown).
+  bool serving = false;
+  std::shared_ptr<ServingUi> serving_ui;
 };
 
 // Adds a dismissable notice over the 3D view that fades away by itself `seconds` after it
