@@ -12,6 +12,7 @@
 #include <string>
 
 #include "app/ui/app_main.h"
+#include "app/scene/serving_scene.h"
 #include "app/options/capture_options.h"
 #include "app/options/options.h"
 #include "app/ui/window.h"
@@ -24,6 +25,110 @@
 #include <glad/gl.h>
 
 namespace kvscope::app {
+namespace {
+
+// A serving run mid-way: `lanes` running sequences of `tokens` positions each, whose first
+// two blocks are one shared system prompt (referenced by every lane), the rest private,
+// plus a tenth of the pool free; lane 0 selected with its attention.
+std::shared_ptr<ServingSnapshot> synthetic_serving(int lanes, int tokens, int step) {
+  auto s = std::make_shared<ServingSnapshot>();
+  s->run = 1;
+  s->step = step;
+  s->block_size = 16;
+  s->max_batch_tokens = 512;
+  s->max_seqs = lanes;
+  s->context = tokens;
+  const int per = (tokens + 15) / 16, shared = std::min(2, per);
+  const int used = shared + lanes * (per - shared);
+  s->n_blocks = used + used / 10 + 1;
+  s->tiles.resize(size_t(s->n_blocks));
+  int next = shared;
+  for (int l = 0; l < lanes; ++l) {
+    Lane lane;
+    lane.seq = l;
+    lane.request = l;
+    lane.color = l;
+    lane.state = LaneState::Running;
+    lane.prompt_tokens = std::min(40, tokens);
+    lane.cached_tokens = l > 0 ? shared * 16 : 0;
+    lane.computed = tokens;
+    for (int p = 0; p < tokens; ++p) {
+      lane.ids.push_back(p % 1000);
+      lane.pieces.push_back(p % 7 == 0 ? " the" : "tok");
+    }
+    for (int b = 0; b < per; ++b) lane.table.push_back(b < shared ? b : next++);
+    lane.step_tokens = 1;
+    if (l == 0) lane.attention.assign(size_t(tokens), 1.0f / float(tokens));
+    for (int b = 0; b < per; ++b) {
+      PoolTile& t = s->tiles[size_t(lane.table[size_t(b)])];
+      t.state = TileState::Used;
+      t.refs += 1;
+      t.owners.push_back(l);
+      if (t.logical < 0) {
+        t.logical = b;
+        t.first_pos = b * 16;
+        t.n_pos = std::min(16, tokens - b * 16);
+      }
+      if (b == per - 1) t.flash = TileFlash::Written;
+    }
+    s->lanes.push_back(std::move(lane));
+  }
+  ServingPoint p;
+  p.step = step;
+  p.running = lanes;
+  p.used = used;
+  p.free = s->n_blocks - used;
+  s->history.push_back(p);
+  return s;
+}
+
+// --serving LxT: the Serving view's scene for L sequences of T tokens, framed as the app
+// frames it, animated (the same snapshot) and with a new step every frame (a new snapshot:
+// the scene rebuilt and uploaded, what the app pays per step).
+int bench_serving(render::Renderer& r, render::OffscreenTarget& target, int lanes, int tokens,
+                  int width, int height, int frames) {
+  std::printf("%6s %7s %8s %8s %10s %10s %11s %6s %10s\n", "lanes", "tokens", "tiles",
+              "glyphs", "case", "frame_ms", "prep_ms", "draws", "build_ms");
+  target.bind();
+  for (bool new_step : {false, true}) {
+    ServingView view;
+    ServingFrame f;
+    f.snapshot = synthetic_serving(lanes, tokens, 1);
+    f.view.selected_seq = 0;
+    f.rect = UiRect{0, 0, float(width), float(height)};
+    f.dt = 0;
+    for (int i = 0; i < 2; ++i) {  // warm up
+      view.update(f, ViewInput{});
+      view.draw(r, width, height, 1.0f);
+    }
+    glFinish();
+    double build = 0, prep = 0;
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < frames; ++i) {
+      f.clock.since_step = 0.05 * (i % 10);
+      f.clock.time += 1.0 / 60.0;
+      if (new_step) f.snapshot = synthetic_serving(lanes, tokens, i + 2);
+      auto b0 = std::chrono::steady_clock::now();
+      view.update(f, ViewInput{});
+      build += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - b0)
+                   .count();
+      view.draw(r, width, height, 1.0f);
+      glFinish();
+      prep += r.last_stats().prepare_ms;
+    }
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
+        frames;
+    const render::FrameStats& st = r.last_stats();
+    std::printf("%6d %7d %8zu %8zu %10s %10.2f %11.2f %6d %10.2f\n", lanes, tokens,
+                f.snapshot->tiles.size(), st.glyphs, new_step ? "new step" : "animated", ms,
+                prep / frames, st.draw_calls, build / frames);
+  }
+  render::OffscreenTarget::bind_default();
+  return 0;
+}
+
+}  // namespace
 
 int run_bench_render(int argc, char** argv) {
   int frames = 20, width = 1280, height = 720, layers = 30, samples = 4;
@@ -37,6 +142,19 @@ int run_bench_render(int argc, char** argv) {
   bool passes = false;
   app.add_flag("--passes", passes,
                "Also time each part of the frame (the GPU finishes after each: slower frames)");
+  std::string serving;
+  app.add_option("--serving", serving,
+                 "The Serving view's scene instead: LANESxTOKENS sequences (e.g. 16x1000)")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            int l = 0, t = 0;
+            char extra = 0;
+            if (std::sscanf(v.c_str(), "%dx%d%c", &l, &t, &extra) == 2 && l >= 1 && l <= 256 &&
+                t >= 1 && t <= 100000)
+              return "";
+            return "'" + v + "' is not LANESxTOKENS (1..256 x 1..100000)";
+          },
+          "LxT"));
   if (int rc = cli::parse_options(app, argc, argv); rc >= 0) return rc;
   cli::parse_size(size, &width, &height);  // checked by SizeWxH
   auto gl = OffscreenContext::create();  // EGL without a display, else a hidden window
@@ -51,6 +169,11 @@ int run_bench_render(int argc, char** argv) {
   render::OffscreenTarget& target = *target_or;
   r->set_profile_passes(passes);
   std::printf("renderer: %s\n", gl.value()->description().c_str());
+  if (!serving.empty()) {
+    int lanes = 0, tokens = 0;
+    std::sscanf(serving.c_str(), "%dx%d", &lanes, &tokens);
+    return bench_serving(*r, target, lanes, tokens, width, height, frames);
+  }
   std::printf("%8s %7s %10s %8s %8s %9s %10s %10s %11s %6s %12s %12s\n", "tokens", "layers",
               "kv_blocks", "beams", "glyphs", "case", "frame_ms", "prep_ms", "upload_B", "draws",
               "drawn_kv", "drawn_beams");
