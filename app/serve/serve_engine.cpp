@@ -175,10 +175,12 @@ void ServeEngine::loop() {
     }
     if (!sched_->idle()) {
       auto st = sched_->step();
-      if (!st.ok())
+      if (!st.ok()) {
         fail_all(ApiError{500, "the engine failed: " + st.error().message, "server_error", "", ""});
-      else
+      } else {
+        if (cfg_.observer) cfg_.observer->stepped(*st, *sched_);
         route(*st);
+      }
     }
     std::erase_if(jobs_, [](const std::unique_ptr<Job>& j) { return j->ended; });
     publish(false);
@@ -257,8 +259,10 @@ void ServeEngine::admit(Job& job) {
   r.sampler.penalties.logit_bias = q.logit_bias;
   r.n = q.n;
   r.logprobs = q.logprobs;
+  const Request kept = cfg_.observer ? r : Request{};
   auto id = sched_->add(std::move(r));
   if (!id.ok()) return bad("", id.error().message);
+  if (cfg_.observer) cfg_.observer->added(*id, kept);
   job.first = *id;
   job.prompt_tokens = P;
   job.choices.resize(size_t(q.n));

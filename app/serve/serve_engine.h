@@ -72,8 +72,20 @@ struct EngineSnapshot {
   std::string pool_check = "ok";  // Scheduler::check at the last idle moment
 };
 
+// Watches the scheduler from the engine thread (the app's Serving view draws what the
+// server's clients do to the pool). Called on the engine thread: keep it short.
+class ServeObserver {
+ public:
+  virtual ~ServeObserver() = default;
+  // A request was added: its first sequence id and the request (prompt ids, n, ...).
+  virtual void added(int first_seq, const Request& r) = 0;
+  // A step ran; called before its tokens are routed (and ended sequences forgotten).
+  virtual void stepped(const BatchStep& st, const Scheduler& s) = 0;
+};
+
 struct ServeEngineConfig {
   int max_queue = 64;  // requests in flight at once (running or waiting); more: 503
+  std::shared_ptr<ServeObserver> observer;  // optional
 };
 
 class ServeEngine {
