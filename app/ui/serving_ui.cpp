@@ -19,6 +19,9 @@
 #include "app/ui/app_frame.h"
 #include "app/ui/plot_draw.h"
 #include "app/ui/ui_state.h"
+#if KVSCOPE_WITH_SERVE
+#include "app/serve/serve_watch.h"
+#endif
 
 namespace kvscope::app {
 namespace {
@@ -129,7 +132,12 @@ void toolbar(UiState& ui, ServingUi& s) {
   ImGui::Button("Serving", ImVec2(0, h));
   ImGui::PopStyleColor();
   ImGui::SameLine(0, 24);
-  const bool keys = !ImGui::GetIO().WantTextInput;
+  if (s.server) {
+    ImGui::TextColored(ImVec4(0.5f, 0.95f, 0.6f, 1), "SERVING HTTP");
+    ImGui::SameLine(0, 24);
+  }
+  ImGui::BeginDisabled(s.server != nullptr);
+  const bool keys = !ImGui::GetIO().WantTextInput && !s.server;
   if (ImGui::Button(s.started ? "Restart" : "Start", ImVec2(0, h)) ||
       (keys && ImGui::IsKeyPressed('R', false)))
     serving_start(ui, s, true);
@@ -167,6 +175,7 @@ void toolbar(UiState& ui, ServingUi& s) {
       s.run)
     s.run->set_speed(s.settings.speed);
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("Steps per second (0: as fast as the engine goes)");
+  ImGui::EndDisabled();
   ImGui::SameLine(0, 24);
   const ServingSnapshot* snap = s.snap.get();
   if (!snap || !s.started) {
@@ -270,6 +279,43 @@ void selected_section(ServingUi& s) {
   ImGui::TextWrapped("%s", table.c_str());
   ImGui::TextWrapped("%s", lane_tail(*l, 240).c_str());
   if (ImGui::SmallButton("unselect")) s.selected_seq = -1;
+}
+
+void serve_section(UiState& ui, ServingUi& s) {
+  if (!serving_can_serve()) {
+    ImGui::TextWrapped("This build has no HTTP endpoint (cpp-httplib was not found).");
+    return;
+  }
+  ImGui::TextWrapped(
+      "An OpenAI-compatible endpoint on this model: point a client at it and watch its "
+      "requests join the batch and take blocks from the pool.");
+  if (!s.server) {
+    ImGui::SetNextItemWidth(90);
+    ImGui::InputInt("port", &s.serve_port, 0);
+    s.serve_port = std::clamp(s.serve_port, 0, 65535);
+    ImGui::SameLine();
+    if (ImGui::Button("Serve")) serving_serve_start(ui, s);
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip("Listen on 127.0.0.1 (this machine only), with the Scheduler settings");
+    if (!s.serve_error.empty())
+      ImGui::TextColored(ImVec4(1, 0.45f, 0.4f, 1), "%s", s.serve_error.c_str());
+    return;
+  }
+#if KVSCOPE_WITH_SERVE
+  const serve::EngineSnapshot e = s.server->engine_state();
+  ImGui::TextColored(ImVec4(0.5f, 0.95f, 0.6f, 1), "listening on http://%s:%d",
+                     s.server->host().c_str(), s.server->port());
+  ImGui::Text("model \"%s\"; %d in flight, %llu served", s.server->model_id().c_str(),
+              e.in_flight, static_cast<unsigned long long>(e.requests));
+  char cmd[256];
+  std::snprintf(cmd, sizeof cmd,
+                "curl -sN localhost:%d/v1/completions -H 'Content-Type: application/json' -d "
+                "'{\"prompt\": \"Once upon a time\", \"max_tokens\": 48, \"stream\": true}'",
+                s.server->port());
+  ImGui::InputText("##curl", cmd, sizeof cmd, ImGuiInputTextFlags_ReadOnly);
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("A request to try (select and copy)");
+#endif
+  if (ImGui::Button("Stop serving")) serving_serve_stop(s);
 }
 
 void pool_numbers(const ServingSnapshot& snap) {
@@ -571,9 +617,64 @@ void serving_start(UiState& ui, ServingUi& s, bool play) {
   s.selected_seq = -1;
 }
 
+bool serving_can_serve() {
+#if KVSCOPE_WITH_SERVE
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool serving_serve_start(UiState& ui, ServingUi& s) {
+  s.serve_error.clear();
+#if KVSCOPE_WITH_SERVE
+  if (s.run) s.run->pause();
+  s.playing = false;
+  std::vector<PromptSpec> prompts;
+  const ServingConfig cfg = serving_config(s.settings, prompts);
+  serve::ServeServerConfig sc;
+  sc.port = s.serve_port;
+  auto w = serve::WatchedServer::start(ui.engine_options, cfg.scheduler, sc);
+  if (!w.ok()) {
+    s.serve_error = w.error().message;
+    return false;
+  }
+  s.server = std::move(w).value();
+  s.started = true;
+  s.selected_seq = -1;
+  add_notice(ui, "Serving on http://127.0.0.1:" + std::to_string(s.server->port()) +
+                     ": requests from clients appear here as they run.");
+  return true;
+#else
+  (void)ui;
+  s.serve_error = "this build has no HTTP endpoint";
+  return false;
+#endif
+}
+
+void serving_serve_stop(ServingUi& s) {
+  s.server.reset();
+  s.snap.reset();
+  s.selected_seq = -1;
+  if (s.run) serving_sync(s, 0.0);
+}
+
 void serving_sync(ServingUi& s, double now) {
+  std::shared_ptr<const ServingSnapshot> snap;
+#if KVSCOPE_WITH_SERVE
+  if (s.server) {
+    snap = s.server->snapshot();
+    if (snap && (!s.snap || snap->run != s.snap->run || snap->step != s.snap->step)) {
+      s.last_step_time = now;
+      s.last_step = snap->step;
+    }
+    s.snap = std::move(snap);
+    s.playing = true;
+    return;
+  }
+#endif
   if (!s.run) return;
-  std::shared_ptr<const ServingSnapshot> snap = s.run->snapshot();
+  snap = s.run->snapshot();
   if (snap && (!s.snap || snap->run != s.snap->run || snap->step != s.snap->step)) {
     s.last_step_time = now;
     s.last_step = snap->step;
@@ -605,6 +706,7 @@ void draw_serving_ui(UiState& ui, ServingUi& s) {
     if (ImGui::CollapsingHeader("Workload", ImGuiTreeNodeFlags_DefaultOpen))
       workload_section(ui, s);
     if (ImGui::CollapsingHeader("Scheduler", ImGuiTreeNodeFlags_DefaultOpen)) scheduler_section(s);
+    if (ImGui::CollapsingHeader("Serve (HTTP)")) serve_section(ui, s);
     if (ImGui::CollapsingHeader("Selected sequence", ImGuiTreeNodeFlags_DefaultOpen))
       selected_section(s);
     ImGui::PopItemWidth();

@@ -15,6 +15,10 @@
 #include "app/core/serving_run.h"
 #include "app/scene/serving_scene.h"
 
+namespace kvscope::serve {
+class WatchedServer;  // app/serve/serve_watch.h (builds with `kvscope serve` only)
+}
+
 namespace kvscope::app {
 
 struct UiState;
@@ -62,7 +66,19 @@ struct ServingUi {
   double last_step_time = -1e9;
   bool playing = false;
   bool started = false;
+  // Serve: an OpenAI-compatible endpoint on this model whose requests the view shows
+  // instead of the workload's (null: off).
+  std::shared_ptr<serve::WatchedServer> server;
+  int serve_port = 8080;
+  std::string serve_error;
 };
+
+// Whether this build has the Serve switch (`kvscope serve` built in).
+bool serving_can_serve();
+// Starts the endpoint on 127.0.0.1:`s.serve_port` with the Scheduler settings (the run of
+// the workload pauses); false with s.serve_error set when it cannot.
+bool serving_serve_start(UiState& ui, ServingUi& s);
+void serving_serve_stop(ServingUi& s);
 
 // Starts (or restarts) the run the settings describe on the app's model.
 void serving_start(UiState& ui, ServingUi& s, bool play);
