@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include <glm/vec2.hpp>
@@ -41,9 +43,25 @@ glm::vec3 serving_cached_color(int i);
 // Where things are, in world units: lane `k` (the k-th lane drawn) is a row of tokens at
 // y = lane_y(k); tile `b` sits at tile_center(b). The scene's tokens are the lanes' tokens
 // (in lane order, position order), its kv_blocks the tiles (in block id order).
+//
+// The layout is one upright plane (z = 0) facing the camera: the lanes on top, one token
+// per kServingTokenPitch along +x from x = 0, lane 0 highest, kServingLanePitch apart;
+// under them the pool, a grid of `columns` tiles kServingTilePitch apart from x = 0,
+// block 0 top left, row by row. Tiles are kServingTileSize wide (about two tokens), so the
+// grid reads as pages. The columns depend on the pool's size alone, and the rows reserved
+// for lanes grow only with the requests, so a tile keeps its place over a run.
+inline constexpr int kServingMaxLanes = 24;  // lanes drawn at most (ServingGeometry::lane_seq)
+inline constexpr float kServingTokenPitch = 1.0f;
+inline constexpr float kServingLanePitch = 2.2f;
+inline constexpr float kServingTilePitch = 2.2f;
+inline constexpr float kServingTileSize = 1.85f;
+inline constexpr float kServingPoolGap = 3.0f;  // between the lowest lane and the pool's top edge
+
 struct ServingGeometry {
   int columns = 1;            // tiles per grid row
   std::vector<int> lane_seq;  // the sequence drawn in each lane, top first
+  int block_size = 16;        // positions per block (the snapshot's)
+  float pool_top = 0.0f;      // y of the top row's tile centres
   glm::vec3 tile_center(int block) const;
   glm::vec3 token_center(int lane, int pos) const;
   float lane_y(int lane) const;
@@ -51,10 +69,14 @@ struct ServingGeometry {
   glm::vec3 lanes_min{0.0f}, lanes_max{0.0f};  // the lanes' bounds
 };
 ServingGeometry serving_geometry(const ServingSnapshot& s);
+// The lane drawing sequence `seq` (-1: not drawn).
+int serving_lane_of(const ServingGeometry& g, int seq);
 
 // The scene for snapshot `s` (a fresh revision) and its animation for `clock`.
 render::Scene build_serving_scene(const ServingSnapshot& s, const ServingViewOptions& opts,
                                   const AnimClock& clock);
+// Sets only the per-frame parts (scene.anim, the head's glow) for `clock`.
+void animate_serving_scene(render::Scene* scene, const AnimClock& clock);
 
 struct ServingFrame {
   std::shared_ptr<const ServingSnapshot> snapshot;
@@ -86,15 +108,34 @@ class ServingView {
   bool animating() const { return animating_; }
 
  private:
+  void frame_camera(const ServingFrame& f, const ViewInput& in);
+  void update_labels();
+  ServingPick pick_at(float x, float y) const;
+
   render::Scene scene_;
-  render::Camera camera_;
   ServingGeometry geom_;
   UiRect rect_;
   std::shared_ptr<const ServingSnapshot> built_snapshot_;
   ServingViewOptions built_view_;
   ServingPick pick_;
+  // The camera: an orbit framing lanes and pool from a fixed 3/4-front angle, plus what the
+  // person changed (kept as offsets, so the framing follows the run and their view stays).
+  render::Orbit cur_, goal_;
+  float user_yaw_ = 0, user_pitch_ = 0, user_zoom_ = 1;
+  glm::vec3 user_pan_{0.0f};
+  uint64_t run_ = ~0ull;
+  // Level of detail for the labels: each token's full label (scene order) and which are
+  // shown now (those in view while the token spacing on screen leaves room to read them).
+  std::vector<std::string> labels_;
+  std::vector<int> token_lane_;  // the lane of each scene token
+  std::vector<int> lane_len_;    // tokens in each lane
+  std::vector<int> label_key_;   // per lane: the first and last labelled positions (-1: none)
+  render::CameraView labelled_for_;
   bool animating_ = true;
   bool initialized_ = false;
 };
+
+// A serving lane's labels are shown while its tokens are at least this far apart on screen.
+inline constexpr float kServingLabelSpacingPx = 9.0f;
 
 }  // namespace kvscope::app
