@@ -29,7 +29,9 @@ glm::vec3 serving_color(int i) {
 glm::vec3 serving_free_color() { return {0.34f, 0.36f, 0.41f}; }
 
 glm::vec3 serving_cached_color(int i) {
-  // The owner's hue, washed toward the free grey: "still holds that prefix, nobody reads it".
+  // The owner's hue, washed toward the free grey: "still holds that prefix, nobody reads it";
+  // a dull teal when the owner is not known (the cache keeps blocks nobody holds).
+  if (i < 0) return {0.30f, 0.62f, 0.62f};
   return glm::mix(serving_color(i), serving_free_color(), 0.3f);
 }
 
@@ -232,7 +234,7 @@ void add_tiles(render::Scene* s, const ServingSnapshot& snap, const ServingGeome
     render::KvBlockInstance k;
     k.position = g.tile_center(int(b));
     const Lane* owner = t.owners.empty() ? nullptr : find_lane(snap, t.owners.front());
-    const int color = owner ? owner->color : 0;
+    const int color = owner ? owner->color : -1;
     switch (t.state) {
       case TileState::Free:
         k.color = serving_free_color();
@@ -243,7 +245,7 @@ void add_tiles(render::Scene* s, const ServingSnapshot& snap, const ServingGeome
         k.brightness = 0.3f;
         break;
       case TileState::Used:
-        k.color = owner ? serving_color(color) : glm::vec3(0.8f);
+        k.color = owner ? serving_color(color) : glm::vec3(0.8f);  // (owners unknown: white)
         // A partly filled block is a little darker than a full one.
         k.brightness = 0.78f + 0.12f * std::clamp(float(t.n_pos) / float(g.block_size), 0.0f, 1.0f);
         break;

@@ -36,7 +36,8 @@ struct ServingViewOptions {
 // The colour of palette entry `i` (a sequence's request), linear RGB; distinct for the
 // first 16 and cycling after.
 glm::vec3 serving_color(int i);
-// Free tiles' and cached (unreferenced) tiles' colours.
+// Free tiles' and cached (unreferenced) tiles' colours (the latter for the palette entry of
+// the sequence that last held it; -1 when not known).
 glm::vec3 serving_free_color();
 glm::vec3 serving_cached_color(int i);
 
