@@ -121,7 +121,7 @@ namespace {
 
 constexpr float kTokenSize = 0.72f;
 constexpr float kTileDepth = 0.3f;
-constexpr float kHatch = 2.6f;  // stripes per world unit on a shared tile
+constexpr float kHatch = 1.1f;   // stripes per world unit on a shared tile
 constexpr int kLabelChars = 7;  // a lane's labels are cut to this many characters
 
 float smooth01(float x) {
@@ -309,11 +309,12 @@ render::Scene build_serving_scene(const ServingSnapshot& snap, const ServingView
   s.kv_block_size = {kServingTileSize, kServingTileSize, kTileDepth};
   s.labels_vertical = true;
   s.label_height = 0.36f;
+  // An upright wall of lanes and tiles: no floor under it.
+  s.grid.visible = false;
   s.grid.height = g.pool_min.y - 1.0f;
-  s.grid.spacing = kServingTilePitch;
-  // Beams bow toward the camera (+z) and barely rise: the attention fans stay in their lane
-  // instead of arching over the lanes above, and the table lines stand off the tiles.
-  s.anim.beam_arc = {0.25f, 0.03f, -0.22f};
+  // Beams rise a little (an attention fan reads as arcs over its lane) and bow toward the
+  // camera (+z), so the block-table lines stand off the tiles they cross.
+  s.anim.beam_arc = {0.3f, 0.05f, -0.15f};
 
   add_lanes(&s, snap, g, opts);
   add_tiles(&s, snap, g, opts);

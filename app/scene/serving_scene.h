@@ -48,14 +48,14 @@ glm::vec3 serving_cached_color(int i);
 // The layout is one upright plane (z = 0) facing the camera: the lanes on top, one token
 // per kServingTokenPitch along +x from x = 0, lane 0 highest, kServingLanePitch apart;
 // under them the pool, a grid of `columns` tiles kServingTilePitch apart from x = 0,
-// block 0 top left, row by row. Tiles are kServingTileSize wide (about two tokens), so the
+// block 0 top left, row by row. Tiles are kServingTileSize wide (over three tokens), so the
 // grid reads as pages. The columns depend on the pool's size alone, and the rows reserved
 // for lanes grow only with the requests, so a tile keeps its place over a run.
 inline constexpr int kServingMaxLanes = 24;  // lanes drawn at most (ServingGeometry::lane_seq)
 inline constexpr float kServingTokenPitch = 1.0f;
 inline constexpr float kServingLanePitch = 2.2f;
-inline constexpr float kServingTilePitch = 2.2f;
-inline constexpr float kServingTileSize = 1.85f;
+inline constexpr float kServingTilePitch = 3.0f;
+inline constexpr float kServingTileSize = 2.6f;
 inline constexpr float kServingPoolGap = 3.0f;  // between the lowest lane and the pool's top edge
 
 struct ServingGeometry {
@@ -137,6 +137,6 @@ class ServingView {
 };
 
 // A serving lane's labels are shown while its tokens are at least this far apart on screen.
-inline constexpr float kServingLabelSpacingPx = 9.0f;
+inline constexpr float kServingLabelSpacingPx = 10.0f;
 
 }  // namespace kvscope::app

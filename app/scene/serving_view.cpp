@@ -13,7 +13,7 @@
 namespace kvscope::app {
 namespace {
 
-constexpr float kYawDeg = 16.0f, kPitchDeg = 13.0f, kFovDeg = 40.0f;
+constexpr float kYawDeg = 10.0f, kPitchDeg = 12.0f, kFovDeg = 40.0f;
 
 struct Basis {
   glm::vec3 offset, right, up;  // target -> eye (unit), the view's right and up

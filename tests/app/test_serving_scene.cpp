@@ -325,9 +325,18 @@ TEST(ServingView, SixteenLanesOfAThousandTokensStayLight) {
   ServingFrame f = frame_of(s);
   view.update(f, in);
   labels = 0;
-  for (const auto& t : view.scene().tokens) labels += !t.label.empty();
+  for (const auto& t : view.scene().tokens) {
+    if (t.label.empty()) continue;
+    ++labels;
+    // Only tokens in view get one.
+    const render::Viewport vp{0, 0, 1280, 720};
+    auto at = render::project_to_viewport(view.scene().camera, t.position, vp);
+    ASSERT_TRUE(at);
+    EXPECT_GT(at->x, -30.0f);
+    EXPECT_LT(at->x, 1310.0f);
+  }
   EXPECT_GT(labels, 0u);
-  EXPECT_LT(labels, 600u);
+  EXPECT_LT(labels, 16u * 160u);
 }
 
 }  // namespace
