@@ -80,8 +80,7 @@ glm::vec3 ServingGeometry::token_center(int lane, int pos) const {
 glm::vec3 ServingGeometry::tile_center(int block) const {
   const int c = std::max(columns, 1);
   const int col = block % c, row = block / c;
-  return {0.5f * kServingTileSize + float(col) * kServingTilePitch,
-          pool_top - float(row) * kServingTilePitch, 0.0f};
+  return {0.5f * tile_size + float(col) * tile_pitch, pool_top - float(row) * tile_pitch, 0.0f};
 }
 
 int serving_lane_of(const ServingGeometry& g, int seq) {
@@ -98,19 +97,23 @@ ServingGeometry serving_geometry(const ServingSnapshot& s) {
   // About three times as wide as tall: under the lanes, the whole fits a 16:9 view.
   g.columns = std::max(8, int(std::ceil(std::sqrt(3.0 * std::max(n_blocks, 1)))));
   const int rows = (std::max(n_blocks, 1) + g.columns - 1) / g.columns;
+  int longest = 1;
+  for (int seq : g.lane_seq)
+    if (const Lane* l = find_lane(s, seq)) longest = std::max(longest, int(l->ids.size()) + 1);
+  // The pool's scale: grown by steps of sqrt(2) until it spans 70% of the longest lane.
+  const float lanes_w = float(longest) * kServingTokenPitch;
+  while (float(g.columns) * g.tile_pitch < 0.7f * lanes_w) g.tile_pitch *= 1.41421356f;
+  g.tile_size = g.tile_pitch * kServingTileFill;
   // Rows for every request's lane from the start, so the pool does not move down as they
   // arrive (only when more lanes than requests appear, as parallel samples fork).
   const int lanes_reserved = std::max<int>(
       int(g.lane_seq.size()), std::min(kServingMaxLanes, std::max(s.n_requests, 1)));
   const float half_tok = 0.5f * kServingTokenPitch;
-  g.pool_top = g.lane_y(lanes_reserved - 1) - half_tok - kServingPoolGap - 0.5f * kServingTileSize;
-  const float half_tile = 0.5f * kServingTileSize;
-  g.pool_min = {0.0f, g.pool_top - float(rows - 1) * kServingTilePitch - half_tile, -half_tile};
-  g.pool_max = {float(g.columns - 1) * kServingTilePitch + kServingTileSize,
-                g.pool_top + half_tile, half_tile};
-  int longest = 1;
-  for (int seq : g.lane_seq)
-    if (const Lane* l = find_lane(s, seq)) longest = std::max(longest, int(l->ids.size()) + 1);
+  const float half_tile = 0.5f * g.tile_size;
+  g.pool_top = g.lane_y(lanes_reserved - 1) - half_tok - kServingPoolGap - half_tile;
+  g.pool_min = {0.0f, g.pool_top - float(rows - 1) * g.tile_pitch - half_tile, -half_tile};
+  g.pool_max = {float(g.columns - 1) * g.tile_pitch + g.tile_size, g.pool_top + half_tile,
+                half_tile};
   g.lanes_min = {-half_tok, g.lane_y(std::max(lanes_reserved, 1) - 1) - half_tok, -half_tok};
   g.lanes_max = {float(longest - 1) * kServingTokenPitch + half_tok, g.lane_y(0) + half_tok,
                  half_tok};
@@ -121,7 +124,7 @@ namespace {
 
 constexpr float kTokenSize = 0.72f;
 constexpr float kTileDepth = 0.3f;
-constexpr float kHatch = 1.1f;   // stripes per world unit on a shared tile
+constexpr float kHatch = 2.9f;  // stripes per tile width on a shared tile
 constexpr int kLabelChars = 7;  // a lane's labels are cut to this many characters
 
 float smooth01(float x) {
@@ -238,7 +241,7 @@ void add_tiles(render::Scene* s, const ServingSnapshot& snap, const ServingGeome
     switch (t.state) {
       case TileState::Free:
         k.color = serving_free_color();
-        k.brightness = 0.55f;
+        k.brightness = 0.45f;
         break;
       case TileState::Cached:
         k.color = serving_cached_color(color);
@@ -251,8 +254,8 @@ void add_tiles(render::Scene* s, const ServingSnapshot& snap, const ServingGeome
         break;
     }
     // Shared: stripes; three or more holders: cross-hatched.
-    if (t.refs > 1) k.hatch_k = kHatch;
-    if (t.refs > 2) k.hatch_v = kHatch;
+    if (t.refs > 1) k.hatch_k = kHatch / g.tile_size;
+    if (t.refs > 2) k.hatch_v = kHatch / g.tile_size;
     switch (t.flash) {
       case TileFlash::None: break;
       case TileFlash::Written:
@@ -306,7 +309,7 @@ render::Scene build_serving_scene(const ServingSnapshot& snap, const ServingView
   s.revision = render::next_scene_revision();
   const ServingGeometry g = serving_geometry(snap);
   s.token_size = glm::vec3(kTokenSize);
-  s.kv_block_size = {kServingTileSize, kServingTileSize, kTileDepth};
+  s.kv_block_size = {g.tile_size, g.tile_size, kTileDepth * std::sqrt(g.tile_pitch / kServingTilePitch)};
   s.labels_vertical = true;
   s.label_height = 0.36f;
   // An upright wall of lanes and tiles: no floor under it.
@@ -314,7 +317,7 @@ render::Scene build_serving_scene(const ServingSnapshot& snap, const ServingView
   s.grid.height = g.pool_min.y - 1.0f;
   // Beams rise a little (an attention fan reads as arcs over its lane) and bow toward the
   // camera (+z), so the block-table lines stand off the tiles they cross.
-  s.anim.beam_arc = {0.3f, 0.05f, -0.15f};
+  s.anim.beam_arc = {0.25f, 0.035f, -0.2f};
 
   add_lanes(&s, snap, g, opts);
   add_tiles(&s, snap, g, opts);
@@ -356,7 +359,7 @@ render::Scene build_serving_scene(const ServingSnapshot& snap, const ServingView
       render::Beam bm;
       bm.from = from;
       bm.to = g.token_center(selected_lane, j) + glm::vec3(0.0f, 0.5f * kTokenSize, 0.0f);
-      bm.weight = beam_brightness(l.attention[size_t(j)], mx);
+      bm.weight = 0.8f * beam_brightness(l.attention[size_t(j)], mx);  // the tiles' lines first
       bm.color = render::palette::kBeam;
       s.beams.push_back(bm);
     }

@@ -47,15 +47,17 @@ glm::vec3 serving_cached_color(int i);
 //
 // The layout is one upright plane (z = 0) facing the camera: the lanes on top, one token
 // per kServingTokenPitch along +x from x = 0, lane 0 highest, kServingLanePitch apart;
-// under them the pool, a grid of `columns` tiles kServingTilePitch apart from x = 0,
-// block 0 top left, row by row. Tiles are kServingTileSize wide (over three tokens), so the
-// grid reads as pages. The columns depend on the pool's size alone, and the rows reserved
-// for lanes grow only with the requests, so a tile keeps its place over a run.
+// under them the pool, a grid of `columns` tiles `tile_pitch` apart from x = 0, block 0 top
+// left, row by row. The columns depend on the pool's size alone and the rows reserved for
+// lanes grow only with the requests, so a tile keeps its slot over a run. The pool spans
+// about the lanes' width (at least kServingTilePitch per tile): its scale grows by sqrt(2)
+// when the longest lane outgrows it (a few times over a long run), so the whole stays about
+// 16:9 and a tile, a page of block_size positions, is always several tokens wide.
 inline constexpr int kServingMaxLanes = 24;  // lanes drawn at most (ServingGeometry::lane_seq)
 inline constexpr float kServingTokenPitch = 1.0f;
 inline constexpr float kServingLanePitch = 2.2f;
-inline constexpr float kServingTilePitch = 3.0f;
-inline constexpr float kServingTileSize = 2.6f;
+inline constexpr float kServingTilePitch = 3.0f;  // the least tile pitch
+inline constexpr float kServingTileFill = 0.87f;  // a tile's width over its pitch
 inline constexpr float kServingPoolGap = 3.0f;  // between the lowest lane and the pool's top edge
 
 struct ServingGeometry {
@@ -63,6 +65,8 @@ struct ServingGeometry {
   std::vector<int> lane_seq;  // the sequence drawn in each lane, top first
   int block_size = 16;        // positions per block (the snapshot's)
   float pool_top = 0.0f;      // y of the top row's tile centres
+  float tile_pitch = kServingTilePitch;                      // centre to centre
+  float tile_size = kServingTilePitch * kServingTileFill;    // a tile's width and height
   glm::vec3 tile_center(int block) const;
   glm::vec3 token_center(int lane, int pos) const;
   float lane_y(int lane) const;

@@ -211,13 +211,13 @@ ServingPick ServingView::pick_at(float x, float y) const {
   const glm::vec3 hit = p0 + t * (p1 - p0);
   // A tile: the column and row under the hit, inside the tile's face.
   const int n_tiles = int(scene_.kv_blocks.size());
-  const int col = int(std::floor(hit.x / kServingTilePitch));
-  const int row = int(std::lround((geom_.pool_top - hit.y) / kServingTilePitch));
+  const int col = int(std::floor(hit.x / geom_.tile_pitch));
+  const int row = int(std::lround((geom_.pool_top - hit.y) / geom_.tile_pitch));
   if (col >= 0 && col < geom_.columns && row >= 0) {
     const int block = row * geom_.columns + col;
     const glm::vec3 c = block < n_tiles ? geom_.tile_center(block) : glm::vec3(0.0f);
-    if (block < n_tiles && std::abs(hit.x - c.x) <= 0.5f * kServingTileSize &&
-        std::abs(hit.y - c.y) <= 0.5f * kServingTileSize)
+    if (block < n_tiles && std::abs(hit.x - c.x) <= 0.5f * geom_.tile_size &&
+        std::abs(hit.y - c.y) <= 0.5f * geom_.tile_size)
       pick.tile = block;
   }
   // A lane: the row of tokens under the hit (its tokens and its next slot).

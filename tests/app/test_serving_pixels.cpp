@@ -92,7 +92,7 @@ TEST(ServingPixels, UsedTilesAreColouredFreeAndCachedOnesAreNot) {
   // Shared tiles are striped: two shades within the face; an unshared used tile is even.
   auto shades = [&](int b) {
     const glm::vec3 c = g.tile_center(b) + glm::vec3(0, 0, 0.5f * s.kv_block_size.z);
-    const float half = 0.32f * kServingTileSize;
+    const float half = 0.32f * g.tile_size;
     float lo = 1e9f, hi = 0.0f;
     for (int i = 0; i <= 8; ++i)
       for (int j = 0; j <= 8; ++j) {
