@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "render/glyph_atlas.h"
 #include "render/synthetic_scene.h"
@@ -355,7 +356,20 @@ render::Scene build_serving_scene(const ServingSnapshot& snap, const ServingView
     float mx = 0.0f;
     for (int j = 0; j < n; ++j) mx = std::max(mx, l.attention[size_t(j)]);
     const glm::vec3 from = head_slot(g, selected_lane, l);
+    // Over a long sequence, the strongest kServingMaxBeams only (of equal ones at the cut,
+    // the first).
+    float cut = 0.0f;
+    int ties = n;
+    if (n > kServingMaxBeams) {
+      std::vector<float> w(l.attention.begin(), l.attention.begin() + n);
+      std::nth_element(w.begin(), w.begin() + (kServingMaxBeams - 1), w.end(), std::greater<>());
+      cut = w[size_t(kServingMaxBeams - 1)];
+      ties = kServingMaxBeams;
+      for (int j = 0; j < n; ++j) ties -= l.attention[size_t(j)] > cut;
+    }
     for (int j = 0; j < n; ++j) {
+      const float wj = l.attention[size_t(j)];
+      if (wj < cut || (wj == cut && ties-- <= 0)) continue;
       render::Beam bm;
       bm.from = from;
       bm.to = g.token_center(selected_lane, j) + glm::vec3(0.0f, 0.5f * kTokenSize, 0.0f);

@@ -58,7 +58,9 @@ inline constexpr float kServingTokenPitch = 1.0f;
 inline constexpr float kServingLanePitch = 2.2f;
 inline constexpr float kServingTilePitch = 3.0f;  // the least tile pitch
 inline constexpr float kServingTileFill = 0.87f;  // a tile's width over its pitch
-inline constexpr float kServingPoolGap = 3.0f;  // between the lowest lane and the pool's top edge
+inline constexpr float kServingPoolGap = 3.0f;
+// The selected lane's attention beams: to its most attended positions, this many at most.
+inline constexpr int kServingMaxBeams = 256;  // between the lowest lane and the pool's top edge
 
 struct ServingGeometry {
   int columns = 1;            // tiles per grid row
@@ -104,6 +106,7 @@ class ServingView {
   // zooms it as in the single-sequence view.
   void update(const ServingFrame& f, const ViewInput& in);
   void draw(render::Renderer& r, int fb_width, int fb_height, float fb_scale);
+  // The scene drawn: build_serving_scene's with the level of detail above applied.
   const render::Scene& scene() const { return scene_; }
   const ServingGeometry& geometry() const { return geom_; }
   // What is under the pointer at the last update.
@@ -114,7 +117,7 @@ class ServingView {
 
  private:
   void frame_camera(const ServingFrame& f, const ViewInput& in);
-  void update_labels();
+  void update_detail();
   ServingPick pick_at(float x, float y) const;
 
   render::Scene scene_;
@@ -129,18 +132,25 @@ class ServingView {
   float user_yaw_ = 0, user_pitch_ = 0, user_zoom_ = 1;
   glm::vec3 user_pan_{0.0f};
   uint64_t run_ = ~0ull;
-  // Level of detail for the labels: each token's full label (scene order) and which are
-  // shown now (those in view while the token spacing on screen leaves room to read them).
-  std::vector<std::string> labels_;
-  std::vector<int> token_lane_;  // the lane of each scene token
-  std::vector<int> lane_len_;    // tokens in each lane
-  std::vector<int> label_key_;   // per lane: the first and last labelled positions (-1: none)
-  render::CameraView labelled_for_;
+  // Level of detail (update_detail): the built scene's tokens and markers, kept whole;
+  // the scene drawn holds, per lane, the tokens in view (labelled where they are far
+  // enough apart to read), or the lane as a few flat bars (runs of one colour) where its
+  // tokens are too close together on screen to tell apart.
+  std::vector<render::TokenInstance> full_tokens_;
+  std::vector<render::MarkerInstance> full_markers_;
+  std::vector<size_t> lane_first_;  // index of each lane's first token in full_tokens_
+  std::vector<int> lane_len_;       // tokens in each lane
+  std::vector<int> detail_key_;     // per lane: bars?, first/last drawn, first/last labelled
+  render::CameraView detailed_for_;
   bool animating_ = true;
   bool initialized_ = false;
 };
 
-// A serving lane's labels are shown while its tokens are at least this far apart on screen.
+// Level of detail of the view's scene (the built one has every token and label): a lane's
+// labels are shown while its tokens are at least kServingLabelSpacingPx apart on screen, its
+// tokens are drawn (those in view) while at least kServingBarSpacingPx apart, and as flat
+// bars, one per run of equal tokens, below that.
 inline constexpr float kServingLabelSpacingPx = 10.0f;
+inline constexpr float kServingBarSpacingPx = 3.0f;
 
 }  // namespace kvscope::app

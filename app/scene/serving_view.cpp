@@ -85,26 +85,27 @@ void ServingView::update(const ServingFrame& f, const ViewInput& in) {
     }
     built_snapshot_ = f.snapshot;
     built_view_ = f.view;
-    // Labels are handed out by update_labels from here on.
-    labels_.assign(scene_.tokens.size(), std::string());
-    token_lane_.assign(scene_.tokens.size(), 0);
+    // The level of detail draws from the whole content from here on.
+    full_tokens_ = std::move(scene_.tokens);
+    full_markers_ = std::move(scene_.markers);
+    scene_.tokens.clear();
+    scene_.markers.clear();
+    lane_first_.assign(geom_.lane_seq.size(), 0);
     lane_len_.assign(geom_.lane_seq.size(), 0);
-    size_t i = 0;
+    size_t first = 0;
     for (size_t k = 0; k < geom_.lane_seq.size() && f.snapshot; ++k)
       for (const Lane& l : f.snapshot->lanes)
-        if (l.seq == geom_.lane_seq[k])
-          for (size_t p = 0; p < l.ids.size() && i < labels_.size(); ++p, ++i) {
-            labels_[i] = std::move(scene_.tokens[i].label);
-            scene_.tokens[i].label.clear();
-            token_lane_[i] = int(k);
-            ++lane_len_[k];
-          }
-    label_key_.clear();
+        if (l.seq == geom_.lane_seq[k]) {
+          lane_first_[k] = first;
+          lane_len_[k] = int(l.ids.size());
+          first += l.ids.size();
+        }
+    detail_key_.clear();
   } else {
     animate_serving_scene(&scene_, f.clock);
   }
   frame_camera(f, in);
-  update_labels();
+  update_detail();
   pick_ = in.hover ? pick_at(in.mouse_x, in.mouse_y) : ServingPick{};
   animating_ = f.clock.since_step < 1.5 || f.clock.busy ||
                glm::length(cur_.target - goal_.target) > 0.002f * goal_.distance ||
@@ -159,38 +160,73 @@ void ServingView::frame_camera(const ServingFrame& f, const ViewInput& in) {
   scene_.camera = view_of(cur_, glm::length(hi - lo));
 }
 
-void ServingView::update_labels() {
-  if (!label_key_.empty() && same_view(scene_.camera, labelled_for_)) return;
-  labelled_for_ = scene_.camera;
-  // Per lane, the first and last positions whose tokens are in the rectangle and far
-  // enough apart on screen to read.
-  std::vector<int> key(geom_.lane_seq.size() * 2, -1);
+void ServingView::update_detail() {
+  if (!detail_key_.empty() && same_view(scene_.camera, detailed_for_)) return;
+  detailed_for_ = scene_.camera;
+  // Per lane: the first and last positions in the rectangle, and of those far enough apart
+  // on screen to read; the widest spacing on screen of the ones in view.
+  const size_t n_lanes = lane_len_.size();
+  std::vector<int> key(n_lanes * 5, -1);
   const render::Viewport vp{int(rect_.x), int(rect_.y), int(rect_.w), int(rect_.h)};
   const float margin = 24.0f;
-  for (size_t i = 0; i < scene_.tokens.size(); ++i) {
-    if (labels_[i].empty()) continue;
-    const glm::vec3 at = scene_.tokens[i].position;
-    auto p = render::project_to_viewport(scene_.camera, at, vp);
-    if (!p || p->x < rect_.x - margin || p->x > rect_.right() + margin ||
-        p->y < rect_.y - margin || p->y > rect_.bottom() + margin)
-      continue;
-    auto q = render::project_to_viewport(scene_.camera, at + glm::vec3(kServingTokenPitch, 0, 0), vp);
-    if (!q || glm::length(*q - *p) < kServingLabelSpacingPx) continue;
-    const int lane = token_lane_[i];
-    const int pos = int(std::lround(at.x / kServingTokenPitch));
-    int& first = key[size_t(lane) * 2];
-    int& last = key[size_t(lane) * 2 + 1];
-    if (first < 0 || pos < first) first = pos;
-    last = std::max(last, pos);
+  for (size_t k = 0; k < n_lanes; ++k) {
+    float widest = 0.0f;
+    int* lane_key = &key[k * 5];
+    for (int pos = 0; pos < lane_len_[k]; ++pos) {
+      const glm::vec3 at = full_tokens_[lane_first_[k] + size_t(pos)].position;
+      auto p = render::project_to_viewport(scene_.camera, at, vp);
+      if (!p || p->x < rect_.x - margin || p->x > rect_.right() + margin ||
+          p->y < rect_.y - margin || p->y > rect_.bottom() + margin)
+        continue;
+      auto q = render::project_to_viewport(scene_.camera, at + glm::vec3(kServingTokenPitch, 0, 0), vp);
+      const float spacing = q ? glm::length(*q - *p) : 0.0f;
+      widest = std::max(widest, spacing);
+      if (lane_key[1] < 0) lane_key[1] = pos;
+      lane_key[2] = pos;
+      if (spacing >= kServingLabelSpacingPx) {
+        if (lane_key[3] < 0) lane_key[3] = pos;
+        lane_key[4] = pos;
+      }
+    }
+    lane_key[0] = widest < kServingBarSpacingPx ? 1 : 0;
   }
   key.push_back(0);  // never empty once computed
-  if (key == label_key_) return;
-  label_key_ = key;
-  for (size_t i = 0; i < scene_.tokens.size(); ++i) {
-    const int lane = token_lane_[i];
-    const int pos = int(std::lround(scene_.tokens[i].position.x / kServingTokenPitch));
-    const bool show = pos >= key[size_t(lane) * 2] && pos <= key[size_t(lane) * 2 + 1];
-    scene_.tokens[i].label = show ? labels_[i] : std::string();
+  if (key == detail_key_) return;
+  detail_key_ = key;
+
+  scene_.tokens.clear();
+  scene_.markers = full_markers_;
+  for (size_t k = 0; k < n_lanes; ++k) {
+    const int* lane_key = &key[k * 5];
+    const size_t first = lane_first_[k];
+    if (lane_key[0] == 1) {
+      // Bars: one flat box per run of tokens that look alike (a lane's cached prefix, its
+      // prompt, what it generated), shaded as the blocks would be.
+      int run = 0;
+      for (int pos = 1; pos <= lane_len_[k]; ++pos) {
+        const render::TokenInstance& a = full_tokens_[first + size_t(run)];
+        if (pos < lane_len_[k]) {
+          const render::TokenInstance& b = full_tokens_[first + size_t(pos)];
+          if (b.color == a.color && b.brightness == a.brightness && b.highlighted == a.highlighted)
+            continue;
+        }
+        const glm::vec3 p0 = a.position, p1 = full_tokens_[first + size_t(pos - 1)].position;
+        render::MarkerInstance m;
+        m.center = 0.5f * (p0 + p1);
+        m.size = {p1.x - p0.x + 0.9f * kServingTokenPitch, scene_.token_size.y, scene_.token_size.z};
+        const float b = std::clamp(a.brightness, 0.0f, 1.0f);
+        m.color = (a.highlighted ? glm::vec3(1.0f, 0.95f, 0.55f) : a.color) * (0.15f + 0.7f * b);
+        scene_.markers.push_back(m);
+        run = pos;
+      }
+      continue;
+    }
+    if (lane_key[1] < 0) continue;  // nothing of it in view
+    for (int pos = lane_key[1]; pos <= lane_key[2]; ++pos) {
+      render::TokenInstance t = full_tokens_[first + size_t(pos)];
+      if (pos < lane_key[3] || pos > lane_key[4]) t.label.clear();
+      scene_.tokens.push_back(std::move(t));
+    }
   }
   scene_.revision = render::next_scene_revision();
 }
