@@ -27,7 +27,9 @@ glm::vec3 serving_color(int i) {
   return kPalette[((i % n) + n) % n];
 }
 
-glm::vec3 serving_free_color() { return {0.34f, 0.36f, 0.41f}; }
+glm::vec3 serving_free_color() {
+  return {0.34f, 0.36f, 0.41f};
+}
 
 glm::vec3 serving_cached_color(int i) {
   // The owner's hue, washed toward the free grey: "still holds that prefix, nobody reads it";
@@ -72,7 +74,9 @@ std::vector<int> choose_lanes(const ServingSnapshot& s) {
 
 }  // namespace
 
-float ServingGeometry::lane_y(int lane) const { return -float(lane) * kServingLanePitch; }
+float ServingGeometry::lane_y(int lane) const {
+  return -float(lane) * kServingLanePitch;
+}
 
 glm::vec3 ServingGeometry::token_center(int lane, int pos) const {
   return {float(pos) * kServingTokenPitch, lane_y(lane), 0.0f};
@@ -107,8 +111,8 @@ ServingGeometry serving_geometry(const ServingSnapshot& s) {
   g.tile_size = g.tile_pitch * kServingTileFill;
   // Rows for every request's lane from the start, so the pool does not move down as they
   // arrive (only when more lanes than requests appear, as parallel samples fork).
-  const int lanes_reserved = std::max<int>(
-      int(g.lane_seq.size()), std::min(kServingMaxLanes, std::max(s.n_requests, 1)));
+  const int lanes_reserved =
+      std::max<int>(int(g.lane_seq.size()), std::min(kServingMaxLanes, std::max(s.n_requests, 1)));
   const float half_tok = 0.5f * kServingTokenPitch;
   const float half_tile = 0.5f * g.tile_size;
   g.pool_top = g.lane_y(lanes_reserved - 1) - half_tok - kServingPoolGap - half_tile;
@@ -137,12 +141,17 @@ float smooth01(float x) {
 // ones are done, preempted ones lost their cache (grey, see lane_token).
 float lane_brightness(LaneState st) {
   switch (st) {
-    case LaneState::Running: return 1.0f;
-    case LaneState::Waiting: return 0.45f;
-    case LaneState::Preempted: return 0.55f;
-    case LaneState::Finished: return 0.6f;
+    case LaneState::Running:
+      return 1.0f;
+    case LaneState::Waiting:
+      return 0.45f;
+    case LaneState::Preempted:
+      return 0.55f;
+    case LaneState::Finished:
+      return 0.6f;
     case LaneState::Cancelled:
-    case LaneState::Failed: return 0.45f;
+    case LaneState::Failed:
+      return 0.45f;
   }
   return 1.0f;
 }
@@ -209,7 +218,8 @@ void add_lanes(render::Scene* s, const ServingSnapshot& snap, const ServingGeome
         }
     for (int pos = 0; pos < n; ++pos) {
       render::TokenInstance t = lane_token(l, pos, g.token_center(int(k), pos));
-      if (opts.labels && size_t(pos) < l.pieces.size()) t.label = short_label(l.pieces[size_t(pos)]);
+      if (opts.labels && size_t(pos) < l.pieces.size())
+        t.label = short_label(l.pieces[size_t(pos)]);
       t.highlighted = pos >= lit0 && pos < lit1;
       // The token this step generated drops into its slot.
       if (l.state == LaneState::Running && !l.step_prompt && l.step_tokens > 0 && pos == n - 1 &&
@@ -258,15 +268,22 @@ void add_tiles(render::Scene* s, const ServingSnapshot& snap, const ServingGeome
     if (t.refs > 1) k.hatch_k = kHatch / g.tile_size;
     if (t.refs > 2) k.hatch_v = kHatch / g.tile_size;
     switch (t.flash) {
-      case TileFlash::None: break;
+      case TileFlash::None:
+        break;
       case TileFlash::Written:
-      case TileFlash::PrefixHit: k.flash_brightness = 0.8f; break;
+      case TileFlash::PrefixHit:
+        k.flash_brightness = 0.8f;
+        break;
       case TileFlash::Cow:
         k.flash_brightness = 0.8f;
         k.flash_recompute = 0.45f;
         break;
-      case TileFlash::Evicted: k.flash_recompute = 0.8f; break;
-      case TileFlash::Released: k.flash_brightness = 0.6f; break;
+      case TileFlash::Evicted:
+        k.flash_recompute = 0.8f;
+        break;
+      case TileFlash::Released:
+        k.flash_brightness = 0.6f;
+        break;
     }
     k.highlight = int(b) == opts.hovered_tile ? 1.0f : 0.0f;
     s->kv_blocks.push_back(k);
@@ -310,7 +327,8 @@ render::Scene build_serving_scene(const ServingSnapshot& snap, const ServingView
   s.revision = render::next_scene_revision();
   const ServingGeometry g = serving_geometry(snap);
   s.token_size = glm::vec3(kTokenSize);
-  s.kv_block_size = {g.tile_size, g.tile_size, kTileDepth * std::sqrt(g.tile_pitch / kServingTilePitch)};
+  s.kv_block_size = {g.tile_size, g.tile_size,
+                     kTileDepth * std::sqrt(g.tile_pitch / kServingTilePitch)};
   s.labels_vertical = true;
   s.label_height = 0.36f;
   // An upright wall of lanes and tiles: no floor under it.

@@ -63,12 +63,12 @@ inline constexpr float kServingPoolGap = 3.0f;
 inline constexpr int kServingMaxBeams = 256;  // between the lowest lane and the pool's top edge
 
 struct ServingGeometry {
-  int columns = 1;            // tiles per grid row
-  std::vector<int> lane_seq;  // the sequence drawn in each lane, top first
-  int block_size = 16;        // positions per block (the snapshot's)
-  float pool_top = 0.0f;      // y of the top row's tile centres
-  float tile_pitch = kServingTilePitch;                      // centre to centre
-  float tile_size = kServingTilePitch * kServingTileFill;    // a tile's width and height
+  int columns = 1;                       // tiles per grid row
+  std::vector<int> lane_seq;             // the sequence drawn in each lane, top first
+  int block_size = 16;                   // positions per block (the snapshot's)
+  float pool_top = 0.0f;                 // y of the top row's tile centres
+  float tile_pitch = kServingTilePitch;  // centre to centre
+  float tile_size = kServingTilePitch * kServingTileFill;  // a tile's width and height
   glm::vec3 tile_center(int block) const;
   glm::vec3 token_center(int lane, int pos) const;
   float lane_y(int lane) const;

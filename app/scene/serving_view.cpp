@@ -178,7 +178,8 @@ void ServingView::update_detail() {
       if (!p || p->x < rect_.x - margin || p->x > rect_.right() + margin ||
           p->y < rect_.y - margin || p->y > rect_.bottom() + margin)
         continue;
-      auto q = render::project_to_viewport(scene_.camera, at + glm::vec3(kServingTokenPitch, 0, 0), vp);
+      auto q =
+          render::project_to_viewport(scene_.camera, at + glm::vec3(kServingTokenPitch, 0, 0), vp);
       const float spacing = q ? glm::length(*q - *p) : 0.0f;
       widest = std::max(widest, spacing);
       if (lane_key[1] < 0) lane_key[1] = pos;
@@ -213,7 +214,8 @@ void ServingView::update_detail() {
         const glm::vec3 p0 = a.position, p1 = full_tokens_[first + size_t(pos - 1)].position;
         render::MarkerInstance m;
         m.center = 0.5f * (p0 + p1);
-        m.size = {p1.x - p0.x + 0.9f * kServingTokenPitch, scene_.token_size.y, scene_.token_size.z};
+        m.size = {p1.x - p0.x + 0.9f * kServingTokenPitch, scene_.token_size.y,
+                  scene_.token_size.z};
         const float b = std::clamp(a.brightness, 0.0f, 1.0f);
         m.color = (a.highlighted ? glm::vec3(1.0f, 0.95f, 0.55f) : a.color) * (0.15f + 0.7f * b);
         scene_.markers.push_back(m);

@@ -40,9 +40,8 @@ inline app::Lane serving_lane(int seq, int color, app::LaneState st, int prompt,
     l.ids.push_back(100 + (p * 7 + seq) % 50);
     l.pieces.push_back(p < 32 ? " sys" + std::to_string(p) : " w" + std::to_string(p));
   }
-  l.computed = st == app::LaneState::Running || st == app::LaneState::Finished
-                   ? prompt + generated
-                   : 0;
+  l.computed =
+      st == app::LaneState::Running || st == app::LaneState::Finished ? prompt + generated : 0;
   return l;
 }
 
@@ -70,9 +69,9 @@ inline app::ServingSnapshot serving_snapshot_eight() {
   };
   const int own_prompt[8] = {12, 20, 7, 30, 30, 16, 18, 9};
   const int generated[8] = {40, 25, 60, 18, 18, 33, 0, 12};
-  const LaneState states[8] = {LaneState::Running,  LaneState::Running,  LaneState::Running,
-                               LaneState::Running,  LaneState::Running,  LaneState::Finished,
-                               LaneState::Waiting,  LaneState::Preempted};
+  const LaneState states[8] = {LaneState::Running, LaneState::Running,  LaneState::Running,
+                               LaneState::Running, LaneState::Running,  LaneState::Finished,
+                               LaneState::Waiting, LaneState::Preempted};
   const int colors[8] = {0, 1, 2, 3, 3, 4, 5, 6};
   std::vector<app::Lane> lanes;
   for (int i = 0; i < 8; ++i) {
@@ -104,7 +103,8 @@ inline app::ServingSnapshot serving_snapshot_eight() {
     }
     l.step_tokens = 1;
     l.attention.resize(size_t(n));
-    for (int j = 0; j < n; ++j) l.attention[size_t(j)] = j == 0 ? 0.4f : 0.6f / float(n) * (1 + j % 5);
+    for (int j = 0; j < n; ++j)
+      l.attention[size_t(j)] = j == 0 ? 0.4f : 0.6f / float(n) * (1 + j % 5);
     serving_hold(&s, &l);
     s.tiles[size_t(l.table.back())].flash = app::TileFlash::Written;
   }
@@ -119,8 +119,9 @@ inline app::ServingSnapshot serving_snapshot_eight() {
       const bool full = k + 1 < own.size();
       t.state = full ? app::TileState::Cached : app::TileState::Free;
       t.published = full;
-      t.flash = k == 0 ? app::TileFlash::Evicted : k + 1 == own.size() ? app::TileFlash::Released
-                                                                      : app::TileFlash::None;
+      t.flash = k == 0                ? app::TileFlash::Evicted
+                : k + 1 == own.size() ? app::TileFlash::Released
+                                      : app::TileFlash::None;
       if (full) t.owners = {};  // nobody holds it; the cache keeps it
     }
   }

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <string>
 
 #include "app/scene/serving_scene.h"
 #include "gl_test_context.h"
@@ -80,8 +81,8 @@ TEST(ServingPixels, UsedTilesAreColouredFreeAndCachedOnesAreNot) {
   int used = 0, coloured = 0;
   for (size_t b = 0; b < snap->tiles.size(); ++b) {
     const bool is_used = snap->tiles[b].state == TileState::Used;
-    const glm::vec3 c = sample(out.img, s, g.tile_center(int(b)) +
-                                               glm::vec3(0, 0, 0.5f * s.kv_block_size.z));
+    const glm::vec3 c =
+        sample(out.img, s, g.tile_center(int(b)) + glm::vec3(0, 0, 0.5f * s.kv_block_size.z));
     used += is_used;
     coloured += clearly_coloured(c);
     EXPECT_EQ(clearly_coloured(c), is_used)
@@ -98,7 +99,8 @@ TEST(ServingPixels, UsedTilesAreColouredFreeAndCachedOnesAreNot) {
     float lo = 1e9f, hi = 0.0f;
     for (int i = 0; i <= 8; ++i)
       for (int j = 0; j <= 8; ++j) {
-        const glm::vec3 p = c + glm::vec3(-half + 2 * half * i / 8.0f, -half + 2 * half * j / 8.0f, 0);
+        const glm::vec3 p =
+            c + glm::vec3(-half + 2 * half * i / 8.0f, -half + 2 * half * j / 8.0f, 0);
         const glm::vec3 px = sample(out.img, s, p);
         EXPECT_TRUE(clearly_coloured(px) || luma(px) > 0.08f) << "tile " << b << " has a hole";
         lo = std::min(lo, luma(px));
@@ -184,8 +186,15 @@ TEST(ServingPixels, SixteenLanesOfAThousandTokensDrawQuickly) {
     view.draw(*r, kW, kH, 1.0f);
     ASSERT_TRUE(target->read_rgba().ok());  // waits for the frame (a read-back included)
   }
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
-                                                              t0).count() / frames;
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
+      frames;
+  if (const char* path = std::getenv("KVSCOPE_SERVING_PNG")) {
+    std::string large = path;
+    large = large.substr(0, large.rfind('.')) + "-large.png";
+    auto rgba = target->read_rgba();
+    EXPECT_TRUE(rgba.ok() && render::write_png(large, kW, kH, *rgba).ok());
+  }
   render::OffscreenTarget::bind_default();
   const render::FrameStats& st = r->last_stats();
   std::printf("16 x 1,000 tokens: %.1f ms a frame, %zu tokens, %zu tiles, %zu beams, %zu glyphs\n",
@@ -196,7 +205,8 @@ TEST(ServingPixels, SixteenLanesOfAThousandTokensDrawQuickly) {
     target->bind();
     view.draw(*r, kW, kH, 1.0f);
     for (int p = 0; p < render::kPassCount; ++p)
-      std::printf("  %s %.1f ms\n", render::pass_name(render::Pass(p)), r->last_stats().pass_ms[size_t(p)]);
+      std::printf("  %s %.1f ms\n", render::pass_name(render::Pass(p)),
+                  r->last_stats().pass_ms[size_t(p)]);
     r->set_profile_passes(false);
   }
   EXPECT_EQ(st.glyphs, 0u) << "labels too small to read are not drawn";

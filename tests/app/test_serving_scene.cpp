@@ -11,6 +11,7 @@
 //   - 16 sequences x 1,000 tokens: labels only where readable, markers per block.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <set>
@@ -210,10 +211,28 @@ TEST(ServingScene, SelectedLaneDrawsOneLinePerLogicalBlockToItsTileAndItsAttenti
   v.selected_seq = 0;
   v.hovered_seq = 2;
   const render::Scene sc = build_serving_scene(s, v, settled());
-  EXPECT_EQ(sc.beams.size(), s.lanes[0].table.size() + s.lanes[0].attention.size() +
-                                 s.lanes[2].table.size());
+  EXPECT_EQ(sc.beams.size(),
+            s.lanes[0].table.size() + s.lanes[0].attention.size() + s.lanes[2].table.size());
   // Nothing selected: no beams.
   EXPECT_TRUE(build_serving_scene(s, {}, settled()).beams.empty());
+}
+
+TEST(ServingScene, AHoveredTileIsLitAndSoAreItsPositionsInEveryLaneHoldingIt) {
+  const ServingSnapshot s = serving_snapshot_eight();
+  const ServingGeometry g = serving_geometry(s);
+  ServingViewOptions v;
+  v.hovered_tile = 1;  // the system prompt's second block: every admitted lane holds it
+  const render::Scene sc = build_serving_scene(s, v, settled());
+  for (size_t b = 0; b < sc.kv_blocks.size(); ++b)
+    EXPECT_EQ(sc.kv_blocks[b].highlight > 0.0f, b == 1) << "tile " << b;
+  size_t i = 0;
+  for (size_t k = 0; k < g.lane_seq.size(); ++k) {
+    const Lane& l = s.lanes[size_t(g.lane_seq[k])];
+    const bool holds = std::find(l.table.begin(), l.table.end(), 1) != l.table.end();
+    for (int pos = 0; pos < int(l.ids.size()); ++pos, ++i)
+      EXPECT_EQ(sc.tokens[i].highlighted, holds && pos >= 16 && pos < 32)
+          << "seq " << l.seq << " pos " << pos;
+  }
 }
 
 TEST(ServingScene, AtMost24LanesRunningFirstThenWaitingThenTheMostRecentFinished) {
