@@ -336,7 +336,7 @@ render::Scene build_serving_scene(const ServingSnapshot& snap, const ServingView
   s.grid.height = g.pool_min.y - 1.0f;
   // Beams rise a little (an attention fan reads as arcs over its lane) and bow toward the
   // camera (+z), so the block-table lines stand off the tiles they cross.
-  s.anim.beam_arc = {0.25f, 0.035f, -0.2f};
+  s.anim.beam_arc = {0.3f, 0.05f, -0.05f};
 
   add_lanes(&s, snap, g, opts);
   add_tiles(&s, snap, g, opts);

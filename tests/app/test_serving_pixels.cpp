@@ -134,9 +134,6 @@ TEST(ServingPixels, TheSelectedLanesBlockTableLinesAreDrawn) {
   ServingViewOptions v;
   v.selected_seq = 3;
   render_view(*r, snap, v, &selected);
-  if (const char* path = std::getenv("KVSCOPE_SERVING_PNG")) {
-    EXPECT_TRUE(render::write_png(path, kW, kH, selected.img.rgba).ok());
-  }
   // Between the lanes and the pool, the lines change pixels that were background.
   const render::Scene& s = selected.view.scene();
   const ServingGeometry& g = selected.view.geometry();
@@ -157,6 +154,27 @@ TEST(ServingPixels, TheSelectedLanesBlockTableLinesAreDrawn) {
     changed += diff;
   }
   EXPECT_EQ(changed, int(l.table.size()));
+  if (const char* path = std::getenv("KVSCOPE_SERVING_PNG")) {
+    EXPECT_TRUE(render::write_png(path, kW, kH, selected.img.rgba).ok());
+    // And zoomed in toward the selected lane's write head.
+    glm::vec2 at;
+    ASSERT_TRUE(selected.view.project(selected.view.scene().head.position, &at));
+    ServingFrame f;
+    f.snapshot = snap;
+    f.view = v;
+    f.clock.since_step = 5.0;
+    f.rect = {0, 0, float(kW), float(kH)};
+    ViewInput in;
+    in.hover = true;
+    in.mouse_x = at.x;
+    in.mouse_y = at.y;
+    in.wheel = 8;
+    selected.view.update(f, in);
+    Image zoomed = kvscope::test::render_image(*r, selected.view.scene(), kW, kH);
+    std::string zoom_path = path;
+    zoom_path = zoom_path.substr(0, zoom_path.rfind('.')) + "-zoom.png";
+    EXPECT_TRUE(render::write_png(zoom_path, kW, kH, zoomed.rgba).ok());
+  }
 }
 
 TEST(ServingPixels, SixteenLanesOfAThousandTokensDrawQuickly) {
