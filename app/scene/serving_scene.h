@@ -58,9 +58,9 @@ inline constexpr float kServingTokenPitch = 1.0f;
 inline constexpr float kServingLanePitch = 2.2f;
 inline constexpr float kServingTilePitch = 3.0f;  // the least tile pitch
 inline constexpr float kServingTileFill = 0.87f;  // a tile's width over its pitch
-inline constexpr float kServingPoolGap = 3.0f;
+inline constexpr float kServingPoolGap = 3.0f;    // between the lowest lane and the pool's top
 // The selected lane's attention beams: to its most attended positions, this many at most.
-inline constexpr int kServingMaxBeams = 256;  // between the lowest lane and the pool's top edge
+inline constexpr int kServingMaxBeams = 256;
 
 struct ServingGeometry {
   int columns = 1;                       // tiles per grid row
@@ -79,7 +79,21 @@ ServingGeometry serving_geometry(const ServingSnapshot& s);
 // The lane drawing sequence `seq` (-1: not drawn).
 int serving_lane_of(const ServingGeometry& g, int seq);
 
-// The scene for snapshot `s` (a fresh revision) and its animation for `clock`.
+// The scene for snapshot `s` (a fresh revision) and its animation for `clock`. What it
+// shows (a legend's worth):
+//   tokens: generated ones in the lane's colour (serving_color of Lane::color), computed
+//     prompt ones a muted version of it, the prefix adopted from the cache pale (toward
+//     white), positions not computed yet dark; waiting lanes dim, finished ones dimmer,
+//     preempted / cancelled / failed ones grey; a thin bar at each logical block boundary;
+//   tiles: used ones their first owner's colour (a partly filled block slightly darker),
+//     striped when shared (refs 2), cross-hatched when held three or more times, free ones
+//     grey, cached ones dim (serving_cached_color); flashing white when written, adopted
+//     from the prefix cache or released this step, white-red when copied on write, red when
+//     evicted; the hovered tile lit, with its positions in every lane holding it;
+//   the head: the scene's write head on the selected lane (else the first running one), a
+//     small amber box in the next slot of every other running lane;
+//   beams: the selected and hovered lanes' block-table lines (a logical block's tokens to
+//     its tile, in the lane's colour), the selected lane's attention from its next slot.
 render::Scene build_serving_scene(const ServingSnapshot& s, const ServingViewOptions& opts,
                                   const AnimClock& clock);
 // Sets only the per-frame parts (scene.anim, the head's glow) for `clock`.
@@ -98,6 +112,13 @@ struct ServingPick {
   int seq = -1;   // lane (sequence) under the pointer
   int pos = -1;   // the token position in that lane
 };
+
+// Level of detail of the view's scene (the built one has every token and label): a lane's
+// labels are shown while its tokens are at least kServingLabelSpacingPx apart on screen, its
+// tokens are drawn (those in view) while at least kServingBarSpacingPx apart, and as flat
+// bars, one per run of equal tokens, below that.
+inline constexpr float kServingLabelSpacingPx = 10.0f;
+inline constexpr float kServingBarSpacingPx = 3.0f;
 
 class ServingView {
  public:
@@ -145,12 +166,5 @@ class ServingView {
   bool animating_ = true;
   bool initialized_ = false;
 };
-
-// Level of detail of the view's scene (the built one has every token and label): a lane's
-// labels are shown while its tokens are at least kServingLabelSpacingPx apart on screen, its
-// tokens are drawn (those in view) while at least kServingBarSpacingPx apart, and as flat
-// bars, one per run of equal tokens, below that.
-inline constexpr float kServingLabelSpacingPx = 10.0f;
-inline constexpr float kServingBarSpacingPx = 3.0f;
 
 }  // namespace kvscope::app
