@@ -331,8 +331,10 @@ render::Scene build_serving_scene(const ServingSnapshot& snap, const ServingView
                      kTileDepth * std::sqrt(g.tile_pitch / kServingTilePitch)};
   s.labels_vertical = true;
   s.label_height = 0.36f;
-  // An upright wall of lanes and tiles: no floor under it.
+  // An upright wall of lanes and tiles: no floor under it, and no depth haze (a long run's
+  // wall is framed from far away; the haze would only dim the far tiles' colours).
   s.grid.visible = false;
+  s.haze = 0.0f;
   s.grid.height = g.pool_min.y - 1.0f;
   // Beams rise a little (an attention fan reads as arcs over its lane) and bow toward the
   // camera (+z), so the block-table lines stand off the tiles they cross.

@@ -69,6 +69,10 @@ TEST(ServingScene, OneTilePerBlockInBlockOrderAtItsGridPlace) {
   EXPECT_GT(sc.kv_block_size.y, 2.0f * sc.token_size.y);
   // Wider than tall.
   EXPECT_GT(g.pool_max.x - g.pool_min.x, g.pool_max.y - g.pool_min.y);
+  // A flat wall: no floor, no depth haze dimming the far tiles of a long run.
+  EXPECT_FALSE(sc.grid.visible);
+  EXPECT_EQ(sc.haze, 0.0f);
+  EXPECT_EQ(render::Scene{}.haze, 1.0f) << "the single-sequence view keeps its haze";
 }
 
 TEST(ServingScene, TileColoursSayFreeUsedSharedCachedAndWhatThisStepDid) {
