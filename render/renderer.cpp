@@ -451,6 +451,7 @@ void Renderer::Impl::draw_blocks(const FrameView& f, const GlVertexArray& vao,
   glUniformMatrix4fv(block.uniform("u_view_proj"), 1, GL_FALSE, glm::value_ptr(f.vp));
   glUniform3fv(block.uniform("u_size"), 1, glm::value_ptr(size));
   glUniform3fv(block.uniform("u_eye"), 1, glm::value_ptr(f.scene.camera.eye));
+  glUniform1f(block.uniform("u_haze"), std::clamp(f.scene.haze, 0.0f, 1.0f));
   bind_block_instances(vao, inst, range.first);
   glDrawArraysInstanced(GL_TRIANGLES, 0, cube_count, GLsizei(range.count));
   ++st.draw_calls;

@@ -184,6 +184,9 @@ struct Scene {
   // each stretch of the sequence; the beams to tokens in view are all drawn as they are.
   bool beam_lod = true;
   glm::vec3 background{0.035f, 0.04f, 0.06f};
+  // 0..1: strength of the depth haze on token and KV blocks (far ones fade toward the
+  // background); 0 for a scene that is one flat wall, where depth says nothing.
+  float haze = 1.0f;
 };
 
 // A rectangle of the framebuffer in pixels, origin at the top-left (window convention).

@@ -10,6 +10,7 @@ in vec2 v_hatch;
 in vec3 v_size;
 
 uniform vec3 u_eye;
+uniform float u_haze;  // 0..1 strength of the depth haze
 
 out vec4 frag_color;
 
@@ -58,6 +59,6 @@ void main() {
 
   // Gentle depth haze towards the background.
   float dist = length(u_eye - v_world);
-  color = mix(color, vec3(0.035, 0.04, 0.06), clamp((dist - 60.0) / 400.0, 0.0, 0.6));
+  color = mix(color, vec3(0.035, 0.04, 0.06), u_haze * clamp((dist - 60.0) / 400.0, 0.0, 0.6));
   frag_color = vec4(color, 1.0);
 }

@@ -1,0 +1,235 @@
+// test_serving_pixels.cpp — the Serving view's scene as rendered at 1280x720 from a
+// hand-built snapshot (eight sequences sharing a system prompt, a parallel sample, cached
+// and free blocks):
+//   - every tile whose centre pixel is clearly coloured (neither the free grey nor the
+//     background) is a used one, and every used one is: the pool reads as its state;
+//   - a shared (striped) tile shows two shades within its face, an unshared one does not;
+//   - the selected lane's block-table lines are drawn;
+//   - 16 sequences x 1,000 tokens draw at an interactive rate on a software rasterizer.
+// KVSCOPE_SERVING_PNG=PATH saves the frame with a lane selected, for a person to look at.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "app/scene/serving_scene.h"
+#include "gl_test_context.h"
+#include "pixel_utils.h"
+#include "render/offscreen.h"
+#include "serving_snapshot_fixture.h"
+
+namespace kvscope::app {
+namespace {
+
+using kvscope::test::Image;
+
+constexpr int kW = 1280, kH = 720;
+
+float luma(glm::vec3 c) {
+  return 0.3f * c.r + 0.55f * c.g + 0.15f * c.b;
+}
+
+glm::vec3 sample(const Image& img, const render::Scene& s, glm::vec3 world) {
+  const glm::vec2 p = kvscope::test::to_screen(s, world, img.width, img.height);
+  glm::vec3 sum(0.0f);
+  int n = 0;
+  for (int dy = -1; dy <= 1; ++dy)
+    for (int dx = -1; dx <= 1; ++dx)
+      if (img.inside(int(p.x) + dx, int(p.y) + dy)) {
+        sum += img.at(int(p.x) + dx, int(p.y) + dy);
+        ++n;
+      }
+  return n ? sum / float(n) : sum;
+}
+
+// Saturated and bright enough to be an owner's colour: not the free grey, not a dim
+// cached tile, not the background.
+bool clearly_coloured(glm::vec3 c) {
+  const float hi = std::max({c.r, c.g, c.b}), lo = std::min({c.r, c.g, c.b});
+  return hi > 0.3f && hi - lo > 0.15f;
+}
+
+struct Rendered {
+  ServingView view;
+  Image img;
+};
+
+void render_view(render::Renderer& r, std::shared_ptr<const ServingSnapshot> s,
+                 const ServingViewOptions& v, Rendered* out) {
+  ServingFrame f;
+  f.snapshot = std::move(s);
+  f.view = v;
+  f.clock.since_step = 5.0;
+  f.rect = {0, 0, float(kW), float(kH)};
+  out->view.update(f, {});
+  out->img = kvscope::test::render_image(r, out->view.scene(), kW, kH);
+}
+
+TEST(ServingPixels, UsedTilesAreColouredFreeAndCachedOnesAreNot) {
+  GL_TEST_CONTEXT_OR_SKIP(ctx);
+  auto r = ctx->make_renderer();
+  ASSERT_TRUE(r);
+  auto snap = std::make_shared<const ServingSnapshot>(test::serving_snapshot_eight());
+  Rendered out;
+  render_view(*r, snap, {}, &out);
+  ASSERT_EQ(out.img.width, kW);
+  const render::Scene& s = out.view.scene();
+  const ServingGeometry& g = out.view.geometry();
+  int used = 0, coloured = 0;
+  for (size_t b = 0; b < snap->tiles.size(); ++b) {
+    const bool is_used = snap->tiles[b].state == TileState::Used;
+    const glm::vec3 c =
+        sample(out.img, s, g.tile_center(int(b)) + glm::vec3(0, 0, 0.5f * s.kv_block_size.z));
+    used += is_used;
+    coloured += clearly_coloured(c);
+    EXPECT_EQ(clearly_coloured(c), is_used)
+        << "tile " << b << " (" << (is_used ? "used" : "not used") << ") pixel " << c.r << ","
+        << c.g << "," << c.b;
+  }
+  EXPECT_EQ(coloured, used);
+  EXPECT_GE(used, 15);
+
+  // Shared tiles are striped: two shades within the face; an unshared used tile is even.
+  auto shades = [&](int b) {
+    const glm::vec3 c = g.tile_center(b) + glm::vec3(0, 0, 0.5f * s.kv_block_size.z);
+    const float half = 0.32f * g.tile_size;
+    float lo = 1e9f, hi = 0.0f;
+    for (int i = 0; i <= 8; ++i)
+      for (int j = 0; j <= 8; ++j) {
+        const glm::vec3 p =
+            c + glm::vec3(-half + 2 * half * i / 8.0f, -half + 2 * half * j / 8.0f, 0);
+        const glm::vec3 px = sample(out.img, s, p);
+        EXPECT_TRUE(clearly_coloured(px) || luma(px) > 0.08f) << "tile " << b << " has a hole";
+        lo = std::min(lo, luma(px));
+        hi = std::max(hi, luma(px));
+      }
+    return std::pair{lo, hi};
+  };
+  int checked_shared = 0, checked_plain = 0;
+  for (size_t b = 0; b < snap->tiles.size(); ++b) {
+    const PoolTile& t = snap->tiles[b];
+    if (t.state != TileState::Used) continue;
+    auto [lo, hi] = shades(int(b));
+    if (t.refs > 1) {
+      EXPECT_GT(hi, 1.5f * lo) << "shared tile " << b << " (refs " << t.refs << ") is not striped";
+      ++checked_shared;
+    } else if (checked_plain < 6) {
+      EXPECT_LT(hi, 1.3f * lo) << "unshared tile " << b << " looks striped";
+      ++checked_plain;
+    }
+  }
+  EXPECT_GE(checked_shared, 3);
+}
+
+TEST(ServingPixels, TheSelectedLanesBlockTableLinesAreDrawn) {
+  GL_TEST_CONTEXT_OR_SKIP(ctx);
+  auto r = ctx->make_renderer();
+  ASSERT_TRUE(r);
+  auto snap = std::make_shared<const ServingSnapshot>(test::serving_snapshot_eight());
+  Rendered plain, selected;
+  render_view(*r, snap, {}, &plain);
+  ServingViewOptions v;
+  v.selected_seq = 3;
+  render_view(*r, snap, v, &selected);
+  // Between the lanes and the pool, the lines change pixels that were background.
+  const render::Scene& s = selected.view.scene();
+  const ServingGeometry& g = selected.view.geometry();
+  int changed = 0;
+  const Lane& l = snap->lanes[3];
+  for (size_t i = 0; i < l.table.size(); ++i) {
+    const glm::vec3 to = g.tile_center(l.table[i]);
+    const glm::vec3 from = s.beams[i].from;
+    const glm::vec3 mid = 0.5f * (from + to) + glm::vec3(0, 0, 0.5f);
+    const glm::vec2 p = kvscope::test::to_screen(s, mid, kW, kH);
+    int x0 = int(p.x), y0 = int(p.y);
+    bool diff = false;
+    for (int dy = -12; dy <= 12 && !diff; ++dy)
+      for (int dx = -12; dx <= 12 && !diff; ++dx)
+        if (plain.img.inside(x0 + dx, y0 + dy))
+          diff = glm::length(selected.img.at(x0 + dx, y0 + dy) - plain.img.at(x0 + dx, y0 + dy)) >
+                 0.1f;
+    changed += diff;
+  }
+  EXPECT_EQ(changed, int(l.table.size()));
+  if (const char* path = std::getenv("KVSCOPE_SERVING_PNG")) {
+    EXPECT_TRUE(render::write_png(path, kW, kH, selected.img.rgba).ok());
+    // And zoomed in toward the selected lane's write head.
+    glm::vec2 at;
+    ASSERT_TRUE(selected.view.project(selected.view.scene().head.position, &at));
+    ServingFrame f;
+    f.snapshot = snap;
+    f.view = v;
+    f.clock.since_step = 5.0;
+    f.rect = {0, 0, float(kW), float(kH)};
+    ViewInput in;
+    in.hover = true;
+    in.mouse_x = at.x;
+    in.mouse_y = at.y;
+    in.wheel = 8;
+    selected.view.update(f, in);
+    Image zoomed = kvscope::test::render_image(*r, selected.view.scene(), kW, kH);
+    std::string zoom_path = path;
+    zoom_path = zoom_path.substr(0, zoom_path.rfind('.')) + "-zoom.png";
+    EXPECT_TRUE(render::write_png(zoom_path, kW, kH, zoomed.rgba).ok());
+  }
+}
+
+TEST(ServingPixels, SixteenLanesOfAThousandTokensDrawQuickly) {
+  GL_TEST_CONTEXT_OR_SKIP(ctx);
+  auto r = ctx->make_renderer();
+  ASSERT_TRUE(r);
+  auto snap = std::make_shared<const ServingSnapshot>(test::serving_snapshot_large(16, 1000));
+  ServingView view;
+  ServingFrame f;
+  f.snapshot = snap;
+  f.view.selected_seq = 3;
+  f.clock.since_step = 0.2;
+  f.rect = {0, 0, float(kW), float(kH)};
+  view.update(f, {});
+  auto target = render::OffscreenTarget::create(kW, kH, 4);
+  ASSERT_TRUE(target.ok());
+  target->bind();
+  view.draw(*r, kW, kH, 1.0f);  // the first frame uploads
+  ASSERT_TRUE(target->read_rgba().ok());
+  const int frames = 5;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < frames; ++i) {
+    f.clock.since_step += 0.016;
+    f.dt = 0.016f;
+    view.update(f, {});
+    target->bind();
+    view.draw(*r, kW, kH, 1.0f);
+    ASSERT_TRUE(target->read_rgba().ok());  // waits for the frame (a read-back included)
+  }
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
+      frames;
+  if (const char* path = std::getenv("KVSCOPE_SERVING_PNG")) {
+    std::string large = path;
+    large = large.substr(0, large.rfind('.')) + "-large.png";
+    auto rgba = target->read_rgba();
+    EXPECT_TRUE(rgba.ok() && render::write_png(large, kW, kH, *rgba).ok());
+  }
+  render::OffscreenTarget::bind_default();
+  const render::FrameStats& st = r->last_stats();
+  std::printf("16 x 1,000 tokens: %.1f ms a frame, %zu tokens, %zu tiles, %zu beams, %zu glyphs\n",
+              ms, st.tokens, st.kv_blocks, st.beams, st.glyphs);
+  EXPECT_TRUE(st.reused) << "an animated frame re-uploaded the instances";
+  if (std::getenv("KVSCOPE_PROFILE_PASSES")) {
+    r->set_profile_passes(true);
+    target->bind();
+    view.draw(*r, kW, kH, 1.0f);
+    for (int p = 0; p < render::kPassCount; ++p)
+      std::printf("  %s %.1f ms\n", render::pass_name(render::Pass(p)),
+                  r->last_stats().pass_ms[size_t(p)]);
+    r->set_profile_passes(false);
+  }
+  EXPECT_EQ(st.glyphs, 0u) << "labels too small to read are not drawn";
+  EXPECT_LT(ms, 400.0);  // generous: CI machines run other jobs beside
+}
+
+}  // namespace
+}  // namespace kvscope::app
