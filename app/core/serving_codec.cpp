@@ -128,8 +128,10 @@ void put_lane(Writer& w, uint32_t index, const Lane* prev, const Lane& l, AttnEn
   w.u32(uint32_t(keep_pieces));
   w.u32(uint32_t(l.pieces.size() - keep_pieces));
   for (size_t i = keep_pieces; i < l.pieces.size(); ++i) w.str(l.pieces[i]);
-  w.u32(uint32_t(l.table.size()));
-  w.put(l.table.data(), l.table.size() * 4);
+  const size_t keep_table = prev ? common_prefix(prev->table, l.table) : 0;
+  w.u32(uint32_t(keep_table));
+  w.u32(uint32_t(l.table.size() - keep_table));
+  w.put(l.table.data() + keep_table, (l.table.size() - keep_table) * 4);
   w.i32(l.step_tokens);
   w.u8(l.step_prompt);
   w.i32(l.arrival_step);
@@ -170,9 +172,9 @@ void put_totals(Writer& w, const SchedulerStats& t) {
 // Bytes of the smallest tile / lane entry (empty lists and strings): bounds a count before
 // anything is allocated for it.
 constexpr uint64_t kMinTileBytes = 4 + 1 + 4 + 4 + 4 * 4 + 2;
-// index; seq..parent; state; color..computed; ids and pieces (keep, added); table count;
+// index; seq..parent; state; color..computed; ids, pieces, table (keep, added each);
 // step_tokens, step_prompt, arrival_step, preemptions; attention count; ttft, rate; stop.
-constexpr uint64_t kMinLaneBytes = 4 + 16 + 1 + 16 + 8 + 8 + 4 + 4 + 1 + 4 + 4 + 4 + 8 + 8 + 4;
+constexpr uint64_t kMinLaneBytes = 4 + 16 + 1 + 16 + 8 + 8 + 8 + 4 + 1 + 4 + 4 + 4 + 8 + 8 + 4;
 constexpr uint64_t kPointBytes = 7 * 4 + 4 * 8 + 2 * 4 + 2 * 8;
 constexpr uint64_t kMinEventBytes = 1 + 4 + 4 + 4;
 
@@ -218,11 +220,8 @@ void get_lane(Reader& r, const ServingMeta& m, Lane& l) {
                [&] { return int32_t(r.i32("lane.ids", 0, kIntMax)); });
   get_appended(r, "lane.pieces.keep", "lane.pieces", 4, l.pieces,
                [&] { return r.str("lane.pieces", false); });
-  const uint32_t n_table = r.u32("lane.table.count", 0, kRunMaxPositions);
-  if (r.fits("lane.table", n_table, 4)) {
-    l.table.resize(n_table);
-    for (int32_t& b : l.table) b = r.i32("lane.table", -1, int64_t(m.n_blocks) - 1);
-  }
+  get_appended(r, "lane.table.keep", "lane.table", 4, l.table,
+               [&] { return int32_t(r.i32("lane.table", -1, int64_t(m.n_blocks) - 1)); });
   l.step_tokens = r.i32("lane.step_tokens", 0, kRunMaxPositions);
   l.step_prompt = r.flag("lane.step_prompt");
   l.arrival_step = r.i32("lane.arrival_step", 0, kIntMax);

@@ -148,6 +148,7 @@ Status ServingRecorder::write_record(uint32_t tag, const std::vector<uint8_t>& p
 
 Status ServingRecorder::write_step(const ServingSnapshot& s) {
   if (finished_) return make_error("serving run file '", path_, "' is finished; cannot append");
+  if (!failed_.empty()) return make_error(failed_);
   if (s.run != meta_.run || s.block_size != meta_.block_size || s.n_blocks != meta_.n_blocks ||
       s.max_batch_tokens != meta_.max_batch_tokens || s.max_seqs != meta_.max_seqs ||
       s.context != meta_.context || s.prefix_caching != meta_.prefix_caching ||
@@ -161,9 +162,14 @@ Status ServingRecorder::write_step(const ServingSnapshot& s) {
   std::vector<uint8_t> payload = encode_serving_step(steps_ == 0 ? nullptr : &mirror_, s,
                                                      meta_.attention);
   // What a reader will rebuild: the next delta's base, and proof that the record decodes.
-  if (Status st = apply_serving_step(meta_, payload.data(), payload.size(), &mirror_); !st.ok())
-    return make_error("serving run file '", path_, "': step ", s.step,
-                      " cannot be recorded: ", st.message());
+  // A snapshot the format cannot hold (a value out of its range) ends the recording: the
+  // mirror is then partly changed, so no later delta could be trusted. What was recorded
+  // before stays a valid file (finish() still closes it).
+  if (Status st = apply_serving_step(meta_, payload.data(), payload.size(), &mirror_); !st.ok()) {
+    failed_ = "serving run file '" + path_ + "': recording stopped at step " +
+              std::to_string(s.step) + ", which cannot be recorded: " + st.message();
+    return make_error(failed_);
+  }
   KV_TRY(write_record(kTagServingStep, payload));
   ++steps_;
   return Status::Ok();
@@ -304,8 +310,10 @@ Expected<std::shared_ptr<const ServingSnapshot>> ServingReplay::snapshot(int ind
   if (index < 0 || index >= steps())
     return make_error(where(name_), ": snapshot ", index, " is outside [0, ", steps() - 1, "]");
   if (cur_ && index == cur_index_) return std::shared_ptr<const ServingSnapshot>(cur_);
-  if (index % kCheckpointEvery == 0) return checkpoints_[size_t(index / kCheckpointEvery)];
-  if (!cur_ || index < cur_index_ || index - cur_index_ > kCheckpointEvery) {
+  const bool forward = cur_ && index > cur_index_ && index - cur_index_ <= kCheckpointEvery;
+  if (!forward && index % kCheckpointEvery == 0)
+    return checkpoints_[size_t(index / kCheckpointEvery)];
+  if (!forward) {
     const int base = index / kCheckpointEvery * kCheckpointEvery;
     cur_ = std::make_shared<ServingSnapshot>(*checkpoints_[size_t(base / kCheckpointEvery)]);
     cur_index_ = base;

@@ -78,7 +78,9 @@ class ServingRecorder {
   ServingRecorder& operator=(const ServingRecorder&) = delete;
 
   // The next snapshot: its step must be greater than the previous one's, its run and
-  // configuration the same. Writes what changed.
+  // configuration the same (else an error, and nothing changes). Writes what changed. A
+  // snapshot holding a value the format refuses (docs/run_file.md) ends the recording: that
+  // and every later append fail; finish() still closes the file with the steps before it.
   Status append(const ServingSnapshot& s);
   // Writes SRVE and flushes; nothing may be appended after.
   Status finish();
@@ -100,6 +102,7 @@ class ServingRecorder {
   int steps_ = 0;
   uint64_t size_ = 0;
   bool finished_ = false;
+  std::string failed_;  // why the recording stopped (empty: it did not)
 };
 
 class ServingReplay {
