@@ -22,7 +22,9 @@ constexpr uint32_t kTagMeta = kTagRunMeta;
 constexpr uint32_t kTagStep = run_record_tag("STEP");
 constexpr uint32_t kTagEnd = run_record_tag("END ");
 
-std::string tag_name(uint32_t tag) { return run_record_tag_name(tag); }
+std::string tag_name(uint32_t tag) {
+  return run_record_tag_name(tag);
+}
 
 std::string sys_error() {
   return std::strerror(errno);

@@ -41,7 +41,7 @@ inline constexpr uint32_t kServingRunFileVersion = 3;
 
 // The file header and record framing, shared by both kinds of run.
 inline constexpr char kRunFileMagic[8] = {'K', 'V', 'S', 'R', 'U', 'N', '\r', '\n'};
-inline constexpr uint64_t kRunFileHeaderBytes = 16;   // magic, u32 version, u32 flags
+inline constexpr uint64_t kRunFileHeaderBytes = 16;    // magic, u32 version, u32 flags
 inline constexpr uint64_t kRunRecordHeaderBytes = 12;  // u32 tag, u64 length
 inline constexpr uint64_t kRunRecordTrailerBytes = 4;  // u32 crc of the payload
 // A record tag: four ASCII characters, the first in the low byte.

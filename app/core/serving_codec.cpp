@@ -23,26 +23,31 @@ using detail::Writer;
 constexpr int64_t kIntMin = std::numeric_limits<int32_t>::min();
 constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
 
-double fin(double v) { return std::isfinite(v) ? v : 0.0; }
-float fin(float v) { return std::isfinite(v) ? v : 0.0f; }
+double fin(double v) {
+  return std::isfinite(v) ? v : 0.0;
+}
+float fin(float v) {
+  return std::isfinite(v) ? v : 0.0f;
+}
 
 // ---- what changed ------------------------------------------------------------------------
 
 bool tile_equal(const PoolTile& a, const PoolTile& b) {
-  return a.state == b.state && a.refs == b.refs && a.owners == b.owners &&
-         a.logical == b.logical && a.first_pos == b.first_pos && a.n_pos == b.n_pos &&
-         a.hash_hits == b.hash_hits && a.published == b.published && a.flash == b.flash;
+  return a.state == b.state && a.refs == b.refs && a.owners == b.owners && a.logical == b.logical &&
+         a.first_pos == b.first_pos && a.n_pos == b.n_pos && a.hash_hits == b.hash_hits &&
+         a.published == b.published && a.flash == b.flash;
 }
 
-bool same_double(double a, double b) { return fin(a) == fin(b); }
+bool same_double(double a, double b) {
+  return fin(a) == fin(b);
+}
 
 // Compares what the file stores of a lane (attention only when it is stored).
 bool lane_equal(const Lane& a, const Lane& b, bool with_attention) {
-  return a.seq == b.seq && a.request == b.request && a.sample == b.sample &&
-         a.parent == b.parent && a.state == b.state && a.color == b.color &&
-         a.prompt_tokens == b.prompt_tokens && a.cached_tokens == b.cached_tokens &&
-         a.computed == b.computed && a.ids == b.ids && a.pieces == b.pieces &&
-         a.table == b.table && a.step_tokens == b.step_tokens &&
+  return a.seq == b.seq && a.request == b.request && a.sample == b.sample && a.parent == b.parent &&
+         a.state == b.state && a.color == b.color && a.prompt_tokens == b.prompt_tokens &&
+         a.cached_tokens == b.cached_tokens && a.computed == b.computed && a.ids == b.ids &&
+         a.pieces == b.pieces && a.table == b.table && a.step_tokens == b.step_tokens &&
          a.step_prompt == b.step_prompt && a.arrival_step == b.arrival_step &&
          a.preemptions == b.preemptions && same_double(a.ttft_ms, b.ttft_ms) &&
          same_double(a.tokens_per_s, b.tokens_per_s) && a.stop == b.stop &&
@@ -52,8 +57,8 @@ bool lane_equal(const Lane& a, const Lane& b, bool with_attention) {
 bool totals_equal(const SchedulerStats& a, const SchedulerStats& b) {
   auto ints = [](const SchedulerStats& s) {
     return std::tie(s.steps, s.finished, s.peak_kv_bytes, s.unshared_kv_bytes,
-                    s.contiguous_kv_bytes, s.prefix_hit_tokens, s.prefill_tokens,
-                    s.decode_tokens, s.preemptions, s.cow_copies, s.ttft_hits, s.ttft_misses);
+                    s.contiguous_kv_bytes, s.prefix_hit_tokens, s.prefill_tokens, s.decode_tokens,
+                    s.preemptions, s.cow_copies, s.ttft_hits, s.ttft_misses);
   };
   return ints(a) == ints(b) && same_double(a.slot_utilization, b.slot_utilization) &&
          same_double(a.contiguous_utilization, b.contiguous_utilization) &&
@@ -144,8 +149,8 @@ void put_lane(Writer& w, uint32_t index, const Lane* prev, const Lane& l, AttnEn
 
 void put_point(Writer& w, const ServingPoint& p) {
   for (int v : {p.step, p.running, p.waiting, p.finished, p.used, p.free, p.cached}) w.i32(v);
-  for (double v : {p.slot_utilization, p.contiguous_utilization, p.fragmentation,
-                   p.prefix_hit_rate})
+  for (double v :
+       {p.slot_utilization, p.contiguous_utilization, p.fragmentation, p.prefix_hit_rate})
     w.f64(fin(v));
   w.i32(p.prefill_tokens);
   w.i32(p.decode_tokens);
@@ -307,8 +312,8 @@ void get_changed(Reader& r, const char* what, int64_t max_size, uint64_t min_byt
     get(v[index]);
   }
   if (r.ok() && size > old_size && new_listed != size - old_size)
-    r.fail(index_field.c_str(), "the entries past the old size " + std::to_string(old_size) +
-                                    " are not all listed");
+    r.fail(index_field.c_str(),
+           "the entries past the old size " + std::to_string(old_size) + " are not all listed");
 }
 
 }  // namespace
@@ -407,7 +412,8 @@ std::vector<uint8_t> encode_serving_step(const ServingSnapshot* prev, const Serv
 
   std::vector<uint32_t> changed;
   for (size_t i = 0; i < cur.tiles.size(); ++i)
-    if (i >= p.tiles.size() || !tile_equal(p.tiles[i], cur.tiles[i])) changed.push_back(uint32_t(i));
+    if (i >= p.tiles.size() || !tile_equal(p.tiles[i], cur.tiles[i]))
+      changed.push_back(uint32_t(i));
   w.u32(uint32_t(cur.tiles.size()));
   w.u32(uint32_t(changed.size()));
   for (uint32_t i : changed) put_tile(w, i, cur.tiles[i]);
@@ -461,12 +467,11 @@ Status apply_serving_step(const ServingMeta& m, const uint8_t* p, size_t n, Serv
   s->done = r.flag("done");
   s->playing = r.flag("playing");
   s->error = r.str("error", false);
-  get_changed(r, "tiles", kServingMaxBlocks, kMinTileBytes, s->tiles,
-              [&](PoolTile& t) {
-                // The entry's own fields replace the tile's whole.
-                t = PoolTile{};
-                get_tile(r, m, t);
-              });
+  get_changed(r, "tiles", kServingMaxBlocks, kMinTileBytes, s->tiles, [&](PoolTile& t) {
+    // The entry's own fields replace the tile's whole.
+    t = PoolTile{};
+    get_tile(r, m, t);
+  });
   get_changed(r, "lanes", kServingMaxLanes, kMinLaneBytes, s->lanes,
               [&](Lane& l) { get_lane(r, m, l); });
   if (r.flag("waiting.changed")) {

@@ -15,7 +15,9 @@ namespace {
 
 constexpr uint64_t kMaxPayload = 1ull << 36;
 
-std::string sys_error() { return std::strerror(errno); }
+std::string sys_error() {
+  return std::strerror(errno);
+}
 
 class FileSource final : public ByteSource {
  public:
@@ -48,7 +50,9 @@ struct Record {
   uint64_t next = 0;
 };
 
-std::string where(const std::string& name) { return "serving run file '" + name + "'"; }
+std::string where(const std::string& name) {
+  return "serving run file '" + name + "'";
+}
 
 // Reads and checks the framing of the record at `offset`.
 Expected<Record> read_record(const ByteSource& src, uint64_t offset, const std::string& name,
@@ -85,8 +89,8 @@ Expected<Record> read_record(const ByteSource& src, uint64_t offset, const std::
 }
 
 Error in_record(const std::string& name, const Record& rec, const std::string& msg) {
-  return make_error(where(name), ": ", run_record_tag_name(rec.tag), " record at byte ",
-                    rec.offset, ": ", msg);
+  return make_error(where(name), ": ", run_record_tag_name(rec.tag), " record at byte ", rec.offset,
+                    ": ", msg);
 }
 
 std::vector<uint8_t> encode_serving_end(int steps) {
@@ -104,7 +108,8 @@ Status check_header(const ByteSource& src, const std::string& name) {
   uint8_t head[kRunFileHeaderBytes];
   KV_TRY(src.read(0, head, sizeof head));
   if (std::memcmp(head, kRunFileMagic, sizeof kRunFileMagic) != 0)
-    return make_error(where(name), ": not a kvscope run file (bad magic; expected \"KVSRUN\\r\\n\")");
+    return make_error(where(name),
+                      ": not a kvscope run file (bad magic; expected \"KVSRUN\\r\\n\")");
   uint32_t version = 0, flags = 0, first_tag = 0;
   std::memcpy(&version, head + 8, 4);
   std::memcpy(&flags, head + 12, 4);
@@ -159,8 +164,8 @@ Status ServingRecorder::write_step(const ServingSnapshot& s) {
   if (s.step <= mirror_.step)
     return make_error("serving run file '", path_, "': step ", s.step,
                       " does not follow the recorded step ", mirror_.step);
-  std::vector<uint8_t> payload = encode_serving_step(steps_ == 0 ? nullptr : &mirror_, s,
-                                                     meta_.attention);
+  std::vector<uint8_t> payload =
+      encode_serving_step(steps_ == 0 ? nullptr : &mirror_, s, meta_.attention);
   // What a reader will rebuild: the next delta's base, and proof that the record decodes.
   // A snapshot the format cannot hold (a value out of its range) ends the recording: the
   // mirror is then partly changed, so no later delta could be trusted. What was recorded
@@ -188,8 +193,8 @@ Expected<std::unique_ptr<ServingRecorder>> ServingRecorder::create(const std::st
   meta.n_requests = first.n_requests;
   const std::vector<uint8_t> meta_bytes = encode_serving_meta(meta);
   if (auto m = decode_serving_meta(meta_bytes.data(), meta_bytes.size()); !m.ok())
-    return make_error("serving run file '", path, "': the configuration cannot be recorded: ",
-                      m.error().message);
+    return make_error("serving run file '", path,
+                      "': the configuration cannot be recorded: ", m.error().message);
   std::unique_ptr<ServingRecorder> r(new ServingRecorder());
   r->path_ = path;
   r->meta_ = std::move(meta);
@@ -207,7 +212,9 @@ Expected<std::unique_ptr<ServingRecorder>> ServingRecorder::create(const std::st
   return r;
 }
 
-Status ServingRecorder::append(const ServingSnapshot& s) { return write_step(s); }
+Status ServingRecorder::append(const ServingSnapshot& s) {
+  return write_step(s);
+}
 
 Status ServingRecorder::finish() {
   if (finished_) return make_error("serving run file '", path_, "' is already finished");
@@ -245,8 +252,8 @@ Expected<std::unique_ptr<ServingReplay>> ServingReplay::open(std::unique_ptr<Byt
   bool have_meta = false, have_end = false;
   while (at < src->size()) {
     if (have_end)
-      return make_error(where(name), ": ", src->size() - at, " bytes after the SRVE record at byte ",
-                        at);
+      return make_error(where(name), ": ", src->size() - at,
+                        " bytes after the SRVE record at byte ", at);
     auto rec = read_record(*src, at, name, verify_crc);
     if (!rec.ok()) return rec.error();
     const Record& r = rec.value();
@@ -270,22 +277,23 @@ Expected<std::unique_ptr<ServingReplay>> ServingReplay::open(std::unique_ptr<Byt
       rp->offsets_.push_back(r.offset);
     } else {
       if (r.payload.size() != 4)
-        return in_record(name, r, "payload of " + std::to_string(r.payload.size()) +
-                                      " bytes, expected 4 (i32 steps)");
+        return in_record(
+            name, r,
+            "payload of " + std::to_string(r.payload.size()) + " bytes, expected 4 (i32 steps)");
       int32_t steps = 0;
       std::memcpy(&steps, r.payload.data(), 4);
       if (steps != int64_t(rp->offsets_.size()))
-        return in_record(name, r, "field 'steps': value " + std::to_string(steps) +
-                                      " but the file holds " +
-                                      std::to_string(rp->offsets_.size()) + " SRVS records");
+        return in_record(name, r,
+                         "field 'steps': value " + std::to_string(steps) + " but the file holds " +
+                             std::to_string(rp->offsets_.size()) + " SRVS records");
       have_end = true;
     }
     at = r.next;
   }
   if (!have_meta) return make_error(where(name), ": the file is truncated (no SRVM record)");
   if (!have_end)
-    return make_error(where(name), ": the file is truncated: it ends after ",
-                      rp->offsets_.size(), " snapshots at byte ", at, " without its SRVE record");
+    return make_error(where(name), ": the file is truncated: it ends after ", rp->offsets_.size(),
+                      " snapshots at byte ", at, " without its SRVE record");
   if (!rp->offsets_.empty()) {
     // The newest snapshot is where a replay usually starts.
     rp->cur_ = std::make_shared<ServingSnapshot>(std::move(s));
@@ -298,10 +306,8 @@ Expected<std::unique_ptr<ServingReplay>> ServingReplay::open(std::unique_ptr<Byt
 Status ServingReplay::apply_record(int index, ServingSnapshot* s) const {
   auto rec = read_record(*src_, offsets_[size_t(index)], name_, verify_crc_);
   if (!rec.ok()) return rec.error();
-  if (rec->tag != kTagServingStep)
-    return in_record(name_, rec.value(), "expected an SRVS record");
-  if (Status st = apply_serving_step(meta_, rec->payload.data(), rec->payload.size(), s);
-      !st.ok())
+  if (rec->tag != kTagServingStep) return in_record(name_, rec.value(), "expected an SRVS record");
+  if (Status st = apply_serving_step(meta_, rec->payload.data(), rec->payload.size(), s); !st.ok())
     return in_record(name_, rec.value(), st.message());
   return Status::Ok();
 }

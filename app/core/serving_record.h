@@ -61,8 +61,7 @@ std::vector<uint8_t> encode_serving_step(const ServingSnapshot* prev, const Serv
 // Applies an SRVS payload to `s` (the previous snapshot, or one made by
 // serving_snapshot_start for the first), checking every field and count against the payload
 // and the state it changes. On error `s` is left partly changed.
-Status apply_serving_step(const ServingMeta& meta, const uint8_t* p, size_t n,
-                          ServingSnapshot* s);
+Status apply_serving_step(const ServingMeta& meta, const uint8_t* p, size_t n, ServingSnapshot* s);
 // The state before the first step: the configuration from `meta`, nothing else.
 ServingSnapshot serving_snapshot_start(const ServingMeta& meta);
 
@@ -135,7 +134,7 @@ class ServingReplay {
   std::string name_;
   bool verify_crc_ = true;
   ServingMeta meta_;
-  std::vector<uint64_t> offsets_;  // SRVS record of each snapshot
+  std::vector<uint64_t> offsets_;                                    // SRVS record of each snapshot
   std::vector<std::shared_ptr<const ServingSnapshot>> checkpoints_;  // [i / kCheckpointEvery]
   std::shared_ptr<ServingSnapshot> cur_;  // the snapshot of cur_index_ (null: none yet)
   int cur_index_ = -1;

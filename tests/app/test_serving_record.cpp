@@ -307,8 +307,10 @@ std::vector<ServingSnapshot> make_run() {
     s.tiles[0].refs = 3;
     s.tiles[0].owners = {0, 1, 2};
     s.waiting.clear();
-    s.events = {{EventKind::Admit, 1, 0, ""},   {EventKind::PrefixHit, 1, 4, ""},
-                {EventKind::Chunk, 1, 2, ""},   {EventKind::Fork, 2, 1, ""},
+    s.events = {{EventKind::Admit, 1, 0, ""},
+                {EventKind::PrefixHit, 1, 4, ""},
+                {EventKind::Chunk, 1, 2, ""},
+                {EventKind::Fork, 2, 1, ""},
                 {EventKind::Cow, 2, 1, ""}};
     s.totals.prefix_hit_tokens = 4;
     s.totals.cow_copies = 1;
@@ -372,8 +374,7 @@ std::vector<ServingSnapshot> make_run() {
     l.tokens_per_s = 50 + k;
     const int block = 4 + (l.computed - 1) / 4 % 8;
     if (l.table.empty() || l.table.back() != block) l.table.push_back(block);
-    use_tile(s, block, 3, int(l.table.size()) - 1, (l.computed - 1) % 4 + 1,
-             TileFlash::Written);
+    use_tile(s, block, 3, int(l.table.size()) - 1, (l.computed - 1) % 4 + 1, TileFlash::Written);
     if (k % 40 == 39) s.lanes[3].table.clear();  // the window gives blocks back
     s.events = {{EventKind::Chunk, 3, 1, ""}};
     if (k == 149) {
@@ -550,8 +551,15 @@ TEST(ServingRecord, TruncatedFilesAreRejected) {
   ASSERT_GT(bytes.size(), 1000u);
   const std::vector<RecordAt> recs = records_of(bytes);
   // At every record boundary, and inside the header and records.
-  std::vector<size_t> cuts = {0, 5, 15, 16, 17, size_t(recs[1].offset) + 7,
-                              size_t(recs[1].offset) + 30, bytes.size() - 1, bytes.size() - 10};
+  std::vector<size_t> cuts = {0,
+                              5,
+                              15,
+                              16,
+                              17,
+                              size_t(recs[1].offset) + 7,
+                              size_t(recs[1].offset) + 30,
+                              bytes.size() - 1,
+                              bytes.size() - 10};
   for (const RecordAt& r : recs) cuts.push_back(size_t(r.offset));
   for (size_t cut : cuts) {
     SCOPED_TRACE("cut at " + std::to_string(cut));
@@ -566,12 +574,11 @@ TEST(ServingRecord, TruncatedFilesAreRejected) {
                 m.find("runs past the end") != std::string::npos)
         << m;
   }
-  expect_rejected(write_bytes("cut.kvs", std::vector<uint8_t>(bytes.begin(),
-                                                              bytes.end() - 8)),
+  expect_rejected(write_bytes("cut.kvs", std::vector<uint8_t>(bytes.begin(), bytes.end() - 8)),
                   "runs past the end");
   expect_rejected(
-      write_bytes("cut.kvs", std::vector<uint8_t>(bytes.begin(), bytes.begin() +
-                                                                      long(recs.back().offset))),
+      write_bytes("cut.kvs",
+                  std::vector<uint8_t>(bytes.begin(), bytes.begin() + long(recs.back().offset))),
       "without its SRVE record");
 }
 
@@ -755,8 +762,8 @@ TEST(ServingRecord, ASixteenByThousandRunStaysSmall) {
         use_tile(cur, block, q, pos / kBlock, pos % kBlock + 1, TileFlash::Written);
         cur.events.push_back({EventKind::Chunk, q, 1, ""});
       }
-      cur.history.push_back(ServingPoint{step, kLanes, 0, 0, step, 0, 0, 0.5, 0.1, 0.01, 0.0,
-                                         0, kLanes, 1000.0, 2.0});
+      cur.history.push_back(ServingPoint{step, kLanes, 0, 0, step, 0, 0, 0.5, 0.1, 0.01, 0.0, 0,
+                                         kLanes, 1000.0, 2.0});
       cur.totals.steps = step;
       cur.totals.decode_tokens += kLanes;
       ASSERT_TRUE(rec.value()->append(cur).ok());

@@ -43,8 +43,7 @@ bool check_serving(const uint8_t* data, size_t size, bool verify_crc) {
   return true;
 }
 
-void check(const kvscope::app::ByteSource& src, const uint8_t* data, size_t size,
-           bool verify_crc) {
+void check(const kvscope::app::ByteSource& src, const uint8_t* data, size_t size, bool verify_crc) {
   const bool serving = check_serving(data, size, verify_crc);
   auto idx = kvscope::app::index_run(src, "input", verify_crc);
   if (idx.ok() && serving) fail("both readers accept the input", "");
