@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "app/core/replay_source.h"
 #include "app/core/run_file.h"
 #include "app/core/serving_record.h"
 #include "tests/app/serving_snapshots.h"
@@ -198,6 +199,10 @@ TEST(ServingRecord, SingleSequenceAndServingFilesNameEachOther) {
   EXPECT_NE(f.error().message.find("a serving run: open it with --view serving --replay"),
             std::string::npos)
       << f.error().message;
+  auto replay = open_replay(serving);  // what `kvscope --replay` opens
+  ASSERT_FALSE(replay.ok());
+  EXPECT_NE(replay.error().message.find("a serving run"), std::string::npos)
+      << replay.error().message;
 
   // Version 1 (committed) and version 2 (written now).
   const std::string v1 = std::string(KVSCOPE_SOURCE_DIR) + "/tests/golden/run_v1.kvs";
