@@ -12,27 +12,18 @@
 namespace kvscope::app {
 namespace {
 
-constexpr char kMagic[8] = {'K', 'V', 'S', 'R', 'U', 'N', '\r', '\n'};
-constexpr uint64_t kFileHeaderBytes = 16;
-constexpr uint64_t kRecordHeaderBytes = 12;   // u32 tag, u64 length
-constexpr uint64_t kRecordTrailerBytes = 4;   // u32 crc
+constexpr const char (&kMagic)[8] = kRunFileMagic;
+constexpr uint64_t kFileHeaderBytes = kRunFileHeaderBytes;
+constexpr uint64_t kRecordHeaderBytes = kRunRecordHeaderBytes;
+constexpr uint64_t kRecordTrailerBytes = kRunRecordTrailerBytes;
 constexpr uint64_t kMaxPayload = 1ull << 36;  // 64 GiB: far above any real step
 
-constexpr uint32_t tag_of(const char (&s)[5]) {
-  return uint32_t(uint8_t(s[0])) | uint32_t(uint8_t(s[1])) << 8 | uint32_t(uint8_t(s[2])) << 16 |
-         uint32_t(uint8_t(s[3])) << 24;
-}
-constexpr uint32_t kTagMeta = tag_of("META");
-constexpr uint32_t kTagStep = tag_of("STEP");
-constexpr uint32_t kTagEnd = tag_of("END ");
+constexpr uint32_t kTagMeta = kTagRunMeta;
+constexpr uint32_t kTagStep = run_record_tag("STEP");
+constexpr uint32_t kTagEnd = run_record_tag("END ");
 
 std::string tag_name(uint32_t tag) {
-  std::string s;
-  for (int i = 0; i < 4; ++i) {
-    char c = char((tag >> (8 * i)) & 0xFF);
-    s += (c >= 0x20 && c < 0x7F) ? c : '?';
-  }
-  return s;
+  return run_record_tag_name(tag);
 }
 
 std::string sys_error() {
@@ -110,6 +101,15 @@ Status with_context(const Error& e, const std::string& name, const Record& rec) 
 
 }  // namespace
 
+std::string run_record_tag_name(uint32_t tag) {
+  std::string s;
+  for (int i = 0; i < 4; ++i) {
+    char c = char((tag >> (8 * i)) & 0xFF);
+    s += (c >= 0x20 && c < 0x7F) ? c : '?';
+  }
+  return s;
+}
+
 Status BufferSource::read(uint64_t offset, void* dst, size_t n) const {
   if (offset > n_ || n > n_ - offset) return make_error("read past the end of the buffer");
   if (n > 0) std::memcpy(dst, p_ + offset, n);  // dst may be null for n = 0
@@ -129,6 +129,17 @@ Expected<RunIndex> index_run(const ByteSource& src, const std::string& name, boo
   uint32_t version = 0, flags = 0;
   std::memcpy(&version, head + 8, 4);
   std::memcpy(&flags, head + 12, 4);
+  // A serving run (serving_record.h) is told apart by its first record, whatever the version.
+  uint32_t first_tag = 0;
+  if (src.size() >= kFileHeaderBytes + 4) KV_TRY(src.read(kFileHeaderBytes, &first_tag, 4));
+  if (first_tag == kTagServingMeta)
+    return make_error(what, ": a serving run: open it with --view serving --replay");
+  if (version == kServingRunFileVersion)
+    return make_error(what, ": format version ", version,
+                      " is not supported for a single-sequence run (this kvscope reads versions ",
+                      kRunFileOldestVersion, " to ", kRunFileVersion,
+                      "; version 3 files hold serving runs, and this one's first record is ",
+                      tag_name(first_tag), ", not SRVM)");
   if (version < kRunFileOldestVersion || version > kRunFileVersion)
     return make_error(what, ": format version ", version,
                       " is not supported (this kvscope reads versions ", kRunFileOldestVersion,

@@ -28,9 +28,31 @@ namespace kvscope::app {
 
 // Version 2 added the sampler's penalties (META) and the candidates' logits before them
 // (STEP) at the end of their records; version 1 files are still read (no penalties).
+// kRunFileVersion is the newest single-sequence version (what RunFile writes).
 inline constexpr uint32_t kRunFileVersion = 2;
 inline constexpr uint32_t kRunFileOldestVersion = 1;
 inline constexpr uint64_t kNoOffset = ~uint64_t(0);
+
+// Version 3 added serving runs (many sequences, app/core/serving_record.h): a version-3 file
+// holds one serving run in records of its own (SRVM, SRVS, SRVE). A single-sequence run's
+// records did not change, so RunFile still writes version 2 and older kvscopes still read it.
+// Each reader recognises the other kind of run by its first record and says how to open it.
+inline constexpr uint32_t kServingRunFileVersion = 3;
+
+// The file header and record framing, shared by both kinds of run.
+inline constexpr char kRunFileMagic[8] = {'K', 'V', 'S', 'R', 'U', 'N', '\r', '\n'};
+inline constexpr uint64_t kRunFileHeaderBytes = 16;    // magic, u32 version, u32 flags
+inline constexpr uint64_t kRunRecordHeaderBytes = 12;  // u32 tag, u64 length
+inline constexpr uint64_t kRunRecordTrailerBytes = 4;  // u32 crc of the payload
+// A record tag: four ASCII characters, the first in the low byte.
+constexpr uint32_t run_record_tag(const char (&s)[5]) {
+  return uint32_t(uint8_t(s[0])) | uint32_t(uint8_t(s[1])) << 8 | uint32_t(uint8_t(s[2])) << 16 |
+         uint32_t(uint8_t(s[3])) << 24;
+}
+inline constexpr uint32_t kTagRunMeta = run_record_tag("META");
+inline constexpr uint32_t kTagServingMeta = run_record_tag("SRVM");
+// The tag as printable text ('?' for other bytes), for errors.
+std::string run_record_tag_name(uint32_t tag);
 
 // Bytes to validate: a file (pread) or a buffer (fuzzing, tests).
 class ByteSource {

@@ -3,13 +3,18 @@
 // Each input is validated twice: as is (checksums verified: almost every mutation must be
 // refused there, cleanly), and with checksums ignored, which lets mutated payloads reach the
 // META/STEP/END decoders. Whenever the index accepts a file, every step it lists must decode:
-// the index and the step reader must agree. A violation aborts so the fuzzer keeps the input.
-// Seeds: tests/fuzz/corpus/run_file/ (small real recordings of a tiny model).
+// the index and the step reader must agree. The same for the serving reader
+// (serving_record.h): whenever it opens a file, every snapshot must rebuild, and never both
+// readers accept one file. A violation aborts so the fuzzer keeps the input.
+// Seeds: tests/fuzz/corpus/run_file/ (small real recordings of a tiny model, and a small
+// hand-made serving run).
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 
 #include "app/core/run_file.h"
+#include "app/core/serving_record.h"
 
 namespace {
 
@@ -18,8 +23,30 @@ namespace {
   std::abort();
 }
 
-void check(const kvscope::app::ByteSource& src, bool verify_crc) {
+// Returns whether the serving reader accepted the input.
+bool check_serving(const uint8_t* data, size_t size, bool verify_crc) {
+  using namespace kvscope::app;
+  auto rp = ServingReplay::open(std::make_unique<BufferSource>(data, size), "input", verify_crc);
+  if (!rp.ok()) {
+    if (rp.error().message.empty()) fail("an empty serving error message", "");
+    return false;
+  }
+  ServingReplay& r = *rp.value();
+  // Backward from the newest (checkpoints), then forward one at a time.
+  for (int i : {r.steps() - 1, 0})
+    if (i >= 0 && !r.snapshot(i).ok()) fail("an indexed snapshot does not rebuild", "");
+  for (int i = 0; i < r.steps(); ++i) {
+    auto s = r.snapshot(i);
+    if (!s.ok()) fail("an indexed snapshot does not rebuild", s.error().message);
+    if (int64_t(s.value()->tiles.size()) > kServingMaxBlocks) fail("too many tiles", "");
+  }
+  return true;
+}
+
+void check(const kvscope::app::ByteSource& src, const uint8_t* data, size_t size, bool verify_crc) {
+  const bool serving = check_serving(data, size, verify_crc);
   auto idx = kvscope::app::index_run(src, "input", verify_crc);
+  if (idx.ok() && serving) fail("both readers accept the input", "");
   if (!idx.ok()) {
     if (idx.error().message.empty()) fail("an empty error message", "");
     return;
@@ -38,7 +65,7 @@ void check(const kvscope::app::ByteSource& src, bool verify_crc) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   kvscope::app::BufferSource src(data, size);
-  check(src, /*verify_crc=*/true);
-  check(src, /*verify_crc=*/false);
+  check(src, data, size, /*verify_crc=*/true);
+  check(src, data, size, /*verify_crc=*/false);
   return 0;
 }
