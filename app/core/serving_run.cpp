@@ -310,6 +310,7 @@ void ServingRun::wait_until(int step, double timeout_s) {
     impl_->step_target = std::max(impl_->step_target, step);
     run = impl_->runs;
   }
+  if (run == 0) return;  // nothing started: no step will come
   impl_->cv.notify_all();
   const auto until = std::chrono::steady_clock::now() +
                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(

@@ -85,7 +85,9 @@ void check_tiles(const ServingSnapshot& s) {
     // One model group: each reference is one lane's table entry.
     EXPECT_EQ(t.refs, int(t.owners.size())) << "block " << b;
     EXPECT_EQ(t.state == TileState::Used, t.refs > 0) << "block " << b;
-    if (t.state == TileState::Cached) EXPECT_TRUE(t.published) << "block " << b;
+    if (t.state == TileState::Cached) {
+      EXPECT_TRUE(t.published) << "block " << b;
+    }
     EXPECT_TRUE(std::is_sorted(t.owners.begin(), t.owners.end()));
     EXPECT_LE(t.n_pos, s.block_size);
   }
@@ -94,7 +96,9 @@ void check_tiles(const ServingSnapshot& s) {
   EXPECT_EQ(free, p.free);
   EXPECT_EQ(used + cached + free, s.n_blocks);
   for (const Lane& l : s.lanes) {
-    if (l.state != LaneState::Running) EXPECT_TRUE(l.table.empty()) << "seq " << l.seq;
+    if (l.state != LaneState::Running) {
+      EXPECT_TRUE(l.table.empty()) << "seq " << l.seq;
+    }
     EXPECT_EQ(int(l.table.size()), (l.computed + s.block_size - 1) / s.block_size)
         << "seq " << l.seq;
     for (int32_t b : l.table) {
@@ -108,7 +112,9 @@ void check_tiles(const ServingSnapshot& s) {
     EXPECT_EQ(l.ids.size(), l.pieces.size());
     if (!l.attention.empty()) {  // over the positions before the token it just sampled
       EXPECT_EQ(l.attention.size() + 1, l.ids.size()) << "seq " << l.seq;
-      if (l.state == LaneState::Running) EXPECT_EQ(int(l.attention.size()), l.computed);
+      if (l.state == LaneState::Running) {
+        EXPECT_EQ(int(l.attention.size()), l.computed);
+      }
       float sum = 0;
       for (float a : l.attention) sum += a;
       EXPECT_NEAR(sum, 1.0f, 1e-3f) << "seq " << l.seq;
@@ -220,6 +226,12 @@ TEST(ServingRun, PreemptionShowsAndEveryRequestFinishes) {
         EXPECT_NE(std::find(s->waiting.begin(), s->waiting.end(), e.seq), s->waiting.end());
       }
   EXPECT_TRUE(saw) << "six blocks cannot hold four requests of three";
+  // The finishing requests' blocks flash Released and stay cached when full.
+  bool released_cached = false;
+  for (const auto& s : snaps)
+    for (const PoolTile& t : s->tiles)
+      released_cached |= t.flash == TileFlash::Released && t.state == TileState::Cached;
+  EXPECT_TRUE(released_cached);
   const ServingSnapshot& last = *snaps.back();
   ASSERT_TRUE(last.done);
   for (const Lane& l : last.lanes) {
@@ -228,6 +240,35 @@ TEST(ServingRun, PreemptionShowsAndEveryRequestFinishes) {
   }
   EXPECT_GT(last.totals.preemptions, 0);
   EXPECT_EQ(last.history.back().used, 0);
+}
+
+// A cached block taken for new content: one request at a time through four blocks, the
+// first request's two full blocks cached when it finishes, the second's third block evicts
+// the least recently used of them.
+TEST(ServingRun, CachedBlocksAreEvictedForNewContent) {
+  if (!have_model()) GTEST_SKIP() << kAbsent;
+  ServingRun run(engine_options());
+  ServingConfig cfg = small_config(40);  // 5 to 9 prompt tokens + 40: three blocks
+  cfg.workload.prompts = {kPrompts[0], kPrompts[2]};
+  cfg.workload.arrival = "all";
+  cfg.scheduler.pool_blocks = 4;
+  cfg.scheduler.max_seqs = 1;
+  run.start(cfg, /*play=*/false);
+  auto snaps = run_steps(run, 200);
+  ASSERT_FALSE(snaps.empty());
+  ASSERT_TRUE(snaps.back()->done);
+  int evicted = 0;
+  for (size_t k = 1; k < snaps.size(); ++k)
+    for (size_t b = 0; b < snaps[k]->tiles.size(); ++b) {
+      const PoolTile& t = snaps[k]->tiles[b];
+      if (t.flash != TileFlash::Evicted) continue;
+      ++evicted;
+      EXPECT_EQ(snaps[k - 1]->tiles[b].state, TileState::Cached);
+      EXPECT_EQ(t.state, TileState::Used);
+      ASSERT_EQ(t.owners.size(), 1u);
+      EXPECT_EQ(t.owners[0], 1) << "the second request's new block";
+    }
+  EXPECT_EQ(evicted, 1);
 }
 
 // 4: two samples of one prompt: a fork, then a copy-on-write of the shared last block.
