@@ -56,6 +56,13 @@ ServingBuilder::ServingBuilder(const Scheduler& sched, const ServingConfig& cfg,
   }
 }
 
+std::vector<const std::vector<int32_t>*> ServingBuilder::LaneRec::tables() const {
+  if (groups.empty()) return {&lane.table};
+  std::vector<const std::vector<int32_t>*> out;
+  for (const auto& t : groups) out.push_back(&t);
+  return out;
+}
+
 void ServingBuilder::header(ServingSnapshot& s) const {
   const SchedulerConfig& c = sched_.config();
   s.run = run_;
@@ -101,6 +108,7 @@ void ServingBuilder::apply_events(const BatchStep& st, Clock::time_point t0,
         r.preempted = true;
         ++r.lane.preemptions;
         r.lane.table.clear();
+        r.groups.clear();
         r.lane.computed = 0;
         break;
       case EventKind::Cow:
@@ -123,18 +131,28 @@ void ServingBuilder::apply_row(const StepRow& row, bool cow_event, Clock::time_p
   r.known = true;
   r.preempted = false;
   if (cow_event) {  // the block that changed id at a logical index is the private copy
-    const size_t n = std::min(l.table.size(), row.table.size());
-    for (size_t i = 0; i < n; ++i)
-      if (row.table[i] >= 0 && row.table[i] != l.table[i]) cow[size_t(row.table[i])] = 1;
+    const auto before = r.tables();
+    std::vector<const std::vector<int32_t>*> after{&row.table};
+    if (!row.tables.empty()) {
+      after.clear();
+      for (const auto& t : row.tables) after.push_back(&t);
+    }
+    for (size_t g = 0; g < std::min(before.size(), after.size()); ++g) {
+      const auto &was = *before[g], &now = *after[g];
+      for (size_t i = 0; i < std::min(was.size(), now.size()); ++i)
+        if (now[i] >= 0 && now[i] != was[i]) cow[size_t(now[i])] = 1;
+    }
   }
   l.table = row.table;
+  r.groups = row.tables;
   l.computed = row.pos0 + row.tokens;
   l.step_tokens = row.tokens;
   l.step_prompt = row.is_prompt;
-  for (int p = row.pos0; p < row.pos0 + row.tokens; ++p) {
-    const size_t i = size_t(p / B);
-    if (i < l.table.size() && l.table[i] >= 0) written[size_t(l.table[i])] = 1;
-  }
+  for (const auto* t : r.tables())
+    for (int p = row.pos0; p < row.pos0 + row.tokens; ++p) {
+      const size_t i = size_t(p / B);
+      if (i < t->size() && (*t)[i] >= 0) written[size_t((*t)[i])] = 1;
+    }
   if (row.token_id >= 0) {
     l.ids.push_back(row.token_id);
     l.pieces.push_back(serving_piece_text(sched_.model().tokenizer().token_bytes(row.token_id)));
@@ -175,17 +193,18 @@ void ServingBuilder::build_tiles(ServingSnapshot& s, const std::vector<char>& wr
   for (const LaneRec& r : lanes_) {  // by id: owners come out lowest id first
     if (!r.known) continue;
     const Lane& l = r.lane;
-    for (size_t i = 0; i < l.table.size(); ++i) {
-      const int b = l.table[i];
-      if (b < 0 || b >= N) continue;
-      PoolTile& t = s.tiles[size_t(b)];
-      t.owners.push_back(l.seq);
-      if (t.logical < 0) {
-        t.logical = int(i);
-        t.first_pos = int(i) * B;
-        t.n_pos = std::clamp(l.computed - int(i) * B, 0, B);
+    for (const auto* table : r.tables())
+      for (size_t i = 0; i < table->size(); ++i) {
+        const int b = (*table)[i];
+        if (b < 0 || b >= N) continue;
+        PoolTile& t = s.tiles[size_t(b)];
+        t.owners.push_back(l.seq);
+        if (t.logical < 0) {
+          t.logical = int(i);
+          t.first_pos = int(i) * B;
+          t.n_pos = std::clamp(l.computed - int(i) * B, 0, B);
+        }
       }
-    }
   }
   for (int b = 0; b < N; ++b) {
     PoolTile& t = s.tiles[size_t(b)];
@@ -248,15 +267,14 @@ std::shared_ptr<ServingSnapshot> ServingBuilder::after_step(const BatchStep& st,
   for (const StepRow& row : st.rows)
     if (row.seq >= 0 && row.seq < int(lanes_.size()))
       apply_row(row, cow_seq[size_t(row.seq)], t1, written, cow);
-  for (const auto& [seq, n] : hits) {  // the admitted table's first hit / B blocks
-    const auto& table = lanes_[size_t(seq)].lane.table;
-    for (size_t i = 0; i < size_t(n / B) && i < table.size(); ++i) {
-      const int b = table[i];
-      if (b < 0 || b >= N) continue;
-      ++hash_hits_[size_t(b)];
-      adopted[size_t(b)] = 1;
-    }
-  }
+  for (const auto& [seq, n] : hits)  // the admitted tables' first hit / B blocks
+    for (const auto* table : lanes_[size_t(seq)].tables())
+      for (size_t i = 0; i < size_t(n / B) && i < table->size(); ++i) {
+        const int b = (*table)[i];
+        if (b < 0 || b >= N) continue;
+        ++hash_hits_[size_t(b)];
+        adopted[size_t(b)] = 1;
+      }
   // States after the step: a sequence not running holds no blocks.
   for (LaneRec& r : lanes_) {
     if (!r.known) continue;
@@ -282,6 +300,7 @@ std::shared_ptr<ServingSnapshot> ServingBuilder::after_step(const BatchStep& st,
     }
     if (s != SeqState::Running) {
       l.table.clear();
+      r.groups.clear();
       l.computed = 0;
     }
     const bool ended = s == SeqState::Finished || s == SeqState::Cancelled || s == SeqState::Failed;

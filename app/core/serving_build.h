@@ -54,6 +54,10 @@ class ServingBuilder {
     bool known = false;      // arrived (or forked): shown
     bool preempted = false;  // preempted and not run since
     bool first_token = false;
+    // Every layer group's table (group 0 is lane.table) for a model whose windows split
+    // the layers (engine/kv_cache.h); empty for one group. -1: a block given back.
+    std::vector<std::vector<int32_t>> groups;
+    std::vector<const std::vector<int32_t>*> tables() const;
     int generated = 0;
     Clock::time_point arrived, first_at;
   };

@@ -203,6 +203,46 @@ TEST(ServingRun, SharedPrefixHitsAndTilesMatchThePool) {
   EXPECT_GT(last.history.back().prefix_hit_rate, 0);
 }
 
+// Gemma 3: its windowed and global layers keep blocks of their own (layer groups): every
+// group's blocks are tiles owned by the lanes, and the prefix is hit in both.
+TEST(ServingRun, TwoLayerGroupsTilesAndPrefixHits) {
+  if (!std::filesystem::exists(KVSCOPE_GEMMA_MODEL))
+    GTEST_SKIP() << "Gemma 3 absent: run scripts/fetch_model.sh gemma3-270m";
+  EngineOptions eo = engine_options();
+  eo.model_path = KVSCOPE_GEMMA_MODEL;
+  ServingRun run(eo);
+  ServingConfig cfg = small_config(3);
+  cfg.workload.prompts = {kPrompts[0], kPrompts[1]};
+  cfg.workload.shared_prefix = kSystem;
+  run.start(cfg, /*play=*/false);
+  auto snaps = run_steps(run, 32);
+  ASSERT_FALSE(snaps.empty());
+  ASSERT_TRUE(snaps.back()->done);
+  // Groups: the tiles a lane owns per entry of its first group's table.
+  int groups = 0;
+  bool hit = false;
+  for (const auto& s : snaps) {
+    for (const Lane& l : s->lanes) {
+      if (l.table.empty()) continue;
+      int held = 0;
+      for (const PoolTile& t : s->tiles)
+        held += int(std::count(t.owners.begin(), t.owners.end(), l.seq));
+      EXPECT_EQ(held % int(l.table.size()), 0) << "step " << s->step << " seq " << l.seq;
+      if (groups == 0) groups = held / int(l.table.size());
+      EXPECT_EQ(held, groups * int(l.table.size())) << "step " << s->step << " seq " << l.seq;
+    }
+    for (const SchedEvent& e : s->events) {
+      if (e.kind != EventKind::PrefixHit) continue;
+      hit = true;
+      int flashed = 0;
+      for (const PoolTile& t : s->tiles) flashed += t.flash == TileFlash::PrefixHit;
+      EXPECT_EQ(flashed, groups * (e.n / s->block_size)) << "the hit blocks of every group";
+    }
+  }
+  EXPECT_GE(groups, 2);
+  EXPECT_TRUE(hit);
+}
+
 // 3: a pool too small for everyone at once.
 TEST(ServingRun, PreemptionShowsAndEveryRequestFinishes) {
   if (!have_model()) GTEST_SKIP() << kAbsent;
