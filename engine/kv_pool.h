@@ -97,6 +97,8 @@ class KvPool {
   // another block or the block is already published.
   void publish(int block, uint64_t hash);
   bool published(int block) const { return has_hash_[size_t(block)]; }
+  // Count 0 and kept for the prefix cache (on the LRU list): what allocate() may evict.
+  bool cached(int block) const { return lru_at_[size_t(block)] != lru_.end(); }
 
   // Copies block src's rows to block dst in every layer (copy-on-write).
   Status copy_block(int dst, int src);

@@ -186,6 +186,8 @@ class Scheduler {
   const KvLayerGroups& layer_groups() const { return groups_; }
   const SchedulerStats& stats() const { return stats_; }
   int size() const;  // requests added
+  // Ids of the waiting sequences, head of the queue first (a preempted one is at the head).
+  const std::vector<int>& waiting_ids() const { return waiting_; }
   SeqState state(int seq) const;
   StopReason stop_reason(int seq) const;
   const std::vector<int32_t>& generated(int seq) const;

@@ -29,7 +29,9 @@
 #                  instrumented too): its worker thread, its queues, and the real model
 #                  steps it runs on the CPU thread pool; and the serve test (cli_serve):
 #                  `kvscope serve`'s engine thread, its inbox and per-request channels,
-#                  httplib's handler threads, disconnects and the SIGTERM shutdown. Only
+#                  httplib's handler threads, disconnects and the SIGTERM shutdown; and the
+#                  serving run's worker thread (app_serving_run_threads: its play, pause,
+#                  step, destruction and error cases of test_serving_run). Only
 #                  these: the rest is single-threaded or runs on that same pool, ASan
 #                  already checks it, and TSan would slow the real-model tests 10x or more;
 #                  the emulator's fibers would also need TSan fiber calls. (httplib's own
@@ -147,11 +149,11 @@ run_ctest "$root/build-asan" --timeout 1800 -E "$asan_skip"
 check_skips asan+ubsan "$root/build-asan"
 done_stage "asan+ubsan"
 
-stage "tsan: the controller and kvscope serve under ThreadSanitizer"
+stage "tsan: the controller, the serving run and kvscope serve under ThreadSanitizer"
 cmake -S "$root" -B "$root/build-tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DKVSCOPE_SANITIZE=thread -DKVSCOPE_APP=OFF -DKVSCOPE_CUDA=OFF >/dev/null
-cmake --build "$root/build-tsan" -j"$jobs" --target test_controller kvscope
-run_ctest "$root/build-tsan" -R '^(app_controller|cli_serve)$' --timeout 900
+cmake --build "$root/build-tsan" -j"$jobs" --target test_controller test_serving_run kvscope
+run_ctest "$root/build-tsan" -R '^(app_controller|app_serving_run_threads|cli_serve)$' --timeout 900
 check_skips tsan "$root/build-tsan"
 done_stage "tsan"
 printf '%s\n' "== summary of skips and SIMD paths, by stage:" "${summary[@]}"

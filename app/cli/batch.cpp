@@ -7,11 +7,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <sstream>
 
 #include "app/cli/commands.h"
 #include "app/cli/json_writer.h"
+#include "app/core/serving_run.h"
 #include "app/options/engine_options.h"
 #include "app/options/kv_options.h"
 #include "app/options/options.h"
@@ -69,34 +69,6 @@ Expected<std::vector<std::string>> read_prompts_dir(const std::string& dir) {
   }
   if (out.empty()) return make_error("--prompts-dir: ", dir, " has no prompt files");
   return out;
-}
-
-// The step each request arrives at: all at 1; every:N one every N steps; poisson:RATE
-// with exponential gaps of mean 1/RATE steps, drawn from `seed`.
-Expected<std::vector<int>> arrival_steps(const std::string& spec, int n, uint64_t seed) {
-  std::vector<int> at(size_t(n), 1);
-  if (spec == "all") return at;
-  const auto colon = spec.find(':');
-  const std::string kind = spec.substr(0, colon);
-  const std::string arg = colon == std::string::npos ? "" : spec.substr(colon + 1);
-  char* end = nullptr;
-  const double v = arg.empty() ? 0 : std::strtod(arg.c_str(), &end);
-  const bool number = !arg.empty() && end && *end == '\0' && std::isfinite(v);
-  if (kind == "every" && number && v >= 1 && v <= 1e6 && v == std::floor(v)) {
-    for (int i = 0; i < n; ++i) at[size_t(i)] = 1 + i * int(v);
-    return at;
-  }
-  if (kind == "poisson" && number && v > 0 && v <= 1e6) {
-    std::mt19937_64 rng(seed);
-    std::exponential_distribution<double> gap(v);
-    double t = 0;
-    for (int i = 0; i < n; ++i) {
-      if (i > 0) t += gap(rng);
-      at[size_t(i)] = 1 + int(std::min(t, 1e9));
-    }
-    return at;
-  }
-  return make_error("--arrival: '", spec, "' (choose all, every:N with N >= 1, or poisson:RATE with RATE > 0 per step)");
 }
 
 // `samples` per prompt: sequence id = prompt x samples + sample.
@@ -230,7 +202,7 @@ int run_batch(int argc, char** argv) {
   auto sampler_cfg = to_sampler_config(sampler);
   if (!sampler_cfg.ok()) return fail(sampler_cfg.error().message);
   const SamplerConfig sc = *sampler_cfg;
-  auto arrivals = arrival_steps(arrival, int(prompts->size()), sc.seed);
+  auto arrivals = app::arrival_steps(arrival, int(prompts->size()), sc.seed);
   if (!arrivals.ok()) return fail(arrivals.error().message);
   KvTypes kv_types;  // a bad type is refused before the model loads
   if (Status st = parse_kv_type_options(sched_opts.kv, &kv_types); !st.ok())

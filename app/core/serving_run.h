@@ -90,8 +90,10 @@ struct Lane {
   bool step_prompt = false;    // ... as a prompt chunk (or recomputation)
   int arrival_step = 0;
   int preemptions = 0;
-  // Attention of its newest query (mean over the heads of the middle layer), over
-  // positions [0, computed); empty when it ran nothing this step.
+  // Attention of its newest query (mean over the heads of the middle layer), over the
+  // positions its forward attended this step: [0, computed) while it runs (a sequence that
+  // ended in this step keeps its last query's row, over the positions it held); empty when
+  // it sampled nothing this step.
   std::vector<float> attention;
   double ttft_ms = -1;  // arrival to first token (-1: none yet)
   double tokens_per_s = 0;  // generated tokens / time since its first token
