@@ -32,28 +32,31 @@ std::string serving_piece_text(const std::string& bytes) {
 
 ServingBuilder::ServingBuilder(const Scheduler& sched, const ServingConfig& cfg, uint64_t run,
                                std::vector<ServingRequest> requests)
-    : sched_(sched), cfg_(cfg), run_(run), requests_(std::move(requests)) {
-  const Tokenizer& tok = sched_.model().tokenizer();
+    : sched_(sched), cfg_(cfg), run_(run) {
   hash_hits_.assign(size_t(sched_.pool().n_blocks()), 0);
-  for (size_t i = 0; i < requests_.size(); ++i) {
-    const ServingRequest& q = requests_[i];
-    std::vector<std::string> pieces;
-    pieces.reserve(q.prompt.size());
-    for (int32_t id : q.prompt) pieces.push_back(serving_piece_text(tok.token_bytes(id)));
-    for (int k = 0; k < q.n; ++k) {
-      const int seq = q.first_seq + k;
-      if (int(lanes_.size()) <= seq) lanes_.resize(size_t(seq) + 1);
-      Lane& l = lanes_[size_t(seq)].lane;
-      l.seq = seq;
-      l.request = int(i);
-      l.sample = k;
-      l.color = int(i);
-      l.prompt_tokens = int(q.prompt.size());
-      l.ids = q.prompt;
-      l.pieces = pieces;
-      l.arrival_step = q.arrival_step;
-    }
+  for (ServingRequest& q : requests) add_request(std::move(q));
+}
+
+void ServingBuilder::add_request(ServingRequest q) {
+  const Tokenizer& tok = sched_.model().tokenizer();
+  const int index = int(requests_.size());
+  std::vector<std::string> pieces;
+  pieces.reserve(q.prompt.size());
+  for (int32_t id : q.prompt) pieces.push_back(serving_piece_text(tok.token_bytes(id)));
+  for (int k = 0; k < q.n; ++k) {
+    const int seq = q.first_seq + k;
+    if (int(lanes_.size()) <= seq) lanes_.resize(size_t(seq) + 1);
+    Lane& l = lanes_[size_t(seq)].lane;
+    l.seq = seq;
+    l.request = index;
+    l.sample = k;
+    l.color = index;
+    l.prompt_tokens = int(q.prompt.size());
+    l.ids = q.prompt;
+    l.pieces = pieces;
+    l.arrival_step = q.arrival_step;
   }
+  requests_.push_back(std::move(q));
 }
 
 std::vector<const std::vector<int32_t>*> ServingBuilder::LaneRec::tables() const {

@@ -42,6 +42,8 @@ class ServingBuilder {
   ServingBuilder(const Scheduler& sched, const ServingConfig& cfg, uint64_t run,
                  std::vector<ServingRequest> requests);
 
+  // A request queued after the builder was made (a server's clients): its lanes.
+  void add_request(ServingRequest q);
   // The snapshot before the first step: the configuration, every tile free, no lanes.
   std::shared_ptr<ServingSnapshot> initial() const;
   // The snapshot after `st` (the scheduler's step that began at t0 and returned at t1).

@@ -322,24 +322,24 @@ void pool_numbers(const ServingSnapshot& snap) {
   const ServingPoint* p = snap.history.empty() ? nullptr : &snap.history.back();
   int shared = 0;
   for (const PoolTile& t : snap.tiles) shared += t.refs > 1;
-  ImGui::Text("blocks: %d used (%d shared), %d cached, %d free of %d", p ? p->used : 0, shared,
+  ImGui::TextWrapped("blocks: %d used (%d shared), %d cached, %d free of %d", p ? p->used : 0, shared,
               p ? p->cached : 0, p ? p->free : snap.n_blocks, snap.n_blocks);
   ImGui::Text("block: %d positions; context %d", snap.block_size, snap.context);
   if (!p) return;
-  ImGui::Text("slots used: %.0f%%  (contiguous: %.0f%%)", 100 * p->slot_utilization,
+  ImGui::TextWrapped("slots used: %.0f%%  (contiguous: %.0f%%)", 100 * p->slot_utilization,
               100 * p->contiguous_utilization);
   if (ImGui::IsItemHovered())
     ImGui::SetTooltip("Positions held / slots allocated, now. A contiguous cache reserves the "
                       "whole context for every running sequence");
   ImGui::Text("fragmentation: %.1f%%   prefix hits: %.0f%%", 100 * p->fragmentation,
               100 * p->prefix_hit_rate);
-  ImGui::Text("this step: %d prefill + %d decode tokens, %.1f ms", p->prefill_tokens,
+  ImGui::TextWrapped("this step: %d prefill + %d decode tokens, %.1f ms", p->prefill_tokens,
               p->decode_tokens, p->ms);
   ImGui::Text("%.0f tokens/s through the forward", p->tokens_per_s);
   const SchedulerStats& t = snap.totals;
   ImGui::Text("preemptions %d, copies on write %d", t.preemptions, t.cow_copies);
   if (t.ttft_hits + t.ttft_misses > 0)
-    ImGui::Text("first token: %.0f ms with a prefix hit, %.0f ms without", t.ttft_hit_ms,
+    ImGui::TextWrapped("first token: %.0f ms with a prefix hit, %.0f ms without", t.ttft_hit_ms,
                 t.ttft_miss_ms);
 }
 
@@ -587,9 +587,7 @@ ServingConfig serving_config(const ServingSettings& s, const std::vector<PromptS
   k.attention = true;
   ServingWorkload& w = c.workload;
   for (int i = 0; i < s.requests && !prompts.empty(); ++i) {
-    PromptSpec p;
-    p.text = prompts[size_t(i) % prompts.size()].text;
-    w.prompts.push_back(p);
+    w.prompts.push_back(prompts[size_t(i) % prompts.size()]);  // a chat prompt as a chat turn
   }
   for (const std::string& t : s.typed_prompts) {
     PromptSpec p;
