@@ -181,17 +181,13 @@ int run_batch(int argc, char** argv) {
   auto* dir = app.add_option("--prompts-dir", prompts_dir, "One prompt per file, in name order");
   file->excludes(dir);
   app.add_flag("--chat", chat, "Wrap each prompt as a user turn in the model's chat template");
-  app.add_option("--arrival", arrival,
-                 "When requests arrive: all (at once), every:N (one every N steps) or "
-                 "poisson:RATE (RATE per step on average, drawn from --seed)");
+  add_arrival_option(app, arrival);
   add_max_tokens_option(app, max_tokens, "Tokens to generate per prompt");
   add_sampler_options(app, sampler);
   add_stop_options(app, stop);
   add_engine_options(app, engine);
   add_scheduler_options(app, sched_opts);
-  app.add_option("--n", samples,
-                 "Samples per prompt: forked from the prompt's blocks once it is computed")
-      ->check(cli::Range(1, 64));
+  add_samples_option(app, samples);
   app.add_flag("--json", json, "One JSON object per step, then a summary line");
   if (int rc = parse_options(app, argc, argv); rc >= 0) return rc;
   if (prompts_file.empty() && prompts_dir.empty())

@@ -1,10 +1,9 @@
 // scheduler_options.cpp — see scheduler_options.h.
 #include "app/options/scheduler_options.h"
 
-#include <cmath>
-#include <cstdlib>
 #include <string>
 
+#include "app/core/serving_run.h"
 #include "app/options/options.h"
 #include "engine/forward.h"
 
@@ -59,17 +58,8 @@ Expected<SchedulerConfig> to_scheduler_config(const SchedulerOptions& o, const M
 }
 
 std::string arrival_spec_error(const std::string& spec) {
-  if (spec == "all") return "";
-  const auto colon = spec.find(':');
-  const std::string kind = spec.substr(0, colon);
-  const std::string arg = colon == std::string::npos ? "" : spec.substr(colon + 1);
-  char* end = nullptr;
-  const double v = arg.empty() ? 0 : std::strtod(arg.c_str(), &end);
-  const bool number = !arg.empty() && end && *end == '\0' && std::isfinite(v);
-  if (kind == "every" && number && v >= 1 && v <= 1e6 && v == std::floor(v)) return "";
-  if (kind == "poisson" && number && v > 0 && v <= 1e6) return "";
-  return "--arrival: '" + spec +
-         "' (choose all, every:N with N >= 1, or poisson:RATE with RATE > 0 per step)";
+  auto at = app::arrival_steps(spec, 1, 0);
+  return at.ok() ? "" : at.error().message;
 }
 
 void add_arrival_option(CLI::App& app, std::string& spec) {
