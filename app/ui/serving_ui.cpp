@@ -44,9 +44,12 @@ ImU32 to_im(glm::vec3 c, float alpha = 1.0f) {
   return IM_COL32(ch(c.r), ch(c.g), ch(c.b), int(std::clamp(alpha, 0.0f, 1.0f) * 255.0f));
 }
 
+// The lanes are the sequences known so far, in id order (not every id: a fork appears
+// when it is made), so a lane is found by its id.
 const Lane* lane_of(const ServingSnapshot& s, int seq) {
-  if (seq < 0 || seq >= int(s.lanes.size())) return nullptr;
-  return &s.lanes[size_t(seq)];
+  auto it = std::lower_bound(s.lanes.begin(), s.lanes.end(), seq,
+                             [](const Lane& l, int id) { return l.seq < id; });
+  return it != s.lanes.end() && it->seq == seq ? &*it : nullptr;
 }
 
 const char* lane_state_word(LaneState st) {
