@@ -418,6 +418,7 @@ TEST(ServingRun, PausedStartStepsPlayPauseAndPromptDestruction) {
   run->play();
   EXPECT_TRUE(poll([](const ServingSnapshot& s) { return s.step >= 4 && s.playing; }));
   run->pause();
+  EXPECT_FALSE(run->snapshot()->playing) << "the snapshot shows a pause at once";
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the step in flight ends
   const int paused_at = run->snapshot()->step;
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
