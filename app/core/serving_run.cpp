@@ -94,15 +94,31 @@ struct ServingRun::Impl {
 
   std::thread worker;
 
+  // `playing` is read and the snapshot swapped under `mu` (then `snap_mu`, always in that
+  // order), so a play() or pause() between the two cannot be overwritten by a stale flag.
   void publish(std::shared_ptr<ServingSnapshot> s) {
     {
       std::lock_guard<std::mutex> lock(mu);
       s->playing = playing;
-    }
-    {
-      std::lock_guard<std::mutex> lock(snap_mu);
+      std::lock_guard<std::mutex> snap_lock(snap_mu);
       snap = std::move(s);
     }
+    snap_cv.notify_all();
+  }
+  // play()/pause(): the flag, and the snapshot shows it at once (a copy when it changes).
+  void set_playing(bool on) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      playing = on;
+      if (!on) steps = 0;
+      std::lock_guard<std::mutex> snap_lock(snap_mu);
+      if (snap->playing != on) {
+        auto s = std::make_shared<ServingSnapshot>(*snap);
+        s->playing = on;
+        snap = std::move(s);
+      }
+    }
+    cv.notify_all();
     snap_cv.notify_all();
   }
   std::shared_ptr<const ServingSnapshot> current() const {
@@ -267,20 +283,11 @@ void ServingRun::start(ServingConfig cfg, bool play) {
 }
 
 void ServingRun::play() {
-  {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->playing = true;
-  }
-  impl_->cv.notify_all();
+  impl_->set_playing(true);
 }
 
 void ServingRun::pause() {
-  {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->playing = false;
-    impl_->steps = 0;
-  }
-  impl_->cv.notify_all();
+  impl_->set_playing(false);
 }
 
 void ServingRun::step() {

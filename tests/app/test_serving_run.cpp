@@ -4,8 +4,9 @@
 //     reference is a lane's table entry) and every lane's table is Used tiles owning it;
 //   - a shared system prefix: later requests adopt its blocks (PrefixHit events, cached
 //     tokens, tiles with two references flashing PrefixHit);
+//   - Gemma 3's layer groups: every group's blocks are tiles its lanes own;
 //   - a pool too small for everyone: a preemption shows as a Preempted lane, and every
-//     request still finishes;
+//     request still finishes; a cached block taken for new content flashes Evicted;
 //   - parallel sampling: a Fork, then the copy-on-write tile when the samples write the
 //     shared last block;
 //   - greedy lanes equal the same prompt served alone;
@@ -418,6 +419,7 @@ TEST(ServingRun, PausedStartStepsPlayPauseAndPromptDestruction) {
   run->play();
   EXPECT_TRUE(poll([](const ServingSnapshot& s) { return s.step >= 4 && s.playing; }));
   run->pause();
+  EXPECT_FALSE(run->snapshot()->playing) << "the snapshot shows a pause at once";
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the step in flight ends
   const int paused_at = run->snapshot()->step;
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
