@@ -8,11 +8,13 @@
 #include "app/core/serving_run.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <cmath>
 #include <optional>
 #include <random>
 
 #include "app/core/serving_build.h"
+#include "app/core/serving_record.h"
 #include "engine/bootstrap/bootstrap.h"
 
 namespace kvscope::app {
@@ -89,6 +91,7 @@ struct ServingRun::Impl {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Scheduler> sched;  // null: no run (none started, or it failed)
   std::unique_ptr<ServingBuilder> builder;
+  std::unique_ptr<ServingRecorder> recorder;  // the run's file, when it is recorded
   bool finished = true;  // the run is done or stopped on an error: nothing to step
   Clock::time_point last_step{};
 
@@ -138,7 +141,37 @@ struct ServingRun::Impl {
     builder.reset();
     sched.reset();
     finished = true;
+    end_recording();
     publish(std::move(s));
+  }
+
+  // The recording's END record; a recorder that stopped on an error wrote what it could.
+  void end_recording() {
+    if (!recorder) return;
+    (void)recorder->finish();
+    recorder.reset();
+  }
+
+  Status begin_recording(const std::string& path, const ServingSnapshot& first) {
+    ServingMeta meta;
+    meta.producer = std::string("kvscope ") + KVSCOPE_VERSION;
+    const ModelConfig& c = model->config();
+    meta.model.name = c.name;
+    meta.model.arch = c.arch;
+    meta.model.backend = backend->name();
+    meta.model.file_name = std::filesystem::path(model->path()).filename().string();
+    meta.model.file_bytes = model->file().file_size();
+    meta.model.n_layer = c.n_layer;
+    meta.model.n_head = c.n_head;
+    meta.model.n_head_kv = c.n_head_kv;
+    meta.model.head_dim = c.head_dim;
+    meta.model.n_embd = c.n_embd;
+    meta.model.n_vocab = c.n_vocab;
+    meta.model.n_ctx = c.n_ctx;
+    auto r = ServingRecorder::create(path, meta, first);
+    if (!r.ok()) return make_error("record: ", r.error().message);
+    recorder = std::move(r).value();
+    return Status::Ok();
   }
 
   Status open_engine_once() {
@@ -155,6 +188,7 @@ struct ServingRun::Impl {
 
   // Tokenizes the workload and queues its requests on a new scheduler.
   Status begin(const ServingConfig& cfg, uint64_t run) {
+    end_recording();
     builder.reset();
     sched.reset();
     const ServingWorkload& w = cfg.workload;
@@ -198,7 +232,9 @@ struct ServingRun::Impl {
     sched = std::move(*s);
     builder = std::make_unique<ServingBuilder>(*sched, cfg, run, std::move(reqs));
     finished = false;
-    publish(builder->initial());
+    std::shared_ptr<ServingSnapshot> first = builder->initial();
+    if (!cfg.record_path.empty()) KV_TRY(begin_recording(cfg.record_path, *first));
+    publish(std::move(first));
     return Status::Ok();
   }
 
@@ -210,8 +246,14 @@ struct ServingRun::Impl {
     const uint64_t run = current()->run;
     if (!st.ok()) return fail(run, "step: " + st.error().message);
     auto s = builder->after_step(*st, t0, t1);
+    if (recorder)
+      if (Status r = recorder->append(*s); !r.ok()) {
+        s->error = "recording stopped: " + r.message();
+        end_recording();
+      }
     if (s->done) {
       finished = true;
+      end_recording();
       std::lock_guard<std::mutex> lock(mu);
       playing = false;
     }
@@ -267,6 +309,7 @@ ServingRun::~ServingRun() {
   }
   impl_->cv.notify_all();
   if (impl_->worker.joinable()) impl_->worker.join();
+  impl_->end_recording();  // a run dropped mid-way still leaves a whole file
   impl_->snap_cv.notify_all();
 }
 

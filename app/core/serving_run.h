@@ -137,6 +137,9 @@ struct ServingSnapshot {
 struct ServingConfig {
   SchedulerConfig scheduler;  // attention is switched on by the run
   ServingWorkload workload;
+  // Non-empty: every snapshot of the run is recorded into this serving run file
+  // (serving_record.h), finished when the run is done, restarted or dropped.
+  std::string record_path;
 };
 
 // Runs one serving workload at a time on its own worker thread and engine.

@@ -27,6 +27,7 @@ struct ServingArgs {
   std::string arrival = "every:2";
   int n = 1;
   bool no_shared_prefix = false;
+  std::string record;
   cli::SchedulerOptions sched;
 };
 
@@ -42,6 +43,9 @@ void add_serving_options(CLI::App& app, ServingArgs& a) {
   app.add_flag("--no-shared-prefix", a.no_shared_prefix,
                "Serving view: no shared system prompt before the prompts");
   cli::add_scheduling_options(app, a.sched, /*pool_mib=*/false);
+  app.add_option("--record", a.record,
+                 "Serving view: record each run into this file (play it back with --view "
+                 "serving --replay FILE)");
 }
 
 // A Serving view option given with the single view: refused, not ignored.
@@ -49,7 +53,7 @@ Status check_serving_only(const CLI::App& app, bool serving) {
   if (serving) return Status::Ok();
   for (const char* name : {"--requests", "--arrival", "--n", "--no-shared-prefix",
                            "--kv-pool-blocks", "--max-seqs", "--max-batch-tokens",
-                           "--no-prefix-cache"})
+                           "--no-prefix-cache", "--record"})
     if (app.count(name) > 0) return make_error(name, ": only with --view serving");
   return Status::Ok();
 }
@@ -78,6 +82,7 @@ void apply_serving(const CLI::App& app, const ServingArgs& a, const cli::KvOptio
   if (given("--kv-block")) s->block = kv.block;
   if (given("--ctx") && kv.ctx > 0) s->context = kv.ctx;
   s->prefix_caching = !a.sched.no_prefix;
+  s->record_path = a.record;
 }
 
 struct Args : GuiOptions {

@@ -321,7 +321,10 @@ int run_gui(const GuiOptions& o) {
   // recording) there, so the backend's threads inherit that priority and a model that fails
   // to load leaves a usable UI. Then the UI thread (and every thread the window and GL start
   // from it) steps back.
-  std::unique_ptr<Controller> ctl = start_controller(ui, o.cap, o.play || o.measure_steps > 0);
+  // A serving recording is the Serving view's; the single view runs the model meanwhile.
+  CaptureOptions single = o.cap;
+  if (o.serving) single.replay_path.clear();
+  std::unique_ptr<Controller> ctl = start_controller(ui, single, o.play || o.measure_steps > 0);
   lower_ui_priority(o.ui_nice);
 
   WindowOptions wo;
@@ -382,7 +385,14 @@ int run_gui(const GuiOptions& o) {
       if (!ui.serving_ui) {
         ui.serving_ui = std::make_shared<ServingUi>();
         ui.serving_ui->settings = o.serving_settings;
-        if (o.serving && (o.play || o.quit_after > 0)) serving_start(ui, *ui.serving_ui, true);
+        if (o.serving && !o.cap.replay_path.empty()) {
+          if (Status st = serving_open_replay(*ui.serving_ui, o.cap.replay_path); !st.ok())
+            ui.error = st.message();
+          else
+            ui.serving_ui->playing = o.play || o.quit_after > 0;
+        } else if (o.serving && (o.play || o.quit_after > 0)) {
+          serving_start(ui, *ui.serving_ui, true);
+        }
       }
       serving = ui.serving_ui.get();
       serving_sync(*serving, now);

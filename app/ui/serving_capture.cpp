@@ -78,8 +78,6 @@ int run_serving_screenshot(const CaptureOptions& opts, const ServingSettings& se
   auto fail = [](const std::string& msg) { return cli::fail(msg); };
   if (opts.out_path.empty())
     return fail("--screenshot needs an output path, e.g. --screenshot out.png");
-  if (!opts.replay_path.empty())
-    return fail("--replay: the Serving view runs the model (recordings hold one sequence)");
   auto gl = OffscreenContext::create();
   if (!gl.ok()) return fail(gl.error().message);
 
@@ -89,9 +87,20 @@ int run_serving_screenshot(const CaptureOptions& opts, const ServingSettings& se
   ui.serving_ui = std::make_shared<ServingUi>();
   ServingUi& s = *ui.serving_ui;
   s.settings = settings;
-  serving_start(ui, s, false);
-  s.run->wait_until(opts.steps_given ? opts.steps : 24);
-  serving_sync(s, 0.0);
+  const int target = opts.steps_given ? opts.steps : 24;
+  if (!opts.replay_path.empty()) {
+    // The recording's snapshot at step `target` (or its last).
+    if (Status st = serving_open_replay(s, opts.replay_path); !st.ok()) return fail(st.message());
+    std::string err;
+    while (s.snap && s.snap->step < target && s.replay_index + 1 < s.replay->steps()) {
+      s.snap = serving_replay_at(s, s.replay_index + 1, &err);
+      if (!err.empty()) return fail(err);
+    }
+  } else {
+    serving_start(ui, s, false);
+    s.run->wait_until(target);
+    serving_sync(s, 0.0);
+  }
   s.playing = false;
   if (!s.snap || !s.snap->error.empty())
     return fail(s.snap ? s.snap->error : std::string("serving: no snapshot"));

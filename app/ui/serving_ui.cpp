@@ -142,32 +142,47 @@ void toolbar(UiState& ui, ServingUi& s) {
   ImGui::BeginDisabled(s.server != nullptr);
   const bool keys = !ImGui::GetIO().WantTextInput && !s.server;
   if (ImGui::Button(s.started ? "Restart" : "Start", ImVec2(0, h)) ||
-      (keys && ImGui::IsKeyPressed('R', false)))
-    serving_start(ui, s, true);
+      (keys && ImGui::IsKeyPressed('R', false))) {
+    if (s.replay) {
+      s.snap = serving_replay_at(s, 0, nullptr);
+      s.playing = true;
+    } else {
+      serving_start(ui, s, true);
+    }
+  }
   if (ImGui::IsItemHovered())
-    ImGui::SetTooltip("Serve the workload from the start with the settings on the left (R)");
+    ImGui::SetTooltip(s.replay ? "Play the recording from its first step (R)"
+                               : "Serve the workload from the start with the settings on the "
+                                 "left (R)");
   ImGui::SameLine();
   const bool space = keys && ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_Space), false);
   if (s.playing) {
-    if ((ImGui::Button("Pause", ImVec2(64, h)) || space) && s.run) {
-      s.run->pause();
+    if (ImGui::Button("Pause", ImVec2(64, h)) || space) {
+      if (s.run && !s.replay) s.run->pause();
       s.playing = false;
     }
   } else if (ImGui::Button("Play", ImVec2(64, h)) || space) {
-    if (!s.started)
+    if (s.replay) {
+      s.playing = true;
+    } else if (!s.started) {
       serving_start(ui, s, true);
-    else if (s.run) {
+    } else if (s.run) {
       s.run->play();
       s.playing = true;
     }
   }
   ImGui::SameLine();
-  if (ImGui::Button("Step", ImVec2(0, h)) || (keys && ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_RightArrow)))) {
-    if (!s.started) serving_start(ui, s, false);
-    if (s.run) {
-      s.run->pause();
-      s.playing = false;
-      s.run->step();
+  if (ImGui::Button("Step", ImVec2(0, h)) ||
+      (keys && ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_RightArrow)))) {
+    s.playing = false;
+    if (s.replay) {
+      if (auto n = serving_replay_at(s, s.replay_index + 1, nullptr)) s.snap = std::move(n);
+    } else {
+      if (!s.started) serving_start(ui, s, false);
+      if (s.run) {
+        s.run->pause();
+        s.run->step();
+      }
     }
   }
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("One scheduler step: one forward pass (Right arrow)");
@@ -181,6 +196,19 @@ void toolbar(UiState& ui, ServingUi& s) {
   ImGui::EndDisabled();
   ImGui::SameLine(0, 24);
   const ServingSnapshot* snap = s.snap.get();
+  if (s.replay) {
+    ImGui::TextColored(ImVec4(0.95f, 0.8f, 0.45f, 1), "REPLAY");
+    ImGui::SameLine();
+    if (ImGui::SmallButton("close")) {
+      s.replay.reset();
+      s.snap.reset();
+      s.started = false;
+      s.playing = false;
+      return;
+    }
+    if (ImGui::IsItemHovered()) ImGui::SetTooltip("Close the recording (back to the model)");
+    ImGui::SameLine();
+  }
   if (!snap || !s.started) {
     ImGui::TextDisabled("Press Start to serve %d requests from one pool of KV blocks",
                         s.settings.requests + int(s.settings.typed_prompts.size()));
@@ -604,6 +632,7 @@ ServingConfig serving_config(const ServingSettings& s, const std::vector<PromptS
   w.n = s.n;
   w.sampler.temperature = s.temperature;
   w.sampler.seed = uint64_t(s.seed);
+  c.record_path = s.record_path;
   return c;
 }
 
@@ -660,8 +689,54 @@ void serving_serve_stop(ServingUi& s) {
   if (s.run) serving_sync(s, 0.0);
 }
 
+Status serving_open_replay(ServingUi& s, const std::string& path) {
+  auto r = ServingReplay::open(path);
+  if (!r.ok()) return r.error();
+  if (s.run) s.run->pause();
+  s.replay = std::move(r).value();
+  s.replay_index = 0;
+  s.replay_advanced = -1;
+  s.started = true;
+  s.playing = false;
+  s.selected_seq = -1;
+  std::string err;
+  s.snap = serving_replay_at(s, 0, &err);
+  return err.empty() ? Status::Ok() : make_error(err);
+}
+
+std::shared_ptr<const ServingSnapshot> serving_replay_at(ServingUi& s, int index,
+                                                         std::string* error) {
+  if (!s.replay || s.replay->steps() == 0) return nullptr;
+  index = std::clamp(index, 0, s.replay->steps() - 1);
+  auto snap = s.replay->snapshot(index);
+  if (!snap.ok()) {
+    if (error) *error = snap.error().message;
+    return nullptr;
+  }
+  s.replay_index = index;
+  return *snap;
+}
+
 void serving_sync(ServingUi& s, double now) {
   std::shared_ptr<const ServingSnapshot> snap;
+  if (s.replay) {
+    const int last = s.replay->steps() - 1;
+    if (s.playing && s.replay_index < last) {
+      const double dt = s.settings.speed > 0 ? 1.0 / s.settings.speed : 0.0;
+      if (s.replay_advanced < 0) s.replay_advanced = now;
+      if (now - s.replay_advanced >= dt) {
+        s.replay_advanced = now;
+        std::string err;
+        if (auto n = serving_replay_at(s, s.replay_index + 1, &err)) s.snap = std::move(n);
+      }
+    }
+    if (s.replay_index >= last) s.playing = false;
+    if (s.snap && s.snap->step != s.last_step) {
+      s.last_step_time = now;
+      s.last_step = s.snap->step;
+    }
+    return;
+  }
 #if KVSCOPE_WITH_SERVE
   if (s.server) {
     snap = s.server->snapshot();

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "app/core/serving_record.h"
 #include "app/core/serving_run.h"
 #include "app/scene/serving_scene.h"
 
@@ -44,6 +45,7 @@ struct ServingSettings {
   int context = 256;     // positions a sequence may hold
   bool prefix_caching = true;
   float speed = 3.0f;  // steps per second; 0: as fast as the engine goes
+  std::string record_path;  // non-empty: each run is recorded into this file (--record)
 };
 
 inline constexpr const char* kDefaultServingPrefix =
@@ -71,7 +73,20 @@ struct ServingUi {
   std::shared_ptr<serve::WatchedServer> server;
   int serve_port = 8080;
   std::string serve_error;
+  // A recorded serving run played back without the model (--view serving --replay):
+  // the snapshot at `replay_index`, advanced by Play at the speed, or by Step.
+  std::unique_ptr<ServingReplay> replay;
+  int replay_index = 0;
+  double replay_advanced = -1;  // when the index last moved (the UI's clock)
 };
+
+// Opens a recorded serving run for playback (the run of the workload stops); an error
+// names the file and what is wrong with it.
+Status serving_open_replay(ServingUi& s, const std::string& path);
+// The replay's snapshot at `index` (clamped to the recording); null on a read error,
+// with `error` set.
+std::shared_ptr<const ServingSnapshot> serving_replay_at(ServingUi& s, int index,
+                                                         std::string* error);
 
 // Whether this build has the Serve switch (`kvscope serve` built in).
 bool serving_can_serve();

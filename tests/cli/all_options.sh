@@ -35,7 +35,7 @@ declare -A bad=(
   [--presence-penalty]=-3 [--no-repeat-ngram]=65 [--logit-bias]=7 [--stop-id]=-1
   [--min-tokens]=-1 [--kv-block]=12 [--n]=0 [--speculative]=lookahead [--draft-max]=0
   [--beams]=0 [--length-penalty]=11 [--kv-layout]=striped
-  [--serving]=16by1000 [--view]=sideways [--requests]=-1 [--kv-pool-blocks]=0 [--no-shared-prefix]==maybe
+  [--serving]=16by1000 [--view]=sideways [--record]=MISSING [--requests]=-1 [--kv-pool-blocks]=0 [--no-shared-prefix]==maybe
   [--host]=MISSING [--port]=70000 [--max-queue]=0 [--max-body-kib]=0 [--shutdown-grace]=-1
 )
 for o in ctx ctx-full n-keep kv-sink kv-window kv-keep kv-block kv-type kv-type-k kv-type-v; do
