@@ -15,6 +15,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <httplib.h>
 #include <atomic>
@@ -354,11 +355,26 @@ int run_serve(int argc, char** argv) {
   std::atomic<int> open{0};
   std::atomic<bool> stopping{false}, quit{false};
   set_routes(svr, engine, limits, open, stopping, a.max_body_kib);
+  // httplib listens with a backlog of 5 connections not yet accepted
+  // (CPPHTTPLIB_LISTEN_BACKLOG, compiled into Debian's library). A burst of new
+  // connections beyond it (32 clients at once while the model keeps the CPUs busy) overflows
+  // the accept queue: the kernel drops their SYNs or handshake ACKs (SYN cookies under the
+  // burst), and about a second later some of those clients are reset before a byte of their
+  // request is read (seen with OpenAI's client: 1 run in 8 lost 1 to 11 of 32 streams). The listening socket (the last one httplib made before it bound) listens again
+  // with the system's limit, so every request the queue admits can be a new connection.
+  socket_t listen_sock = INVALID_SOCKET;
+  svr.set_socket_options([&listen_sock](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listen_sock = sock;
+  });
   const int port =
       a.port == 0 ? svr.bind_to_any_port(a.host) : (svr.bind_to_port(a.host, a.port) ? a.port : -1);
   if (port < 0)
     return cli::fail("serve: cannot listen on " + a.host + ":" + std::to_string(a.port) +
                      " (address in use, or not an address of this machine)");
+  if (listen_sock == INVALID_SOCKET || ::listen(listen_sock, SOMAXCONN) != 0)
+    cli::notice("warning: the listening socket keeps httplib's backlog of 5 connections; a "
+                "burst of new connections may see some reset");
   if (a.host != "127.0.0.1" && a.host != "localhost" && a.host != "::1")
     cli::notice("warning: listening on " + a.host + ":" + std::to_string(port) +
                 ", beyond this machine; there is no authentication: anyone who can reach it "
