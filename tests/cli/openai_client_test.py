@@ -75,10 +75,11 @@ def start_server():
 def wait_health(port):
     """GET /health until it answers (the server prints its line before it accepts)."""
     import urllib.request
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     deadline = time.time() + 30 * SLOW
     while True:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10 * SLOW) as r:
+            with direct.open(f"http://127.0.0.1:{port}/health", timeout=10 * SLOW) as r:
                 return json.loads(r.read())
         except OSError:
             if time.time() > deadline:
@@ -199,7 +200,9 @@ def test_concurrent_streams(port, model, count):
 
     async def run_all():
         async with openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none",
-                                      max_retries=0, timeout=120 * SLOW) as client:
+                                      max_retries=0, timeout=120 * SLOW,
+                                      http_client=openai.DefaultAsyncHttpxClient(trust_env=False)
+                                      ) as client:
             return await asyncio.gather(*(one(client) for _ in range(count)),
                                         return_exceptions=True)
 
@@ -240,8 +243,11 @@ def main():
     try:
         h = wait_health(port)
         check(h["status"] == "ok", f"/health at start: {h}")
+        # No retries (a failure shows at once); no proxy from the environment (the
+        # server is local).
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none",
-                               max_retries=0, timeout=120 * SLOW)
+                               max_retries=0, timeout=120 * SLOW,
+                               http_client=openai.DefaultHttpxClient(trust_env=False))
         model = test_models(client)
         test_completions(client, model, ["The capital of France is", "Once upon a time, there was"],
                          24)
