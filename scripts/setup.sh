@@ -34,12 +34,14 @@ fi
 bash "$root/scripts/fetch_model.sh"
 
 # The openai client in a venv of its own (the test suite's ctest cli_serve_openai runs it),
-# made again when scripts/openai-requirements.txt changes: every package pinned with its
-# sha256, wheels only. A failure here (no network) leaves no venv and does not stop the
-# setup (the app does not need it); that test then fails and says so.
+# made again when scripts/openai-requirements.txt changes or the venv cannot import it
+# (its python gone): every package pinned with its sha256, wheels only. A failure here (no
+# network) leaves no venv and does not stop the setup (the app does not need it); that
+# test then fails and says so.
 venv="$root/build/openai-venv"
 reqs="$root/scripts/openai-requirements.txt"
-if ! cmp -s "$reqs" "$venv/kvscope-requirements.txt"; then
+if ! cmp -s "$reqs" "$venv/kvscope-requirements.txt" ||
+  ! "$venv/bin/python" -c "import openai" 2>/dev/null; then
   echo "setup: installing the openai client (scripts/openai-requirements.txt) into $venv"
   rm -rf "$venv"
   mkdir -p "$root/build"
