@@ -239,6 +239,7 @@ def test_errors(client, model, context):
 
 
 def main():
+    print(f"openai {openai.__version__} on Python {sys.version.split()[0]}", flush=True)
     proc, port, context = start_server()
     try:
         h = wait_health(port)
