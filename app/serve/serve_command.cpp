@@ -117,6 +117,9 @@ int run_serve(int argc, char** argv) {
   if (!server.ok()) return cli::fail(server.error().message);
   ServeServer& srv = **server;
   const int port = srv.port();
+  if (!srv.wide_backlog())
+    cli::notice("warning: the listening socket keeps httplib's backlog of 5 connections; a "
+                "burst of new connections may see some reset");
   if (a.host != "127.0.0.1" && a.host != "localhost" && a.host != "::1")
     cli::notice("warning: listening on " + a.host + ":" + std::to_string(port) +
                 ", beyond this machine; there is no authentication: anyone who can reach it "

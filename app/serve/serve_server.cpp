@@ -10,6 +10,7 @@
 #include "app/serve/serve_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
@@ -262,12 +263,25 @@ Expected<std::unique_ptr<ServeServer>> ServeServer::start(std::unique_ptr<Schedu
   svr.set_payload_max_length(size_t(s->cfg_.max_body_kib) * 1024);
   svr.set_keep_alive_max_count(1000);
   set_routes(svr, *s->engine_, limits, s->open_, s->stopping_, s->cfg_.max_body_kib);
+  // httplib listens with a backlog of 5 connections not yet accepted
+  // (CPPHTTPLIB_LISTEN_BACKLOG, compiled into Debian's library). A burst of new
+  // connections beyond it (32 clients at once while the model keeps the CPUs busy) overflows
+  // the accept queue: the kernel answers the rest with SYN cookies and drops their ACKs, and
+  // about a second later some of those clients are reset before a byte of their request is
+  // read. The listening socket (the last one httplib made before it bound) listens again
+  // with the system's limit, so every request the queue admits can be a new connection.
+  socket_t listen_sock = INVALID_SOCKET;
+  svr.set_socket_options([&listen_sock](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listen_sock = sock;
+  });
   const std::string& host = s->cfg_.host;
   const int port = s->cfg_.port == 0 ? svr.bind_to_any_port(host)
                                      : (svr.bind_to_port(host, s->cfg_.port) ? s->cfg_.port : -1);
   if (port < 0)
     return make_error("serve: cannot listen on ", host, ":", s->cfg_.port,
                       " (address in use, or not an address of this machine)");
+  s->wide_backlog_ = listen_sock != INVALID_SOCKET && ::listen(listen_sock, SOMAXCONN) == 0;
   s->port_ = port;
   s->engine_->start();
   ServeServer* self = s.get();

@@ -48,6 +48,8 @@ class ServeServer {
   const std::vector<std::string>& ids() const { return ids_; }
   int context() const { return context_; }
   const ServeEngine& engine() const { return *engine_; }
+  // The listening socket takes the system's backlog, not httplib's 5 (see start()).
+  bool wide_backlog() const { return wide_backlog_; }
   // The listening thread ended without stop() (the server failed on its own).
   bool failed() const { return listen_ended_.load() && !stopping_.load(); }
   // New requests get 503; those in flight get `grace_s` seconds (less if `cut_short`
@@ -68,6 +70,7 @@ class ServeServer {
   std::atomic<int> open_{0};  // responses not finished
   std::atomic<bool> stopping_{false}, listen_ended_{false};
   bool stopped_ = false;
+  bool wide_backlog_ = false;
 };
 
 }  // namespace kvscope::serve

@@ -12,6 +12,8 @@ HTTP client:
   - a stop string ends the text before it (trimmed, finish_reason "stop");
   - logprobs (completions) and logprobs/top_logprobs (chat) come in OpenAI's shapes;
   - 32 concurrent streaming requests all complete, each with the greedy text;
+  - a burst of 32 new connections while the server cannot accept (SIGSTOP): the kernel
+    completes every handshake (the listen backlog holds them all), and each is served;
   - each bad request is a 4xx in OpenAI's error shape (malformed JSON, wrong types, a body
     over --max-body-kib, max_tokens beyond the context, an unknown model, an empty prompt,
     invalid UTF-8, n out of range, ...), and the server serves the next request;
@@ -26,7 +28,9 @@ Exit status 0 when every check passed, 1 otherwise, 77 when kvscope was built wi
 import http.client
 import json
 import os
+import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -267,6 +271,55 @@ def test_concurrency(cl, count=32):
     wait_pool_empty(cl, "after the concurrent streams")
 
 
+def test_connection_burst(proc, port, count=32):
+    """A burst of new connections is queued by the kernel, none left waiting: with the server
+    stopped (SIGSTOP: its accept loop cannot run) all `count` handshakes complete within half
+    a second, since the listen backlog holds them (httplib's own backlog of 5 held 6 and
+    left the rest to SYN retransmissions, and under load some of those clients were reset);
+    after SIGCONT each connection gets its /health."""
+    socks = []
+    proc.send_signal(signal.SIGSTOP)
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", port))
+            socks.append(s)
+        pending, deadline = set(socks), time.time() + 0.5
+        while pending and time.time() < deadline:
+            _, writable, _ = select.select([], list(pending), [], 0.05)
+            for s in writable:
+                if s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0:
+                    pending.discard(s)
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    check(not pending, f"a burst of {count} connections to a stopped server: "
+          f"{count - len(pending)} handshakes completed (the listen backlog is too short)")
+    # Every request first (httplib closes a connection that sends nothing for 5 s), then
+    # every answer.
+    sent = []
+    for s in socks:
+        try:
+            s.setblocking(True)
+            s.settimeout(30 * SLOW)
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            sent.append(s)
+        except OSError as e:
+            print("burst: send:", repr(e), flush=True)
+    served = 0
+    for s in sent:
+        try:
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+            served += data.startswith(b"HTTP/1.1 200")
+        except OSError as e:
+            print("burst: receive:", repr(e), flush=True)
+    for s in socks:
+        s.close()
+    check(served == count, f"a burst of {count} connections: {served} got /health")
+
+
 def test_errors(cl, context):
     def expect(status, what, body=None, raw=None, path="/v1/completions", param=None, code=None):
         st, r = cl.request("POST", path, body=body, raw=raw)
@@ -437,6 +490,7 @@ def main():
     try:
         h = cl.health()
         check(h["status"] == "ok" and h["pool"]["used"] == 0, f"/health at start: {h}")
+        test_connection_burst(proc, port)
         test_greedy_and_stream(cl)
         test_samples_stop_logprobs(cl)
         test_errors(cl, 1024)
