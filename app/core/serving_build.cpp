@@ -308,6 +308,21 @@ std::shared_ptr<ServingSnapshot> ServingBuilder::after_step(const BatchStep& st,
     }
     const bool ended = s == SeqState::Finished || s == SeqState::Cancelled || s == SeqState::Failed;
     if (ended && l.stop.empty()) l.stop = stop_reason_name(sched_.stop_reason(l.seq));
+    if (ended && !r.ended) {
+      r.ended = true;
+      ended_.push_back(l.seq);
+    }
+  }
+  while (ended_.size() > kServingKeptEnded) {
+    LaneRec& old = lanes_[size_t(ended_.front())];
+    ended_.pop_front();
+    old.retired = true;
+    old.known = false;
+    Lane gone;
+    gone.seq = old.lane.seq;
+    gone.state = old.lane.state;
+    old.lane = std::move(gone);
+    old.groups.clear();
   }
 
   auto snap = std::make_shared<ServingSnapshot>();
@@ -323,6 +338,8 @@ std::shared_ptr<ServingSnapshot> ServingBuilder::after_step(const BatchStep& st,
   snap->waiting = sched_.waiting_ids();
   snap->events = st.events;
   history_.push_back(point(st));
+  if (history_.size() > kServingKeptSteps)
+    history_.erase(history_.begin(), history_.begin() + long(history_.size() - kServingKeptSteps));
   snap->history = history_;
   snap->totals = sched_.stats();
   prev_ = snap->tiles;

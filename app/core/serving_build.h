@@ -20,6 +20,7 @@
 #pragma once
 
 #include <chrono>
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -62,6 +63,8 @@ class ServingBuilder {
     std::vector<const std::vector<int32_t>*> tables() const;
     int generated = 0;
     Clock::time_point arrived, first_at;
+    bool ended = false;    // finished, cancelled or failed (noted once)
+    bool retired = false;  // ended long ago: no longer in the snapshots, its tokens freed
   };
   void header(ServingSnapshot& s) const;
   void apply_events(const BatchStep& st, Clock::time_point t0, std::vector<char>& cow_seq,
@@ -80,7 +83,14 @@ class ServingBuilder {
   std::vector<PoolTile> prev_;  // the previous snapshot's tiles (empty before step 1)
   std::vector<int> hash_hits_;  // per block, the whole run
   std::vector<ServingPoint> history_;
+  std::deque<int> ended_;  // ended sequences still in the snapshots, oldest first
 };
+
+// A long run (a server's) stays bounded: the snapshots keep the newest kServingKeptEnded
+// ended sequences (older ones leave the lanes and their tokens are freed) and the newest
+// kServingKeptSteps history points.
+inline constexpr size_t kServingKeptEnded = 48;
+inline constexpr size_t kServingKeptSteps = 4096;
 
 // Display text of a token's bytes: printable, a newline as ↵, a tab as →, spaces-only
 // text as middle dots (as the single-sequence scene labels tokens).

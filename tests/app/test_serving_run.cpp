@@ -16,10 +16,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <set>
 #include <thread>
 
+#include <unistd.h>
+
+#include "app/core/serving_build.h"
+#include "app/core/serving_record.h"
 #include "app/core/serving_run.h"
 #include "engine/bootstrap/bootstrap.h"
 #include "engine/cpu/cpu_backend.h"
@@ -472,4 +477,47 @@ TEST(ServingRun, ErrorsArriveInTheSnapshot) {
   EXPECT_TRUE(s->error.empty()) << s->error;
   EXPECT_EQ(s->step, 3);
   EXPECT_FALSE(s->lanes.empty());
+}
+
+// A long run stays bounded: with more requests ending than kServingKeptEnded, the oldest
+// ended sequences leave the snapshots' lanes (the newest ones stay, every live one stays),
+// and the pool's tiles still match the engine's counts; recording such a run replays it.
+TEST(ServingRun, EndedLanesLeaveTheSnapshotsOfALongRun) {
+  if (!have_model()) GTEST_SKIP() << kAbsent;
+  const int requests = int(kServingKeptEnded) + 12;
+  ServingConfig c = small_config(1);
+  c.workload.prompts.clear();
+  for (int i = 0; i < requests; ++i) c.workload.prompts.push_back(kPrompts[size_t(i) % 4]);
+  c.workload.arrival = "all";
+  c.scheduler.max_seqs = 16;
+  const std::string rec = ::testing::TempDir() + "serving_long_" + std::to_string(getpid()) + ".kvs";
+  c.record_path = rec;
+  std::shared_ptr<const ServingSnapshot> last;
+  {
+    ServingRun run(engine_options());
+    run.start(c, false);
+    auto snaps = run_steps(run, 200);
+    ASSERT_FALSE(snaps.empty());
+    last = snaps.back();
+  }
+  ASSERT_TRUE(last->done);
+  EXPECT_EQ(last->history.back().finished, requests);
+  EXPECT_EQ(last->lanes.size(), kServingKeptEnded);
+  // The newest ended ones: the highest ids (all arrived at once, FCFS).
+  for (const Lane& l : last->lanes) {
+    EXPECT_GE(l.seq, requests - int(kServingKeptEnded)) << "an old ended lane stayed";
+    EXPECT_EQ(l.state, LaneState::Finished);
+    EXPECT_FALSE(l.ids.empty());
+  }
+  auto replay = ServingReplay::open(rec);
+  ASSERT_TRUE(replay.ok()) << replay.error().message;
+  auto back = (*replay)->snapshot((*replay)->steps() - 1);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ((*back)->step, last->step);
+  ASSERT_EQ((*back)->lanes.size(), last->lanes.size());
+  for (size_t i = 0; i < last->lanes.size(); ++i) {
+    EXPECT_EQ((*back)->lanes[i].seq, last->lanes[i].seq);
+    EXPECT_EQ((*back)->lanes[i].ids, last->lanes[i].ids);
+  }
+  std::remove(rec.c_str());
 }
