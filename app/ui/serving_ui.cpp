@@ -838,13 +838,14 @@ void serving_overlay(UiState& ui, ServingUi& s, bool clicked) {
   const ServingGeometry& g = s.view.geometry();
   // Titles over the two parts of the scene.
   glm::vec2 at;
+  // The pool's title under the grid (the lanes sit just above it).
   if (!snap->tiles.empty() &&
-      s.view.project(glm::vec3(g.pool_min.x, g.pool_max.y, g.pool_max.z), &at)) {
-    char t[96];
-    std::snprintf(t, sizeof t, "KV block pool: %d blocks x %d positions", snap->n_blocks,
-                  snap->block_size);
-    dl->AddText(ImVec2(at.x, at.y - ImGui::GetTextLineHeight() - 4), IM_COL32(200, 205, 220, 255),
-                t);
+      s.view.project(glm::vec3(g.pool_min.x, g.pool_min.y, g.pool_max.z), &at)) {
+    char t[128];
+    std::snprintf(t, sizeof t,
+                  "KV block pool: %d blocks of %d positions, shared by every sequence",
+                  snap->n_blocks, snap->block_size);
+    dl->AddText(ImVec2(at.x, at.y + 6), IM_COL32(200, 205, 220, 255), t);
   }
   // Lane names at the left end of each lane.
   for (size_t k = 0; k < g.lane_seq.size(); ++k) {
