@@ -38,6 +38,9 @@ bool tile_equal(const PoolTile& a, const PoolTile& b) {
          a.published == b.published && a.flash == b.flash;
 }
 
+// Tokens drafted for one sequence in one step (speculative decoding drafts at most 15).
+constexpr int64_t kMaxDrafted = 64;
+
 bool same_double(double a, double b) {
   return fin(a) == fin(b);
 }
@@ -51,6 +54,7 @@ bool lane_equal(const Lane& a, const Lane& b, bool with_attention) {
          a.step_prompt == b.step_prompt && a.arrival_step == b.arrival_step &&
          a.preemptions == b.preemptions && same_double(a.ttft_ms, b.ttft_ms) &&
          same_double(a.tokens_per_s, b.tokens_per_s) && a.stop == b.stop &&
+         a.drafted == b.drafted && a.accepted == b.accepted &&
          (!with_attention || a.attention == b.attention);
 }
 
@@ -70,7 +74,7 @@ bool totals_equal(const SchedulerStats& a, const SchedulerStats& b) {
 bool point_equal(const ServingPoint& a, const ServingPoint& b) {
   auto ints = [](const ServingPoint& p) {
     return std::tie(p.step, p.running, p.waiting, p.finished, p.used, p.free, p.cached,
-                    p.prefill_tokens, p.decode_tokens);
+                    p.prefill_tokens, p.decode_tokens, p.drafted, p.accepted);
   };
   return ints(a) == ints(b) && same_double(a.slot_utilization, b.slot_utilization) &&
          same_double(a.contiguous_utilization, b.contiguous_utilization) &&
@@ -145,6 +149,9 @@ void put_lane(Writer& w, uint32_t index, const Lane* prev, const Lane& l, AttnEn
   w.f64(fin(l.ttft_ms));
   w.f64(fin(l.tokens_per_s));
   w.str(l.stop);
+  w.u32(uint32_t(l.drafted.size()));
+  for (const std::string& d : l.drafted) w.str(d);
+  w.i32(l.accepted);
 }
 
 void put_point(Writer& w, const ServingPoint& p) {
@@ -156,6 +163,8 @@ void put_point(Writer& w, const ServingPoint& p) {
   w.i32(p.decode_tokens);
   w.f64(fin(p.tokens_per_s));
   w.f64(fin(p.ms));
+  w.i32(p.drafted);
+  w.i32(p.accepted);
 }
 
 void put_totals(Writer& w, const SchedulerStats& t) {
@@ -178,9 +187,11 @@ void put_totals(Writer& w, const SchedulerStats& t) {
 // anything is allocated for it.
 constexpr uint64_t kMinTileBytes = 4 + 1 + 4 + 4 + 4 * 4 + 2;
 // index; seq..parent; state; color..computed; ids, pieces, table (keep, added each);
-// step_tokens, step_prompt, arrival_step, preemptions; attention count; ttft, rate; stop.
-constexpr uint64_t kMinLaneBytes = 4 + 16 + 1 + 16 + 8 + 8 + 8 + 4 + 1 + 4 + 4 + 4 + 8 + 8 + 4;
-constexpr uint64_t kPointBytes = 7 * 4 + 4 * 8 + 2 * 4 + 2 * 8;
+// step_tokens, step_prompt, arrival_step, preemptions; attention count; ttft, rate; stop;
+// drafted count, accepted.
+constexpr uint64_t kMinLaneBytes =
+    4 + 16 + 1 + 16 + 8 + 8 + 8 + 4 + 1 + 4 + 4 + 4 + 8 + 8 + 4 + 4 + 4;
+constexpr uint64_t kPointBytes = 7 * 4 + 4 * 8 + 2 * 4 + 2 * 8 + 2 * 4;
 constexpr uint64_t kMinEventBytes = 1 + 4 + 4 + 4;
 
 void get_tile(Reader& r, const ServingMeta& m, PoolTile& t) {
@@ -241,6 +252,10 @@ void get_lane(Reader& r, const ServingMeta& m, Lane& l) {
   l.ttft_ms = r.f64_finite("lane.ttft_ms");
   l.tokens_per_s = r.f64_finite("lane.tokens_per_s");
   l.stop = r.str("lane.stop", false);
+  const uint32_t n_drafted = r.u32("lane.drafted.count", 0, kMaxDrafted);
+  l.drafted.clear();
+  for (uint32_t i = 0; i < n_drafted && r.ok(); ++i) l.drafted.push_back(r.str("lane.drafted", false));
+  l.accepted = r.i32("lane.accepted", 0, int64_t(n_drafted));
 }
 
 ServingPoint get_point(Reader& r) {
@@ -255,6 +270,8 @@ ServingPoint get_point(Reader& r) {
   p.decode_tokens = r.i32("history.decode_tokens", kIntMin, kIntMax);
   p.tokens_per_s = r.f64_finite("history.tokens_per_s");
   p.ms = r.f64_finite("history.ms");
+  p.drafted = r.i32("history.drafted", 0, kIntMax);
+  p.accepted = r.i32("history.accepted", 0, p.drafted);
   return p;
 }
 

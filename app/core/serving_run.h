@@ -98,6 +98,12 @@ struct Lane {
   double ttft_ms = -1;  // arrival to first token (-1: none yet)
   double tokens_per_s = 0;  // generated tokens / time since its first token
   std::string stop;  // finish reason, once ended
+  // Speculative decoding: the tokens drafted for it this step (display text) and how many
+  // of them the target accepted. The accepted ones are in `ids`/`pieces` now, followed by
+  // the target's own next token; the others were rolled back out of the pool (the scene
+  // draws them as ghosts falling away). Empty when nothing was drafted this step.
+  std::vector<std::string> drafted;
+  int accepted = 0;
 };
 
 // The whole run's state after one step, per step (plotted over time).
@@ -112,6 +118,7 @@ struct ServingPoint {
   int prefill_tokens = 0, decode_tokens = 0;  // this step
   double tokens_per_s = 0;  // tokens through the forward this step / its wall time
   double ms = 0;            // this step's wall time
+  int drafted = 0, accepted = 0;  // speculative decoding: tokens drafted / accepted this step
 };
 
 struct ServingSnapshot {

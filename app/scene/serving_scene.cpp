@@ -196,6 +196,30 @@ render::TokenInstance lane_token(const Lane& l, int pos, glm::vec3 at) {
   return t;
 }
 
+// The drafted tokens the target rejected this step: ghosts (pale, outlined) floating over
+// the slots they were drafted for — the first where the target's own token now stands —
+// that sink away as the step's animation runs (SceneAnim::leave), as their K/V rows left
+// the pool. Appended after every lane's tokens (ServingView draws them whatever the level
+// of detail).
+void add_ghosts(render::Scene* s, const ServingSnapshot& snap, const ServingGeometry& g) {
+  for (size_t k = 0; k < g.lane_seq.size(); ++k) {
+    const Lane& l = *find_lane(snap, g.lane_seq[k]);
+    if (l.drafted.empty() || l.accepted >= int(l.drafted.size())) continue;
+    const int first = int(l.ids.size()) - 1;  // the slot of the first rejected draft
+    for (size_t j = size_t(l.accepted); j < l.drafted.size(); ++j) {
+      const int pos = first + int(j) - l.accepted;
+      render::TokenInstance t;
+      t.position = g.token_center(int(k), pos) + glm::vec3(0.0f, kServingGhostRise, 0.0f);
+      t.color = glm::mix(serving_color(l.color), glm::vec3(1.0f), 0.7f);
+      t.brightness = 0.55f;
+      t.highlighted = true;
+      t.leave = 1.0f;
+      t.label = short_label(l.drafted[j]);
+      s->tokens.push_back(std::move(t));
+    }
+  }
+}
+
 void add_lanes(render::Scene* s, const ServingSnapshot& snap, const ServingGeometry& g,
                const ServingViewOptions& opts) {
   const int bs = g.block_size;
@@ -226,6 +250,13 @@ void add_lanes(render::Scene* s, const ServingSnapshot& snap, const ServingGeome
           pos >= l.prompt_tokens)
         t.drop = 0.9f;
       s->tokens.push_back(std::move(t));
+    }
+    // Speculative decoding: the drafted tokens the target kept drop into their slots like
+    // a generated token (they end just before the target's own next token).
+    if (!l.drafted.empty()) {
+      const int kept_from = n - 1 - l.accepted;
+      for (int pos = std::max(kept_from, 0); pos < n - 1; ++pos)
+        s->tokens[s->tokens.size() - size_t(n - pos)].drop = 0.9f;
     }
     // Logical block boundaries: a thin upright bar between the last position of one block
     // and the first of the next (one per block, never one per token).
@@ -341,6 +372,7 @@ render::Scene build_serving_scene(const ServingSnapshot& snap, const ServingView
   s.anim.beam_arc = {0.3f, 0.05f, -0.05f};
 
   add_lanes(&s, snap, g, opts);
+  add_ghosts(&s, snap, g);
   add_tiles(&s, snap, g, opts);
 
   // The write heads: the scene's one head on the selected lane (else the first running one),
@@ -408,7 +440,7 @@ void animate_serving_scene(render::Scene* scene, const AnimClock& clock) {
   s.anim.flash = std::exp(-since / 0.8f);
   s.anim.fall = 1.0f - smooth01((since - 0.05f) / 0.35f);
   s.anim.beam_fade = 0.75f + 0.25f * std::exp(-since / 0.5f);
-  s.anim.leave = 1.0f;
+  s.anim.leave = smooth01(since / 0.8f);  // rejected drafts sink away (tiles never leave)
   const float pulse = 0.5f + 0.5f * std::sin(float(clock.time) * 6.0f);
   s.head.glow = clock.busy ? 0.75f + 0.25f * pulse : 0.8f;
 }

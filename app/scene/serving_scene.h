@@ -59,6 +59,8 @@ inline constexpr float kServingLanePitch = 2.2f;
 inline constexpr float kServingTilePitch = 3.0f;  // the least tile pitch
 inline constexpr float kServingTileFill = 0.87f;  // a tile's width over its pitch
 inline constexpr float kServingPoolGap = 3.0f;    // between the lowest lane and the pool's top
+// How far above its slot a rejected draft's ghost floats (speculative decoding).
+inline constexpr float kServingGhostRise = 0.9f;
 // The selected lane's attention beams: to its most attended positions, this many at most.
 inline constexpr int kServingMaxBeams = 256;
 

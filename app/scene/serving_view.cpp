@@ -230,6 +230,9 @@ void ServingView::update_detail() {
       scene_.tokens.push_back(std::move(t));
     }
   }
+  // After the lanes' tokens: the rejected drafts' ghosts, always drawn.
+  const size_t lanes_end = n_lanes > 0 ? lane_first_[n_lanes - 1] + size_t(lane_len_[n_lanes - 1]) : 0;
+  for (size_t i = lanes_end; i < full_tokens_.size(); ++i) scene_.tokens.push_back(full_tokens_[i]);
   scene_.revision = render::next_scene_revision();
 }
 

@@ -367,6 +367,15 @@ void pool_numbers(const ServingSnapshot& snap) {
   ImGui::TextWrapped("this step: %d prefill + %d decode tokens, %.1f ms", p->prefill_tokens,
               p->decode_tokens, p->ms);
   ImGui::Text("%.0f tokens/s through the forward", p->tokens_per_s);
+  long drafted = 0, accepted = 0;
+  for (const ServingPoint& h : snap.history) {
+    drafted += h.drafted;
+    accepted += h.accepted;
+  }
+  if (drafted > 0)
+    ImGui::TextWrapped("speculative: %.0f%% of %ld drafted tokens accepted (this step %d of %d)",
+                       100.0 * double(accepted) / double(drafted), drafted, p->accepted,
+                       p->drafted);
   const SchedulerStats& t = snap.totals;
   ImGui::Text("preemptions %d, copies on write %d", t.preemptions, t.cow_copies);
   if (t.ttft_hits + t.ttft_misses > 0)

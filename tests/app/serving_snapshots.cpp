@@ -2,6 +2,7 @@
 // (see serving_snapshots.h).
 #include "tests/app/serving_snapshots.h"
 
+#include <algorithm>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -60,6 +61,8 @@ void expect_lane_eq(const Lane& a, const Lane& b, size_t i, float tol) {
   EXPECT_EQ(a.ttft_ms, b.ttft_ms);
   EXPECT_EQ(a.tokens_per_s, b.tokens_per_s);
   EXPECT_EQ(a.stop, b.stop);
+  EXPECT_EQ(a.drafted, b.drafted);
+  EXPECT_EQ(a.accepted, b.accepted);
 }
 
 void expect_point_eq(const ServingPoint& a, const ServingPoint& b, size_t i) {
@@ -79,6 +82,8 @@ void expect_point_eq(const ServingPoint& a, const ServingPoint& b, size_t i) {
   EXPECT_EQ(a.decode_tokens, b.decode_tokens);
   EXPECT_EQ(a.tokens_per_s, b.tokens_per_s);
   EXPECT_EQ(a.ms, b.ms);
+  EXPECT_EQ(a.drafted, b.drafted);
+  EXPECT_EQ(a.accepted, b.accepted);
 }
 
 void expect_totals_eq(const SchedulerStats& a, const SchedulerStats& b) {
@@ -363,6 +368,15 @@ std::vector<ServingSnapshot> make_serving_run() {
     l.step_tokens = 1;
     l.attention = attention_over(l.computed, k);
     l.tokens_per_s = 50 + k;
+    // Speculative decoding every third step: 3 drafted, k % 4 of them kept (at most 3).
+    l.drafted.clear();
+    l.accepted = 0;
+    if (k % 3 == 0) {
+      l.drafted = {" d" + std::to_string(k), " e", " f"};
+      l.accepted = std::min(k % 4, 3);
+      s.history.back().drafted = 3;
+      s.history.back().accepted = l.accepted;
+    }
     const int block = 4 + (l.computed - 1) / 4 % 8;
     if (l.table.empty() || l.table.back() != block) l.table.push_back(block);
     use_tile(s, block, 3, int(l.table.size()) - 1, (l.computed - 1) % 4 + 1, TileFlash::Written);

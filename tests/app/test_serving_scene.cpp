@@ -371,4 +371,58 @@ TEST(ServingView, SixteenLanesOfAThousandTokensStayLight) {
 }
 
 }  // namespace
+// Speculative decoding: the drafts the target rejected are ghosts over the slots they were
+// drafted for (the first over the target's own token), sinking away as the step's animation
+// runs; the kept drafts and the target's token drop into their slots; the window's view
+// draws the ghosts whatever its level of detail.
+TEST(ServingScene, RejectedDraftsAreGhostsThatSinkAwayAndKeptOnesDropIn) {
+  ServingSnapshot s = serving_snapshot_eight();
+  Lane* l = nullptr;
+  for (Lane& x : s.lanes)
+    if (x.state == LaneState::Running && x.ids.size() > size_t(x.prompt_tokens) + 3) l = &x;
+  ASSERT_NE(l, nullptr);
+  l->drafted = {" alpha", " beta", " gamma", " delta"};
+  l->accepted = 1;  // " alpha" kept; then the target's own token; " gamma", " delta" dropped
+  l->step_tokens = 5;
+  const ServingGeometry g = serving_geometry(s);
+  const int lane = serving_lane_of(g, l->seq);
+  ASSERT_GE(lane, 0);
+  const int n = int(l->ids.size());
+  AnimClock now;
+  now.since_step = 0.0;
+  const render::Scene sc = build_serving_scene(s, {}, now);
+  size_t lane_tokens = 0;
+  for (int seq : g.lane_seq)
+    for (const Lane& x : s.lanes)
+      if (x.seq == seq) lane_tokens += x.ids.size();
+  ASSERT_EQ(sc.tokens.size(), lane_tokens + 3);  // three rejected: beta, gamma, delta
+  for (int j = 0; j < 3; ++j) {
+    const render::TokenInstance& t = sc.tokens[lane_tokens + size_t(j)];
+    EXPECT_EQ(t.leave, 1.0f);
+    EXPECT_TRUE(near(t.position, g.token_center(lane, n - 1 + j) +
+                                     glm::vec3(0.0f, kServingGhostRise, 0.0f)));
+  }
+  EXPECT_NE(sc.tokens[lane_tokens].label.find("beta"), std::string::npos);
+  EXPECT_LT(sc.anim.leave, 0.05f);  // at the step: still there
+  EXPECT_EQ(build_serving_scene(s, {}, settled()).anim.leave, 1.0f);  // then gone
+  // The kept draft (n - 2) and the target's token (n - 1) drop in; the one before does not.
+  size_t first = 0;
+  for (int k = 0; k < lane; ++k)
+    for (const Lane& x : s.lanes)
+      if (x.seq == g.lane_seq[size_t(k)]) first += x.ids.size();
+  EXPECT_GT(sc.tokens[first + size_t(n - 2)].drop, 0.0f);
+  EXPECT_GT(sc.tokens[first + size_t(n - 1)].drop, 0.0f);
+  EXPECT_EQ(sc.tokens[first + size_t(n - 3)].drop, 0.0f);
+  // The window's view keeps the ghosts.
+  ServingView view;
+  ServingFrame f = frame_of(std::make_shared<const ServingSnapshot>(s));
+  view.update(f, {});
+  int ghosts = 0;
+  for (const auto& t : view.scene().tokens) ghosts += t.leave == 1.0f;
+  EXPECT_EQ(ghosts, 3);
+  // Nothing drafted: no ghost.
+  l->drafted.clear();
+  EXPECT_EQ(build_serving_scene(s, {}, now).tokens.size(), lane_tokens);
+}
+
 }  // namespace kvscope::app
