@@ -440,8 +440,14 @@ void plots(const ServingSnapshot& snap) {
     ImGui::TextDisabled("Plots start after two steps.");
     return;
   }
-  std::vector<double> x, used, cached, freeb, running, waiting, tps, util, contig;
+  std::vector<double> x, used, cached, freeb, running, waiting, finished, tps, util, contig,
+      prefill, decode, hits, frag;
   for (const ServingPoint& p : snap.history) {
+    finished.push_back(p.finished);
+    prefill.push_back(p.prefill_tokens);
+    decode.push_back(p.decode_tokens);
+    hits.push_back(100 * p.prefix_hit_rate);
+    frag.push_back(100 * p.fragmentation);
     x.push_back(p.step);
     used.push_back(p.used);
     cached.push_back(p.cached);
@@ -463,12 +469,26 @@ void plots(const ServingSnapshot& snap) {
   draw_plot(a, {{&x, &used, kUsed, nullptr, 2, false, "used"},
                 {&x, &cached, kCached, nullptr, 1.5f, false, "cached"},
                 {&x, &freeb, kFree, nullptr, 1.5f, false, "free"}});
-  ImGui::TextDisabled("sequences: running, waiting");
+  ImGui::TextDisabled("sequences: running, waiting, finished");
   PlotSpec b = a;
   b.id = "##seqs_plot";
   b.height = 60;
   draw_plot(b, {{&x, &running, kRun, nullptr, 2, false, "running"},
-                {&x, &waiting, kWait, nullptr, 1.5f, false, "waiting"}});
+                {&x, &waiting, kWait, nullptr, 1.5f, false, "waiting"},
+                {&x, &finished, kFree, nullptr, 1.5f, false, "finished"}});
+  ImGui::TextDisabled("tokens this step: prompt, decode");
+  PlotSpec e = a;
+  e.id = "##step_tokens";
+  e.height = 60;
+  draw_plot(e, {{&x, &prefill, kCached, nullptr, 1.5f, false, "prompt"},
+                {&x, &decode, kRun, nullptr, 2, false, "decode"}});
+  ImGui::TextDisabled("prefix hits %%, fragmentation %%");
+  PlotSpec h = a;
+  h.id = "##hits";
+  h.height = 60;
+  h.y_suffix = "%";
+  draw_plot(h, {{&x, &hits, kUsed, nullptr, 2, false, "prefix hits"},
+                {&x, &frag, kWait, nullptr, 1.5f, false, "fragmentation"}});
   ImGui::TextDisabled("slots used %%: paged, contiguous");
   PlotSpec c = a;
   c.id = "##util";
