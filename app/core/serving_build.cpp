@@ -254,31 +254,8 @@ ServingPoint ServingBuilder::point(const BatchStep& st) const {
   return p;
 }
 
-std::shared_ptr<ServingSnapshot> ServingBuilder::after_step(const BatchStep& st,
-                                                            Clock::time_point t0,
-                                                            Clock::time_point t1) {
-  const int N = sched_.pool().n_blocks(), B = sched_.config().block_size;
-  for (LaneRec& r : lanes_) {
-    r.lane.step_tokens = 0;
-    r.lane.step_prompt = false;
-    r.lane.attention.clear();
-  }
-  std::vector<char> cow_seq(lanes_.size(), 0), written(size_t(N), 0), adopted(size_t(N), 0),
-      cow(size_t(N), 0);
-  std::vector<std::pair<int, int>> hits;
-  apply_events(st, t0, cow_seq, hits);
-  for (const StepRow& row : st.rows)
-    if (row.seq >= 0 && row.seq < int(lanes_.size()))
-      apply_row(row, cow_seq[size_t(row.seq)], t1, written, cow);
-  for (const auto& [seq, n] : hits)  // the admitted tables' first hit / B blocks
-    for (const auto* table : lanes_[size_t(seq)].tables())
-      for (size_t i = 0; i < size_t(n / B) && i < table->size(); ++i) {
-        const int b = (*table)[i];
-        if (b < 0 || b >= N) continue;
-        ++hash_hits_[size_t(b)];
-        adopted[size_t(b)] = 1;
-      }
-  // States after the step: a sequence not running holds no blocks.
+// States after a step (or a change between steps): a sequence not running holds no blocks.
+void ServingBuilder::update_states() {
   for (LaneRec& r : lanes_) {
     if (!r.known) continue;
     Lane& l = r.lane;
@@ -309,6 +286,33 @@ std::shared_ptr<ServingSnapshot> ServingBuilder::after_step(const BatchStep& st,
     const bool ended = s == SeqState::Finished || s == SeqState::Cancelled || s == SeqState::Failed;
     if (ended && l.stop.empty()) l.stop = stop_reason_name(sched_.stop_reason(l.seq));
   }
+}
+
+std::shared_ptr<ServingSnapshot> ServingBuilder::after_step(const BatchStep& st,
+                                                            Clock::time_point t0,
+                                                            Clock::time_point t1) {
+  const int N = sched_.pool().n_blocks(), B = sched_.config().block_size;
+  for (LaneRec& r : lanes_) {
+    r.lane.step_tokens = 0;
+    r.lane.step_prompt = false;
+    r.lane.attention.clear();
+  }
+  std::vector<char> cow_seq(lanes_.size(), 0), written(size_t(N), 0), adopted(size_t(N), 0),
+      cow(size_t(N), 0);
+  std::vector<std::pair<int, int>> hits;
+  apply_events(st, t0, cow_seq, hits);
+  for (const StepRow& row : st.rows)
+    if (row.seq >= 0 && row.seq < int(lanes_.size()))
+      apply_row(row, cow_seq[size_t(row.seq)], t1, written, cow);
+  for (const auto& [seq, n] : hits)  // the admitted tables' first hit / B blocks
+    for (const auto* table : lanes_[size_t(seq)].tables())
+      for (size_t i = 0; i < size_t(n / B) && i < table->size(); ++i) {
+        const int b = (*table)[i];
+        if (b < 0 || b >= N) continue;
+        ++hash_hits_[size_t(b)];
+        adopted[size_t(b)] = 1;
+      }
+  update_states();
 
   auto snap = std::make_shared<ServingSnapshot>();
   header(*snap);
@@ -323,6 +327,44 @@ std::shared_ptr<ServingSnapshot> ServingBuilder::after_step(const BatchStep& st,
   snap->waiting = sched_.waiting_ids();
   snap->events = st.events;
   history_.push_back(point(st));
+  snap->history = history_;
+  snap->totals = sched_.stats();
+  prev_ = snap->tiles;
+  return snap;
+}
+
+std::shared_ptr<ServingSnapshot> ServingBuilder::after_change(std::vector<SchedEvent> events) {
+  const int N = sched_.pool().n_blocks();
+  for (LaneRec& r : lanes_) {  // nothing ran
+    r.lane.step_tokens = 0;
+    r.lane.step_prompt = false;
+    r.lane.attention.clear();
+  }
+  update_states();
+  auto snap = std::make_shared<ServingSnapshot>();
+  header(*snap);
+  snap->step = history_.empty() ? 0 : history_.back().step;
+  snap->done = sched_.idle();
+  const std::vector<char> none(size_t(N), 0);
+  build_tiles(*snap, none, none, none);
+  int running = 0;
+  for (const LaneRec& r : lanes_) {
+    if (!r.known) continue;
+    snap->lanes.push_back(r.lane);
+    running += r.lane.state == LaneState::Running;
+  }
+  snap->waiting = sched_.waiting_ids();
+  snap->events = std::move(events);
+  if (!history_.empty()) {
+    ServingPoint& p = history_.back();
+    const KvPoolCounts c = sched_.pool().counts();
+    p.used = c.used;
+    p.free = c.free;
+    p.cached = c.cached;
+    p.running = running;
+    p.waiting = int(snap->waiting.size());
+    p.finished = sched_.stats().finished;
+  }
   snap->history = history_;
   snap->totals = sched_.stats();
   prev_ = snap->tiles;

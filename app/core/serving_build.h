@@ -49,6 +49,11 @@ class ServingBuilder {
   // The snapshot after `st` (the scheduler's step that began at t0 and returned at t1).
   std::shared_ptr<ServingSnapshot> after_step(const BatchStep& st, Clock::time_point t0,
                                               Clock::time_point t1);
+  // The snapshot after sequences ended between steps (a server cancels a request whose
+  // client went away): still the last step, with the lanes' states and the pool as they are
+  // now (the blocks given back flash Released, the last history point's counts updated) and
+  // `events` (Cancel) as its events.
+  std::shared_ptr<ServingSnapshot> after_change(std::vector<SchedEvent> events);
 
  private:
   struct LaneRec {
@@ -68,6 +73,7 @@ class ServingBuilder {
                     std::vector<std::pair<int, int>>& hits);
   void apply_row(const StepRow& r, bool cow_event, Clock::time_point t1, std::vector<char>& written,
                  std::vector<char>& cow);
+  void update_states();  // the lanes' states from the scheduler's (ended ones hold nothing)
   void build_tiles(ServingSnapshot& s, const std::vector<char>& written,
                    const std::vector<char>& adopted, const std::vector<char>& cow);
   ServingPoint point(const BatchStep& st) const;
