@@ -186,7 +186,7 @@ constexpr uint64_t kMinEventBytes = 1 + 4 + 4 + 4;
 void get_tile(Reader& r, const ServingMeta& m, PoolTile& t) {
   t.state = TileState(r.u8("tile.state", 0, int(TileState::Cached)));
   t.refs = r.i32("tile.refs", 0, kIntMax);
-  const uint32_t n_owners = r.u32("tile.owners.count", 0, kServingMaxLanes);
+  const uint32_t n_owners = r.u32("tile.owners.count", 0, kServingFileMaxLanes);
   if (r.fits("tile.owners", n_owners, 4)) {
     t.owners.resize(n_owners);
     for (int& o : t.owners) o = r.i32("tile.owners", 0, kIntMax);
@@ -374,7 +374,7 @@ Expected<ServingMeta> decode_serving_meta(const uint8_t* p, size_t n) {
   m.attention = AttnEncoding(r.u8("attention", 0, 2));
   m.run = r.u64("run");
   m.block_size = r.i32("block_size", 0, 1 << 20);
-  m.n_blocks = r.i32("n_blocks", 0, kServingMaxBlocks);
+  m.n_blocks = r.i32("n_blocks", 0, kServingFileMaxBlocks);
   m.max_batch_tokens = r.i32("max_batch_tokens", 0, kIntMax);
   m.max_seqs = r.i32("max_seqs", 0, kIntMax);
   m.context = r.i32("context", 0, kIntMax);
@@ -467,15 +467,15 @@ Status apply_serving_step(const ServingMeta& m, const uint8_t* p, size_t n, Serv
   s->done = r.flag("done");
   s->playing = r.flag("playing");
   s->error = r.str("error", false);
-  get_changed(r, "tiles", kServingMaxBlocks, kMinTileBytes, s->tiles, [&](PoolTile& t) {
+  get_changed(r, "tiles", kServingFileMaxBlocks, kMinTileBytes, s->tiles, [&](PoolTile& t) {
     // The entry's own fields replace the tile's whole.
     t = PoolTile{};
     get_tile(r, m, t);
   });
-  get_changed(r, "lanes", kServingMaxLanes, kMinLaneBytes, s->lanes,
+  get_changed(r, "lanes", kServingFileMaxLanes, kMinLaneBytes, s->lanes,
               [&](Lane& l) { get_lane(r, m, l); });
   if (r.flag("waiting.changed")) {
-    const uint32_t count = r.u32("waiting.count", 0, kServingMaxLanes);
+    const uint32_t count = r.u32("waiting.count", 0, kServingFileMaxLanes);
     if (r.fits("waiting", count, 4)) {
       s->waiting.resize(count);
       for (int& id : s->waiting) id = r.i32("waiting", 0, kIntMax);

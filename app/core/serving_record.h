@@ -31,8 +31,8 @@ inline constexpr uint32_t kTagServingStep = run_record_tag("SRVS");
 inline constexpr uint32_t kTagServingEnd = run_record_tag("SRVE");
 
 // Bounds the decoder accepts: they bound allocations from a corrupt file.
-inline constexpr int64_t kServingMaxBlocks = 1 << 22;  // tiles of the pool
-inline constexpr int64_t kServingMaxLanes = 1 << 20;   // sequences
+inline constexpr int64_t kServingFileMaxBlocks = 1 << 22;  // tiles of the pool
+inline constexpr int64_t kServingFileMaxLanes = 1 << 20;   // sequences
 
 // The SRVM record: who made the run and how it was configured. create() copies the
 // configuration (block_size .. n_requests, run) from the first snapshot; every later

@@ -181,7 +181,7 @@ TEST(ServingRecord, AHugeCountIsRefusedBeforeAllocating) {
   const RecordAt& m = recs[0];
   auto meta = decode_serving_meta(b.data() + m.offset + kRunRecordHeaderBytes, size_t(m.len));
   ASSERT_TRUE(meta.ok());
-  meta->n_blocks = int(kServingMaxBlocks) + 1;
+  meta->n_blocks = int(kServingFileMaxBlocks) + 1;
   const std::vector<uint8_t> enc = encode_serving_meta(meta.value());
   ASSERT_EQ(enc.size(), m.len);
   std::memcpy(b.data() + m.offset + kRunRecordHeaderBytes, enc.data(), enc.size());

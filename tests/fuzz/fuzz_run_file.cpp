@@ -38,7 +38,7 @@ bool check_serving(const uint8_t* data, size_t size, bool verify_crc) {
   for (int i = 0; i < r.steps(); ++i) {
     auto s = r.snapshot(i);
     if (!s.ok()) fail("an indexed snapshot does not rebuild", s.error().message);
-    if (int64_t(s.value()->tiles.size()) > kServingMaxBlocks) fail("too many tiles", "");
+    if (int64_t(s.value()->tiles.size()) > kServingFileMaxBlocks) fail("too many tiles", "");
   }
   return true;
 }
