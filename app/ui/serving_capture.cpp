@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "app/core/serving_record.h"
 #include "app/options/options.h"
 #include "app/ui/app_frame.h"
 #include "app/ui/ui_state.h"
@@ -73,13 +74,39 @@ Expected<AppShotResult> capture_serving(render::Renderer& r, UiState& ui, Servin
   return out;
 }
 
+namespace {
+
+// The snapshot a replay shows: the last one recorded at or before step `steps` (every step
+// when not given), or an error naming the file.
+Expected<std::shared_ptr<const ServingSnapshot>> replayed_snapshot(const CaptureOptions& opts) {
+  auto rp = ServingReplay::open(opts.replay_path);
+  if (!rp.ok()) return rp.error();
+  ServingReplay& replay = *rp.value();
+  if (replay.steps() == 0) return make_error(opts.replay_path, ": no steps recorded");
+  std::shared_ptr<const ServingSnapshot> shown;
+  for (int i = 0; i < replay.steps(); ++i) {
+    auto snap = replay.snapshot(i);
+    if (!snap.ok()) return snap.error();
+    if (opts.steps_given && shown && snap.value()->step > opts.steps) break;
+    shown = std::move(snap).value();
+  }
+  return shown;
+}
+
+}  // namespace
+
 int run_serving_screenshot(const CaptureOptions& opts, const ServingSettings& settings,
                            bool panels) {
   auto fail = [](const std::string& msg) { return cli::fail(msg); };
   if (opts.out_path.empty())
     return fail("--screenshot needs an output path, e.g. --screenshot out.png");
-  if (!opts.replay_path.empty())
-    return fail("--replay: the Serving view runs the model (recordings hold one sequence)");
+  // A recorded serving run (serving_record.h) instead of the model.
+  std::shared_ptr<const ServingSnapshot> replayed;
+  if (!opts.replay_path.empty()) {
+    auto snap = replayed_snapshot(opts);
+    if (!snap.ok()) return fail(snap.error().message);
+    replayed = std::move(snap).value();
+  }
   auto gl = OffscreenContext::create();
   if (!gl.ok()) return fail(gl.error().message);
 
@@ -89,9 +116,15 @@ int run_serving_screenshot(const CaptureOptions& opts, const ServingSettings& se
   ui.serving_ui = std::make_shared<ServingUi>();
   ServingUi& s = *ui.serving_ui;
   s.settings = settings;
-  serving_start(ui, s, false);
-  s.run->wait_until(opts.steps_given ? opts.steps : 24);
-  serving_sync(s, 0.0);
+  if (replayed) {
+    s.snap = replayed;
+    s.started = true;
+    s.last_step = replayed->step;
+  } else {
+    serving_start(ui, s, false);
+    s.run->wait_until(opts.steps_given ? opts.steps : 24);
+    serving_sync(s, 0.0);
+  }
   s.playing = false;
   if (!s.snap || !s.snap->error.empty())
     return fail(s.snap ? s.snap->error : std::string("serving: no snapshot"));
@@ -120,7 +153,7 @@ int run_serving_screenshot(const CaptureOptions& opts, const ServingSettings& se
       snap.step, int(snap.lanes.size()), p ? p->used : 0, p ? p->cached : 0,
       p ? p->free : snap.n_blocks, snap.n_blocks, snap.totals.preemptions, snap.totals.cow_copies,
       gl.value()->description().c_str());
-  s.run.reset();
+  if (s.run) s.run.reset();
   return 0;
 }
 
