@@ -5,7 +5,7 @@
 //     prompt's tokens and Used tiles in the pool; once done, the lane is Finished, its
 //     generated tokens' text is the response's text, and no tile is Used;
 //   - a client that disconnects mid-stream: its lane ends Cancelled and the pool holds no
-//     Used tile;
+//     Used tile; so does a sequence a stop string ended (both between steps);
 //   - two clients at once: two lanes Running in the same step.
 #include <gtest/gtest.h>
 
@@ -133,7 +133,7 @@ TEST(ServeWatch, AStreamedCompletionIsALaneFromPromptToFinish) {
   cl.set_read_timeout(120, 0);
   SseReader sse;
   int seen_running = 0;
-  httplib::Request req = stream_request(kPrompt, 12);
+  httplib::Request req = stream_request(kPrompt, 40);
   req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
     sse.feed(data, n);
     // While it streams: the lane runs, opens with the prompt, and holds blocks.
@@ -174,7 +174,7 @@ TEST(ServeWatch, AStreamedCompletionIsALaneFromPromptToFinish) {
   std::printf("served %d tokens in %d chunks: '%s' (stop: %s)\n",
               int(l.ids.size()) - l.prompt_tokens, sse.chunks, sse.text.c_str(), l.stop.c_str());
   EXPECT_EQ(text, sse.text);
-  EXPECT_LE(int(l.ids.size()) - l.prompt_tokens, 12);
+  EXPECT_LE(int(l.ids.size()) - l.prompt_tokens, 40);
   EXPECT_TRUE(l.table.empty());
   EXPECT_EQ(s->history.back().used, 0);
 }
@@ -207,6 +207,40 @@ TEST(ServeWatch, AClientThatDisconnectsLeavesACancelledLaneAndNoUsedTile) {
   std::printf("cancelled after %d tokens (stop: %s)\n", int(l.ids.size()) - l.prompt_tokens,
               l.stop.c_str());
   EXPECT_LT(int(l.ids.size()) - l.prompt_tokens, 200);
+  EXPECT_EQ(s->history.back().used, 0);
+}
+
+// A stop string ends the sequence on the engine thread after the step that produced it (the
+// scheduler knows no stop strings): with nothing else running no step follows, and the view
+// must still show the lane ended and its blocks back.
+TEST(ServeWatch, AStopStringEndsTheLaneAndFreesItsBlocks) {
+  MODEL_OR_FAIL();
+  auto w = start_server();
+  ASSERT_TRUE(w);
+  httplib::Client cl("127.0.0.1", w->port());
+  cl.set_read_timeout(120, 0);
+  // Greedy, this prompt goes on " Paris.\n\nThe answer is": stop at the first newline.
+  const std::string body = nlohmann::json{
+      {"prompt", kPrompt},
+      {"max_tokens", 40},
+      {"temperature", 0},
+      {"stop", "\n"}}.dump();
+  auto res = cl.Post("/v1/completions", body, "application/json");
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  ASSERT_EQ(res->status, 200) << res->body;
+  const auto j = nlohmann::json::parse(res->body);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop") << res->body;
+  ASSERT_TRUE(wait_for(*w, [](const ServingSnapshot& s) {
+    const Lane* l = lane_of(s, 0);
+    return l && l->state != LaneState::Running && l->state != LaneState::Waiting &&
+           used_tiles(s) == 0;
+  })) << "the lane stopped by a stop string still holds blocks in the view";
+  auto s = w->snapshot();
+  const Lane& l = *lane_of(*s, 0);
+  std::printf("stop string: '%s' after %d tokens, lane %s\n",
+              j["choices"][0]["text"].get<std::string>().c_str(),
+              int(l.ids.size()) - l.prompt_tokens, lane_state_name(l.state));
+  EXPECT_LT(int(l.ids.size()) - l.prompt_tokens, 40);
   EXPECT_EQ(s->history.back().used, 0);
 }
 
