@@ -272,7 +272,7 @@ void ServingBuilder::update_states() {
         l.state = LaneState::Finished;
         break;
       case SeqState::Cancelled:
-        l.state = LaneState::Cancelled;
+        l.state = r.finished_outside ? LaneState::Finished : LaneState::Cancelled;
         break;
       case SeqState::Failed:
         l.state = LaneState::Failed;
@@ -340,6 +340,12 @@ std::shared_ptr<ServingSnapshot> ServingBuilder::after_change(std::vector<SchedE
     r.lane.step_prompt = false;
     r.lane.attention.clear();
   }
+  for (const SchedEvent& e : events)
+    if (e.kind == EventKind::Finish && e.seq >= 0 && e.seq < int(lanes_.size())) {
+      LaneRec& r = lanes_[size_t(e.seq)];
+      r.finished_outside = true;
+      r.lane.stop = e.detail;
+    }
   update_states();
   auto snap = std::make_shared<ServingSnapshot>();
   header(*snap);

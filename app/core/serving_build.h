@@ -52,7 +52,8 @@ class ServingBuilder {
   // The snapshot after sequences ended between steps (a server cancels a request whose
   // client went away): still the last step, with the lanes' states and the pool as they are
   // now (the blocks given back flash Released, the last history point's counts updated) and
-  // `events` (Cancel) as its events.
+  // `events` as its events: Cancel, or Finish (its detail the stop reason) for a sequence
+  // the server ended as finished by cancelling it.
   std::shared_ptr<ServingSnapshot> after_change(std::vector<SchedEvent> events);
 
  private:
@@ -61,6 +62,9 @@ class ServingBuilder {
     bool known = false;      // arrived (or forked): shown
     bool preempted = false;  // preempted and not run since
     bool first_token = false;
+    // Ended between steps by its server as finished (a stop string) where the scheduler
+    // only knows it cancelled: shown Finished.
+    bool finished_outside = false;
     // Every layer group's table (group 0 is lane.table) for a model whose windows split
     // the layers (engine/kv_cache.h); empty for one group. -1: a block given back.
     std::vector<std::vector<int32_t>> groups;

@@ -345,7 +345,7 @@ void ServeEngine::emit(Job& job, int index, bool final) {
   const int seq = job.first + index;
   const SeqState s = sched_->state(seq);
   if (s == SeqState::Pending || s == SeqState::Waiting || s == SeqState::Running)
-    cancel_seq(seq);  // ends it here: its blocks go back
+    cancel_seq(seq, EventKind::Finish, "stop_string");  // ends it here: its blocks go back
   c.text.resize(upto);
   c.sent = upto;
   c.done = true;
@@ -371,11 +371,12 @@ void ServeEngine::finish_choice(Job& job, int index, const std::string& reason) 
   if (++job.done == int(job.choices.size())) end_job(job);
 }
 
-void ServeEngine::cancel_seq(int seq) {
+void ServeEngine::cancel_seq(int seq, EventKind kind, const char* detail) {
   if (!sched_->cancel(seq).ok()) return;
   SchedEvent e;
-  e.kind = EventKind::Cancel;
+  e.kind = kind;
   e.seq = seq;
+  e.detail = detail;
   between_.push_back(e);
 }
 

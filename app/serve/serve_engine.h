@@ -82,7 +82,8 @@ class ServeObserver {
   // A step ran; called before its tokens are routed (and ended sequences forgotten).
   virtual void stepped(const BatchStep& st, const Scheduler& s) = 0;
   // Sequences ended between steps (a client went away, a stop string matched): their blocks
-  // went back to the pool where no step reports it; `events` holds a Cancel for each.
+  // went back to the pool where no step reports it; `events` holds a Cancel for each, or a
+  // Finish with detail "stop_string" (the scheduler itself calls it cancelled).
   virtual void changed(const std::vector<SchedEvent>& events, const Scheduler& s) {
     (void)events;
     (void)s;
@@ -119,8 +120,8 @@ class ServeEngine {
   void emit(Job& job, int index, bool final);
   void finish_choice(Job& job, int index, const std::string& reason);
   void end_job(Job& job);
-  // Cancels a live sequence outside a step and notes it for the observer.
-  void cancel_seq(int seq);
+  // Cancels a live sequence outside a step and notes it for the observer (as `kind`).
+  void cancel_seq(int seq, EventKind kind = EventKind::Cancel, const char* detail = "");
   void tell_observer();
   void fail_all(const ApiError& e);
   void publish(bool idle);

@@ -5,7 +5,8 @@
 //     prompt's tokens and Used tiles in the pool; once done, the lane is Finished, its
 //     generated tokens' text is the response's text, and no tile is Used;
 //   - a client that disconnects mid-stream: its lane ends Cancelled and the pool holds no
-//     Used tile; so does a sequence a stop string ended (both between steps);
+//     Used tile; a sequence a stop string ended shows Finished, its blocks back (both
+//     end between steps);
 //   - two clients at once: two lanes Running in the same step.
 #include <gtest/gtest.h>
 
@@ -232,15 +233,15 @@ TEST(ServeWatch, AStopStringEndsTheLaneAndFreesItsBlocks) {
   EXPECT_EQ(j["choices"][0]["finish_reason"], "stop") << res->body;
   ASSERT_TRUE(wait_for(*w, [](const ServingSnapshot& s) {
     const Lane* l = lane_of(s, 0);
-    return l && l->state != LaneState::Running && l->state != LaneState::Waiting &&
-           used_tiles(s) == 0;
-  })) << "the lane stopped by a stop string still holds blocks in the view";
+    return l && l->state == LaneState::Finished && used_tiles(s) == 0;
+  })) << "the lane a stop string ended is not Finished with its blocks back in the view";
   auto s = w->snapshot();
   const Lane& l = *lane_of(*s, 0);
   std::printf("stop string: '%s' after %d tokens, lane %s\n",
               j["choices"][0]["text"].get<std::string>().c_str(),
               int(l.ids.size()) - l.prompt_tokens, lane_state_name(l.state));
   EXPECT_LT(int(l.ids.size()) - l.prompt_tokens, 40);
+  EXPECT_EQ(l.stop, "stop_string");
   EXPECT_EQ(s->history.back().used, 0);
 }
 
