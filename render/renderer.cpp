@@ -39,7 +39,7 @@ constexpr size_t kOffViewBeams = 96;
 struct BlockInstance {  // matches block.vert locations 2..6
   glm::vec3 center;
   glm::vec3 color;
-  glm::vec4 params;  // brightness, recompute, highlight, unused
+  glm::vec4 params;  // brightness, recompute, highlight, flash gain (white)
   glm::vec3 anim;    // flash gain (brightness), flash gain (recompute), drop
   glm::vec4 style;   // leave, hatch K, hatch V, slide
 };
@@ -211,7 +211,7 @@ void Renderer::Impl::pack(const Scene& scene, const GlyphAtlas& atlas) {
   for (const KvBlockInstance& k : scene.kv_blocks)
     kv_data.push_back({k.position,
                        k.color,
-                       {k.brightness, k.recompute, k.highlight, 0.0f},
+                       {k.brightness, k.recompute, k.highlight, k.flash_white},
                        {k.flash_brightness, k.flash_recompute, 0.0f},
                        {k.leave, k.hatch_k, k.hatch_v, k.slide}});
   marker_data.clear();

@@ -56,6 +56,8 @@ struct KvBlockInstance {
   float recompute = 0.0f;   // 0..1: mixes in the red "being recomputed" flash
   // Added times SceneAnim::flash (results capped at 1): the step-flash of blocks written now.
   float flash_brightness = 0.0f, flash_recompute = 0.0f;
+  // Times SceneAnim::flash (capped at 1): how far the block's colour flashes toward white.
+  float flash_white = 0.0f;
   float highlight = 0.0f;  // 0..1: lit (e.g. the KV head the selected query head reads)
   // 1: evicted by this step: the block shrinks and sinks away as SceneAnim::leave goes 0 -> 1.
   float leave = 0.0f;

@@ -39,6 +39,7 @@ void main() {
   color += v_color * max(brightness - 0.8, 0.0) * 1.2;  // emissive for the brightest
   vec3 red = vec3(1.0, 0.08, 0.06);
   color = mix(color, red * (0.75 + 0.35 * diffuse), recompute);
+  color = mix(color, vec3(1.0), clamp(v_params.w, 0.0, 1.0));  // the step-flash toward white
   color = mix(color, vec3(1.0, 0.95, 0.55), highlight * 0.45);
   color *= mix(0.35, 1.0, edge);
 

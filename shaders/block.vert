@@ -1,7 +1,8 @@
 #version 330 core
 // block.vert — instanced boxes (token blocks and KV-cache blocks).
 // Per vertex: unit-cube corner (a_pos in [-0.5, 0.5]) and face normal.
-// Per instance: center, color, params = (brightness, recompute, highlight, unused),
+// Per instance: center, color, params = (brightness, recompute, highlight, flash gain
+// toward white),
 // anim = (flash gain on brightness, flash gain on recompute, drop height),
 // style = (leave, hatch K, hatch V, slide).
 // Uniforms animate them without re-uploading instances: u_flash (step flash), u_fall
@@ -41,6 +42,7 @@ void main() {
   v_params = i_params;
   if (i_anim.x > 0.0) v_params.x = min(i_params.x + i_anim.x * u_flash, 1.0);
   if (i_anim.y > 0.0) v_params.y = min(i_params.y + i_anim.y * u_flash, 1.0);
+  v_params.w = clamp(i_params.w * u_flash, 0.0, 1.0);
   v_params.x *= 1.0 - leave;
   v_world = world;
   v_hatch = i_style.yz;

@@ -254,6 +254,56 @@ ServingPoint ServingBuilder::point(const BatchStep& st) const {
   return p;
 }
 
+// States after a step (or a change between steps): a sequence not running holds no blocks.
+void ServingBuilder::update_states() {
+  for (LaneRec& r : lanes_) {
+    if (!r.known) continue;
+    Lane& l = r.lane;
+    const SeqState s = sched_.state(l.seq);
+    switch (s) {
+      case SeqState::Running:
+        l.state = LaneState::Running;
+        break;
+      case SeqState::Pending:
+      case SeqState::Waiting:
+        l.state = r.preempted ? LaneState::Preempted : LaneState::Waiting;
+        break;
+      case SeqState::Finished:
+        l.state = LaneState::Finished;
+        break;
+      case SeqState::Cancelled:
+        l.state = r.finished_outside ? LaneState::Finished : LaneState::Cancelled;
+        break;
+      case SeqState::Failed:
+        l.state = LaneState::Failed;
+        break;
+    }
+    if (s != SeqState::Running) {
+      l.table.clear();
+      r.groups.clear();
+      l.computed = 0;
+    }
+    const bool ended = s == SeqState::Finished || s == SeqState::Cancelled || s == SeqState::Failed;
+    if (ended && l.stop.empty()) l.stop = stop_reason_name(sched_.stop_reason(l.seq));
+    if (ended && !r.ended) {
+      r.ended = true;
+      ended_.push_back(l.seq);
+    }
+  }
+  // Long ago ended: out of the snapshots, their tokens freed.
+  while (ended_.size() > kServingKeptEnded) {
+    LaneRec& old = lanes_[size_t(ended_.front())];
+    ended_.pop_front();
+    old.retired = true;
+    old.known = false;
+    Lane gone;
+    gone.seq = old.lane.seq;
+    gone.state = old.lane.state;
+    old.lane = std::move(gone);
+    old.groups.clear();
+  }
+}
+
 std::shared_ptr<ServingSnapshot> ServingBuilder::after_step(const BatchStep& st,
                                                             Clock::time_point t0,
                                                             Clock::time_point t1) {
@@ -278,52 +328,7 @@ std::shared_ptr<ServingSnapshot> ServingBuilder::after_step(const BatchStep& st,
         ++hash_hits_[size_t(b)];
         adopted[size_t(b)] = 1;
       }
-  // States after the step: a sequence not running holds no blocks.
-  for (LaneRec& r : lanes_) {
-    if (!r.known) continue;
-    Lane& l = r.lane;
-    const SeqState s = sched_.state(l.seq);
-    switch (s) {
-      case SeqState::Running:
-        l.state = LaneState::Running;
-        break;
-      case SeqState::Pending:
-      case SeqState::Waiting:
-        l.state = r.preempted ? LaneState::Preempted : LaneState::Waiting;
-        break;
-      case SeqState::Finished:
-        l.state = LaneState::Finished;
-        break;
-      case SeqState::Cancelled:
-        l.state = LaneState::Cancelled;
-        break;
-      case SeqState::Failed:
-        l.state = LaneState::Failed;
-        break;
-    }
-    if (s != SeqState::Running) {
-      l.table.clear();
-      r.groups.clear();
-      l.computed = 0;
-    }
-    const bool ended = s == SeqState::Finished || s == SeqState::Cancelled || s == SeqState::Failed;
-    if (ended && l.stop.empty()) l.stop = stop_reason_name(sched_.stop_reason(l.seq));
-    if (ended && !r.ended) {
-      r.ended = true;
-      ended_.push_back(l.seq);
-    }
-  }
-  while (ended_.size() > kServingKeptEnded) {
-    LaneRec& old = lanes_[size_t(ended_.front())];
-    ended_.pop_front();
-    old.retired = true;
-    old.known = false;
-    Lane gone;
-    gone.seq = old.lane.seq;
-    gone.state = old.lane.state;
-    old.lane = std::move(gone);
-    old.groups.clear();
-  }
+  update_states();
 
   auto snap = std::make_shared<ServingSnapshot>();
   header(*snap);
@@ -340,6 +345,50 @@ std::shared_ptr<ServingSnapshot> ServingBuilder::after_step(const BatchStep& st,
   history_.push_back(point(st));
   if (history_.size() > kServingKeptSteps)
     history_.erase(history_.begin(), history_.begin() + long(history_.size() - kServingKeptSteps));
+  snap->history = history_;
+  snap->totals = sched_.stats();
+  prev_ = snap->tiles;
+  return snap;
+}
+
+std::shared_ptr<ServingSnapshot> ServingBuilder::after_change(std::vector<SchedEvent> events) {
+  const int N = sched_.pool().n_blocks();
+  for (LaneRec& r : lanes_) {  // nothing ran
+    r.lane.step_tokens = 0;
+    r.lane.step_prompt = false;
+    r.lane.attention.clear();
+  }
+  for (const SchedEvent& e : events)
+    if (e.kind == EventKind::Finish && e.seq >= 0 && e.seq < int(lanes_.size())) {
+      LaneRec& r = lanes_[size_t(e.seq)];
+      r.finished_outside = true;
+      r.lane.stop = e.detail;
+    }
+  update_states();
+  auto snap = std::make_shared<ServingSnapshot>();
+  header(*snap);
+  snap->step = history_.empty() ? 0 : history_.back().step;
+  snap->done = sched_.idle();
+  const std::vector<char> none(size_t(N), 0);
+  build_tiles(*snap, none, none, none);
+  int running = 0;
+  for (const LaneRec& r : lanes_) {
+    if (!r.known) continue;
+    snap->lanes.push_back(r.lane);
+    running += r.lane.state == LaneState::Running;
+  }
+  snap->waiting = sched_.waiting_ids();
+  snap->events = std::move(events);
+  if (!history_.empty()) {
+    ServingPoint& p = history_.back();
+    const KvPoolCounts c = sched_.pool().counts();
+    p.used = c.used;
+    p.free = c.free;
+    p.cached = c.cached;
+    p.running = running;
+    p.waiting = int(snap->waiting.size());
+    p.finished = sched_.stats().finished;
+  }
   snap->history = history_;
   snap->totals = sched_.stats();
   prev_ = snap->tiles;

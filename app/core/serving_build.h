@@ -50,6 +50,12 @@ class ServingBuilder {
   // The snapshot after `st` (the scheduler's step that began at t0 and returned at t1).
   std::shared_ptr<ServingSnapshot> after_step(const BatchStep& st, Clock::time_point t0,
                                               Clock::time_point t1);
+  // The snapshot after sequences ended between steps (a server cancels a request whose
+  // client went away): still the last step, with the lanes' states and the pool as they are
+  // now (the blocks given back flash Released, the last history point's counts updated) and
+  // `events` as its events: Cancel, or Finish (its detail the stop reason) for a sequence
+  // the server ended as finished by cancelling it.
+  std::shared_ptr<ServingSnapshot> after_change(std::vector<SchedEvent> events);
 
  private:
   struct LaneRec {
@@ -57,6 +63,9 @@ class ServingBuilder {
     bool known = false;      // arrived (or forked): shown
     bool preempted = false;  // preempted and not run since
     bool first_token = false;
+    // Ended between steps by its server as finished (a stop string) where the scheduler
+    // only knows it cancelled: shown Finished.
+    bool finished_outside = false;
     // Every layer group's table (group 0 is lane.table) for a model whose windows split
     // the layers (engine/kv_cache.h); empty for one group. -1: a block given back.
     std::vector<std::vector<int32_t>> groups;
@@ -71,6 +80,7 @@ class ServingBuilder {
                     std::vector<std::pair<int, int>>& hits);
   void apply_row(const StepRow& r, bool cow_event, Clock::time_point t1, std::vector<char>& written,
                  std::vector<char>& cow);
+  void update_states();  // the lanes' states from the scheduler's (ended ones hold nothing)
   void build_tiles(ServingSnapshot& s, const std::vector<char>& written,
                    const std::vector<char>& adopted, const std::vector<char>& cow);
   ServingPoint point(const BatchStep& st) const;

@@ -301,19 +301,24 @@ void add_tiles(render::Scene* s, const ServingSnapshot& snap, const ServingGeome
     switch (t.flash) {
       case TileFlash::None:
         break;
+      // White, white-red, red: brightness alone lights a tile in its owner's colour,
+      // which reads as no change on a bright hue (and recompute's red as none on a red one).
       case TileFlash::Written:
       case TileFlash::PrefixHit:
         k.flash_brightness = 0.8f;
+        k.flash_white = 0.45f;
         break;
       case TileFlash::Cow:
         k.flash_brightness = 0.8f;
         k.flash_recompute = 0.45f;
+        k.flash_white = 0.5f;
         break;
       case TileFlash::Evicted:
         k.flash_recompute = 0.8f;
         break;
       case TileFlash::Released:
         k.flash_brightness = 0.6f;
+        k.flash_white = 0.5f;
         break;
     }
     k.highlight = int(b) == opts.hovered_tile ? 1.0f : 0.0f;

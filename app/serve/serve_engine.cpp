@@ -173,6 +173,7 @@ void ServeEngine::loop() {
       ++cancelled_;
       end_job(*j);
     }
+    tell_observer();
     if (!sched_->idle()) {
       auto st = sched_->step();
       if (!st.ok()) {
@@ -180,6 +181,7 @@ void ServeEngine::loop() {
       } else {
         if (cfg_.observer) cfg_.observer->stepped(*st, *sched_);
         route(*st);
+        tell_observer();  // stop strings end sequences after the step
       }
     }
     std::erase_if(jobs_, [](const std::unique_ptr<Job>& j) { return j->ended; });
@@ -343,7 +345,7 @@ void ServeEngine::emit(Job& job, int index, bool final) {
   const int seq = job.first + index;
   const SeqState s = sched_->state(seq);
   if (s == SeqState::Pending || s == SeqState::Waiting || s == SeqState::Running)
-    (void)sched_->cancel(seq);  // ends it here: its blocks go back
+    cancel_seq(seq, EventKind::Finish, "stop_string");  // ends it here: its blocks go back
   c.text.resize(upto);
   c.sent = upto;
   c.done = true;
@@ -369,6 +371,23 @@ void ServeEngine::finish_choice(Job& job, int index, const std::string& reason) 
   if (++job.done == int(job.choices.size())) end_job(job);
 }
 
+void ServeEngine::cancel_seq(int seq, EventKind kind, const char* detail) {
+  if (!sched_->cancel(seq).ok()) return;
+  SchedEvent e;
+  e.kind = kind;
+  e.seq = seq;
+  e.detail = detail;
+  between_.push_back(e);
+}
+
+// Without this a client that leaves while nothing else runs would stay a running lane with
+// its blocks in the observer's view: no step follows to show them back in the pool.
+void ServeEngine::tell_observer() {
+  if (between_.empty()) return;
+  if (cfg_.observer) cfg_.observer->changed(between_, *sched_);
+  between_.clear();
+}
+
 // The job leaves: live sequences are cancelled (a client gone), all are forgotten, and a
 // job whose choices all finished gets its Done event.
 void ServeEngine::end_job(Job& job) {
@@ -377,8 +396,7 @@ void ServeEngine::end_job(Job& job) {
   for (size_t k = 0; k < job.choices.size(); ++k) {
     const int seq = job.first + int(k);
     const SeqState s = sched_->state(seq);
-    if (s == SeqState::Pending || s == SeqState::Waiting || s == SeqState::Running)
-      (void)sched_->cancel(seq);
+    if (s == SeqState::Pending || s == SeqState::Waiting || s == SeqState::Running) cancel_seq(seq);
     (void)sched_->forget(seq);
     by_seq_[size_t(seq)] = nullptr;
     tokens += job.choices[k].tokens;

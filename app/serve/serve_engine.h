@@ -81,6 +81,13 @@ class ServeObserver {
   virtual void added(int first_seq, const Request& r) = 0;
   // A step ran; called before its tokens are routed (and ended sequences forgotten).
   virtual void stepped(const BatchStep& st, const Scheduler& s) = 0;
+  // Sequences ended between steps (a client went away, a stop string matched): their blocks
+  // went back to the pool where no step reports it; `events` holds a Cancel for each, or a
+  // Finish with detail "stop_string" (the scheduler itself calls it cancelled).
+  virtual void changed(const std::vector<SchedEvent>& events, const Scheduler& s) {
+    (void)events;
+    (void)s;
+  }
 };
 
 struct ServeEngineConfig {
@@ -113,6 +120,9 @@ class ServeEngine {
   void emit(Job& job, int index, bool final);
   void finish_choice(Job& job, int index, const std::string& reason);
   void end_job(Job& job);
+  // Cancels a live sequence outside a step and notes it for the observer (as `kind`).
+  void cancel_seq(int seq, EventKind kind = EventKind::Cancel, const char* detail = "");
+  void tell_observer();
   void fail_all(const ApiError& e);
   void publish(bool idle);
 
@@ -129,6 +139,7 @@ class ServeEngine {
   // Engine thread only:
   std::vector<std::unique_ptr<Job>> jobs_;
   std::vector<Job*> by_seq_;  // sequence id -> its job (null once forgotten)
+  std::vector<SchedEvent> between_;  // sequences cancelled since the observer last heard
   uint64_t requests_ = 0, cancelled_ = 0;
 };
 

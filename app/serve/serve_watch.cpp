@@ -9,7 +9,8 @@
 namespace kvscope::serve {
 
 // The observer: the builder and the newest snapshot. added() and stepped() run on the
-// server's engine thread; snapshot() on the UI thread.
+// server's engine thread, and so does changed() (requests cancelled between steps);
+// snapshot() on the UI thread.
 class WatchedServer::Watch final : public ServeObserver {
  public:
   explicit Watch(uint64_t run) : run_(run) {}
@@ -34,6 +35,12 @@ class WatchedServer::Watch final : public ServeObserver {
     const auto t0 = t1 - std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                              std::chrono::duration<double, std::milli>(st.ms));
     std::shared_ptr<app::ServingSnapshot> s = builder_->after_step(st, t0, t1);
+    s->playing = true;
+    std::lock_guard<std::mutex> lock(mu_);
+    snap_ = std::move(s);
+  }
+  void changed(const std::vector<SchedEvent>& events, const Scheduler&) override {
+    std::shared_ptr<app::ServingSnapshot> s = builder_->after_change(events);
     s->playing = true;
     std::lock_guard<std::mutex> lock(mu_);
     snap_ = std::move(s);

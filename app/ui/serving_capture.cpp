@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "app/core/serving_record.h"
 #include "app/options/options.h"
 #include "app/ui/app_frame.h"
 #include "app/ui/ui_state.h"
@@ -89,12 +90,14 @@ int run_serving_screenshot(const CaptureOptions& opts, const ServingSettings& se
   s.settings = settings;
   const int target = opts.steps_given ? opts.steps : 24;
   if (!opts.replay_path.empty()) {
-    // The recording's snapshot at step `target` (or its last).
+    // The last snapshot recorded at or before step `target` (every step when not given).
     if (Status st = serving_open_replay(s, opts.replay_path); !st.ok()) return fail(st.message());
-    std::string err;
-    while (s.snap && s.snap->step < target && s.replay_index + 1 < s.replay->steps()) {
-      s.snap = serving_replay_at(s, s.replay_index + 1, &err);
-      if (!err.empty()) return fail(err);
+    for (int i = 1; i < s.replay->steps(); ++i) {
+      auto next = s.replay->snapshot(i);
+      if (!next.ok()) return fail(next.error().message);
+      if (opts.steps_given && next.value()->step > target) break;
+      s.snap = std::move(next).value();
+      s.replay_index = i;
     }
   } else {
     serving_start(ui, s, false);
@@ -129,7 +132,7 @@ int run_serving_screenshot(const CaptureOptions& opts, const ServingSettings& se
       snap.step, int(snap.lanes.size()), p ? p->used : 0, p ? p->cached : 0,
       p ? p->free : snap.n_blocks, snap.n_blocks, snap.totals.preemptions, snap.totals.cow_copies,
       gl.value()->description().c_str());
-  s.run.reset();
+  if (s.run) s.run.reset();
   return 0;
 }
 
