@@ -447,7 +447,10 @@ Status Scheduler::plan_drafts(std::vector<Planned>& plan, int& budget, int& rese
       if (sp.kind == DraftKind::Ngram) {
         s.drafter = make_ngram_drafter();
       } else {
-        auto made = make_model_drafter(model_, backend_, sp.layers, cfg_.kv_types, cfg_.context);
+        // Its cache holds what the sequence can reach: the prompt and max_tokens.
+        const int most = int(std::min<int64_t>(
+            cfg_.context, int64_t(s.req.prompt.size()) + int64_t(s.req.max_tokens)));
+        auto made = make_model_drafter(model_, backend_, sp.layers, cfg_.kv_types, most);
         if (!made.ok()) return made.error();
         s.drafter = std::move(*made);
       }

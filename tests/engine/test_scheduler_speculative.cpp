@@ -85,7 +85,7 @@ class SchedulerSpeculative : public ModelTest<DefaultModelFile> {
   // The requests run to the end; the pool checked after every step and, with `plain`
   // given (a run of the same requests without speculation, one sequence), compared.
   static SpecRun run(const SchedulerConfig& c, const std::vector<Request>& reqs,
-                 const SpecRun* plain = nullptr) {
+                     const SpecRun* plain = nullptr) {
     SpecRun r;
     auto be = make_cpu_backend(2);
     auto made = Scheduler::create(model_, *be, c);
@@ -137,8 +137,8 @@ class SchedulerSpeculative : public ModelTest<DefaultModelFile> {
             EXPECT_TRUE(same_counts(at.counts, want->second.counts))
                 << "pool counts after " << g << " tokens: used " << at.counts.used << " free "
                 << at.counts.free << " cached " << at.counts.cached << ", plain: used "
-                << want->second.counts.used << " free " << want->second.counts.free
-                << " cached " << want->second.counts.cached;
+                << want->second.counts.used << " free " << want->second.counts.free << " cached "
+                << want->second.counts.cached;
             EXPECT_EQ(at.table, want->second.table) << "block table after " << g << " tokens";
             EXPECT_EQ(at.published, want->second.published)
                 << "published blocks after " << g << " tokens";
@@ -177,8 +177,7 @@ class SchedulerSpeculative : public ModelTest<DefaultModelFile> {
         auto want = plain.logits[i].find(g);
         ASSERT_NE(want, plain.logits[i].end());
         ASSERT_EQ(logits.size(), want->second.size());
-        EXPECT_EQ(std::memcmp(logits.data(), want->second.data(), logits.size() * sizeof(float)),
-                  0)
+        EXPECT_EQ(std::memcmp(logits.data(), want->second.data(), logits.size() * sizeof(float)), 0)
             << "sequence " << i << ": the logits of token " << g << " differ from plain's";
       }
     }
@@ -235,8 +234,8 @@ TEST_F(SchedulerSpeculative, PenaltiesMinimumLengthStopsAndContextStayExact) {
   // A token first generated at 12 or later: held back for 10 tokens (nothing changes),
   // then it stops the sequence.
   size_t at = 12;
-  while (at < probe.size() && std::find(probe.begin(), probe.begin() + 12, probe[at]) !=
-                                  probe.begin() + 12)
+  while (at < probe.size() &&
+         std::find(probe.begin(), probe.begin() + 12, probe[at]) != probe.begin() + 12)
     ++at;
   ASSERT_LT(at, probe.size());
   reqs[2].stop_ids = {probe[at]};
