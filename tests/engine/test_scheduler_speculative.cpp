@@ -8,8 +8,8 @@
 //   - a rollback returns the pool exactly: after every step, the pool's used/free/cached
 //     counts, the sequence's block table and which of its blocks are published equal the
 //     plain run's at the same number of generated tokens;
-//   - penalties, a minimum length, stop ids and a short context: still plain greedy's
-//     tokens and stop reasons;
+//   - a pool too small for everyone (preemptions), penalties, a minimum length, stop ids
+//     and a short context: still plain greedy's tokens and stop reasons;
 //   - sampling with a seed: runs within max_tokens, is reproducible, and drafts;
 //   - bad settings are one clear error.
 #include <gtest/gtest.h>
@@ -219,6 +219,21 @@ TEST_F(SchedulerSpeculative, ARollbackReturnsThePoolExactly) {
     expect_exact(plain, r);
     EXPECT_GT(r.steps_with_rollback_compared, 3) << "steps with a rejected draft compared";
   }
+}
+
+// A pool too small for everyone: drafts take only free blocks, sequences are preempted
+// and recomputed, and every sequence still writes plain greedy's tokens.
+TEST_F(SchedulerSpeculative, ASmallPoolPreemptsAndStaysExact) {
+  SchedulerConfig c = config();
+  c.block_size = 8;
+  c.pool_blocks = 12;
+  const auto reqs = requests(24);
+  const SpecRun plain = run(c, reqs);
+  c.speculation = spec(DraftKind::Ngram, 0, 6);
+  const SpecRun r = run(c, reqs);
+  expect_exact(plain, r);
+  EXPECT_GT(r.stats.preemptions, 0);
+  EXPECT_GT(r.stats.accepted, 0u);
 }
 
 // Penalties (shaped per position with the draft before it), a minimum length holding
