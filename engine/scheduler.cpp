@@ -30,6 +30,13 @@ struct Scheduler::Seq {
   int first_hit = -1;  // prefix-cache tokens at the first admission (-1: not admitted yet)
   int fork_of = -1;           // a sample waiting to be forked off this sequence
   std::vector<int> samples;   // the samples to fork off this one when its prompt is done
+  // Speculation: the drafter (made at the first draft), the acceptance rule's generator,
+  // and this step's draft: `verify` is the last token then the draft tokens.
+  std::unique_ptr<Drafter> drafter;
+  std::mt19937_64 spec_rng;
+  std::vector<int32_t> draft;
+  std::vector<std::vector<float>> draft_q;
+  std::vector<int32_t> verify;
 };
 
 uint64_t sample_seed(uint64_t seed, int k) {
@@ -64,6 +71,7 @@ const char* event_kind_name(EventKind k) {
     case EventKind::Cancel: return "cancel";
     case EventKind::Fail: return "fail";
     case EventKind::Fork: return "fork";
+    case EventKind::Rollback: return "rollback";
   }
   return "?";
 }
@@ -78,6 +86,15 @@ Expected<std::unique_ptr<Scheduler>> Scheduler::create(std::shared_ptr<const Mod
     return make_error("scheduler: max batch tokens ", cfg.max_batch_tokens, " (1 to ",
                       kMaxBatchTokens, ")");
   if (cfg.max_seqs < 1) return make_error("scheduler: max seqs ", cfg.max_seqs, " (at least 1)");
+  const SpeculativeConfig& sp = cfg.speculation;
+  if (sp.kind != DraftKind::None && (sp.draft_max < 1 || sp.draft_max > 15))
+    return make_error("scheduler: draft-max ", sp.draft_max, " is outside 1..15");
+  if (sp.kind == DraftKind::Model)
+    return make_error("scheduler: speculative draft:PATH is not served (ngram or early-exit:L)");
+  if (sp.kind == DraftKind::EarlyExit && (sp.layers < 1 || sp.layers >= model->config().n_layer))
+    return make_error("speculative: early-exit:", sp.layers, " is outside 1..",
+                      model->config().n_layer - 1, " (the model has ", model->config().n_layer,
+                      " layers)");
   const int n_ctx = model->config().n_ctx;
   if (cfg.context <= 0 || (n_ctx > 0 && cfg.context > n_ctx)) cfg.context = n_ctx > 0 ? n_ctx : 4096;
   auto s = std::unique_ptr<Scheduler>(new Scheduler());
@@ -154,6 +171,7 @@ Expected<int> Scheduler::add(Request r) {
     s->req.n = 1;
     s->req.sampler.seed = sample_seed(r.sampler.seed, k);
     s->sampler.configure(s->req.sampler);
+    s->spec_rng.seed(s->req.sampler.seed ^ kSpeculationSeed);
     if (k > 0) {
       s->fork_of = first;
       made[0]->samples.push_back(s->id);
@@ -176,6 +194,7 @@ Status Scheduler::cancel(int id) {
       s.state != SeqState::Running)
     return make_error("cancel: request ", id, " is already ", seq_state_name(s.state));
   s.cache->release();
+  s.drafter.reset();
   std::erase(waiting_, id);
   std::erase(running_, id);
   s.state = SeqState::Cancelled;
@@ -275,6 +294,7 @@ void Scheduler::finish(Seq& s, StopReason r, BatchStep& out) {
   if (!out.rows.empty() && out.rows.back().seq == s.id) out.rows.back().text += tail;
   s.state = SeqState::Finished;
   s.cache->release();
+  s.drafter.reset();
   std::erase(running_, s.id);
   out.events.push_back({EventKind::Finish, s.id, int(s.gen.size()), stop_reason_name(r)});
   ++stats_.finished;
@@ -393,6 +413,65 @@ Status Scheduler::adopt_prefix(Seq& s, int* hit) {
   return Status::Ok();
 }
 
+int Scheduler::blocks_needed(const Seq& s, int n) const {
+  const int B = cfg_.block_size;
+  const int len = s.cache->length();
+  int need = 0;
+  for (int g = 0; g < s.cache->n_groups(); ++g) {
+    const auto& t = s.cache->blocks(g);
+    need += std::max(0, kv_blocks_for(len + n, B) - int(t.size()));
+    if (len % B != 0 && len / B < int(t.size())) {
+      const int last = t[size_t(len / B)];
+      if (last >= 0 && (pool_->ref_count(last) > 1 || pool_->published(last))) ++need;
+    }
+  }
+  return need;
+}
+
+Status Scheduler::plan_drafts(std::vector<Planned>& plan, int& budget, int& reserved) {
+  const SpeculativeConfig& sp = cfg_.speculation;
+  for (Planned& p : plan) {
+    Seq& s = *p.s;
+    s.draft.clear();
+    s.draft_q.clear();
+    if (budget <= 0) break;
+    // A decode row: one token, the last sampled one, after a computed prompt.
+    if (p.n != 1 || s.gen.empty() || s.cache->length() + 1 != int(s.tokens.size()) ||
+        s.req.logprobs >= 0)
+      continue;
+    const int seq = int(s.tokens.size());
+    const int room = std::min({sp.draft_max, cfg_.context - seq - 1,
+                               s.req.max_tokens - int(s.gen.size()) - 1, budget});
+    if (room <= 0) continue;
+    if (!s.drafter) {
+      if (sp.kind == DraftKind::Ngram) {
+        s.drafter = make_ngram_drafter();
+      } else {
+        // Its cache holds what the sequence can reach: the prompt and max_tokens.
+        const int most = int(std::min<int64_t>(
+            cfg_.context, int64_t(s.req.prompt.size()) + int64_t(s.req.max_tokens)));
+        auto made = make_model_drafter(model_, backend_, sp.layers, cfg_.kv_types, most);
+        if (!made.ok()) return made.error();
+        s.drafter = std::move(*made);
+      }
+    }
+    KV_TRY(s.drafter->propose(s.tokens, room, s.req.sampler, s.spec_rng, s.draft, s.draft_q));
+    int k = std::min(int(s.draft.size()), room);
+    // Only free blocks (a cached block is never evicted for a draft).
+    const int base = blocks_needed(s, 1);
+    while (k > 0 && blocks_needed(s, 1 + k) - base > pool_->counts().free - reserved) --k;
+    s.draft.resize(size_t(k));
+    s.draft_q.resize(size_t(k));
+    if (k == 0) continue;
+    reserved += blocks_needed(s, 1 + k) - base;
+    budget -= k;
+    p.n = 1 + k;
+    s.verify.assign(1, s.tokens.back());
+    s.verify.insert(s.verify.end(), s.draft.begin(), s.draft.end());
+  }
+  return Status::Ok();
+}
+
 Status Scheduler::run_step(BatchStep& out) {
   const int B = cfg_.block_size;
   out.step = ++step_;
@@ -405,26 +484,7 @@ Status Scheduler::run_step(BatchStep& out) {
       sp->arrived = step_start_;
     }
   int budget = cfg_.max_batch_tokens;
-  struct Planned {
-    Seq* s;
-    int n;
-  };
   std::vector<Planned> plan;
-  // Blocks a sequence needs from the pool to write n more tokens: new blocks, plus a copy
-  // of a shared or published last block it would write into.
-  const auto blocks_needed = [&](const Seq& s, int n) {
-    const int len = s.cache->length();
-    int need = 0;
-    for (int g = 0; g < s.cache->n_groups(); ++g) {
-      const auto& t = s.cache->blocks(g);
-      need += std::max(0, kv_blocks_for(len + n, B) - int(t.size()));
-      if (len % B != 0 && len / B < int(t.size())) {
-        const int last = t[size_t(len / B)];
-        if (last >= 0 && (pool_->ref_count(last) > 1 || pool_->published(last))) ++need;
-      }
-    }
-    return need;
-  };
   // 1. Running sequences, oldest first. Blocks are reserved as the plan grows: `reserved`
   // counts those promised to sequences planned before.
   int reserved = 0;
@@ -496,6 +556,8 @@ Status Scheduler::run_step(BatchStep& out) {
     plan.push_back({&s, n});
     budget -= n;
   }
+  // 3. Drafts, with what is left.
+  if (cfg_.speculation.kind != DraftKind::None) KV_TRY(plan_drafts(plan, budget, reserved));
   out.running = int(running_.size());
   out.waiting = int(waiting_.size());
   if (plan.empty()) {
@@ -509,10 +571,16 @@ Status Scheduler::run_step(BatchStep& out) {
     const int len = p.s->cache->length();
     BatchSeq b;
     b.cache = p.s->cache.get();
-    b.tokens = p.s->tokens.data() + len;
     b.T = p.n;
-    b.logits = len + p.n == int(p.s->tokens.size());
-    b.attention = cfg_.attention && b.logits;
+    if (!p.s->draft.empty()) {  // verify: every row's logits
+      b.tokens = p.s->verify.data();
+      b.logits = false;
+      b.all_logits = true;
+    } else {
+      b.tokens = p.s->tokens.data() + len;
+      b.logits = len + p.n == int(p.s->tokens.size());
+      b.attention = cfg_.attention && b.logits;
+    }
     batch.push_back(b);
     out.batch_tokens += p.n;
   }
@@ -524,17 +592,24 @@ Status Scheduler::run_step(BatchStep& out) {
     row.seq = s.id;
     row.tokens = plan[i].n;
     row.pos0 = s.cache->length() - plan[i].n;
-    row.is_prompt = plan[i].n > 1 || row.pos0 + 1 < int(s.tokens.size());
+    const bool verify = !s.draft.empty();
+    row.is_prompt = !verify && (plan[i].n > 1 || row.pos0 + 1 < int(s.tokens.size()));
     if (s.cache->cow_copies() > s.cow_seen) {
       out.events.push_back({EventKind::Cow, s.id, s.cache->cow_copies() - s.cow_seen, {}});
       stats_.cow_copies += s.cache->cow_copies() - s.cow_seen;
       s.cow_seen = s.cache->cow_copies();
     }
     if (row.is_prompt) stats_.prefill_tokens += uint64_t(plan[i].n);
+    StopReason verified_stop = StopReason::None;
+    if (verify) {  // rolled back before any block is published
+      auto r = accept_draft(s, fo[i].logits, row, out);
+      if (!r.ok()) return r.error();
+      verified_stop = *r;
+    }
     publish_full_blocks(s);
     auto dropped = s.cache->drop_outside_windows();  // published ones stay cached
     if (!dropped.ok()) return dropped.error();
-    if (batch[i].logits) {
+    if (batch[i].logits && !verify) {
       s.logits = std::move(fo[i].logits);
       row.attention = std::move(fo[i].attention);
       // A request's samples fork off now: the same prompt blocks, the same logits.
@@ -556,7 +631,15 @@ Status Scheduler::run_step(BatchStep& out) {
       row.tables.push_back(s.cache->blocks(g));
     }
     row.blocks = s.cache->held_blocks();
+    if (!row.is_prompt && row.token_id >= 0) {
+      ++stats_.decode_rows;
+      stats_.decode_row_tokens += row.tokens_out.size();
+    }
     out.rows.push_back(std::move(row));
+    if (verify) {
+      if (verified_stop != StopReason::None) finish(s, verified_stop, out);
+      continue;
+    }
     if (!batch[i].logits) continue;
     check_stop(s, out);
   }
@@ -613,28 +696,87 @@ void Scheduler::sample_next(Seq& s, StepRow& row) {
     const bool shaped = s.req.sampler.penalties.active() || hold_back;
     token_logprobs(shaped ? shaped_ : s.logits, t, s.req.logprobs, row);
   }
+  emit(s, t, row);
+}
+
+void Scheduler::emit(Seq& s, int32_t t, StepRow& row) {
   s.tokens.push_back(t);
   s.gen.push_back(t);
+  row.tokens_out.push_back(t);
   row.token_id = t;
   row.pos = int(s.tokens.size()) - 1;
-  row.text = s.stream.push(tok.token_bytes(t));
-  s.text += row.text;
+  const std::string piece = s.stream.push(model_->tokenizer().token_bytes(t));
+  row.text += piece;
+  s.text += piece;
   ++stats_.decode_tokens;
 }
 
-void Scheduler::check_stop(Seq& s, BatchStep& out) {
+Expected<StopReason> Scheduler::accept_draft(Seq& s, std::vector<float>& logits, StepRow& row,
+                                             BatchStep& out) {
+  const int V = model_->config().n_vocab;
+  const int k = int(s.draft.size());
+  const int pos0 = row.pos0;
+  const SamplerConfig& sc = s.req.sampler;
+  // Row i follows the first i draft tokens: its logits shaped as sample_next would shape
+  // them had those tokens been sampled.
+  std::vector<std::vector<float>> raw(size_t(k) + 1), p(size_t(k) + 1);
+  std::vector<int32_t> held, hist;
+  for (int i = 0; i <= k; ++i) {
+    raw[size_t(i)].assign(logits.begin() + int64_t(i) * V, logits.begin() + int64_t(i + 1) * V);
+    const bool hold_back = int(s.gen.size()) + i < s.req.min_tokens;
+    if (sc.penalties.active() || hold_back) {
+      if (hold_back && end_ids_.empty()) end_ids_ = generation_end_ids(model_->tokenizer());
+      held.clear();
+      if (hold_back) {
+        held = end_ids_;
+        held.insert(held.end(), s.req.stop_ids.begin(), s.req.stop_ids.end());
+      }
+      hist = s.tokens;
+      hist.insert(hist.end(), s.draft.begin(), s.draft.begin() + i);
+      shaped_ = raw[size_t(i)];
+      shape_logits(sc.penalties, hist.data(), hist.size(), held, shaped_);
+      p[size_t(i)] = sampling_distribution(shaped_, sc);
+    } else {
+      p[size_t(i)] = sampling_distribution(raw[size_t(i)], sc);
+    }
+  }
+  const Verdict v = speculative_accept(s.draft, s.draft_q, p, sc.temperature <= 0, s.spec_rng);
+  // Roll back: the cache keeps the last token and the accepted rows.
+  KV_TRY(s.cache->truncate(pos0 + 1 + v.accepted));
+  row.drafted = s.draft;
+  row.accepted = v.accepted;
+  stats_.drafted += uint64_t(k);
+  stats_.accepted += uint64_t(v.accepted);
+  ++stats_.verify_rows;
+  if (v.accepted < k) out.events.push_back({EventKind::Rollback, s.id, k - v.accepted, {}});
+  // Emit the kept tokens and the one after them, each checked as a plain step would.
+  StopReason stop = StopReason::None;
+  for (int i = 0; i <= v.accepted && stop == StopReason::None; ++i) {
+    s.logits = std::move(raw[size_t(i)]);
+    emit(s, i < v.accepted ? s.draft[size_t(i)] : v.next, row);
+    stop = stop_for(s);
+  }
+  s.draft.clear();
+  s.draft_q.clear();
+  return stop;
+}
+
+StopReason Scheduler::stop_for(const Seq& s) const {
   const Tokenizer& tok = model_->tokenizer();
   const int32_t t = s.gen.back();
   // Session's rule: an end-of-generation token, or any other control token but BOS.
-  if (cfg_.stop_at_eos && (tok.is_eog(t) || (tok.is_control(t) && t != tok.bos_id()))) {
-    finish(s, StopReason::Eos, out);
-  } else if (std::find(s.req.stop_ids.begin(), s.req.stop_ids.end(), t) != s.req.stop_ids.end()) {
-    finish(s, StopReason::StopToken, out);
-  } else if (int(s.gen.size()) >= s.req.max_tokens) {
-    finish(s, StopReason::MaxTokens, out);
-  } else if (int(s.tokens.size()) >= cfg_.context) {
-    finish(s, StopReason::ContextFull, out);
-  }
+  if (cfg_.stop_at_eos && (tok.is_eog(t) || (tok.is_control(t) && t != tok.bos_id())))
+    return StopReason::Eos;
+  if (std::find(s.req.stop_ids.begin(), s.req.stop_ids.end(), t) != s.req.stop_ids.end())
+    return StopReason::StopToken;
+  if (int(s.gen.size()) >= s.req.max_tokens) return StopReason::MaxTokens;
+  if (int(s.tokens.size()) >= cfg_.context) return StopReason::ContextFull;
+  return StopReason::None;
+}
+
+void Scheduler::check_stop(Seq& s, BatchStep& out) {
+  const StopReason r = stop_for(s);
+  if (r != StopReason::None) finish(s, r, out);
 }
 
 Status Scheduler::fork_samples(Seq& s, BatchStep& out) {

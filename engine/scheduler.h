@@ -24,6 +24,19 @@
 // again) and sample their own first tokens from the same logits, each with its own seed
 // (sample_seed). The partly filled last prompt block is copied by each sample that writes
 // into it while another still shares it (copy-on-write): n - 1 copies, no more.
+// Speculative decoding (SchedulerConfig::speculation: ngram or early-exit:L): a running
+// sequence in decode drafts up to draft_max tokens after its last one, and its row of the
+// step carries the last token and the draft (k + 1 positions, every row's logits). Drafts
+// take only what the step leaves once the running sequences and the admitted requests are
+// planned: tokens of the budget, and free blocks (never a cached one), so they change no
+// other scheduling decision. speculative_accept (engine/speculative.h) keeps a prefix of
+// the draft as the Session does (greedy: argmax, the tokens and logits exactly plain
+// greedy's; sampling: Leviathan's rule with the sequence's own generator, seeded from its
+// seed), each position's logits shaped by the penalties and the minimum length with the
+// draft prefix before it. The cache is cut back over the rejected rows (a Rollback event;
+// whole blocks go back to the pool, before any block is published), and the accepted
+// tokens and the one after them are all emitted in that step, each checked against the
+// stop conditions in turn. A sequence that asks for log-probabilities does not draft.
 // Every decision is an Event in the step's trace. A Scheduler is used from one thread.
 #pragma once
 
@@ -40,6 +53,7 @@
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
+#include "engine/speculative.h"
 #include "engine/utf8.h"
 
 namespace kvscope {
@@ -55,6 +69,10 @@ struct SchedulerConfig {
   bool stop_at_eos = true;
   // Attention rows of each sequence's newest query in its StepRow (for the scene).
   bool attention = false;
+  // Speculative decoding of every sequence: kind None (off), Ngram or EarlyExit (the
+  // model's first `layers` layers, a small cache of its own per sequence); draft_max
+  // tokens at most per step (1..15). draft:PATH is refused.
+  SpeculativeConfig speculation;
 };
 
 struct Request {
@@ -80,14 +98,18 @@ enum class SeqState { Pending, Waiting, Running, Finished, Cancelled, Failed };
 const char* seq_state_name(SeqState s);
 
 // Fork: `seq` was forked from sequence `n` (its prompt's blocks adopted, its first token
-// sampled from the same logits).
-enum class EventKind { Arrive, Admit, PrefixHit, Chunk, Cow, Preempt, Finish, Cancel, Fail, Fork };
+// sampled from the same logits). Rollback: `n` rows of a rejected draft cut off `seq`'s
+// cache. New kinds go last: run files store the kind's number.
+enum class EventKind {
+  Arrive, Admit, PrefixHit, Chunk, Cow, Preempt, Finish, Cancel, Fail, Fork, Rollback
+};
 const char* event_kind_name(EventKind k);  // "arrive", "admit", "prefix_hit", ...
 
 struct SchedEvent {
   EventKind kind = EventKind::Arrive;
   int seq = 0;
-  int n = 0;           // tokens (prefix_hit, chunk, preempt: tokens to recompute), blocks (cow)
+  int n = 0;  // tokens (prefix_hit, chunk, preempt: tokens to recompute; rollback: rows),
+              // blocks (cow)
   std::string detail;  // finish: the stop reason; fail: the message
 };
 
@@ -95,11 +117,19 @@ struct SchedEvent {
 struct StepRow {
   int seq = 0;
   int pos0 = 0;               // first position processed this step
-  int tokens = 0;             // tokens processed this step
+  int tokens = 0;             // tokens processed this step (a draft's rows included)
   bool is_prompt = false;     // the tokens were prompt (or recomputed) tokens
-  int32_t token_id = -1;      // the token sampled this step, -1 when none (mid-prompt chunk)
-  int pos = 0;                // position of the sampled token
-  std::string text;           // its streamed text (complete characters only)
+  // The tokens emitted this step, in order: one, or with speculation the accepted draft
+  // tokens and the one after them (fewer when a stop condition ended the sequence).
+  std::vector<int32_t> tokens_out;
+  int32_t token_id = -1;      // the last of tokens_out, -1 when none (mid-prompt chunk)
+  int pos = 0;                // position of token_id
+  std::string text;           // the streamed text of tokens_out (complete characters only)
+  // Speculation: the tokens drafted this step (empty: none) and how many of them were
+  // accepted; rows pos0 + 1 + accepted .. pos0 + tokens - 1 were rolled back.
+  std::vector<int32_t> drafted;
+  int accepted = 0;
+  int rolled_back() const { return int(drafted.size()) - accepted; }
   int blocks = 0;             // blocks the sequence holds after the step (all groups)
   std::vector<int32_t> table;  // the (first group's) block table after the step
   // Every group's table, when the model's windows split the layers into groups
@@ -146,6 +176,11 @@ struct SchedulerStats {
   uint64_t decode_tokens = 0;        // tokens sampled
   int preemptions = 0;
   int cow_copies = 0;
+  // Speculation: tokens drafted and accepted; decode rows (one sequence's one target
+  // forward position set: a plain decode token or a verified draft) and the tokens they
+  // emitted. Tokens per target forward = decode_row_tokens / decode_rows.
+  uint64_t drafted = 0, accepted = 0;
+  uint64_t decode_rows = 0, decode_row_tokens = 0, verify_rows = 0;
   double ms = 0;                     // total step time
   // Time to first token (from the start of the step a request arrived in to the end of
   // the step that sampled its first token), mean over requests whose first admission
@@ -208,6 +243,23 @@ class Scheduler {
   void sample_next(Seq& s, StepRow& row);
   // Finishes s when its last token ends it.
   void check_stop(Seq& s, BatchStep& out);
+  // Why s's last token ends it (None: it goes on).
+  StopReason stop_for(const Seq& s) const;
+  // Drafts for the planned decode rows with what the step left (tokens, free blocks).
+  struct Planned {
+    Seq* s;
+    int n;  // tokens through the forward (a draft's rows included)
+  };
+  Status plan_drafts(std::vector<Planned>& plan, int& budget, int& reserved);
+  // Blocks s needs from the pool to write n more tokens: new blocks, plus a copy of a
+  // shared or published last block it would write into.
+  int blocks_needed(const Seq& s, int n) const;
+  // Verifies s's draft against `logits` [k + 1][V], rolls the cache back over the
+  // rejected rows and emits the kept tokens into s and `row`; the stop reason, if any.
+  Expected<StopReason> accept_draft(Seq& s, std::vector<float>& logits, StepRow& row,
+                                    BatchStep& out);
+  // Appends token t to s (its text into row).
+  void emit(Seq& s, int32_t t, StepRow& row);
   // Forks s's pending samples off s (its prompt computed, its logits fresh).
   Status fork_samples(Seq& s, BatchStep& out);
   uint64_t group_hash(uint64_t chain, int g) const;

@@ -10,9 +10,6 @@
 namespace kvscope {
 namespace {
 
-// Speculative sampling draws from its own generator, seeded from the sampler's seed.
-constexpr uint64_t kSpeculationSeed = 0x5bd1e9955bd1e995ull;
-
 // Bytes made displayable: valid UTF-8 kept, every invalid or incomplete sequence as U+FFFD.
 std::string display_text(std::string_view bytes) {
   Utf8Stream stream;

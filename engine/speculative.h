@@ -35,6 +35,10 @@ namespace kvscope {
 
 enum class DraftKind { None, Ngram, EarlyExit, Model };
 
+// Speculative sampling draws from a generator of its own, seeded with the sampler's seed
+// xor this (a Session's, and each scheduled sequence's).
+inline constexpr uint64_t kSpeculationSeed = 0x5bd1e9955bd1e995ull;
+
 struct SpeculativeConfig {
   DraftKind kind = DraftKind::None;
   int layers = 0;          // early-exit: the target's first `layers` layers

@@ -17,6 +17,7 @@
 #include "app/options/options.h"
 #include "app/options/sampler_options.h"
 #include "app/options/scheduler_options.h"
+#include "app/options/speculative_options.h"
 #include "engine/bootstrap/bootstrap.h"
 #include "engine/forward.h"
 #include "engine/scheduler.h"
@@ -102,6 +103,15 @@ std::string step_json(const BatchStep& st, int samples) {
       j.end_array();
     }
     if (r.token_id >= 0) j.key("text").value(r.text);
+    if (r.tokens_out.size() > 1) {  // a verified draft emits several
+      j.key("tokens_out").begin_array();
+      for (int32_t t : r.tokens_out) j.value(t);
+      j.end_array();
+    }
+    if (!r.drafted.empty()) {
+      j.key("drafted").value(int(r.drafted.size()));
+      j.key("accepted").value(r.accepted);
+    }
     j.end_object();
   }
   j.end_array();
@@ -160,6 +170,15 @@ std::string summary_json(const Scheduler& s, int requests) {
   j.key("ttft_misses").value(t.ttft_misses);
   j.key("ms").value(t.ms);
   j.key("decode_tok_s").value(t.ms > 0 ? double(t.decode_tokens) * 1000.0 / t.ms : 0.0);
+  if (s.config().speculation.kind != DraftKind::None) {
+    j.key("speculative").value(speculative_name(s.config().speculation));
+    j.key("drafted").value(t.drafted);
+    j.key("accepted").value(t.accepted);
+    j.key("acceptance").value(t.drafted ? double(t.accepted) / double(t.drafted) : 0.0);
+    j.key("verify_rows").value(t.verify_rows);
+    j.key("tokens_per_target_forward")
+        .value(t.decode_rows ? double(t.decode_row_tokens) / double(t.decode_rows) : 0.0);
+  }
   j.end_object();
   return j.str();
 }
@@ -176,6 +195,7 @@ int run_batch(int argc, char** argv) {
   StopOptions stop;
   EngineArgs engine;
   SchedulerOptions sched_opts;
+  SpeculativeOptions spec_opts;
   auto* file = app.add_option("--prompts-file", prompts_file,
                               "One prompt per line (\\n in a line is a newline)");
   auto* dir = app.add_option("--prompts-dir", prompts_dir, "One prompt per file, in name order");
@@ -188,6 +208,7 @@ int run_batch(int argc, char** argv) {
   add_engine_options(app, engine);
   add_scheduler_options(app, sched_opts);
   add_samples_option(app, samples);
+  add_speculative_options(app, spec_opts, /*draft_model=*/false);
   app.add_flag("--json", json, "One JSON object per step, then a summary line");
   if (int rc = parse_options(app, argc, argv); rc >= 0) return rc;
   if (prompts_file.empty() && prompts_dir.empty())
@@ -198,6 +219,10 @@ int run_batch(int argc, char** argv) {
   auto sampler_cfg = to_sampler_config(sampler);
   if (!sampler_cfg.ok()) return fail(sampler_cfg.error().message);
   const SamplerConfig sc = *sampler_cfg;
+  auto spec = to_speculative_config(spec_opts);
+  if (!spec.ok()) return fail(spec.error().message);
+  if (spec->kind == DraftKind::Model)
+    return fail("--speculative: batch drafts with ngram or early-exit:L, not a draft model");
   auto arrivals = app::arrival_steps(arrival, int(prompts->size()), sc.seed);
   if (!arrivals.ok()) return fail(arrivals.error().message);
   KvTypes kv_types;  // a bad type is refused before the model loads
@@ -207,7 +232,8 @@ int run_batch(int argc, char** argv) {
   if (!model.ok()) return fail(model.error().message);
   auto sched_cfg = to_scheduler_config(sched_opts, **model);
   if (!sched_cfg.ok()) return fail(sched_cfg.error().message);
-  const SchedulerConfig cfg = *sched_cfg;
+  SchedulerConfig cfg = *sched_cfg;
+  cfg.speculation = *spec;
   std::string note;
   auto backend = make_backend(engine.backend, **model, engine.threads, &note);
   if (!backend.ok()) return fail(backend.error().message);
@@ -278,6 +304,13 @@ int run_batch(int argc, char** argv) {
                   t.ttft_hit_ms, t.ttft_hits, t.ttft_miss_ms, t.ttft_misses);
     else if (t.ttft_misses > 0)
       std::printf("time to first token: %.1f ms (%d)\n", t.ttft_miss_ms, t.ttft_misses);
+    if (cfg.speculation.kind != DraftKind::None)
+      std::printf("speculative %s: %llu drafted, %llu accepted (%.1f%%), %.2f tokens per target "
+                  "forward\n",
+                  speculative_name(cfg.speculation).c_str(), (unsigned long long)t.drafted,
+                  (unsigned long long)t.accepted,
+                  t.drafted ? 100.0 * double(t.accepted) / double(t.drafted) : 0.0,
+                  t.decode_rows ? double(t.decode_row_tokens) / double(t.decode_rows) : 0.0);
   }
   return 0;
 }

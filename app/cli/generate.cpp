@@ -5,6 +5,7 @@
 
 #include "engine/bootstrap/bootstrap.h"
 #include "app/options/options.h"
+#include "app/options/speculative_options.h"
 #include "app/cli/commands.h"
 #include "app/cli/run_options.h"
 #include "app/cli/json_writer.h"
@@ -242,13 +243,9 @@ int run_generate(int argc, char** argv) {
   add_run_options(app, run);
   app.add_option("--stop", run.stops, "Stop when the output contains this text (repeatable)");
   app.add_flag("--json", json, "One JSON object per step, then a summary line");
-  std::string speculative;
-  int draft_max = 4;
-  app.add_option("--speculative", speculative,
-                 "Speculative decoding: ngram (prompt lookup), early-exit:L (the model's first L "
-                 "layers) or draft:PATH (a GGUF with the same vocabulary)");
-  app.add_option("--draft-max", draft_max, "Tokens drafted per verification")
-      ->check(Range(1, 15));
+  SpeculativeOptions spec_opts;
+  add_speculative_options(app, spec_opts);
+  const std::string& speculative = spec_opts.spec;
   BeamConfig beams;
   app.add_option("--beams", beams.beams,
                  "Beam search with K beams (forks of the KV blocks) instead of sampling")
@@ -272,13 +269,9 @@ int run_generate(int argc, char** argv) {
     return run_beams(run, beams, json);
   }
 
-  SpeculativeConfig spec;
-  if (!speculative.empty()) {
-    auto parsed = speculative_parse(speculative);
-    if (!parsed.ok()) return fail(parsed.error().message);
-    spec = *parsed;
-    spec.draft_max = draft_max;
-  }
+  auto spec_cfg = to_speculative_config(spec_opts);
+  if (!spec_cfg.ok()) return fail(spec_cfg.error().message);
+  const SpeculativeConfig spec = *spec_cfg;
   auto opened = open_run(run);
   if (!opened.ok()) return fail(opened.error().message);
   Session& s = *opened->session;

@@ -148,7 +148,7 @@ void ServingBuilder::apply_row(const StepRow& row, bool cow_event, Clock::time_p
   }
   l.table = row.table;
   r.groups = row.tables;
-  l.computed = row.pos0 + row.tokens;
+  l.computed = row.pos0 + row.tokens - row.rolled_back();  // what the cache holds
   l.step_tokens = row.tokens;
   l.step_prompt = row.is_prompt;
   for (const auto* t : r.tables())
@@ -156,9 +156,9 @@ void ServingBuilder::apply_row(const StepRow& row, bool cow_event, Clock::time_p
       const size_t i = size_t(p / B);
       if (i < t->size() && (*t)[i] >= 0) written[size_t((*t)[i])] = 1;
     }
-  if (row.token_id >= 0) {
-    l.ids.push_back(row.token_id);
-    l.pieces.push_back(serving_piece_text(sched_.model().tokenizer().token_bytes(row.token_id)));
+  for (int32_t t : row.tokens_out) {  // several with a verified draft
+    l.ids.push_back(t);
+    l.pieces.push_back(serving_piece_text(sched_.model().tokenizer().token_bytes(t)));
     ++r.generated;
     if (!r.first_token) {
       r.first_token = true;

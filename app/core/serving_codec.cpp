@@ -502,7 +502,7 @@ Status apply_serving_step(const ServingMeta& m, const uint8_t* p, size_t n, Serv
   if (r.fits("events", n_events, kMinEventBytes)) {
     s->events.assign(n_events, SchedEvent{});
     for (SchedEvent& e : s->events) {
-      e.kind = EventKind(r.u8("event.kind", 0, int(EventKind::Fork)));
+      e.kind = EventKind(r.u8("event.kind", 0, int(EventKind::Rollback)));
       e.seq = r.i32("event.seq", kIntMin, kIntMax);
       e.n = r.i32("event.n", kIntMin, kIntMax);
       e.detail = r.str("event.detail", false);

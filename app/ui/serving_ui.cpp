@@ -88,6 +88,7 @@ const char* event_word(EventKind k) {
     case EventKind::Cancel: return "cancelled";
     case EventKind::Fail: return "failed";
     case EventKind::Fork: return "forked";
+    case EventKind::Rollback: return "rolled back";
   }
   return "?";
 }
@@ -578,6 +579,8 @@ void batch_strip(ServingUi& s) {
       std::snprintf(b, sizeof b, "#%d PREEMPTED (%d to recompute)", e.seq, e.n);
     else if (e.kind == EventKind::Fork)
       std::snprintf(b, sizeof b, "#%d forked from #%d", e.seq, e.n);
+    else if (e.kind == EventKind::Rollback)
+      std::snprintf(b, sizeof b, "#%d rolled back %d draft rows", e.seq, e.n);
     else
       std::snprintf(b, sizeof b, "#%d %s", e.seq, event_word(e.kind));
     ev += (ev.empty() ? "" : ",  ") + std::string(b);

@@ -269,7 +269,7 @@ std::vector<ServingSnapshot> make_serving_run() {
     s.totals.prefill_tokens = 6;
     b.commit();
   }
-  {  // 3: 1 admitted on a prefix hit and forked; 0 decodes; a copy-on-write
+  {  // 3: 1 admitted on a prefix hit and forked; 0 decodes (a rollback); a copy-on-write
     ServingSnapshot& s = b.next();
     Lane& a = s.lanes[0];
     a.ids.push_back(42);
@@ -307,7 +307,8 @@ std::vector<ServingSnapshot> make_serving_run() {
                 {EventKind::PrefixHit, 1, 4, ""},
                 {EventKind::Chunk, 1, 2, ""},
                 {EventKind::Fork, 2, 1, ""},
-                {EventKind::Cow, 2, 1, ""}};
+                {EventKind::Cow, 2, 1, ""},
+                {EventKind::Rollback, 0, 3, ""}};
     s.totals.prefix_hit_tokens = 4;
     s.totals.cow_copies = 1;
     b.commit();

@@ -4,7 +4,8 @@
 # holding every position, as the pool does), --json gives one JSON object per step and a
 # summary whose counts agree with the steps, prompts that share a prefix hit the prefix
 # cache, parallel samples (`generate --n`, `batch --n`) fork off the prompt's blocks, and
-# bad input is one line and exit status 1.
+# speculative decoding (ngram, early-exit:L) writes the plain run's text at temperature 0,
+# and bad input is one line and exit status 1.
 set -u
 kvscope=$1
 dir=$(mktemp -d)
@@ -95,6 +96,65 @@ for i in 0 1 2; do
   done
 done
 
+# Speculative decoding (--speculative ngram or early-exit:L): at temperature 0 each
+# sequence writes the text of the plain run; the steps carry the drafts and the summary
+# their acceptance (a prompt that repeats itself gets drafts accepted). Gemma 3's windowed
+# layers roll back too.
+printf '%s\n' 'def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):' \
+  'The cat sat on the mat. The dog sat on the log. The cat sat on the' "${prompts[1]}" \
+  > "$dir/spec.txt"
+spec_texts() {  # spec_texts OUT.jsonl: each sequence's text, one JSON list
+  python3 -c '
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+texts = {}
+for s in lines[:-1]:
+    for q in s["sequences"]:
+        texts[q["seq"]] = texts.get(q["seq"], "") + q.get("text", "")
+print(json.dumps([texts[i] for i in sorted(texts)]))
+' "$1"
+}
+for model in default gemma3-270m; do
+  margs=()
+  [ "$model" != default ] && margs=(--model "$model")
+  "$kvscope" batch "${margs[@]}" --prompts-file "$dir/spec.txt" --max-tokens 40 --threads 2 \
+    --json > "$dir/plain.jsonl" 2> "$dir/err.txt" || fail "batch ($model) exited $?: $(cat "$dir/err.txt")"
+  specs=(ngram)
+  [ "$model" == default ] && specs+=(early-exit:12)
+  for sp in "${specs[@]}"; do
+    "$kvscope" batch "${margs[@]}" --prompts-file "$dir/spec.txt" --max-tokens 40 --threads 2 \
+      --json --speculative "$sp" --draft-max 6 > "$dir/sp.jsonl" 2> "$dir/err.txt" ||
+      fail "batch --speculative $sp ($model) exited $?: $(cat "$dir/err.txt")"
+    [ "$(spec_texts "$dir/sp.jsonl")" == "$(spec_texts "$dir/plain.jsonl")" ] ||
+      fail "batch --speculative $sp ($model) wrote $(spec_texts "$dir/sp.jsonl"), plain $(spec_texts "$dir/plain.jsonl")"
+    python3 - "$dir/sp.jsonl" "$sp" "$dir/plain.jsonl" <<'PY' || fail "batch --speculative $sp ($model) --json"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+steps, summary = lines[:-1], lines[-1]
+assert summary["speculative"] == sys.argv[2], summary
+drafted = sum(q.get("drafted", 0) for s in steps for q in s["sequences"])
+accepted = sum(q.get("accepted", 0) for s in steps for q in s["sequences"])
+assert drafted == summary["drafted"] > 0 and accepted == summary["accepted"], (drafted, accepted, summary)
+if sys.argv[2] == "ngram":
+    assert accepted > 0 and summary["tokens_per_target_forward"] > 1, summary
+plain = json.loads(open(sys.argv[3]).read().splitlines()[-1])
+assert summary["decode_tokens"] == plain["decode_tokens"], (summary, plain)
+rollbacks = sum(e["n"] for s in steps for e in s["events"] if e["kind"] == "rollback")
+assert rollbacks == drafted - accepted, (rollbacks, drafted, accepted)
+for s in steps:
+    assert s["batch_tokens"] == sum(q["tokens"] for q in s["sequences"]), s
+    for q in s["sequences"]:
+        if "drafted" in q:
+            assert q["tokens"] == q["drafted"] + 1 and 0 <= q["accepted"] <= q["drafted"], q
+            assert len(q.get("tokens_out", [q["token_id"]])) == q["accepted"] + 1, q
+PY
+  done
+done
+"$kvscope" batch --prompts-file "$dir/spec.txt" --max-tokens 40 --threads 2 \
+  --speculative ngram > "$dir/sp.txt" 2> "$dir/err.txt" || fail "batch --speculative ngram exited $?"
+grep -q "^speculative ngram: .* accepted (.*%), .* tokens per target forward" "$dir/sp.txt" ||
+  fail "batch --speculative: no acceptance line in '$(tail -n 2 "$dir/sp.txt")'"
+
 # Bad input: one line on stderr starting with "kvscope:", nothing on stdout, status 1.
 expect_refusal() {
   local what=$1; shift
@@ -115,6 +175,9 @@ expect_refusal "empty folder" --prompts-dir "$dir/nodir"
 expect_refusal "invalid UTF-8" --prompts-file "$dir/bad_utf8.txt"
 expect_refusal "bad arrival" --prompts-file "$dir/p.txt" --arrival poisson:0
 expect_refusal "pool too small" --prompts-file "$dir/p.txt" --kv-pool-mib 1 --max-tokens 2000
+expect_refusal "a draft model" --prompts-file "$dir/p.txt" --speculative draft:"$dir/p.txt"
+expect_refusal "early exit past the layers" --prompts-file "$dir/p.txt" --speculative early-exit:99
+expect_refusal "unknown drafter" --prompts-file "$dir/p.txt" --speculative lookahead
 
 # Gemma 3's windowed and global layers keep their blocks in groups of their own: batched
 # decode and a pool sized in MiB must use the grouped block (a pool of whole-model blocks
