@@ -151,6 +151,10 @@ void ServingBuilder::apply_row(const StepRow& row, bool cow_event, Clock::time_p
   l.computed = row.pos0 + row.tokens - row.rolled_back();  // what the cache holds
   l.step_tokens = row.tokens;
   l.step_prompt = row.is_prompt;
+  l.drafted.clear();  // speculation: what was drafted this step, and how much was kept
+  for (int32_t t : row.drafted)
+    l.drafted.push_back(serving_piece_text(sched_.model().tokenizer().token_bytes(t)));
+  l.accepted = row.drafted.empty() ? 0 : row.accepted;
   for (const auto* t : r.tables())
     for (int p = row.pos0; p < row.pos0 + row.tokens; ++p) {
       const size_t i = size_t(p / B);
@@ -248,7 +252,11 @@ ServingPoint ServingBuilder::point(const BatchStep& st) const {
   if (alloc > 0) p.fragmentation = std::min(1.0, empty / alloc);
   const double hit = double(t.prefix_hit_tokens), pre = double(t.prefill_tokens);
   if (hit + pre > 0) p.prefix_hit_rate = hit / (hit + pre);
-  for (const StepRow& r : st.rows) (r.is_prompt ? p.prefill_tokens : p.decode_tokens) += r.tokens;
+  for (const StepRow& r : st.rows) {
+    (r.is_prompt ? p.prefill_tokens : p.decode_tokens) += r.tokens;
+    p.drafted += int(r.drafted.size());
+    p.accepted += r.drafted.empty() ? 0 : r.accepted;
+  }
   p.ms = st.ms;
   if (st.ms > 0) p.tokens_per_s = st.batch_tokens * 1000.0 / st.ms;
   return p;
@@ -312,6 +320,8 @@ std::shared_ptr<ServingSnapshot> ServingBuilder::after_step(const BatchStep& st,
     r.lane.step_tokens = 0;
     r.lane.step_prompt = false;
     r.lane.attention.clear();
+    r.lane.drafted.clear();
+    r.lane.accepted = 0;
   }
   std::vector<char> cow_seq(lanes_.size(), 0), written(size_t(N), 0), adopted(size_t(N), 0),
       cow(size_t(N), 0);

@@ -5,8 +5,12 @@
 
 namespace kvscope::cli {
 
+void add_temperature_option(CLI::App& app, float& temp) {
+  app.add_option("--temp", temp, "Temperature (0 = greedy)")->check(Range(0.0, kMaxTemperature));
+}
+
 void add_sampler_options(CLI::App& app, SamplerOptions& o) {
-  app.add_option("--temp", o.temp, "Temperature (0 = greedy)")->check(Range(0.0, kMaxTemperature));
+  add_temperature_option(app, o.temp);
   app.add_option("--top-k", o.top_k, "Keep the k most likely tokens (0 = off)")
       ->check(Range(0, kMaxTopK));
   app.add_option("--top-p", o.top_p, "Nucleus sampling mass (1 = off)")->check(Range(0.0, 1.0));

@@ -29,6 +29,8 @@ struct SamplerOptions {
 };
 
 void add_sampler_options(CLI::App& app, SamplerOptions& o);
+// --temp alone (the app's Serving view), with the same bound and message.
+void add_temperature_option(CLI::App& app, float& temp);
 // The sampler the options name; a malformed --logit-bias is an Error naming it.
 Expected<SamplerConfig> to_sampler_config(const SamplerOptions& o);
 

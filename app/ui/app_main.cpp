@@ -10,7 +10,9 @@
 #include "app/options/kv_options.h"
 #include "app/options/options.h"
 #include "app/options/prompt_options.h"
+#include "app/options/sampler_options.h"
 #include "app/options/scheduler_options.h"
+#include "app/options/speculative_options.h"
 #include "app/ui/app_capture.h"
 #include "app/ui/serving_capture.h"
 #include "app/core/controller.h"
@@ -29,6 +31,8 @@ struct ServingArgs {
   bool no_shared_prefix = false;
   std::string record;
   cli::SchedulerOptions sched;
+  cli::SpeculativeOptions spec;
+  float temp = 0.7f;
 };
 
 void add_serving_options(CLI::App& app, ServingArgs& a) {
@@ -43,6 +47,8 @@ void add_serving_options(CLI::App& app, ServingArgs& a) {
   app.add_flag("--no-shared-prefix", a.no_shared_prefix,
                "Serving view: no shared system prompt before the prompts");
   cli::add_scheduling_options(app, a.sched, /*pool_mib=*/false);
+  cli::add_speculative_options(app, a.spec, /*draft_model=*/false);
+  cli::add_temperature_option(app, a.temp);
   app.add_option("--record", a.record,
                  "Serving view: record each run into this file (play it back with --view "
                  "serving --replay FILE)");
@@ -53,14 +59,15 @@ Status check_serving_only(const CLI::App& app, bool serving) {
   if (serving) return Status::Ok();
   for (const char* name : {"--requests", "--arrival", "--n", "--no-shared-prefix",
                            "--kv-pool-blocks", "--max-seqs", "--max-batch-tokens",
-                           "--no-prefix-cache", "--record"})
+                           "--no-prefix-cache", "--record", "--speculative", "--draft-max", "--temp"})
     if (app.count(name) > 0) return make_error(name, ": only with --view serving");
   return Status::Ok();
 }
 
-// The Serving view's settings from its options (the defaults where one is not given).
-void apply_serving(const CLI::App& app, const ServingArgs& a, const cli::KvOptions& kv,
-                   ServingSettings* s) {
+// The Serving view's settings from its options (the defaults where one is not given); an
+// Error names a value the view cannot take.
+Status apply_serving(const CLI::App& app, const ServingArgs& a, const cli::KvOptions& kv,
+                     ServingSettings* s) {
   const auto given = [&](const char* name) { return app.count(name) > 0; };
   s->requests = a.requests;
   if (given("--arrival")) {
@@ -83,6 +90,16 @@ void apply_serving(const CLI::App& app, const ServingArgs& a, const cli::KvOptio
   if (given("--ctx") && kv.ctx > 0) s->context = kv.ctx;
   s->prefix_caching = !a.sched.no_prefix;
   s->record_path = a.record;
+  if (given("--temp")) s->temperature = a.temp;
+  auto spec = cli::to_speculative_config(a.spec);
+  if (!spec.ok()) return spec.error();
+  if (spec->kind == DraftKind::Model)
+    return make_error("--speculative: the Serving view drafts with ngram or early-exit:L, not a "
+                      "second model");
+  s->speculative = spec->kind == DraftKind::Ngram ? 1 : spec->kind == DraftKind::EarlyExit ? 2 : 0;
+  if (spec->kind == DraftKind::EarlyExit) s->exit_layers = spec->layers;
+  s->draft_max = spec->draft_max;
+  return Status::Ok();
 }
 
 struct Args : GuiOptions {
@@ -213,9 +230,10 @@ int run_app(int argc, char** argv) {
       !st.ok())
     return cli::fail(st.message());  // one line, exit status 1
   args.serving = serving.view == "serving";
-  apply_serving(app, serving, kv, &args.serving_settings);
-  if (app.count("--max-tokens")) args.serving_settings.max_tokens = max_tokens;
   if (Status st = check_serving_only(app, args.serving); !st.ok()) return cli::fail(st.message());
+  if (Status st = apply_serving(app, serving, kv, &args.serving_settings); !st.ok())
+    return cli::fail(st.message());
+  if (app.count("--max-tokens")) args.serving_settings.max_tokens = max_tokens;
   if (args.screenshot && args.serving)
     return run_serving_screenshot(args.cap, args.serving_settings, !args.scene_only);
   if (args.screenshot) return run_screenshot(args.cap, !args.scene_only);

@@ -84,6 +84,11 @@ int run_serving_screenshot(const CaptureOptions& opts, const ServingSettings& se
 
   UiState ui;
   ui.prompts = load_prompts();
+  if (!opts.prompt_file.empty()) {  // --prompt-file: the first request's prompt, as in the window
+    auto p = read_prompt_file(opts.prompt_file);
+    if (!p.ok()) return fail(p.error().message);
+    ui.prompts.insert(ui.prompts.begin(), {"file", p.value()});
+  }
   ui.engine_options = engine_options(opts, CacheMode::Cache, settings.max_tokens);
   ui.serving_ui = std::make_shared<ServingUi>();
   ServingUi& s = *ui.serving_ui;

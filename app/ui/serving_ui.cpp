@@ -284,6 +284,13 @@ void scheduler_section(ServingUi& s) {
   if (ImGui::IsItemHovered())
     ImGui::SetTooltip("Positions one sequence may hold (what a contiguous cache would reserve)");
   ImGui::Checkbox("prefix caching", &w.prefix_caching);
+  const char* spec[] = {"off", "n-gram lookup", "early exit"};
+  ImGui::Combo("speculative", &w.speculative, spec, 3);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("Each running sequence drafts tokens and the model checks them in the "
+                      "same forward pass; rejected drafts are rolled back out of the pool");
+  if (w.speculative == 2) ImGui::SliderInt("exit layers", &w.exit_layers, 1, 29);
+  if (w.speculative > 0) ImGui::SliderInt("draft max", &w.draft_max, 1, 15);
   ImGui::TextDisabled("Settings apply at the next Start.");
 }
 
@@ -648,6 +655,11 @@ ServingConfig serving_config(const ServingSettings& s, const std::vector<PromptS
   k.max_seqs = s.max_seqs;
   k.prefix_caching = s.prefix_caching;
   k.attention = true;
+  if (s.speculative > 0) {
+    k.speculation.kind = s.speculative == 1 ? DraftKind::Ngram : DraftKind::EarlyExit;
+    k.speculation.layers = s.exit_layers;
+    k.speculation.draft_max = s.draft_max;
+  }
   ServingWorkload& w = c.workload;
   for (int i = 0; i < s.requests && !prompts.empty(); ++i) {
     w.prompts.push_back(prompts[size_t(i) % prompts.size()]);  // a chat prompt as a chat turn

@@ -44,6 +44,11 @@ struct ServingSettings {
   int pool_blocks = 64;  // small enough to watch; lower it to provoke preemption
   int context = 256;     // positions a sequence may hold
   bool prefix_caching = true;
+  // Speculative decoding of every sequence: 0 off, 1 ngram (prompt lookup), 2 early exit
+  // (the model's first exit_layers layers as the draft); draft_max tokens a step.
+  int speculative = 0;
+  int exit_layers = 12;
+  int draft_max = 4;
   float speed = 3.0f;  // steps per second; 0: as fast as the engine goes
   std::string record_path;  // non-empty: each run is recorded into this file (--record)
 };
