@@ -230,9 +230,10 @@ int run_app(int argc, char** argv) {
       !st.ok())
     return cli::fail(st.message());  // one line, exit status 1
   args.serving = serving.view == "serving";
-  if (Status st = check_serving_only(app, args.serving); !st.ok()) return cli::fail(st.message());
+  // A bad value is refused as every command refuses it, before "only with --view serving".
   if (Status st = apply_serving(app, serving, kv, &args.serving_settings); !st.ok())
     return cli::fail(st.message());
+  if (Status st = check_serving_only(app, args.serving); !st.ok()) return cli::fail(st.message());
   if (app.count("--max-tokens")) args.serving_settings.max_tokens = max_tokens;
   if (args.screenshot && args.serving)
     return run_serving_screenshot(args.cap, args.serving_settings, !args.scene_only);

@@ -521,3 +521,51 @@ TEST(ServingRun, EndedLanesLeaveTheSnapshotsOfALongRun) {
   }
   std::remove(rec.c_str());
 }
+
+// Speculative decoding in the run: the lanes carry the step's drafts from the scheduler's
+// rows (the kept ones are then among the lane's tokens, the rest rolled back), the history
+// counts them, and the pool still matches the engine's counts after every step.
+TEST(ServingRun, SpeculativeDraftsReachTheLanes) {
+  if (!have_model()) GTEST_SKIP() << kAbsent;
+  ServingConfig c = small_config(40);
+  c.workload.prompts = {{"def fib(n):\n    if n <= 1:\n        return n\n    return fib(n - 1) + "
+                         "fib(n - 2)\n\ndef fib_memo(n, memo={}):\n    if n in memo:\n        "
+                         "return memo[n]\n    if n <= 1:\n        return n\n",
+                         false}};
+  c.workload.arrival = "all";
+  c.scheduler.speculation.kind = DraftKind::Ngram;
+  c.scheduler.speculation.draft_max = 6;
+  ServingRun run(engine_options());
+  run.start(c, false);
+  auto snaps = run_steps(run, 60);
+  ASSERT_FALSE(snaps.empty());
+  int drafted = 0, accepted = 0, rejected_steps = 0;
+  size_t prev_len = 0;
+  for (const auto& s : snaps) {
+    ASSERT_EQ(s->lanes.size(), 1u);
+    const Lane& l = s->lanes[0];
+    const ServingPoint& p = s->history.back();
+    EXPECT_EQ(p.drafted, int(l.drafted.size()));
+    EXPECT_EQ(p.accepted, l.accepted);
+    if (!l.drafted.empty()) {
+      EXPECT_LE(l.accepted, int(l.drafted.size()));
+      // The kept drafts are the lane's newest tokens but one (the model's own next token).
+      ASSERT_GE(l.pieces.size(), size_t(l.accepted) + 1);
+      for (int j = 0; j < l.accepted; ++j)
+        EXPECT_EQ(l.pieces[l.pieces.size() - 1 - size_t(l.accepted) + size_t(j)],
+                  l.drafted[size_t(j)]);
+      if (l.state == LaneState::Running) {
+        EXPECT_EQ(l.ids.size(), prev_len + size_t(l.accepted) + 1);
+      }
+      rejected_steps += l.accepted < int(l.drafted.size());
+    }
+    drafted += p.drafted;
+    accepted += p.accepted;
+    prev_len = l.ids.size();
+  }
+  EXPECT_GT(drafted, 0);
+  EXPECT_GT(accepted, 0);
+  EXPECT_GT(rejected_steps, 0);
+  EXPECT_EQ(uint64_t(drafted), snaps.back()->totals.drafted);
+  EXPECT_EQ(uint64_t(accepted), snaps.back()->totals.accepted);
+}
