@@ -18,21 +18,34 @@ struct Beam {
   double logprob = 0;
 };
 
-// log softmax of logits [V] in double.
-void log_softmax(const float* logits, int V, std::vector<double>& out) {
-  out.resize(size_t(V));
+}  // namespace
+
+double beam_score(double logprob, int length, float length_penalty) {
+  return logprob / std::pow(double(std::max(length, 1)), double(length_penalty));
+}
+
+void beam_candidates(const float* logits, int V, int keep,
+                     std::vector<std::pair<int32_t, double>>& out) {
   float mx = -std::numeric_limits<float>::infinity();
   for (int i = 0; i < V; ++i) mx = std::max(mx, logits[i]);
   double sum = 0;
   for (int i = 0; i < V; ++i) sum += std::exp(double(logits[i]) - mx);
   const double lse = double(mx) + std::log(sum);
-  for (int i = 0; i < V; ++i) out[size_t(i)] = double(logits[i]) - lse;
+  std::vector<int32_t> ids(static_cast<size_t>(V));
+  for (int i = 0; i < V; ++i) ids[size_t(i)] = i;
+  const size_t k = std::min<size_t>(size_t(std::max(keep, 0)), ids.size());
+  // Log p is monotone in the logit: rank by the logits, ties to the lower id.
+  std::partial_sort(ids.begin(), ids.begin() + int64_t(k), ids.end(), [&](int32_t x, int32_t y) {
+    return logits[x] > logits[y] || (logits[x] == logits[y] && x < y);
+  });
+  out.clear();
+  for (size_t i = 0; i < k; ++i) out.push_back({ids[i], double(logits[ids[i]]) - lse});
 }
 
-}  // namespace
-
-double beam_score(double logprob, int length, float length_penalty) {
-  return logprob / std::pow(double(std::max(length, 1)), double(length_penalty));
+bool beam_can_beat(double logprob, int length, int max_tokens, float length_penalty,
+                   double best) {
+  const int bound_len = length_penalty > 0 ? max_tokens : length;
+  return beam_score(logprob, bound_len, length_penalty) > best;
 }
 
 Expected<BeamResult> beam_search(const Model& model, Backend& be,
@@ -86,7 +99,7 @@ Expected<BeamResult> beam_search(const Model& model, Backend& be,
   std::vector<Beam> beams(1);
   beams[0].cache = std::move(*root);
   std::vector<std::vector<float>> logits{std::move(fo.logits)};
-  std::vector<double> lp;
+  std::vector<std::pair<int32_t, double>> top;
   struct Cand {
     double logprob;
     int parent;
@@ -96,15 +109,8 @@ Expected<BeamResult> beam_search(const Model& model, Backend& be,
     // Every live beam's continuations; the 2K best are enough for K live ones.
     std::vector<Cand> cands;
     for (size_t b = 0; b < beams.size(); ++b) {
-      log_softmax(logits[b].data(), V, lp);
-      std::vector<int32_t> ids(static_cast<size_t>(V));
-      for (int i = 0; i < V; ++i) ids[size_t(i)] = i;
-      const size_t keep = std::min<size_t>(size_t(2 * K), ids.size());
-      std::partial_sort(ids.begin(), ids.begin() + int64_t(keep), ids.end(), [&](int32_t x, int32_t y) {
-        return lp[size_t(x)] > lp[size_t(y)] || (lp[size_t(x)] == lp[size_t(y)] && x < y);
-      });
-      for (size_t i = 0; i < keep; ++i)
-        cands.push_back({beams[b].logprob + lp[size_t(ids[i])], int(b), ids[i]});
+      beam_candidates(logits[b].data(), V, 2 * K, top);
+      for (const auto& [id, l] : top) cands.push_back({beams[b].logprob + l, int(b), id});
     }
     std::stable_sort(cands.begin(), cands.end(), [](const Cand& x, const Cand& y) {
       return x.logprob > y.logprob;
@@ -129,10 +135,9 @@ Expected<BeamResult> beam_search(const Model& model, Backend& be,
     double best_finished = -std::numeric_limits<double>::infinity();
     for (const Hypothesis& h : finished) best_finished = std::max(best_finished, h.score);
     bool can_beat = false;
-    for (const Cand& cd : next) {
-      const int bound_len = cfg.length_penalty > 0 ? cfg.max_tokens : len;
-      can_beat = can_beat || beam_score(cd.logprob, bound_len, cfg.length_penalty) > best_finished;
-    }
+    for (const Cand& cd : next)
+      can_beat = can_beat ||
+                 beam_can_beat(cd.logprob, len, cfg.max_tokens, cfg.length_penalty, best_finished);
     if (len >= cfg.max_tokens || next.empty() || !can_beat) {
       for (const Cand& cd : next) {
         Hypothesis h;

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -55,6 +56,16 @@ struct BeamResult {
 
 // A hypothesis's score for a length penalty a.
 double beam_score(double logprob, int length, float length_penalty);
+
+// The `keep` most likely continuations of logits [V]: (token, log p) with log p from the
+// log softmax in double, most likely first, ties to the lower id.
+void beam_candidates(const float* logits, int V, int keep,
+                     std::vector<std::pair<int32_t, double>>& out);
+
+// Whether a live hypothesis of summed log-probability `logprob` after `length` tokens can
+// still beat `best` (the best finished score) within max_tokens: its score can at most
+// reach logprob / max_tokens^a for a > 0, logprob / length^a otherwise.
+bool beam_can_beat(double logprob, int length, int max_tokens, float length_penalty, double best);
 
 Expected<BeamResult> beam_search(const Model& model, Backend& backend,
                                  const std::vector<int32_t>& prompt, const BeamConfig& cfg);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "engine/beam_search.h"
 #include "engine/forward.h"
 
 namespace kvscope {
@@ -37,6 +38,22 @@ struct Scheduler::Seq {
   std::vector<int32_t> draft;
   std::vector<std::vector<float>> draft_q;
   std::vector<int32_t> verify;
+  // Beam search: the request's BeamSet (index into beam_sets_, -1: not a beam), whether
+  // its logits are fresh and wait for the step's selection, and its summed log p.
+  int beam = -1;
+  bool ready = false;
+  double logprob = 0;
+};
+
+struct Scheduler::BeamSet {
+  int root = 0;  // the request's first sequence
+  int K = 1;
+  float length_penalty = 1.0f;
+  int max_tokens = 1;
+  std::vector<int> live;  // its beams, best-ranked first
+  std::vector<BeamHypothesis> hyps;
+  bool started = false;  // admitted once: it holds K seats until done
+  bool done = false;
 };
 
 uint64_t sample_seed(uint64_t seed, int k) {
@@ -144,6 +161,21 @@ Expected<int> Scheduler::add(Request r) {
   if (r.logprobs < -1 || r.logprobs > 20)
     return make_error("request: logprobs ", r.logprobs, " (-1 for none, else 0 to 20)");
   KV_TRY(penalty_config_check(r.sampler.penalties, model_->config().n_vocab));
+  if (r.beams != 0) {
+    if (r.beams < 1 || r.beams > 64 || r.beams > cfg_.max_seqs)
+      return make_error("request: ", r.beams, " beams; 1 to ", std::min(64, cfg_.max_seqs),
+                        " (at most --max-seqs run at once)");
+    if (r.n != 1) return make_error("request: beam search draws no samples (n must be 1)");
+    if (r.logprobs >= 0) return make_error("request: beam search gives no logprobs");
+    if (r.sampler.penalties.active() || r.min_tokens > 0 || !r.stop_ids.empty())
+      return make_error("request: beam search scores the model's own log-probabilities: no "
+                        "penalties, minimum length or stop token ids");
+    if (!std::isfinite(r.length_penalty) || std::fabs(r.length_penalty) > 10)
+      return make_error("request: length penalty ", r.length_penalty, " is outside -10..10");
+    if (int64_t(r.prompt.size()) + r.max_tokens > cfg_.context)
+      return make_error("request: the prompt (", r.prompt.size(), " tokens) and ", r.max_tokens,
+                        " beam tokens need more than the ", cfg_.context, " positions a sequence holds");
+  }
   for (int32_t id : r.stop_ids)
     if (id < 0 || id >= model_->config().n_vocab)
       return make_error("request: stop token id ", id, " is outside the vocabulary");
@@ -158,9 +190,11 @@ Expected<int> Scheduler::add(Request r) {
                               kv_blocks_for(W - 1 + cfg_.max_batch_tokens, cfg_.block_size) + 1 +
                                   kv_blocks_for(groups_.sink[size_t(g)], cfg_.block_size));
   }
+  if (r.beams > 1) need *= r.beams;  // every beam's own copy, at worst
   if (need > pool_->n_blocks())
-    return make_error("request: ", most, " positions need ", need, " blocks of ",
-                      cfg_.block_size, " positions but the pool has ", pool_->n_blocks());
+    return make_error("request: ", most, " positions", r.beams > 1 ? " in each beam" : "",
+                      " need ", need, " blocks of ", cfg_.block_size,
+                      " positions but the pool has ", pool_->n_blocks());
   const int first = int(seqs_.size());
   std::vector<std::unique_ptr<Seq>> made;
   for (int k = 0; k < r.n; ++k) {
@@ -181,6 +215,16 @@ Expected<int> Scheduler::add(Request r) {
     s->cache = std::move(*cache);
     made.push_back(std::move(s));
   }
+  if (r.beams > 0) {
+    auto set = std::make_unique<BeamSet>();
+    set->root = first;
+    set->K = r.beams;
+    set->length_penalty = r.length_penalty;
+    set->max_tokens = r.max_tokens;
+    set->live = {first};
+    made[0]->beam = int(beam_sets_.size());
+    beam_sets_.push_back(std::move(set));
+  }
   for (auto& s : made) seqs_.push_back(std::move(s));
   return first;
 }
@@ -193,6 +237,20 @@ Status Scheduler::cancel(int id) {
   if (s.state != SeqState::Pending && s.state != SeqState::Waiting &&
       s.state != SeqState::Running)
     return make_error("cancel: request ", id, " is already ", seq_state_name(s.state));
+  if (s.beam >= 0) {  // a beam search is cancelled whole
+    BeamSet& set = *beam_sets_[size_t(s.beam)];
+    for (int b : set.live) {
+      Seq& x = *seqs_[size_t(b)];
+      x.cache->release();
+      std::erase(waiting_, b);
+      std::erase(running_, b);
+      x.state = SeqState::Cancelled;
+      x.ready = false;
+    }
+    set.live.clear();
+    set.done = true;
+    return Status::Ok();
+  }
   s.cache->release();
   s.drafter.reset();
   std::erase(waiting_, id);
@@ -282,6 +340,7 @@ void Scheduler::preempt(Seq& s, BatchStep& out) {
   s.published = 0;
   s.cow_seen = s.cache->cow_copies();
   s.state = SeqState::Waiting;
+  s.ready = false;  // a beam computes its logits again
   std::erase(running_, s.id);
   waiting_.insert(waiting_.begin(), s.id);
   ++stats_.preemptions;
@@ -291,7 +350,9 @@ void Scheduler::finish(Seq& s, StopReason r, BatchStep& out) {
   s.stop = r;
   const std::string tail = s.stream.flush();  // an unfinished character, as U+FFFD
   s.text += tail;
-  if (!out.rows.empty() && out.rows.back().seq == s.id) out.rows.back().text += tail;
+  const auto row = std::find_if(out.rows.rbegin(), out.rows.rend(),
+                                [&](const StepRow& r) { return r.seq == s.id; });
+  if (row != out.rows.rend()) row->text += tail;
   s.state = SeqState::Finished;
   s.cache->release();
   s.drafter.reset();
@@ -437,7 +498,7 @@ Status Scheduler::plan_drafts(std::vector<Planned>& plan, int& budget, int& rese
     if (budget <= 0) break;
     // A decode row: one token, the last sampled one, after a computed prompt.
     if (p.n != 1 || s.gen.empty() || s.cache->length() + 1 != int(s.tokens.size()) ||
-        s.req.logprobs >= 0)
+        s.req.logprobs >= 0 || s.beam >= 0)
       continue;
     const int seq = int(s.tokens.size());
     const int room = std::min({sp.draft_max, cfg_.context - seq - 1,
@@ -519,10 +580,13 @@ Status Scheduler::run_step(BatchStep& out) {
   }
   // 2. Waiting requests, first come first served; none in a step that had to preempt
   // (the pool is short: a preempted sequence would be taken back at once).
-  while (!preempted && !waiting_.empty() && int(running_.size()) < cfg_.max_seqs && budget > 0) {
+  while (!preempted && !waiting_.empty() && budget > 0) {
     Seq& s = *seqs_[size_t(waiting_.front())];
-    // A request of n samples is admitted only when all n can run.
-    if (!s.samples.empty() && int(running_.size() + 1 + s.samples.size()) > cfg_.max_seqs) break;
+    // A request of n samples is admitted only when all n can run, a beam search only when
+    // its K beams can (a beam that waits again has its seat already).
+    int seats = 1 + int(s.samples.size());
+    if (s.beam >= 0) seats = beam_sets_[size_t(s.beam)]->started ? 0 : beam_sets_[size_t(s.beam)]->K;
+    if (seats_held() + seats > cfg_.max_seqs) break;
     int hit = 0;
     if (cfg_.prefix_caching && s.cache->length() == 0) {
       KV_TRY(adopt_prefix(s, &hit));
@@ -545,6 +609,7 @@ Status Scheduler::run_step(BatchStep& out) {
     running_.push_back(s.id);
     s.state = SeqState::Running;
     s.cow_seen = s.cache->cow_copies();
+    if (s.beam >= 0) beam_sets_[size_t(s.beam)]->started = true;
     out.events.push_back({EventKind::Admit, s.id, int(s.tokens.size()), {}});
     if (hit > 0) {
       out.events.push_back({EventKind::PrefixHit, s.id, hit, {}});
@@ -561,6 +626,7 @@ Status Scheduler::run_step(BatchStep& out) {
   out.running = int(running_.size());
   out.waiting = int(waiting_.size());
   if (plan.empty()) {
+    if (!beam_sets_.empty()) KV_TRY(select_beams(out));
     record_pool(out);
     return Status::Ok();
   }
@@ -612,17 +678,13 @@ Status Scheduler::run_step(BatchStep& out) {
     if (batch[i].logits && !verify) {
       s.logits = std::move(fo[i].logits);
       row.attention = std::move(fo[i].attention);
-      // A request's samples fork off now: the same prompt blocks, the same logits.
-      if (!s.samples.empty()) KV_TRY(fork_samples(s, out));
-      sample_next(s, row);
-      if (!s.first_token) {
-        s.first_token = true;
-        const double ms = std::chrono::duration<double, std::milli>(
-                              std::chrono::steady_clock::now() - s.arrived).count();
-        const bool hit = s.first_hit > 0;
-        double& mean = hit ? stats_.ttft_hit_ms : stats_.ttft_miss_ms;
-        int& n = hit ? stats_.ttft_hits : stats_.ttft_misses;
-        mean += (ms - mean) / ++n;
+      if (s.beam >= 0) {
+        s.ready = true;  // its token comes from its request's selection, after the forward
+      } else {
+        // A request's samples fork off now: the same prompt blocks, the same logits.
+        if (!s.samples.empty()) KV_TRY(fork_samples(s, out));
+        sample_next(s, row);
+        note_first_token(s);
       }
     }
     row.table = s.cache->blocks();
@@ -640,9 +702,10 @@ Status Scheduler::run_step(BatchStep& out) {
       if (verified_stop != StopReason::None) finish(s, verified_stop, out);
       continue;
     }
-    if (!batch[i].logits) continue;
+    if (!batch[i].logits || s.beam >= 0) continue;
     check_stop(s, out);
   }
+  if (!beam_sets_.empty()) KV_TRY(select_beams(out));
   out.running = int(running_.size());
   out.waiting = int(waiting_.size());
   record_pool(out);
@@ -811,6 +874,202 @@ Status Scheduler::fork_samples(Seq& s, BatchStep& out) {
     row.blocks = c.cache->held_blocks();
     out.rows.push_back(std::move(row));
     check_stop(c, out);
+  }
+  return Status::Ok();
+}
+
+void Scheduler::note_first_token(Seq& s) {
+  if (s.first_token) return;
+  s.first_token = true;
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s.arrived)
+          .count();
+  const bool hit = s.first_hit > 0;
+  double& mean = hit ? stats_.ttft_hit_ms : stats_.ttft_miss_ms;
+  int& n = hit ? stats_.ttft_hits : stats_.ttft_misses;
+  mean += (ms - mean) / ++n;
+}
+
+int Scheduler::seats_held() const {
+  int n = int(running_.size());
+  for (const auto& set : beam_sets_) {
+    if (!set->started || set->done) continue;
+    int running = 0;
+    for (int id : set->live) running += seqs_[size_t(id)]->state == SeqState::Running;
+    n += std::max(0, set->K - running);
+  }
+  return n;
+}
+
+std::vector<BeamHypothesis> Scheduler::beam_hypotheses(int first) const {
+  for (const auto& set : beam_sets_) {
+    if (set->root != first) continue;
+    std::vector<BeamHypothesis> h = set->hyps;
+    std::stable_sort(h.begin(), h.end(), [](const BeamHypothesis& x, const BeamHypothesis& y) {
+      return x.score > y.score;
+    });
+    if (int(h.size()) > set->K) h.resize(size_t(set->K));
+    return h;
+  }
+  return {};
+}
+
+std::vector<int> Scheduler::live_beams(int seq) const {
+  if (seq < 0 || seq >= int(seqs_.size()) || !seqs_[size_t(seq)]) return {};
+  const int b = seqs_[size_t(seq)]->beam;
+  if (b < 0 || beam_sets_[size_t(b)]->done) return {};
+  return beam_sets_[size_t(b)]->live;
+}
+
+Status Scheduler::select_beams(BatchStep& out) {
+  for (auto& set : beam_sets_) {
+    if (!set->started || set->done || set->live.empty()) continue;
+    bool all = true;
+    for (int id : set->live) {
+      const Seq& b = *seqs_[size_t(id)];
+      all = all && b.state == SeqState::Running && b.ready;
+    }
+    if (all) KV_TRY(select(*set, out));
+  }
+  return Status::Ok();
+}
+
+Expected<Scheduler::Seq*> Scheduler::branch(Seq& parent, bool adopt, BatchStep& out) {
+  auto c = std::make_unique<Seq>();
+  c->id = int(seqs_.size());
+  c->req = parent.req;
+  c->state = SeqState::Running;
+  c->tokens = parent.tokens;
+  c->gen = parent.gen;
+  c->logprob = parent.logprob;
+  c->beam = parent.beam;
+  c->stream = parent.stream;
+  c->text = parent.text;
+  c->arrived = parent.arrived;
+  c->first_hit = parent.first_hit;
+  c->first_token = true;  // its time to first token is the request's
+  auto cache = backend_->create_paged_kv_cache(cache_cfg_, pool_);
+  if (!cache.ok()) return cache.error();
+  c->cache = std::move(*cache);
+  if (adopt) {
+    std::vector<std::vector<int32_t>> tables;
+    for (int g = 0; g < parent.cache->n_groups(); ++g) tables.push_back(parent.cache->blocks(g));
+    KV_TRY(c->cache->adopt_groups(tables, parent.cache->length()));
+    c->hashes = parent.hashes;
+    c->published = parent.published;
+    running_.push_back(c->id);
+  }
+  c->cow_seen = c->cache->cow_copies();
+  out.events.push_back({EventKind::Fork, c->id, parent.id, {}});
+  Seq* p = c.get();
+  seqs_.push_back(std::move(c));
+  return p;
+}
+
+Status Scheduler::select(BeamSet& set, BatchStep& out) {
+  const int V = model_->config().n_vocab, K = set.K;
+  if (end_ids_.empty()) end_ids_ = generation_end_ids(model_->tokenizer());
+  const auto ends = [&](int32_t t) {
+    return cfg_.stop_at_eos && std::binary_search(end_ids_.begin(), end_ids_.end(), t);
+  };
+  struct Cand {
+    double logprob;
+    int parent;  // index into set.live
+    int32_t token;
+  };
+  std::vector<Cand> cands;
+  std::vector<std::pair<int32_t, double>> top;
+  for (size_t b = 0; b < set.live.size(); ++b) {
+    const Seq& p = *seqs_[size_t(set.live[b])];
+    beam_candidates(p.logits.data(), V, 2 * K, top);
+    for (const auto& [id, l] : top) cands.push_back({p.logprob + l, int(b), id});
+  }
+  std::stable_sort(cands.begin(), cands.end(),
+                   [](const Cand& x, const Cand& y) { return x.logprob > y.logprob; });
+  const int len = int(seqs_[size_t(set.live[0])]->gen.size()) + 1;  // with this step's token
+  std::vector<Cand> next, ended;
+  for (const Cand& cd : cands) {
+    if (int(next.size()) == K) break;
+    (ends(cd.token) ? ended : next).push_back(cd);
+  }
+  double best = -std::numeric_limits<double>::infinity();
+  for (const BeamHypothesis& h : set.hyps) best = std::max(best, h.score);
+  for (const Cand& cd : ended) best = std::max(best, beam_score(cd.logprob, len, set.length_penalty));
+  bool can_beat = false;
+  for (const Cand& cd : next)
+    can_beat = can_beat || beam_can_beat(cd.logprob, len, set.max_tokens, set.length_penalty, best);
+  const bool done = len >= set.max_tokens || next.empty() || !can_beat;
+
+  // Rows: a beam that ran this step has one; the others (and new beams) get one of no tokens.
+  const auto row_of = [&](const Seq& s) -> size_t {
+    for (size_t i = out.rows.size(); i-- > 0;)
+      if (out.rows[i].seq == s.id) return i;
+    StepRow r;
+    r.seq = s.id;
+    r.pos0 = s.cache->length();
+    r.tokens = 0;
+    out.rows.push_back(std::move(r));
+    return out.rows.size() - 1;
+  };
+  const auto put = [&](Seq& s, int32_t t, double logprob) {
+    s.logprob = logprob;
+    s.ready = false;
+    StepRow& r = out.rows[row_of(s)];
+    emit(s, t, r);
+    if (r.tokens == 1 && !r.is_prompt) {  // a decode row
+      ++stats_.decode_rows;
+      ++stats_.decode_row_tokens;
+    }
+    r.table = s.cache->blocks();
+    r.tables.clear();
+    for (int g = 1; g < s.cache->n_groups(); ++g) {
+      if (r.tables.empty()) r.tables.push_back(r.table);
+      r.tables.push_back(s.cache->blocks(g));
+    }
+    r.blocks = s.cache->held_blocks();
+  };
+  // New sequences first, each from its parent's tokens before the step's own token.
+  std::vector<Seq*> made(next.size(), nullptr);
+  std::vector<char> continued(set.live.size(), 0);
+  for (size_t i = 0; i < next.size(); ++i) {
+    const int p = next[i].parent;
+    if (!continued[size_t(p)]) {
+      continued[size_t(p)] = 1;
+      continue;  // goes on in its parent
+    }
+    auto c = branch(*seqs_[size_t(set.live[size_t(p)])], !done, out);
+    if (!c.ok()) return c.error();
+    made[i] = *c;
+    put(*made[i], next[i].token, next[i].logprob);
+  }
+  for (const Cand& cd : ended) {  // finished hypotheses: a sequence each, ended at once
+    auto c = branch(*seqs_[size_t(set.live[size_t(cd.parent)])], false, out);
+    if (!c.ok()) return c.error();
+    put(**c, cd.token, cd.logprob);
+    set.hyps.push_back({(*c)->id, cd.logprob, beam_score(cd.logprob, len, set.length_penalty), true});
+    finish(**c, StopReason::Eos, out);
+  }
+  std::vector<int> live;
+  for (size_t i = 0; i < next.size(); ++i) {
+    if (!made[i]) {
+      made[i] = seqs_[size_t(set.live[size_t(next[i].parent)])].get();
+      put(*made[i], next[i].token, next[i].logprob);
+      if (made[i]->id == set.root) note_first_token(*made[i]);
+    }
+    live.push_back(made[i]->id);
+  }
+  // Beams no continuation kept give their blocks back now.
+  for (size_t b = 0; b < set.live.size(); ++b)
+    if (!continued[b]) finish(*seqs_[size_t(set.live[b])], StopReason::Pruned, out);
+  set.live = std::move(live);
+  if (done) {
+    for (int id : set.live) {
+      Seq& s = *seqs_[size_t(id)];
+      set.hyps.push_back({id, s.logprob, beam_score(s.logprob, len, set.length_penalty), false});
+      finish(s, len >= set.max_tokens ? StopReason::MaxTokens : StopReason::SearchDone, out);
+    }
+    set.live.clear();
+    set.done = true;
   }
   return Status::Ok();
 }

@@ -37,6 +37,23 @@
 // whole blocks go back to the pool, before any block is published), and the accepted
 // tokens and the one after them are all emitted in that step, each checked against the
 // stop conditions in turn. A sequence that asks for log-probabilities does not draft.
+// Beam search (Request::beams = K): the request's prompt runs as one sequence; then each
+// step its K live beams (sequences) compute their newest token together, and once every
+// live beam of the request has fresh logits (a preempted beam is waited for) the step
+// selects as beam_search (engine/beam_search.h) does: each beam's 2K most likely
+// continuations scored by their summed log-probabilities (log softmax of the model's
+// logits: the sampler and temperature do not apply), the K best that do not end the
+// sequence kept, in rank order. A beam's best-ranked continuation goes on in that beam;
+// each further one is a new sequence (a Fork event, a fresh id at the end) that adopts the
+// beam's block table, so beams share every block they have in common and copy a shared
+// block only when they write into it. A beam no continuation kept finishes as Pruned in
+// that step and its private blocks return to the pool. A continuation that is an
+// end-of-generation token is a finished hypothesis: a sequence of its own that ends at
+// once (Eos) and holds nothing. The search ends as beam_search's: after max_tokens, or
+// when no live beam can beat the best finished hypothesis (its beams then end as
+// SearchDone, their hypotheses kept). beam_hypotheses() gives the K best. A beam request
+// holds K of max_seqs from its admission to its end, and the pool must hold K unshared
+// copies of its longest sequence.
 // Every decision is an Event in the step's trace. A Scheduler is used from one thread.
 #pragma once
 
@@ -89,6 +106,19 @@ struct Request {
   // k most likely tokens' (StepRow::logprob, StepRow::top_logprobs), from the logits the
   // sampler sees (after the penalties) at temperature 1.
   int logprobs = -1;
+  // Beam search with `beams` beams (0: none; 1..min(64, max_seqs)), scored sum log p /
+  // length^length_penalty. Not with n > 1, logprobs, penalties, min_tokens or stop_ids.
+  int beams = 0;
+  float length_penalty = 1.0f;
+};
+
+// One hypothesis of a beam search: the sequence that holds its tokens (generated(seq)),
+// their summed log-probability and its score (beam_score, engine/beam_search.h).
+struct BeamHypothesis {
+  int seq = 0;
+  double logprob = 0;
+  double score = 0;
+  bool finished = false;  // ended by an end-of-generation token (else by the search's end)
 };
 
 // The seed of sample k of a request whose seed is `seed` (sample 0 keeps it).
@@ -229,6 +259,12 @@ class Scheduler {
   std::string text(int seq) const;  // the generated text so far
   // Logits of the sequence's last sampled token (tests).
   const std::vector<float>& last_logits(int seq) const;
+  // A beam request's hypotheses so far (first: the id add() returned), best score first,
+  // at most K; empty for a request without beams. Final once the request's beams ended.
+  std::vector<BeamHypothesis> beam_hypotheses(int first) const;
+  // The live beams of the beam request whose beams include `seq`, in rank order (empty
+  // when none or the search ended).
+  std::vector<int> live_beams(int seq) const;
   // The pool's invariants against every live block table (KvPool::check).
   Status check() const;
 
@@ -263,6 +299,15 @@ class Scheduler {
   // Forks s's pending samples off s (its prompt computed, its logits fresh).
   Status fork_samples(Seq& s, BatchStep& out);
   uint64_t group_hash(uint64_t chain, int g) const;
+  // Beam search: the requests whose live beams all have fresh logits take their step.
+  struct BeamSet;
+  Status select_beams(BatchStep& out);
+  Status select(BeamSet& set, BatchStep& out);
+  // A new beam after `parent` (its tokens, cache table when `adopt`, score), running.
+  Expected<Seq*> branch(Seq& parent, bool adopt, BatchStep& out);
+  // Sequences running plus the seats beam requests hold for beams not running.
+  int seats_held() const;
+  void note_first_token(Seq& s);
   // On an empty cache: adopts the longest prefix the pool's prefix cache holds in every
   // group; *hit = positions adopted.
   Status adopt_prefix(Seq& s, int* hit);
@@ -283,6 +328,7 @@ class Scheduler {
     StopReason stop = StopReason::None;
   };
   std::vector<Gone> gone_;  // what a forgotten sequence leaves (by id)
+  std::vector<std::unique_ptr<BeamSet>> beam_sets_;  // by request, in the order added
   std::vector<int> waiting_;  // ids, head first
   std::vector<int> running_;  // ids, in admission order
   int step_ = 0;

@@ -29,6 +29,8 @@ const char* stop_reason_name(StopReason r) {
     case StopReason::StopString: return "stop_string";
     case StopReason::ContextFull: return "context_full";
     case StopReason::StopToken: return "stop_token";
+    case StopReason::Pruned: return "pruned";
+    case StopReason::SearchDone: return "search_done";
   }
   return "none";
 }

@@ -42,8 +42,12 @@ namespace kvscope {
 enum class CacheMode { Cache, NoCache };
 const char* cache_mode_name(CacheMode m);  // "cache" / "nocache"
 
-enum class StopReason { None, Eos, MaxTokens, StopString, ContextFull, StopToken };
-// "none", "eos", "max_tokens", "stop_string", "context_full", "stop_token"
+// Pruned and SearchDone end beams of a beam search (engine/scheduler.h): a beam no
+// candidate of the step continued, and a live beam when the search ended because none
+// could beat the best finished hypothesis.
+enum class StopReason { None, Eos, MaxTokens, StopString, ContextFull, StopToken, Pruned, SearchDone };
+// "none", "eos", "max_tokens", "stop_string", "context_full", "stop_token", "pruned",
+// "search_done"
 const char* stop_reason_name(StopReason r);
 
 struct PromptSpec {

@@ -141,7 +141,32 @@ std::string step_json(const BatchStep& st, int samples) {
   return j.str();
 }
 
-std::string summary_json(const Scheduler& s, int requests) {
+// A beam search request's hypotheses, best first.
+void beams_json(JsonWriter& j, const Scheduler& s, const std::vector<int>& firsts) {
+  j.key("beams").begin_array();
+  for (size_t i = 0; i < firsts.size(); ++i) {
+    j.begin_object();
+    j.key("prompt").value(int(i));
+    j.key("hypotheses").begin_array();
+    for (const BeamHypothesis& h : s.beam_hypotheses(firsts[i])) {
+      j.begin_object();
+      j.key("seq").value(h.seq);
+      j.key("score").value(h.score);
+      j.key("logprob").value(h.logprob);
+      j.key("finished").value(h.finished);
+      j.key("tokens").begin_array();
+      for (int32_t t : s.generated(h.seq)) j.value(t);
+      j.end_array();
+      j.key("text").value(s.text(h.seq));
+      j.end_object();
+    }
+    j.end_array();
+    j.end_object();
+  }
+  j.end_array();
+}
+
+std::string summary_json(const Scheduler& s, int requests, const std::vector<int>& beam_firsts) {
   const SchedulerStats& t = s.stats();
   JsonWriter j;
   j.begin_object();
@@ -179,6 +204,7 @@ std::string summary_json(const Scheduler& s, int requests) {
     j.key("tokens_per_target_forward")
         .value(t.decode_rows ? double(t.decode_row_tokens) / double(t.decode_rows) : 0.0);
   }
+  if (!beam_firsts.empty()) beams_json(j, s, beam_firsts);
   j.end_object();
   return j.str();
 }
@@ -190,7 +216,8 @@ int run_batch(int argc, char** argv) {
                "kvscope batch"};
   std::string prompts_file, prompts_dir, arrival = "all";
   bool json = false, chat = false;
-  int max_tokens = 64, samples = 1;
+  int max_tokens = 64, samples = 1, beams = 0;
+  float length_penalty = 1.0f;
   SamplerOptions sampler;
   StopOptions stop;
   EngineArgs engine;
@@ -208,6 +235,7 @@ int run_batch(int argc, char** argv) {
   add_engine_options(app, engine);
   add_scheduler_options(app, sched_opts);
   add_samples_option(app, samples);
+  const BeamOptionRefs beam_opts = add_beam_options(app, beams, length_penalty);
   add_speculative_options(app, spec_opts, /*draft_model=*/false);
   app.add_flag("--json", json, "One JSON object per step, then a summary line");
   if (int rc = parse_options(app, argc, argv); rc >= 0) return rc;
@@ -221,6 +249,14 @@ int run_batch(int argc, char** argv) {
   const SamplerConfig sc = *sampler_cfg;
   auto spec = to_speculative_config(spec_opts);
   if (!spec.ok()) return fail(spec.error().message);
+  if (beam_opts.length_penalty->count() > 0 && beams == 0)
+    return fail("--length-penalty: it scores beams; give --beams K");
+  if (beams > 0 && samples > 1) return fail("--beams: beam search draws no samples (drop --n)");
+  if (beams > 0 && spec->kind != DraftKind::None)
+    return fail("--beams: beam search does not speculate (drop --speculative)");
+  if (beams > 0 && (sc.penalties.active() || stop.min_tokens > 0 || !stop.stop_ids.empty()))
+    return fail("--beams: beam search scores the model's own log-probabilities (drop the "
+                "penalties, --min-tokens and --stop-id)");
   if (spec->kind == DraftKind::Model)
     return fail("--speculative: batch drafts with ngram or early-exit:L, not a draft model");
   auto arrivals = app::arrival_steps(arrival, int(prompts->size()), sc.seed);
@@ -246,7 +282,9 @@ int run_batch(int argc, char** argv) {
     if (id >= (*model)->config().n_vocab)
       return fail("stop-id: token id " + std::to_string(id) + " is outside the vocabulary [0, " +
                   std::to_string((*model)->config().n_vocab) + ")");
-  // Requests are added in file order, so the scheduler's ids number them from 0.
+  // Requests are added in file order; the scheduler's ids number them from 0 (beams take
+  // new ids as they fork: a beam request's hypotheses are found from its first id).
+  std::vector<int> beam_firsts;
   for (size_t i = 0; i < prompts->size(); ++i) {
     auto ids = tokenize_prompt(**model, PromptSpec{(*prompts)[i], chat, false});
     if (!ids.ok()) return fail("prompt " + std::to_string(i) + ": " + ids.error().message);
@@ -259,8 +297,11 @@ int run_batch(int argc, char** argv) {
     r.min_tokens = stop.min_tokens;
     r.arrival_step = (*arrivals)[i];
     r.n = samples;
+    r.beams = beams;
+    r.length_penalty = length_penalty;
     auto id = s.add(std::move(r));
     if (!id.ok()) return fail("prompt " + std::to_string(i) + ": " + id.error().message);
+    if (beams > 0) beam_firsts.push_back(*id);
   }
   if (!note.empty()) notice(note);
   int idle_steps = 0;
@@ -274,7 +315,7 @@ int run_batch(int argc, char** argv) {
       continue;
     }
     for (const SchedEvent& e : st->events) {
-      if (e.kind != EventKind::Finish) continue;
+      if (e.kind != EventKind::Finish || beams > 0) continue;  // beams: their hypotheses at the end
       if (samples > 1)
         std::printf("[%d.%d] (%s, %d tokens) %s\n\n", e.seq / samples, e.seq % samples,
                     e.detail.c_str(), e.n, s.text(e.seq).c_str());
@@ -285,8 +326,16 @@ int run_batch(int argc, char** argv) {
     std::fflush(stdout);
   }
   if (json) {
-    std::printf("%s\n", summary_json(s, int(prompts->size())).c_str());
+    std::printf("%s\n", summary_json(s, int(prompts->size()), beam_firsts).c_str());
   } else {
+    for (size_t i = 0; i < beam_firsts.size(); ++i) {
+      const auto hyps = s.beam_hypotheses(beam_firsts[i]);
+      for (size_t k = 0; k < hyps.size(); ++k)
+        std::printf("[%zu] beam %zu/%zu (score %.4f, log p %.3f, %zu tokens, %s) %s\n%s", i,
+                    k + 1, hyps.size(), hyps[k].score, hyps[k].logprob,
+                    s.generated(hyps[k].seq).size(), hyps[k].finished ? "eos" : "open",
+                    s.text(hyps[k].seq).c_str(), k + 1 == hyps.size() ? "\n" : "");
+    }
     const SchedulerStats& t = s.stats();
     std::printf(
         "%d sequences in %d steps, %.0f ms: %llu prompt tokens computed (%llu from the prefix "

@@ -5,6 +5,7 @@
 
 #include "engine/bootstrap/bootstrap.h"
 #include "app/options/options.h"
+#include "app/options/scheduler_options.h"
 #include "app/options/speculative_options.h"
 #include "app/cli/commands.h"
 #include "app/cli/run_options.h"
@@ -247,12 +248,7 @@ int run_generate(int argc, char** argv) {
   add_speculative_options(app, spec_opts);
   const std::string& speculative = spec_opts.spec;
   BeamConfig beams;
-  app.add_option("--beams", beams.beams,
-                 "Beam search with K beams (forks of the KV blocks) instead of sampling")
-      ->check(Range(1, 256));
-  app.add_option("--length-penalty", beams.length_penalty,
-                 "Beam score = sum log p / length^a")
-      ->check(Range(-10.0, 10.0));
+  add_beam_options(app, beams.beams, beams.length_penalty);
   int samples = 1;
   app.add_option("--n", samples,
                  "Samples of the prompt, forked off its KV blocks once it is computed")

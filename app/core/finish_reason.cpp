@@ -52,6 +52,9 @@ FinishReason finish_reason_of(StopReason r) {
       return FinishReason::ContextFull;
     case StopReason::StopToken:
       return FinishReason::StopToken;
+    case StopReason::Pruned:  // beams of the scheduler's beam search, never a session's
+    case StopReason::SearchDone:
+      return FinishReason::Stopped;
   }
   return FinishReason::Running;
 }

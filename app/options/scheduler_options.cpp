@@ -80,4 +80,15 @@ void add_samples_option(CLI::App& app, int& n) {
       ->check(cli::Range(1, 64));
 }
 
+BeamOptionRefs add_beam_options(CLI::App& app, int& beams, float& length_penalty) {
+  BeamOptionRefs o;
+  o.beams = app.add_option("--beams", beams,
+                           "Beam search with K beams (forks of the KV blocks) instead of sampling")
+                ->check(cli::Range(1, 256));
+  o.length_penalty = app.add_option("--length-penalty", length_penalty,
+                                    "Beam score = sum log p / length^a (default 1)")
+                         ->check(cli::Range(-10.0, 10.0));
+  return o;
+}
+
 }  // namespace kvscope::cli

@@ -34,6 +34,15 @@ void add_scheduling_options(CLI::App& app, SchedulerOptions& o, bool pool_mib = 
 void add_arrival_option(CLI::App& app, std::string& spec);
 // --n N: samples per prompt, 1..64.
 void add_samples_option(CLI::App& app, int& n);
+// --beams K (beam search with K beams instead of sampling) and --length-penalty a (a
+// hypothesis scores sum log p / length^a; 1..256 beams: a scheduler holds at most
+// min(64, max-seqs)); `beams` keeps its value unless given. The
+// options as created, for excludes() and count().
+struct BeamOptionRefs {
+  CLI::Option* beams = nullptr;
+  CLI::Option* length_penalty = nullptr;
+};
+BeamOptionRefs add_beam_options(CLI::App& app, int& beams, float& length_penalty);
 // The spec's error (the --arrival message), or "" when it is valid.
 std::string arrival_spec_error(const std::string& spec);
 // The scheduler configuration the options name for `model`; an Error names the option

@@ -5,6 +5,7 @@
 # summary whose counts agree with the steps, prompts that share a prefix hit the prefix
 # cache, parallel samples (`generate --n`, `batch --n`) fork off the prompt's blocks, and
 # speculative decoding (ngram, early-exit:L) writes the plain run's text at temperature 0,
+# beam search (--beams K) finds the hypotheses of `generate --beams K`,
 # and bad input is one line and exit status 1.
 set -u
 kvscope=$1
@@ -155,6 +156,36 @@ done
 grep -q "^speculative ngram: .* accepted (.*%), .* tokens per target forward" "$dir/sp.txt" ||
   fail "batch --speculative: no acceptance line in '$(tail -n 2 "$dir/sp.txt")'"
 
+# Beam search (--beams K): each prompt's hypotheses are those of `generate --beams K`,
+# the engine's own beam search (checked against teacher forcing and exhaustive search),
+# in the same order with the same scores, although here the beams run in one batch with
+# the other prompt's.
+printf '%s\n' "Once upon a time, in a small village by the sea, there lived" \
+  "The capital of France is" > "$dir/beams.txt"
+"$kvscope" batch --prompts-file "$dir/beams.txt" --max-tokens 16 --threads 2 --beams 4 \
+  --length-penalty 0.5 --json > "$dir/beams.jsonl" 2> "$dir/err.txt" ||
+  fail "batch --beams 4 exited $?: $(cat "$dir/err.txt")"
+for i in 0 1; do
+  "$kvscope" generate --prompt "$(sed -n "$((i + 1))p" "$dir/beams.txt")" --max-tokens 16 \
+    --threads 2 --beams 4 --length-penalty 0.5 --json > "$dir/gen_beams$i.json" ||
+    fail "generate --beams 4 exited $?"
+  python3 - "$dir/beams.jsonl" "$i" "$dir/gen_beams$i.json" <<'PY' || fail "batch --beams 4, prompt $i"
+import json, sys
+summary = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+got = summary["beams"][int(sys.argv[2])]["hypotheses"]
+want = json.load(open(sys.argv[3]))["hypotheses"]
+assert len(got) == len(want) == 4, (len(got), len(want))
+for g, w in zip(got, want):
+    assert g["tokens"] == w["tokens"], (g["tokens"], w["tokens"])
+    assert abs(g["score"] - w["score"]) < 1e-3, (g["score"], w["score"])
+    assert g["finished"] == w["finished"]
+PY
+done
+"$kvscope" batch --prompts-file "$dir/beams.txt" --max-tokens 16 --threads 2 --beams 4 \
+  > "$dir/beams.txt.out" 2> "$dir/err.txt" || fail "batch --beams 4 (text) exited $?"
+[ "$(grep -c '^\[[01]\] beam [1-4]/4 (score ' "$dir/beams.txt.out")" -eq 8 ] ||
+  fail "batch --beams 4 printed $(grep -c '^\[[01]\] beam' "$dir/beams.txt.out") hypothesis lines, not 8"
+
 # Bad input: one line on stderr starting with "kvscope:", nothing on stdout, status 1.
 expect_refusal() {
   local what=$1; shift
@@ -178,6 +209,11 @@ expect_refusal "pool too small" --prompts-file "$dir/p.txt" --kv-pool-mib 1 --ma
 expect_refusal "a draft model" --prompts-file "$dir/p.txt" --speculative draft:"$dir/p.txt"
 expect_refusal "early exit past the layers" --prompts-file "$dir/p.txt" --speculative early-exit:99
 expect_refusal "unknown drafter" --prompts-file "$dir/p.txt" --speculative lookahead
+expect_refusal "beams and samples" --prompts-file "$dir/p.txt" --beams 2 --n 2
+expect_refusal "beams and speculation" --prompts-file "$dir/p.txt" --beams 2 --speculative ngram
+expect_refusal "beams and penalties" --prompts-file "$dir/p.txt" --beams 2 --repeat-penalty 1.3
+expect_refusal "a length penalty without beams" --prompts-file "$dir/p.txt" --length-penalty 0.5
+expect_refusal "more beams than run at once" --prompts-file "$dir/p.txt" --beams 8 --max-seqs 4
 
 # Gemma 3's windowed and global layers keep their blocks in groups of their own: batched
 # decode and a pool sized in MiB must use the grouped block (a pool of whole-model blocks
