@@ -98,6 +98,25 @@ void ServingBuilder::apply_events(const BatchStep& st, Clock::time_point t0,
         r.arrived = t0;
         break;
       case EventKind::Fork:
+        if (!r.known && r.lane.ids.empty() && e.n >= 0 && e.n < int(lanes_.size()) &&
+            e.n != e.seq) {
+          // A beam: a sequence the request did not name, forked at this step off its
+          // parent's tokens so far (the parent's row for this step comes after the events).
+          const Lane& p = lanes_[size_t(e.n)].lane;
+          Lane& l = r.lane;
+          l.seq = e.seq;
+          l.request = p.request;
+          l.color = p.color;
+          l.prompt_tokens = p.prompt_tokens;
+          l.cached_tokens = p.cached_tokens;
+          l.ids = p.ids;
+          l.pieces = p.pieces;
+          l.arrival_step = p.arrival_step;
+          r.first_token = lanes_[size_t(e.n)].first_token;
+          r.first_at = lanes_[size_t(e.n)].first_at;
+          r.generated = lanes_[size_t(e.n)].generated;
+          l.ttft_ms = p.ttft_ms;
+        }
         r.known = true;
         r.lane.parent = e.n;
         if (e.n >= 0 && e.n < int(lanes_.size())) r.arrived = lanes_[size_t(e.n)].arrived;
@@ -326,6 +345,10 @@ std::shared_ptr<ServingSnapshot> ServingBuilder::after_step(const BatchStep& st,
   std::vector<char> cow_seq(lanes_.size(), 0), written(size_t(N), 0), adopted(size_t(N), 0),
       cow(size_t(N), 0);
   std::vector<std::pair<int, int>> hits;
+  // Beams fork sequences no request named: lanes for the new ids.
+  for (const SchedEvent& e : st.events)
+    if (e.kind == EventKind::Fork && e.seq >= int(lanes_.size())) lanes_.resize(size_t(e.seq) + 1);
+  cow_seq.resize(lanes_.size(), 0);
   apply_events(st, t0, cow_seq, hits);
   for (const StepRow& row : st.rows)
     if (row.seq >= 0 && row.seq < int(lanes_.size()))

@@ -225,6 +225,8 @@ struct ServingRun::Impl {
       r.sampler.seed = w.seed + i;  // each request its own stream
       r.arrival_step = (*arrivals)[i];
       r.n = w.n;
+      r.beams = w.beams;
+      r.length_penalty = w.length_penalty;
       auto id = (*s)->add(std::move(r));
       if (!id.ok()) return make_error("prompt ", i, ": ", id.error().message);
       reqs.push_back({*id, w.n, (*arrivals)[i], std::move(toks)});

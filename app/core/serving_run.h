@@ -33,6 +33,11 @@ struct ServingWorkload {
   uint64_t seed = 1;
   int max_tokens = 64;
   int n = 1;  // samples per request (parallel sampling: forks of the prompt's blocks)
+  // Beam search of every request with `beams` beams (0: none; the sampler does not apply),
+  // scored sum log p / length^length_penalty; each beam a lane, forked off the beam it
+  // branched from (Lane::parent), pruned ones ended with stop "pruned".
+  int beams = 0;
+  float length_penalty = 1.0f;
   SamplerConfig sampler;  // temperature 0: greedy
 };
 

@@ -53,8 +53,10 @@ const Lane* find_lane(const ServingSnapshot& s, int seq) {
 }
 
 // Up to kServingMaxLanes sequences: the running ones, then the waiting queue, then the
-// others still alive, then the most recent ended ones; drawn in sequence id order so a lane
-// keeps its row while its sequence goes from waiting to running to finished.
+// others still alive, then the most recent ended ones (of pruned beams, the newest
+// kServingPrunedLanes); drawn by request, then sequence id,
+// so a lane keeps its row while its sequence goes from waiting to running to finished and
+// a request's forks (samples, beams) sit under it.
 std::vector<int> choose_lanes(const ServingSnapshot& s) {
   std::vector<int> chosen;
   auto take = [&](int seq) {
@@ -66,9 +68,17 @@ std::vector<int> choose_lanes(const ServingSnapshot& s) {
   for (int seq : s.waiting) take(seq);
   for (const Lane& l : s.lanes)
     if (!lane_ended(l.state)) take(l.seq);
-  for (auto it = s.lanes.rbegin(); it != s.lanes.rend(); ++it)
-    if (lane_ended(it->state)) take(it->seq);
-  std::sort(chosen.begin(), chosen.end());
+  // Of the beams pruned (a beam search drops many), only the newest few.
+  int pruned_shown = 0;
+  for (auto it = s.lanes.rbegin(); it != s.lanes.rend(); ++it) {
+    if (!lane_ended(it->state)) continue;
+    if (it->stop == "pruned" && pruned_shown++ >= kServingPrunedLanes) continue;
+    take(it->seq);
+  }
+  std::sort(chosen.begin(), chosen.end(), [&](int a, int b) {
+    const int ra = find_lane(s, a)->request, rb = find_lane(s, b)->request;
+    return ra != rb ? ra < rb : a < b;
+  });
   return chosen;
 }
 
@@ -156,6 +166,9 @@ float lane_brightness(LaneState st) {
   return 1.0f;
 }
 
+// A pruned beam fades: its blocks went back to the pool, nothing continues it.
+bool pruned(const Lane& l) { return lane_ended(l.state) && l.stop == "pruned"; }
+
 std::string short_label(const std::string& piece) {
   std::string text = display_text(piece), out;
   int n = 0;
@@ -192,8 +205,39 @@ render::TokenInstance lane_token(const Lane& l, int pos, glm::vec3 at) {
   }
   if (grey) t.color = glm::vec3(0.5f, 0.52f, 0.56f);
   if (l.state == LaneState::Running && pos >= l.computed) b *= 0.45f;  // not computed yet
-  t.brightness = b * lane_brightness(l.state);
+  t.brightness = b * lane_brightness(l.state) * (pruned(l) ? 0.45f : 1.0f);
   return t;
+}
+
+}  // namespace
+
+int serving_fork_stem(const ServingSnapshot& s, const Lane& l) {
+  if (l.parent < 0) return 0;
+  if (l.sample > 0) return l.prompt_tokens;  // a sample forks when its prompt is computed
+  const Lane* p = find_lane(s, l.parent);
+  if (!p) return l.prompt_tokens;
+  size_t n = 0;
+  while (n < l.ids.size() && n < p->ids.size() && l.ids[n] == p->ids[n]) ++n;
+  return std::max(int(n), l.prompt_tokens);
+}
+
+namespace {
+
+// A fork's branch: an upright bar in its colour from its parent's lane down (or up) to its
+// own, between the last token they share and its first own one.
+void add_branches(render::Scene* s, const ServingSnapshot& snap, const ServingGeometry& g) {
+  for (size_t k = 0; k < g.lane_seq.size(); ++k) {
+    const Lane& l = *find_lane(snap, g.lane_seq[k]);
+    const int parent_lane = l.parent >= 0 ? serving_lane_of(g, l.parent) : -1;
+    if (parent_lane < 0) continue;
+    const int stem = serving_fork_stem(snap, l);
+    const float y0 = g.lane_y(parent_lane), y1 = g.lane_y(int(k));
+    render::MarkerInstance m;
+    m.center = {(float(stem) - 0.5f) * kServingTokenPitch, 0.5f * (y0 + y1), 0.0f};
+    m.size = {kServingBranchWidth, std::abs(y1 - y0) + 0.3f * kTokenSize, 0.3f * kTokenSize};
+    m.color = serving_color(l.color) * (lane_ended(l.state) ? (pruned(l) ? 0.35f : 0.6f) : 1.0f);
+    s->markers.push_back(m);
+  }
 }
 
 // The drafted tokens the target rejected this step: ghosts (pale, outlined) floating over
@@ -240,8 +284,14 @@ void add_lanes(render::Scene* s, const ServingSnapshot& snap, const ServingGeome
           lit0 = int(i) * bs;
           lit1 = lit0 + bs;
         }
+    // A beam's stem past the prompt is its parent's tokens (the blocks they share): faint
+    // here, drawn in full on the lanes that wrote them.
+    const int stem = l.parent >= 0 && l.sample == 0 && serving_lane_of(g, l.parent) >= 0
+                         ? serving_fork_stem(snap, l)
+                         : 0;
     for (int pos = 0; pos < n; ++pos) {
       render::TokenInstance t = lane_token(l, pos, g.token_center(int(k), pos));
+      if (pos >= l.prompt_tokens && pos < stem) t.brightness *= 0.3f;
       if (opts.labels && size_t(pos) < l.pieces.size())
         t.label = short_label(l.pieces[size_t(pos)]);
       t.highlighted = pos >= lit0 && pos < lit1;
@@ -377,6 +427,7 @@ render::Scene build_serving_scene(const ServingSnapshot& snap, const ServingView
   s.anim.beam_arc = {0.3f, 0.05f, -0.05f};
 
   add_lanes(&s, snap, g, opts);
+  add_branches(&s, snap, g);
   add_ghosts(&s, snap, g);
   add_tiles(&s, snap, g, opts);
 

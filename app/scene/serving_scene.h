@@ -54,6 +54,7 @@ glm::vec3 serving_cached_color(int i);
 // when the longest lane outgrows it (a few times over a long run), so the whole stays about
 // 16:9 and a tile, a page of block_size positions, is always several tokens wide.
 inline constexpr int kServingMaxLanes = 24;  // lanes drawn at most (ServingGeometry::lane_seq)
+inline constexpr int kServingPrunedLanes = 6;  // pruned beams drawn at most (the newest)
 inline constexpr float kServingTokenPitch = 1.0f;
 inline constexpr float kServingLanePitch = 2.2f;
 inline constexpr float kServingTilePitch = 3.0f;  // the least tile pitch
@@ -80,6 +81,13 @@ struct ServingGeometry {
 ServingGeometry serving_geometry(const ServingSnapshot& s);
 // The lane drawing sequence `seq` (-1: not drawn).
 int serving_lane_of(const ServingGeometry& g, int seq);
+// Where a fork branched off its parent (Lane::parent): the positions they share. A sample
+// (Lane::sample > 0) forks at its prompt's end; a beam (a fork of sample 0) where its
+// tokens and its parent's part (the beam step's candidates from one parent differ in
+// their token); the prompt's end when the parent is gone. 0 for a lane that is no fork.
+int serving_fork_stem(const ServingSnapshot& s, const Lane& l);
+// A fork's branch bar (wider than a block boundary's).
+inline constexpr float kServingBranchWidth = 0.16f;
 
 // The scene for snapshot `s` (a fresh revision) and its animation for `clock`. What it
 // shows (a legend's worth):
@@ -94,6 +102,9 @@ int serving_lane_of(const ServingGeometry& g, int seq);
 //     evicted; the hovered tile lit, with its positions in every lane holding it;
 //   the head: the scene's write head on the selected lane (else the first running one), a
 //     small amber box in the next slot of every other running lane;
+//   forks (samples, beams): a branch bar in the fork's colour from its parent's lane to
+//     its own, between the last shared position and its first own one; a beam's shared
+//     generated stem faint in its own lane; a pruned beam's lane faded;
 //   beams: the selected and hovered lanes' block-table lines (a logical block's tokens to
 //     its tile, in the lane's colour), the selected lane's attention from its next slot.
 render::Scene build_serving_scene(const ServingSnapshot& s, const ServingViewOptions& opts,

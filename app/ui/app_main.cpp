@@ -28,6 +28,8 @@ struct ServingArgs {
   int requests = 8;
   std::string arrival = "every:2";
   int n = 1;
+  int beams = 0;
+  float length_penalty = 1.0f;
   bool no_shared_prefix = false;
   std::string record;
   cli::SchedulerOptions sched;
@@ -44,6 +46,7 @@ void add_serving_options(CLI::App& app, ServingArgs& a) {
       ->check(cli::Range(0, 256));
   cli::add_arrival_option(app, a.arrival);
   cli::add_samples_option(app, a.n);
+  cli::add_beam_options(app, a.beams, a.length_penalty);
   app.add_flag("--no-shared-prefix", a.no_shared_prefix,
                "Serving view: no shared system prompt before the prompts");
   cli::add_scheduling_options(app, a.sched, /*pool_mib=*/false);
@@ -59,7 +62,8 @@ Status check_serving_only(const CLI::App& app, bool serving) {
   if (serving) return Status::Ok();
   for (const char* name : {"--requests", "--arrival", "--n", "--no-shared-prefix",
                            "--kv-pool-blocks", "--max-seqs", "--max-batch-tokens",
-                           "--no-prefix-cache", "--record", "--speculative", "--draft-max", "--temp"})
+                           "--no-prefix-cache", "--record", "--speculative", "--draft-max", "--temp",
+                           "--beams", "--length-penalty"})
     if (app.count(name) > 0) return make_error(name, ": only with --view serving");
   return Status::Ok();
 }
@@ -82,6 +86,15 @@ Status apply_serving(const CLI::App& app, const ServingArgs& a, const cli::KvOpt
     }
   }
   s->n = a.n;
+  if (given("--beams")) {
+    if (a.n > 1) return make_error("--beams: beam search draws no samples (drop --n)");
+    if (given("--speculative"))
+      return make_error("--beams: beam search does not speculate (drop --speculative)");
+    s->beams = a.beams;
+  } else if (given("--length-penalty")) {
+    return make_error("--length-penalty: it scores beams; give --beams K");
+  }
+  s->length_penalty = a.length_penalty;
   s->use_prefix = !a.no_shared_prefix;
   if (given("--max-seqs")) s->max_seqs = a.sched.max_seqs;
   if (given("--max-batch-tokens")) s->max_batch_tokens = a.sched.max_batch_tokens;

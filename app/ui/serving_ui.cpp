@@ -52,8 +52,10 @@ const Lane* lane_of(const ServingSnapshot& s, int seq) {
   return it != s.lanes.end() && it->seq == seq ? &*it : nullptr;
 }
 
-const char* lane_state_word(LaneState st) {
-  switch (st) {
+// What a lane's sequence is now: its state, or "pruned" for a beam the search dropped.
+const char* lane_state_word(const Lane& l) {
+  if (l.state == LaneState::Finished && l.stop == "pruned") return "pruned";
+  switch (l.state) {
     case LaneState::Waiting: return "waiting";
     case LaneState::Running: return "running";
     case LaneState::Preempted: return "preempted";
@@ -262,6 +264,12 @@ void workload_section(UiState& ui, ServingUi& s) {
   if (ImGui::IsItemHovered())
     ImGui::SetTooltip("Parallel sampling: n sequences fork one prompt's blocks and share them "
                       "until each writes its own");
+  ImGui::SliderInt("beams", &w.beams, 0, 8, w.beams == 0 ? "off" : "%d");
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("Beam search: the K most likely continuations live on as lanes that fork "
+                      "the blocks they share; a pruned beam fades and its own blocks go back "
+                      "to the pool. Samples and temperature do not apply");
+  if (w.beams > 0) ImGui::SliderFloat("length penalty", &w.length_penalty, 0.0f, 2.0f, "%.2f");
   ImGui::SliderFloat("temperature", &w.temperature, 0.0f, 1.5f, "%.2f");
   (void)ui;
 }
@@ -304,7 +312,7 @@ void selected_section(ServingUi& s) {
   }
   swatch(l->color);
   ImGui::TextUnformatted(lane_name(*l, 2).c_str());
-  ImGui::Text("%s, %d positions in %d blocks", lane_state_word(l->state), l->computed,
+  ImGui::Text("%s, %d positions in %d blocks", lane_state_word(*l), l->computed,
               int(l->table.size()));
   ImGui::Text("prompt %d (%d from the prefix cache)", l->prompt_tokens, l->cached_tokens);
   ImGui::Text("generated %d", std::max(0, int(l->ids.size()) - l->prompt_tokens));
@@ -421,7 +429,7 @@ void sequences_table(ServingUi& s) {
       s.selected_seq = s.selected_seq == l.seq ? -1 : l.seq;
     if (ImGui::IsItemHovered()) s.hovered_seq_panel = l.seq;
     ImGui::TableNextColumn();
-    ImGui::TextUnformatted(lane_state_word(l.state));
+    ImGui::TextUnformatted(lane_state_word(l));
     ImGui::TableNextColumn();
     if (l.cached_tokens > 0)
       ImGui::Text("%d (%d hit)", l.prompt_tokens, l.cached_tokens);
@@ -613,7 +621,15 @@ void legend_tile(ImU32 fill, const char* text, bool striped = false, bool dim = 
   ImGui::SameLine(0, 18);
 }
 
-void legend() {
+// Whether the run searches beams: a fork that is no sample (serving_fork_stem).
+bool has_beams(const ServingSnapshot* s) {
+  if (!s) return false;
+  for (const Lane& l : s->lanes)
+    if (l.parent >= 0 && l.sample == 0) return true;
+  return false;
+}
+
+void legend(const ServingSnapshot* snap) {
   ImGui::TextDisabled("the pool:");
   ImGui::SameLine();
   legend_tile(serving_im_color(0), "a block held by one sequence (its colour)");
@@ -624,8 +640,12 @@ void legend() {
   ImGui::TextDisabled("lanes:");
   ImGui::SameLine();
   ImGui::TextUnformatted(
-      "one row per sequence; ticks mark its blocks; bright tokens were computed, outlined ones "
-      "came from the prefix cache. Hover a tile or a lane; click a lane for its block table.");
+      has_beams(snap)
+          ? "one row per beam; a bar marks where it branched off its parent, whose tokens (faint) "
+            "and blocks it shares; faded rows were pruned and their own blocks freed. Click a row."
+          : "one row per sequence; ticks mark its blocks; bright tokens were computed, outlined "
+            "ones came from the prefix cache. Hover a tile or a lane; click a lane for its block "
+            "table.");
 }
 
 }  // namespace
@@ -673,7 +693,9 @@ ServingConfig serving_config(const ServingSettings& s, const std::vector<PromptS
   w.arrival = arrival_spec(s);
   w.seed = uint64_t(s.seed);
   w.max_tokens = s.max_tokens;
-  w.n = s.n;
+  w.n = s.beams > 0 ? 1 : s.n;
+  w.beams = s.beams;
+  w.length_penalty = s.length_penalty;
   w.sampler.temperature = s.temperature;
   w.sampler.seed = uint64_t(s.seed);
   c.record_path = s.record_path;
@@ -854,7 +876,7 @@ void draw_serving_ui(UiState& ui, ServingUi& s) {
   }
   if (!L.bottom.empty()) {
     begin_region("##serving_bottom", L.bottom, ImGuiWindowFlags_NoScrollbar);
-    legend();
+    legend(s.snap.get());
     ImGui::End();
   }
   ImGui::PopStyleVar(2);
@@ -950,7 +972,7 @@ void serving_overlay(UiState& ui, ServingUi& s, bool clicked) {
     if (const Lane* l = lane_of(*snap, pick.seq)) {
       ImGui::BeginTooltip();
       swatch(l->color);
-      ImGui::Text("%s: %s", lane_name(*l, 2).c_str(), lane_state_word(l->state));
+      ImGui::Text("%s: %s", lane_name(*l, 2).c_str(), lane_state_word(*l));
       ImGui::Text("%d positions in %d blocks; prompt %d (%d from the prefix cache)", l->computed,
                   int(l->table.size()), l->prompt_tokens, l->cached_tokens);
       if (pick.pos >= 0 && pick.pos < int(l->pieces.size())) {

@@ -37,6 +37,8 @@ struct ServingSettings {
   int seed = 1;
   int max_tokens = 48;
   int n = 1;  // samples per request
+  int beams = 0;  // beam search of every request with this many beams (0: sampling)
+  float length_penalty = 1.0f;
   float temperature = 0.7f;
   int max_seqs = 8;
   int max_batch_tokens = 128;

@@ -181,10 +181,22 @@ TEST(ServingScene, LanesHoldEveryTokenOfTheDrawnSequencesInLaneOrder) {
   int thin = 0;
   for (const auto& m : sc.markers) thin += m.size.x < 0.1f;
   EXPECT_EQ(thin, boundaries);
+  // The sample (seq 4, forked off seq 3) has one branch bar, from lane 3 down to its own
+  // lane, between the prompt's last position and its first sampled one.
+  int branches = 0;
+  for (const auto& m : sc.markers)
+    if (std::abs(m.size.x - kServingBranchWidth) < 1e-6f) {
+      ++branches;
+      const app::Lane& l4 = s.lanes[4];
+      EXPECT_NEAR(m.center.x, float(l4.prompt_tokens) - 0.5f, 1e-4f);
+      EXPECT_NEAR(m.center.y, 0.5f * (g.lane_y(serving_lane_of(g, 3)) + g.lane_y(serving_lane_of(g, 4))), 1e-4f);
+      EXPECT_TRUE(near(m.color, serving_color(l4.color)));
+    }
+  EXPECT_EQ(branches, 1);
   // Write heads: the scene's head on the first running lane, a marker on the four others.
   EXPECT_TRUE(sc.head.visible);
   EXPECT_TRUE(near(sc.head.position, g.token_center(0, int(s.lanes[0].ids.size()))));
-  EXPECT_EQ(int(sc.markers.size()) - thin, 4);
+  EXPECT_EQ(int(sc.markers.size()) - thin - branches, 4);
 }
 
 TEST(ServingScene, SelectedLaneDrawsOneLinePerLogicalBlockToItsTileAndItsAttention) {
