@@ -596,6 +596,8 @@ void batch_strip(ServingUi& s) {
       std::snprintf(b, sizeof b, "#%d forked from #%d", e.seq, e.n);
     else if (e.kind == EventKind::Rollback)
       std::snprintf(b, sizeof b, "#%d rolled back %d draft rows", e.seq, e.n);
+    else if (e.kind == EventKind::Finish && e.detail == "pruned")
+      std::snprintf(b, sizeof b, "#%d pruned", e.seq);
     else
       std::snprintf(b, sizeof b, "#%d %s", e.seq, event_word(e.kind));
     ev += (ev.empty() ? "" : ",  ") + std::string(b);

@@ -5,6 +5,8 @@
 //     background) is a used one, and every used one is: the pool reads as its state;
 //   - a shared (striped) tile shows two shades within its face, an unshared one does not;
 //   - the selected lane's block-table lines are drawn;
+//   - beams: a branch from the parent's lane to the fork's, the shared stem faint in the
+//     fork's lane, a pruned beam faded;
 //   - 16 sequences x 1,000 tokens draw at an interactive rate on a software rasterizer.
 // KVSCOPE_SERVING_PNG=PATH saves the frame with a lane selected, for a person to look at.
 #include <gtest/gtest.h>
@@ -175,6 +177,75 @@ TEST(ServingPixels, TheSelectedLanesBlockTableLinesAreDrawn) {
     zoom_path = zoom_path.substr(0, zoom_path.rfind('.')) + "-zoom.png";
     EXPECT_TRUE(render::write_png(zoom_path, kW, kH, zoomed.rgba).ok());
   }
+}
+
+// A beam search's lanes: seq 0 running; seq 1 a beam forked off it at position 14 (its
+// tokens 0..13 are seq 0's), running; seq 2 forked off it at 12, pruned. `forked`: false
+// draws the same lanes as if they were not forks (parent -1).
+std::shared_ptr<const ServingSnapshot> beam_snapshot(bool forked) {
+  ServingSnapshot s;
+  s.run = 3;
+  s.step = 9;
+  s.block_size = 16;
+  s.n_blocks = 32;
+  s.max_seqs = 4;
+  s.n_requests = 1;
+  s.tiles.resize(32);
+  Lane root = test::serving_lane(0, 0, LaneState::Running, 10, 8);
+  const auto fork = [&](int seq, int stem, int own, LaneState st) {
+    Lane l = test::serving_lane(seq, 0, st, 10, stem - 10 + own);
+    for (int p = 0; p < stem; ++p) l.ids[size_t(p)] = root.ids[size_t(p)];
+    for (int p = stem; p < stem + own; ++p) l.ids[size_t(p)] = 900 + p;  // its own tokens
+    l.request = 0;
+    l.parent = forked ? 0 : -1;
+    return l;
+  };
+  Lane live = fork(1, 14, 4, LaneState::Running);
+  Lane gone = fork(2, 12, 2, LaneState::Finished);
+  gone.stop = "pruned";
+  gone.computed = 0;
+  root.table = {0, 1};
+  live.table = {0, 2};
+  test::serving_hold(&s, &root);
+  test::serving_hold(&s, &live);
+  s.lanes = {root, live, gone};
+  return std::make_shared<const ServingSnapshot>(std::move(s));
+}
+
+TEST(ServingPixels, BeamsBranchOffTheirParentShareItsStemAndPrunedOnesFade) {
+  GL_TEST_CONTEXT_OR_SKIP(ctx);
+  auto r = ctx->make_renderer();
+  ASSERT_TRUE(r);
+  Rendered tree, flat;
+  render_view(*r, beam_snapshot(true), {}, &tree);
+  render_view(*r, beam_snapshot(false), {}, &flat);
+  const render::Scene& s = tree.view.scene();
+  const ServingGeometry& g = tree.view.geometry();
+  ASSERT_EQ(g.lane_seq, (std::vector<int>{0, 1, 2}));
+  // The branch from lane 0 to lane 1 sits between their rows, just before position 14:
+  // the beam's colour there, where the unforked lanes leave the background.
+  const glm::vec3 branch{(14 - 0.5f) * kServingTokenPitch, 0.5f * (g.lane_y(0) + g.lane_y(1)), 0};
+  const glm::vec3 hue = serving_color(0);
+  const glm::vec3 on = sample(tree.img, s, branch), off = sample(flat.img, s, branch);
+  EXPECT_TRUE(clearly_coloured(on)) << on.r << " " << on.g << " " << on.b;
+  EXPECT_GT(glm::dot(glm::normalize(on), glm::normalize(hue)), 0.97f);
+  EXPECT_LT(luma(off), 0.12f) << "no branch without a fork";
+  // Lane 2 branches off lane 0 too, before position 12 (its bar passes lane 1's row).
+  const glm::vec3 branch2{(12 - 0.5f) * kServingTokenPitch, 0.5f * (g.lane_y(1) + g.lane_y(2)), 0};
+  EXPECT_GT(luma(sample(tree.img, s, branch2)), 2.0f * luma(sample(flat.img, s, branch2)));
+  // The shared stem past the prompt (positions 10..13) is faint in the beam's own lane and
+  // full in its parent's; its own generated tokens are full.
+  for (int pos : {10, 12, 13}) {
+    const float parent = luma(sample(tree.img, s, g.token_center(0, pos)));
+    const float child = luma(sample(tree.img, s, g.token_center(1, pos)));
+    EXPECT_LT(child, 0.6f * parent) << "pos " << pos;
+    EXPECT_NEAR(luma(sample(flat.img, s, g.token_center(1, pos))), parent, 0.08f) << "pos " << pos;
+  }
+  // The pruned beam's own tokens are dimmer than the live beam's.
+  const float pruned = luma(sample(tree.img, s, g.token_center(2, 12)));
+  const float live = luma(sample(tree.img, s, g.token_center(1, 15)));
+  EXPECT_LT(pruned, 0.5f * live);
+  EXPECT_GT(pruned, 0.01f) << "faded, not gone";
 }
 
 TEST(ServingPixels, SixteenLanesOfAThousandTokensDrawQuickly) {

@@ -9,6 +9,8 @@
 //     request still finishes; a cached block taken for new content flashes Evicted;
 //   - parallel sampling: a Fork, then the copy-on-write tile when the samples write the
 //     shared last block;
+//   - beam search: each beam a lane forked off its parent's tokens, pruned ones ended and
+//     their own blocks back in the pool in the same step;
 //   - greedy lanes equal the same prompt served alone;
 //   - the worker thread: paused start, single steps, pause/play, destruction while playing,
 //     and errors (bad model path, empty prompt, a request that cannot fit) in the snapshot.
@@ -118,7 +120,8 @@ void check_tiles(const ServingSnapshot& s) {
     }
     EXPECT_EQ(l.ids.size(), l.pieces.size());
     if (!l.attention.empty()) {  // over the positions before the token it just sampled
-      EXPECT_EQ(l.attention.size() + 1, l.ids.size()) << "seq " << l.seq;
+      // (a beam pruned in this step sampled none: over all of its positions)
+      EXPECT_EQ(l.attention.size() + (l.stop == "pruned" ? 0 : 1), l.ids.size()) << "seq " << l.seq;
       if (l.state == LaneState::Running) {
         EXPECT_EQ(int(l.attention.size()), l.computed);
       }
@@ -363,6 +366,70 @@ TEST(ServingRun, ForkThenCopyOnWrite) {
   const Lane* b = find_lane(next, 1);
   ASSERT_TRUE(a && b);
   EXPECT_NE(a->table[0], b->table[0]) << "the samples no longer share the block they write";
+}
+
+// Beam search: each beam a lane. A fork's lane starts as its parent's tokens at the step it
+// branched (its own token next); a pruned beam's lane ends "pruned" and holds nothing, and
+// the tiles its table named that no live beam holds are back in the pool in that step's
+// snapshot; the lanes' final hypotheses are the scheduler's (the best first).
+TEST(ServingRun, BeamSearchLanesForkAndPrunedBeamsGiveTheirBlocksBack) {
+  if (!have_model()) GTEST_SKIP() << kAbsent;
+  ServingRun run(engine_options());
+  ServingConfig cfg = small_config(14);
+  cfg.workload.prompts = {kPrompts[2], kPrompts[0]};
+  cfg.workload.beams = 3;
+  cfg.workload.arrival = "all";
+  run.start(cfg, /*play=*/false);
+  auto snaps = run_steps(run, 64);
+  ASSERT_FALSE(snaps.empty());
+  ASSERT_TRUE(snaps.back()->done);
+  int forks = 0, pruned = 0;
+  for (size_t k = 1; k < snaps.size(); ++k) {
+    const ServingSnapshot& before = *snaps[k - 1];
+    const ServingSnapshot& s = *snaps[k];
+    SCOPED_TRACE("step " + std::to_string(s.step));
+    for (const SchedEvent& e : s.events) {
+      if (e.kind == EventKind::Fork) {
+        ++forks;
+        const Lane* child = find_lane(s, e.seq);
+        const Lane* parent_before = find_lane(before, e.n);
+        ASSERT_TRUE(child && parent_before);
+        EXPECT_EQ(child->parent, e.n);
+        EXPECT_EQ(child->sample, 0) << "a beam is no sample";
+        EXPECT_EQ(child->request, parent_before->request);
+        // Its tokens: the parent's before this step, then its own.
+        ASSERT_EQ(child->ids.size(), parent_before->ids.size() + 1);
+        EXPECT_TRUE(std::equal(parent_before->ids.begin(), parent_before->ids.end(),
+                               child->ids.begin()));
+      }
+      if (e.kind == EventKind::Finish && e.detail == "pruned") {
+        ++pruned;
+        const Lane* l = find_lane(s, e.seq);
+        ASSERT_NE(l, nullptr);
+        EXPECT_EQ(l->state, LaneState::Finished);
+        EXPECT_EQ(l->stop, "pruned");
+        EXPECT_TRUE(l->table.empty());
+        // Its blocks before this step that no lane holds now are free or cached again.
+        const Lane* was = find_lane(before, e.seq);
+        ASSERT_NE(was, nullptr);
+        for (int32_t b : was->table) {
+          const PoolTile& t = s.tiles[size_t(b)];
+          if (t.owners.empty()) {
+            EXPECT_NE(t.state, TileState::Used) << "block " << b;
+            EXPECT_EQ(t.flash, TileFlash::Released) << "block " << b;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(forks, 4);
+  EXPECT_GT(pruned, 0);
+  // At the end every beam ended and nothing is held.
+  for (const Lane& l : snaps.back()->lanes) {
+    EXPECT_NE(l.state, LaneState::Running) << "seq " << l.seq;
+    EXPECT_TRUE(l.table.empty());
+  }
+  EXPECT_EQ(snaps.back()->history.back().used, 0);
 }
 
 // 5: a greedy lane in a batch is the same prompt served alone.
