@@ -54,6 +54,13 @@ refused() {  # name, the whole expected line, args...
 refused "--max-seqs with the single view" "kvscope: --max-seqs: only with --view serving" \
   --max-seqs 4 --screenshot "$dir/x.png"
 [ -e "$dir/x.png" ] && fail "--max-seqs with the single view wrote $dir/x.png"
+refused "--beams with the single view" "kvscope: --beams: only with --view serving" \
+  --beams 4 --screenshot "$dir/x.png"
+refused "--beams with samples" "kvscope: --beams: beam search draws no samples" \
+  --view serving --beams 4 --n 2 --screenshot "$dir/x.png"
+refused "--length-penalty without beams" "kvscope: --length-penalty: it scores beams" \
+  --view serving --length-penalty 0.5 --screenshot "$dir/x.png"
+[ -e "$dir/x.png" ] && fail "a refused beam option wrote $dir/x.png"
 refused "--view serving --replay of a missing file" "$dir/missing.kvs" \
   --view serving --replay "$dir/missing.kvs" --screenshot "$dir/y.png"
 [ -e "$dir/y.png" ] && fail "--replay of a missing file wrote $dir/y.png"
