@@ -94,7 +94,9 @@ const char* event_kind_name(EventKind k) {
 }
 
 Expected<std::unique_ptr<Scheduler>> Scheduler::create(std::shared_ptr<const Model> model,
-                                                       Backend& backend, SchedulerConfig cfg) {
+                                                       Backend& backend, SchedulerConfig cfg,
+                                                       std::shared_ptr<const Model> draft,
+                                                       std::unique_ptr<Backend> draft_backend) {
   if (!model) return make_error("scheduler: no model");
   if (!kv_block_size_ok(cfg.block_size))
     return make_error("scheduler: block size ", cfg.block_size, " (one of ",
@@ -106,8 +108,11 @@ Expected<std::unique_ptr<Scheduler>> Scheduler::create(std::shared_ptr<const Mod
   const SpeculativeConfig& sp = cfg.speculation;
   if (sp.kind != DraftKind::None && (sp.draft_max < 1 || sp.draft_max > 15))
     return make_error("scheduler: draft-max ", sp.draft_max, " is outside 1..15");
-  if (sp.kind == DraftKind::Model)
-    return make_error("scheduler: speculative draft:PATH is not served (ngram or early-exit:L)");
+  if (sp.kind == DraftKind::Model) {
+    if (!draft || !draft_backend)
+      return make_error("scheduler: speculative draft: needs the draft model and a backend for it");
+    KV_TRY(check_same_vocabulary(*model, *draft));
+  }
   if (sp.kind == DraftKind::EarlyExit && (sp.layers < 1 || sp.layers >= model->config().n_layer))
     return make_error("speculative: early-exit:", sp.layers, " is outside 1..",
                       model->config().n_layer - 1, " (the model has ", model->config().n_layer,
@@ -117,6 +122,10 @@ Expected<std::unique_ptr<Scheduler>> Scheduler::create(std::shared_ptr<const Mod
   auto s = std::unique_ptr<Scheduler>(new Scheduler());
   s->model_ = std::move(model);
   s->backend_ = &backend;
+  if (sp.kind == DraftKind::Model) {
+    s->draft_model_ = std::move(draft);
+    s->draft_backend_ = std::move(draft_backend);
+  }
   // Slots are positions (no rings); windowed layers form their own groups, whose blocks
   // go back to the pool once outside the window (KvCache::drop_outside_windows).
   s->cache_cfg_ = kv_cache_config(*s->model_, cfg.kv_types, KvPolicy::Full);
@@ -511,7 +520,9 @@ Status Scheduler::plan_drafts(std::vector<Planned>& plan, int& budget, int& rese
         // Its cache holds what the sequence can reach: the prompt and max_tokens.
         const int most = int(std::min<int64_t>(
             cfg_.context, int64_t(s.req.prompt.size()) + int64_t(s.req.max_tokens)));
-        auto made = make_model_drafter(model_, backend_, sp.layers, cfg_.kv_types, most);
+        auto made = sp.kind == DraftKind::Model
+                        ? make_model_drafter(draft_model_, draft_backend_.get(), 0, cfg_.kv_types, most)
+                        : make_model_drafter(model_, backend_, sp.layers, cfg_.kv_types, most);
         if (!made.ok()) return made.error();
         s.drafter = std::move(*made);
       }

@@ -24,7 +24,8 @@
 // again) and sample their own first tokens from the same logits, each with its own seed
 // (sample_seed). The partly filled last prompt block is copied by each sample that writes
 // into it while another still shares it (copy-on-write): n - 1 copies, no more.
-// Speculative decoding (SchedulerConfig::speculation: ngram or early-exit:L): a running
+// Speculative decoding (SchedulerConfig::speculation: ngram, early-exit:L or a draft
+// model): a running
 // sequence in decode drafts up to draft_max tokens after its last one, and its row of the
 // step carries the last token and the draft (k + 1 positions, every row's logits). Drafts
 // take only what the step leaves once the running sequences and the admitted requests are
@@ -86,9 +87,10 @@ struct SchedulerConfig {
   bool stop_at_eos = true;
   // Attention rows of each sequence's newest query in its StepRow (for the scene).
   bool attention = false;
-  // Speculative decoding of every sequence: kind None (off), Ngram or EarlyExit (the
-  // model's first `layers` layers, a small cache of its own per sequence); draft_max
-  // tokens at most per step (1..15). draft:PATH is refused.
+  // Speculative decoding of every sequence: kind None (off), Ngram, EarlyExit (the
+  // model's first `layers` layers, a small cache of its own per sequence) or Model (the
+  // draft model given to create(), same vocabulary, a cache of its own per sequence);
+  // draft_max tokens at most per step (1..15).
   SpeculativeConfig speculation;
 };
 
@@ -221,8 +223,10 @@ struct SchedulerStats {
 
 class Scheduler {
  public:
-  static Expected<std::unique_ptr<Scheduler>> create(std::shared_ptr<const Model> model,
-                                                     Backend& backend, SchedulerConfig config);
+  // `draft` and its backend: the draft model of speculation kind Model (else unused).
+  static Expected<std::unique_ptr<Scheduler>> create(
+      std::shared_ptr<const Model> model, Backend& backend, SchedulerConfig config,
+      std::shared_ptr<const Model> draft = nullptr, std::unique_ptr<Backend> draft_backend = nullptr);
   ~Scheduler();
 
   // Queues a request; ids number sequences from 0 in the order they were added (a request
@@ -315,6 +319,8 @@ class Scheduler {
 
   std::shared_ptr<const Model> model_;
   Backend* backend_ = nullptr;
+  std::shared_ptr<const Model> draft_model_;  // speculation kind Model
+  std::unique_ptr<Backend> draft_backend_;
   SchedulerConfig cfg_;
   KvCacheConfig cache_cfg_;
   KvLayerGroups groups_;

@@ -236,7 +236,7 @@ int run_batch(int argc, char** argv) {
   add_scheduler_options(app, sched_opts);
   add_samples_option(app, samples);
   const BeamOptionRefs beam_opts = add_beam_options(app, beams, length_penalty);
-  add_speculative_options(app, spec_opts, /*draft_model=*/false);
+  add_speculative_options(app, spec_opts, /*draft_model=*/true);
   app.add_flag("--json", json, "One JSON object per step, then a summary line");
   if (int rc = parse_options(app, argc, argv); rc >= 0) return rc;
   if (prompts_file.empty() && prompts_dir.empty())
@@ -257,8 +257,6 @@ int run_batch(int argc, char** argv) {
   if (beams > 0 && (sc.penalties.active() || stop.min_tokens > 0 || !stop.stop_ids.empty()))
     return fail("--beams: beam search scores the model's own log-probabilities (drop the "
                 "penalties, --min-tokens and --stop-id)");
-  if (spec->kind == DraftKind::Model)
-    return fail("--speculative: batch drafts with ngram or early-exit:L, not a draft model");
   auto arrivals = app::arrival_steps(arrival, int(prompts->size()), sc.seed);
   if (!arrivals.ok()) return fail(arrivals.error().message);
   KvTypes kv_types;  // a bad type is refused before the model loads
@@ -273,7 +271,17 @@ int run_batch(int argc, char** argv) {
   std::string note;
   auto backend = make_backend(engine.backend, **model, engine.threads, &note);
   if (!backend.ok()) return fail(backend.error().message);
-  auto sched = Scheduler::create(*model, **backend, cfg);
+  std::shared_ptr<Model> draft;
+  std::unique_ptr<Backend> draft_backend;
+  if (spec->kind == DraftKind::Model) {  // every sequence drafts with it, a cache each
+    auto d = load_model(spec->draft_path);
+    if (!d.ok()) return fail("draft: " + d.error().message);
+    auto be = make_backend(engine.backend, **d, engine.threads, nullptr);
+    if (!be.ok()) return fail("draft: " + be.error().message);
+    draft = std::move(*d);
+    draft_backend = std::move(*be);
+  }
+  auto sched = Scheduler::create(*model, **backend, cfg, draft, std::move(draft_backend));
   if (!sched.ok()) return fail(sched.error().message);
   Scheduler& s = **sched;
   if (Status st = penalty_config_check(sc.penalties, (*model)->config().n_vocab); !st.ok())

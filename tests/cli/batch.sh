@@ -97,7 +97,7 @@ for i in 0 1 2; do
   done
 done
 
-# Speculative decoding (--speculative ngram or early-exit:L): at temperature 0 each
+# Speculative decoding (--speculative ngram, early-exit:L or draft:PATH): at temperature 0 each
 # sequence writes the text of the plain run; the steps carry the drafts and the summary
 # their acceptance (a prompt that repeats itself gets drafts accepted). Gemma 3's windowed
 # layers roll back too.
@@ -121,7 +121,8 @@ for model in default gemma3-270m; do
   "$kvscope" batch "${margs[@]}" --prompts-file "$dir/spec.txt" --max-tokens 40 --threads 2 \
     --json > "$dir/plain.jsonl" 2> "$dir/err.txt" || fail "batch ($model) exited $?: $(cat "$dir/err.txt")"
   specs=(ngram)
-  [ "$model" == default ] && specs+=(early-exit:12)
+  # A draft model: the default model drafting for itself (same vocabulary).
+  [ "$model" == default ] && specs+=(early-exit:12 draft:smollm2-135m)
   for sp in "${specs[@]}"; do
     "$kvscope" batch "${margs[@]}" --prompts-file "$dir/spec.txt" --max-tokens 40 --threads 2 \
       --json --speculative "$sp" --draft-max 6 > "$dir/sp.jsonl" 2> "$dir/err.txt" ||
@@ -206,7 +207,8 @@ expect_refusal "empty folder" --prompts-dir "$dir/nodir"
 expect_refusal "invalid UTF-8" --prompts-file "$dir/bad_utf8.txt"
 expect_refusal "bad arrival" --prompts-file "$dir/p.txt" --arrival poisson:0
 expect_refusal "pool too small" --prompts-file "$dir/p.txt" --kv-pool-mib 1 --max-tokens 2000
-expect_refusal "a draft model" --prompts-file "$dir/p.txt" --speculative draft:"$dir/p.txt"
+expect_refusal "a draft model that is no model" --prompts-file "$dir/p.txt" --speculative draft:"$dir/p.txt"
+expect_refusal "a draft model of another vocabulary" --prompts-file "$dir/p.txt" --speculative draft:gemma3-270m
 expect_refusal "early exit past the layers" --prompts-file "$dir/p.txt" --speculative early-exit:99
 expect_refusal "unknown drafter" --prompts-file "$dir/p.txt" --speculative lookahead
 expect_refusal "beams and samples" --prompts-file "$dir/p.txt" --beams 2 --n 2

@@ -1,7 +1,7 @@
 // test_scheduler_speculative.cpp — speculative decoding in the continuous-batching
 // scheduler (SchedulerConfig::speculation) on the default model, against the same
 // scheduler without it:
-//   - greedy is exact for each drafter (ngram, early-exit:L): several sequences at once
+//   - greedy is exact for each drafter (ngram, early-exit:L, a draft model): several sequences at once
 //     give the same tokens over 64 tokens, and the logits of the last token each step
 //     emits are bit for bit those of plain decoding's same token (the CPU forward is
 //     batch-invariant); drafts are accepted and rejected along the way;
@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -88,7 +89,14 @@ class SchedulerSpeculative : public ModelTest<DefaultModelFile> {
                      const SpecRun* plain = nullptr) {
     SpecRun r;
     auto be = make_cpu_backend(2);
-    auto made = Scheduler::create(model_, *be, c);
+    std::shared_ptr<Model> draft;  // draft:PATH: the same file, loaded as a model of its own
+    if (c.speculation.kind == DraftKind::Model) {
+      auto m = Model::load(DefaultModelFile::path());
+      EXPECT_TRUE(m.ok());
+      if (!m.ok()) return r;
+      draft = std::move(*m);
+    }
+    auto made = Scheduler::create(model_, *be, c, draft, draft ? make_cpu_backend(2) : nullptr);
     EXPECT_TRUE(made.ok()) << (made.ok() ? "" : made.error().message);
     if (!made.ok()) return r;
     Scheduler& s = **made;
@@ -202,6 +210,17 @@ TEST_F(SchedulerSpeculative, GreedyGivesPlainGreedysTokensAndLogitsForEachDrafte
     EXPECT_LT(r.stats.steps, plain.stats.steps) << "fewer steps than tokens";
     EXPECT_EQ(r.stats.decode_tokens, plain.stats.decode_tokens);
   }
+  // A draft model (draft:PATH): here the model itself, loaded again, so at temperature 0
+  // it drafts exactly what the target then picks: every draft is kept.
+  SchedulerConfig c = config();
+  c.speculation = spec(DraftKind::Model);
+  c.speculation.draft_path = DefaultModelFile::path();
+  const SpecRun r = run(c, reqs);
+  expect_exact(plain, r);
+  EXPECT_GT(r.stats.drafted, 0u);
+  EXPECT_EQ(r.stats.accepted, r.stats.drafted);
+  EXPECT_EQ(r.rollbacks, 0);
+  EXPECT_LT(r.stats.steps, plain.stats.steps / 3);
 }
 
 // One sequence, so its blocks come from the pool in the same order as plain decoding's:
@@ -309,7 +328,16 @@ TEST_F(SchedulerSpeculative, BadSettingsAreOneClearError) {
   c.speculation.draft_path = "x.gguf";
   s = Scheduler::create(model_, *be, c);
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.error().message.find("draft:PATH"), std::string::npos) << s.error().message;
+  EXPECT_NE(s.error().message.find("needs the draft model"), std::string::npos) << s.error().message;
+  // A draft model of another vocabulary.
+  if (std::filesystem::exists(GemmaModelFile::path())) {
+    auto gemma = Model::load(GemmaModelFile::path());
+    ASSERT_TRUE(gemma.ok());
+    s = Scheduler::create(model_, *be, c, std::shared_ptr<Model>(std::move(*gemma)),
+                          make_cpu_backend(1));
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.error().message.find("same vocabulary"), std::string::npos) << s.error().message;
+  }
 }
 
 }  // namespace
