@@ -20,7 +20,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <iterator>
@@ -150,20 +149,8 @@ template <class Pred>
 float share_at(const Image& img, const render::Scene& s, glm::vec3 world, int rx, int ry, Pred pred,
                std::string* where) {
   const glm::vec2 c = kvscope::test::to_screen(s, world, kW, kH);
-  int n = 0, yes = 0;
-  for (int dy = -ry; dy <= ry; ++dy)
-    for (int dx = -rx; dx <= rx; ++dx) {
-      const int x = int(c.x) + dx, y = int(c.y) + dy;
-      if (!img.inside(x, y)) continue;
-      ++n;
-      yes += pred(img.at(x, y));
-    }
-  const glm::vec3 mid = img.inside(int(c.x), int(c.y)) ? img.at(int(c.x), int(c.y)) : glm::vec3(-1);
-  char buf[96];
-  std::snprintf(buf, sizeof buf, " (pixel %d,%d: %.2f %.2f %.2f; %d of %d)", int(c.x), int(c.y),
-                double(mid.r), double(mid.g), double(mid.b), yes, n);
-  *where = buf;
-  return n ? float(yes) / float(n) : 0.0f;
+  *where = kvscope::test::pixel_note(img, c);
+  return kvscope::test::share_around(img, c, rx, ry, pred);
 }
 
 // Token `pos`'s label in `img` (a frame of `s`) against `text` drawn as that token's only

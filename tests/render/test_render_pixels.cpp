@@ -251,23 +251,7 @@ TEST(RenderPixels, CameraPresetsShowTheHeadTheNewestTokenAndItsStack) {
     };
     auto seen_at = [&](glm::vec3 world, int rx, int ry, auto pred) {
       const glm::vec2 c = to_screen(s, world, kW, kH);
-      int n = 0, yes = 0;
-      for (int dy = -ry; dy <= ry; ++dy)
-        for (int dx = -rx; dx <= rx; ++dx) {
-          const int x = int(c.x) + dx, y = int(c.y) + dy;
-          if (!img.inside(x, y)) continue;
-          ++n;
-          yes += pred(img.at(x, y));
-        }
-      Seen out;
-      out.share = n ? float(yes) / float(n) : 0.0f;
-      char buf[96];
-      const glm::vec3 mid =
-          img.inside(int(c.x), int(c.y)) ? img.at(int(c.x), int(c.y)) : glm::vec3(-1.0f);
-      std::snprintf(buf, sizeof buf, " (pixel %d,%d: %.2f %.2f %.2f; %d of %d)", int(c.x), int(c.y),
-                    double(mid.r), double(mid.g), double(mid.b), yes, n);
-      out.where = buf;
-      return out;
+      return Seen{share_around(img, c, rx, ry, pred), pixel_note(img, c)};
     };
     // The face a token turns to the camera: its top from above (the near half, where no beam
     // lands), else its front (+z).
