@@ -82,4 +82,24 @@ std::string printable_name(std::string_view bytes) {
   return escape(bytes, true);
 }
 
+std::string printable_label(std::string_view bytes) {
+  const std::string text = printable_text(bytes);
+  std::string out;
+  bool any_visible = false;
+  for (char c : text) {
+    if (c == '\n')
+      out += "\xE2\x86\xB5";  // ↵
+    else if (c == '\t')
+      out += "\xE2\x86\x92";  // →
+    else
+      out += c;
+    if (c != ' ') any_visible = true;
+  }
+  if (!any_visible && !text.empty()) {
+    out.clear();
+    for (size_t i = 0; i < text.size(); ++i) out += "\xC2\xB7";  // ·
+  }
+  return out;
+}
+
 }  // namespace kvscope

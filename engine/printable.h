@@ -11,6 +11,9 @@
 //   C1 controls U+0080..9F  -> \uNNNN
 //   bidi embeddings/overrides/isolates (U+202A..202E, U+2066..2069) -> \uNNNN
 // Everything else, backslashes included, is unchanged, so escaping twice changes nothing.
+// printable_label is the one-line form a token takes on screen (a label over its block, a
+// lane's piece, a panel's word): printable_text with the whitespace a token is often made of
+// drawn as visible symbols.
 #pragma once
 
 #include <string>
@@ -23,5 +26,9 @@ std::string printable_text(std::string_view bytes);
 // One line (names, error messages): '\n', '\t' and the line/paragraph separators
 // U+2028/U+2029 are escaped too.
 std::string printable_name(std::string_view bytes);
+// A token's text for a label: printable_text, then '\n' as U+21B5 (↵) and '\t' as U+2192
+// (→); a text of spaces only as that many U+00B7 (·), so a space token is seen at all.
+// (A '\r' is already the escape \x0d.)
+std::string printable_label(std::string_view bytes);
 
 }  // namespace kvscope

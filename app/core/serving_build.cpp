@@ -7,29 +7,6 @@
 
 namespace kvscope::app {
 
-std::string serving_piece_text(const std::string& bytes) {
-  const std::string text = printable_text(bytes);
-  std::string out;
-  bool any_visible = false;
-  for (char c : text) {
-    if (c == '\n')
-      out += "\xE2\x86\xB5";  // ↵
-    else if (c == '\t')
-      out += "\xE2\x86\x92";  // →
-    else if (c == '\r')
-      continue;
-    else
-      out += c;
-    if (c != ' ') any_visible = true;
-  }
-  if (!any_visible && !text.empty()) {
-    out.clear();
-    for (char c : text)
-      if (c == ' ') out += "\xC2\xB7";  // ·
-  }
-  return out;
-}
-
 ServingBuilder::ServingBuilder(const Scheduler& sched, const ServingConfig& cfg, uint64_t run,
                                std::vector<ServingRequest> requests)
     : sched_(sched), cfg_(cfg), run_(run) {
@@ -42,7 +19,7 @@ void ServingBuilder::add_request(ServingRequest q) {
   const int index = int(requests_.size());
   std::vector<std::string> pieces;
   pieces.reserve(q.prompt.size());
-  for (int32_t id : q.prompt) pieces.push_back(serving_piece_text(tok.token_bytes(id)));
+  for (int32_t id : q.prompt) pieces.push_back(printable_label(tok.token_bytes(id)));
   for (int k = 0; k < q.n; ++k) {
     const int seq = q.first_seq + k;
     if (int(lanes_.size()) <= seq) lanes_.resize(size_t(seq) + 1);
@@ -172,7 +149,7 @@ void ServingBuilder::apply_row(const StepRow& row, bool cow_event, Clock::time_p
   l.step_prompt = row.is_prompt;
   l.drafted.clear();  // speculation: what was drafted this step, and how much was kept
   for (int32_t t : row.drafted)
-    l.drafted.push_back(serving_piece_text(sched_.model().tokenizer().token_bytes(t)));
+    l.drafted.push_back(printable_label(sched_.model().tokenizer().token_bytes(t)));
   l.accepted = row.drafted.empty() ? 0 : row.accepted;
   for (const auto* t : r.tables())
     for (int p = row.pos0; p < row.pos0 + row.tokens; ++p) {
@@ -181,7 +158,7 @@ void ServingBuilder::apply_row(const StepRow& row, bool cow_event, Clock::time_p
     }
   for (int32_t t : row.tokens_out) {  // several with a verified draft
     l.ids.push_back(t);
-    l.pieces.push_back(serving_piece_text(sched_.model().tokenizer().token_bytes(t)));
+    l.pieces.push_back(printable_label(sched_.model().tokenizer().token_bytes(t)));
     ++r.generated;
     if (!r.first_token) {
       r.first_token = true;

@@ -102,8 +102,4 @@ class ServingBuilder {
 inline constexpr size_t kServingKeptEnded = 48;
 inline constexpr size_t kServingKeptSteps = 4096;
 
-// Display text of a token's bytes: printable, a newline as ↵, a tab as →, spaces-only
-// text as middle dots (as the single-sequence scene labels tokens).
-std::string serving_piece_text(const std::string& bytes);
-
 }  // namespace kvscope::app

@@ -9,36 +9,11 @@
 
 #include "app/scene/scene_kv.h"
 #include "app/scene/scene_shift.h"
-#include "engine/printable.h"
 #include "render/glyph_atlas.h"
 #include "render/layout.h"
 #include "render/synthetic_scene.h"
 
 namespace kvscope::app {
-
-std::string display_text(const std::string& raw) {
-  // Token bytes come from the model file: control bytes as visible escapes first.
-  const std::string text = printable_text(raw);
-  std::string out;
-  bool any_visible = false;
-  for (char c : text) {
-    if (c == '\n')
-      out += "\xE2\x86\xB5";  // ↵
-    else if (c == '\t')
-      out += "\xE2\x86\x92";  // →
-    else if (c == '\r')
-      continue;
-    else
-      out += c;
-    if (c != ' ') any_visible = true;
-  }
-  if (!any_visible && !text.empty()) {
-    out.clear();
-    for (char c : text)
-      if (c == ' ') out += "\xC2\xB7";  // spaces shown as middle dots
-  }
-  return out;
-}
 
 int resolved_layer(const ViewOptions& opts, int n_layer) {
   if (n_layer <= 0) return 0;

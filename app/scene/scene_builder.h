@@ -4,9 +4,11 @@
 // headless capture, the window and the tests build identical scenes.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "app/core/timeline.h"
+#include "engine/printable.h"
 #include "render/scene.h"
 
 namespace kvscope::app {
@@ -98,8 +100,11 @@ inline constexpr float kHeadMinPx = 6.0f;
 // instances and revision stay, so the renderer re-uploads nothing.
 void animate_scene(render::Scene* scene, const Timeline& tl, const AnimClock& clock);
 
-// Display text for a token label: control bytes become visible escapes (printable_text),
-// newlines/tabs visible symbols.
-std::string display_text(const std::string& text);
+// Display text for a token label (engine/printable.h's printable_label: control bytes as
+// visible escapes, newlines/tabs as visible symbols, a spaces-only text as middle dots): the
+// name the scene and the panels use.
+inline std::string display_text(const std::string& text) {
+  return printable_label(text);
+}
 
 }  // namespace kvscope::app

@@ -15,21 +15,11 @@
 #include <cstdio>
 #include <string>
 
+#include "app/ui/ui_region.h"
 #include "render/glyph_atlas.h"
 
 namespace kvscope::app {
 namespace {
-
-constexpr ImGuiWindowFlags kRegionFlags = ImGuiWindowFlags_NoTitleBar | ImGuiWindowFlags_NoResize |
-                                          ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoCollapse |
-                                          ImGuiWindowFlags_NoSavedSettings |
-                                          ImGuiWindowFlags_NoBringToFrontOnFocus;
-
-bool begin_region(const char* id, const UiRect& r, ImGuiWindowFlags extra = 0) {
-  ImGui::SetNextWindowPos(ImVec2(r.x, r.y), ImGuiCond_Always);
-  ImGui::SetNextWindowSize(ImVec2(r.w, r.h), ImGuiCond_Always);
-  return ImGui::Begin(id, nullptr, kRegionFlags | extra);
-}
 
 // The header row of an open column: its name, then a framed "hide" button at the row's
 // right end whose arrow points where the column goes. It must not read as a section header

@@ -18,6 +18,7 @@
 
 #include "app/ui/app_frame.h"
 #include "app/ui/plot_draw.h"
+#include "app/ui/ui_region.h"
 #include "app/ui/ui_state.h"
 #if KVSCOPE_WITH_SERVE
 #include "app/serve/serve_watch.h"
@@ -25,17 +26,6 @@
 
 namespace kvscope::app {
 namespace {
-
-constexpr ImGuiWindowFlags kRegion = ImGuiWindowFlags_NoTitleBar | ImGuiWindowFlags_NoResize |
-                                     ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoCollapse |
-                                     ImGuiWindowFlags_NoSavedSettings |
-                                     ImGuiWindowFlags_NoBringToFrontOnFocus;
-
-void begin_region(const char* id, const UiRect& r, ImGuiWindowFlags extra = 0) {
-  ImGui::SetNextWindowPos(ImVec2(r.x, r.y), ImGuiCond_Always);
-  ImGui::SetNextWindowSize(ImVec2(r.w, r.h), ImGuiCond_Always);
-  ImGui::Begin(id, nullptr, kRegion | extra);
-}
 
 // Linear RGB (the scene's colours) to the sRGB-ish bytes ImGui draws, so a lane's chip in a
 // panel looks like its tokens in the view.

@@ -207,6 +207,14 @@ void expect_pool_matches(const Harness& h, const Capture& c) {
   EXPECT_EQ(used, p.used);
 }
 
+// A settled capture of `snap` (2 s after its step), its pool read back and checked against
+// the engine's (expect_pool_matches).
+Capture capture_checked(Harness& h, std::shared_ptr<const ServingSnapshot> snap) {
+  Capture c = capture(h, std::move(snap), 2.0);
+  expect_pool_matches(h, c);
+  return c;
+}
+
 void open(Harness& h) {
   h.ui.engine_options = engine_options();
   h.s.run = std::make_unique<ServingRun>(h.ui.engine_options);
@@ -221,18 +229,23 @@ std::shared_ptr<const ServingSnapshot> step_to(ServingRun& run, int step) {
   return s;
 }
 
-#define MODEL_OR_FAIL()                                       \
-  ASSERT_TRUE(std::filesystem::exists(KVSCOPE_DEFAULT_MODEL)) \
-      << "default model " << KVSCOPE_DEFAULT_MODEL << " absent: run scripts/fetch_model.sh"
-
-TEST(ServingCapture, OccupiedTilesEqualTheEnginesUsedBlocks) {
-  MODEL_OR_FAIL();
+// Every case: the default model (a failure when absent), a GL context (a skip when there is
+// none), a renderer, and a Serving view opened on the model.
+class ServingCapture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(std::filesystem::exists(KVSCOPE_DEFAULT_MODEL))
+        << "default model " << KVSCOPE_DEFAULT_MODEL << " absent: run scripts/fetch_model.sh";
+    GL_TEST_CONTEXT_OR_SKIP(ctx);
+    h.ctx = std::move(ctx);
+    h.renderer = h.ctx->make_renderer();
+    ASSERT_TRUE(h.renderer);
+    open(h);
+  }
   Harness h;
-  GL_TEST_CONTEXT_OR_SKIP(ctx);
-  h.ctx = std::move(ctx);
-  h.renderer = h.ctx->make_renderer();
-  ASSERT_TRUE(h.renderer);
-  open(h);
+};
+
+TEST_F(ServingCapture, OccupiedTilesEqualTheEnginesUsedBlocks) {
   ServingSettings set;
   set.requests = 4;
   set.every = 1;
@@ -252,8 +265,7 @@ TEST(ServingCapture, OccupiedTilesEqualTheEnginesUsedBlocks) {
     // Capture a step while requests run, the step with the most blocks in use, the end.
     const bool want = k == 2 || k == 5 || snap->done;
     if (want) {
-      Capture c = capture(h, snap, 2.0);
-      expect_pool_matches(h, c);
+      capture_checked(h, snap);
       ++captured;
       max_used = std::max(max_used, p.used);
       cached_seen |= p.cached > 0;
@@ -265,14 +277,7 @@ TEST(ServingCapture, OccupiedTilesEqualTheEnginesUsedBlocks) {
   EXPECT_TRUE(cached_seen) << "the shared prefix's blocks stay cached after the requests end";
 }
 
-TEST(ServingCapture, ACopyOnWriteFlashesInTheCaptureOfItsStep) {
-  MODEL_OR_FAIL();
-  Harness h;
-  GL_TEST_CONTEXT_OR_SKIP(ctx);
-  h.ctx = std::move(ctx);
-  h.renderer = h.ctx->make_renderer();
-  ASSERT_TRUE(h.renderer);
-  open(h);
+TEST_F(ServingCapture, ACopyOnWriteFlashesInTheCaptureOfItsStep) {
   ServingSettings set;
   set.requests = 1;
   set.n = 2;
@@ -295,7 +300,7 @@ TEST(ServingCapture, ACopyOnWriteFlashesInTheCaptureOfItsStep) {
     if (at->tiles[size_t(b)].flash == TileFlash::Cow) cow = b;
   ASSERT_GE(cow, 0) << "a Cow event with no Cow tile at step " << at->step;
   Capture early = capture(h, at, 0.05);
-  Capture settled = capture(h, at, 2.0);
+  Capture settled = capture_checked(h, at);  // and the pool reads right at that step too
   glm::vec3 e, s;
   ASSERT_TRUE(tile_pixel(h, early.img, cow, &e));
   ASSERT_TRUE(tile_pixel(h, settled.img, cow, &s));
@@ -313,18 +318,9 @@ TEST(ServingCapture, ACopyOnWriteFlashesInTheCaptureOfItsStep) {
     ASSERT_TRUE(tile_pixel(h, settled.img, b, &z));
     EXPECT_NEAR(luma(a), luma(z), 0.06f) << "tile " << b << " changed with the clock alone";
   }
-  // And the pool reads right at that step too.
-  expect_pool_matches(h, settled);
 }
 
-TEST(ServingCapture, APreemptionShowsAsAGreyLaneAndFreedTiles) {
-  MODEL_OR_FAIL();
-  Harness h;
-  GL_TEST_CONTEXT_OR_SKIP(ctx);
-  h.ctx = std::move(ctx);
-  h.renderer = h.ctx->make_renderer();
-  ASSERT_TRUE(h.renderer);
-  open(h);
+TEST_F(ServingCapture, APreemptionShowsAsAGreyLaneAndFreedTiles) {
   ServingSettings set;
   set.requests = int(kLong.size());
   set.use_prefix = false;
@@ -359,8 +355,7 @@ TEST(ServingCapture, APreemptionShowsAsAGreyLaneAndFreedTiles) {
     if (l.seq == preempted) lane = &l;
   ASSERT_TRUE(lane);
   ASSERT_EQ(lane->state, LaneState::Preempted);
-  Capture c = capture(h, at, 2.0);
-  expect_pool_matches(h, c);
+  Capture c = capture_checked(h, at);
 
   // The preempted lane's tokens are grey; a running lane's generated ones are coloured.
   const ServingGeometry& g = h.s.view.geometry();
@@ -422,14 +417,7 @@ TEST(ServingCapture, APreemptionShowsAsAGreyLaneAndFreedTiles) {
   EXPECT_GE(given_back, 1) << "a preemption gives blocks back to the pool";
 }
 
-TEST(ServingCapture, ARecordedRunReplaysIntoTheSameCapture) {
-  MODEL_OR_FAIL();
-  Harness h;
-  GL_TEST_CONTEXT_OR_SKIP(ctx);
-  h.ctx = std::move(ctx);
-  h.renderer = h.ctx->make_renderer();
-  ASSERT_TRUE(h.renderer);
-  open(h);
+TEST_F(ServingCapture, ARecordedRunReplaysIntoTheSameCapture) {
   ServingSettings set;
   set.requests = 3;
   set.every = 1;
@@ -469,8 +457,7 @@ TEST(ServingCapture, ARecordedRunReplaysIntoTheSameCapture) {
   ASSERT_TRUE(snap3.ok()) << snap3.error().message;
   ASSERT_EQ(snap3.value()->step, 3);
   EXPECT_EQ(snap3.value()->history.back().used, live3->history.back().used);
-  Capture c = capture(h, snap3.value(), 2.0);
-  expect_pool_matches(h, c);
+  capture_checked(h, snap3.value());
 
   // The command line's replay: the snapshot at --steps 3, written as a PNG.
   CaptureOptions opts;

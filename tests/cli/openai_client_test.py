@@ -26,7 +26,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 KVSCOPE, VENV_PYTHON = sys.argv[1], sys.argv[2]
 
@@ -44,48 +43,7 @@ import json  # noqa: E402
 
 import openai  # noqa: E402
 
-# Sanitizer builds run the model 10-60x slower: every wait scales with this.
-SLOW = float(os.environ.get("KVSCOPE_TEST_SLOW", "1"))
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
-    return cond
-
-
-def start_server():
-    proc = subprocess.Popen([KVSCOPE, "serve", "--port", "0", "--threads", "2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    if "listening on http://" not in line:
-        err = proc.stderr.read()
-        if "built without cpp-httplib" in err:
-            print("[  SKIPPED ] kvscope was built without serve:", err.strip())
-            sys.exit(77)
-        print("FAIL: the server did not start:", line, err)
-        sys.exit(1)
-    port = int(line.split("http://", 1)[1].split(" ", 1)[0].rsplit(":", 1)[1])
-    context = int(line.rsplit("context ", 1)[1].split(")", 1)[0])
-    return proc, port, context
-
-
-def wait_health(port):
-    """GET /health until it answers (the server prints its line before it accepts)."""
-    import urllib.request
-    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    deadline = time.time() + 30 * SLOW
-    while True:
-        try:
-            with direct.open(f"http://127.0.0.1:{port}/health", timeout=10 * SLOW) as r:
-                return json.loads(r.read())
-        except OSError:
-            if time.time() > deadline:
-                raise
-            time.sleep(0.1)
-
+from serve_common import SLOW, check, failures, start_server, wait_health  # noqa: E402
 
 ENDS = ("<|im_end|>", "<|endoftext|>")
 
@@ -240,7 +198,7 @@ def test_errors(client, model, context):
 
 def main():
     print(f"openai {openai.__version__} on Python {sys.version.split()[0]}", flush=True)
-    proc, port, context = start_server()
+    proc, port, context = start_server(KVSCOPE)
     try:
         h = wait_health(port)
         check(h["status"] == "ok", f"/health at start: {h}")

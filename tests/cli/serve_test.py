@@ -27,7 +27,6 @@ Exit status 0 when every check passed, 1 otherwise, 77 when kvscope was built wi
 """
 import http.client
 import json
-import os
 import select
 import signal
 import socket
@@ -36,32 +35,9 @@ import sys
 import threading
 import time
 
+from serve_common import SLOW, check, failures, start_server
+
 KVSCOPE = sys.argv[1]
-# Sanitizer builds run the model 10-60x slower: every wait scales with this.
-SLOW = float(os.environ.get("KVSCOPE_TEST_SLOW", "1"))
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
-    return cond
-
-
-def start_server(*args):
-    proc = subprocess.Popen([KVSCOPE, "serve", "--port", "0", "--threads", "2", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    if "listening on http://" not in line:
-        err = proc.stderr.read()
-        if "built without cpp-httplib" in err:
-            print("[  SKIPPED ] kvscope was built without serve:", err.strip())
-            sys.exit(77)
-        print("FAIL: the server did not start:", line, err)
-        sys.exit(1)
-    port = int(line.split("http://", 1)[1].split(" ", 1)[0].rsplit(":", 1)[1])
-    return proc, port
 
 
 class Client:
@@ -469,7 +445,7 @@ def test_sigterm(proc, cl):
 def test_host_warning_and_sigint():
     # Another address only when asked, and then a warning; SIGINT on an idle server
     # exits 0 at once.
-    proc, port = start_server("--host", "0.0.0.0")
+    proc, port, _ = start_server(KVSCOPE, "--host", "0.0.0.0")
     h = Client(port).health()
     check(h["status"] == "ok", f"--host 0.0.0.0: /health {h}")
     proc.send_signal(signal.SIGINT)
@@ -484,8 +460,8 @@ def test_host_warning_and_sigint():
 
 def main():
     max_queue = 32
-    proc, port = start_server("--max-queue", str(max_queue), "--max-body-kib", "64",
-                              "--max-seqs", "16", "--ctx", "1024", "--shutdown-grace", "1")
+    proc, port, _ = start_server(KVSCOPE, "--max-queue", str(max_queue), "--max-body-kib", "64",
+                                 "--max-seqs", "16", "--ctx", "1024", "--shutdown-grace", "1")
     cl = Client(port)
     try:
         h = cl.health()

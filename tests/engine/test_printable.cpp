@@ -76,5 +76,18 @@ TEST(Printable, EveryByteGivesValidPrintableOutput) {
   }
 }
 
+// A token on screen (scene labels, the Serving view's lanes, the panels) is one line: its
+// newline and tab are symbols, a token of spaces is a row of middle dots, and what
+// printable_text escapes stays escaped.
+TEST(Printable, LabelsShowWhitespaceAsSymbols) {
+  EXPECT_EQ(printable_label("a\nz"), "a\xE2\x86\xB5z");           // ↵
+  EXPECT_EQ(printable_label("\tx"), "\xE2\x86\x92x");             // →
+  EXPECT_EQ(printable_label("   "), "\xC2\xB7\xC2\xB7\xC2\xB7");  // ···
+  EXPECT_EQ(printable_label(" the"), " the");                     // a leading space is kept
+  EXPECT_EQ(printable_label("cr\r"), "cr\\x0d");
+  EXPECT_EQ(printable_label(string("\x1b[31m", 5)), "\\x1b[31m");
+  EXPECT_EQ(printable_label(""), "");
+}
+
 }  // namespace
 }  // namespace kvscope

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -43,6 +44,17 @@ Image render_image(render::Renderer& r, const render::Scene& scene, int width, i
     (void)render::write_png(path, width, height, img.rgba);
   }
   return img;
+}
+
+std::string pixel_note(const Image& img, glm::vec2 c) {
+  const int x = int(c.x), y = int(c.y);
+  if (!img.inside(x, y))
+    return " (pixel " + std::to_string(x) + "," + std::to_string(y) + ": outside)";
+  const glm::vec3 p = img.at(x, y);
+  char buf[80];
+  std::snprintf(buf, sizeof buf, " (pixel %d,%d: %.2f %.2f %.2f)", x, y, double(p.r), double(p.g),
+                double(p.b));
+  return buf;
 }
 
 glm::vec2 to_screen(const render::Scene& s, glm::vec3 world, int width, int height) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <glm/vec2.hpp>
@@ -41,6 +42,22 @@ int count_runs(const Image& img, bool vertical, int fixed, Pred pred) {
   }
   return runs;
 }
+// The share of the pixels within (rx, ry) of pixel `c` (those inside the image) for which
+// pred is true: what a small patch around a projected point looks like.
+template <class Pred>
+float share_around(const Image& img, glm::vec2 c, int rx, int ry, Pred pred) {
+  int n = 0, yes = 0;
+  for (int dy = -ry; dy <= ry; ++dy)
+    for (int dx = -rx; dx <= rx; ++dx) {
+      const int x = int(c.x) + dx, y = int(c.y) + dy;
+      if (!img.inside(x, y)) continue;
+      ++n;
+      yes += pred(img.at(x, y)) ? 1 : 0;
+    }
+  return n ? float(yes) / float(n) : 0.0f;
+}
+// " (pixel X,Y: R G B)" for the pixel at `c`, to say in a failure what was there.
+std::string pixel_note(const Image& img, glm::vec2 c);
 // World point -> pixel (origin top-left) through the scene's camera, computed here from the
 // camera's eye, target, up and field of view, independently of the renderer's projection.
 glm::vec2 to_screen(const render::Scene& s, glm::vec3 world, int width, int height);

@@ -1,6 +1,7 @@
 // test_render_pixels.cpp — renders synthetic scenes offscreen and checks what a viewer
 // would see: one block per token, one KV block per layer, beams as bright as their
-// weights, red recompute blocks only when asked, readable labels, distinct presets.
+// weights, red recompute blocks only when asked, readable labels, each camera preset showing
+// the head, the newest token and its KV stack where its view puts them.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <string>
 
 #include <glm/trigonometric.hpp>
 
@@ -205,19 +207,92 @@ TEST(RenderPixels, LabelsDrawTextAboveTokens) {
   EXPECT_EQ(light_b, 0);
 }
 
-TEST(RenderPixels, CameraPresetsGiveDifferentImages) {
+// What each preset shows, read from its picture: where the documented layout puts a thing
+// (expected_layout), carried through the preset's view and projection (to_screen, glm from
+// the camera's own numbers), the picture has that thing's colour:
+//   - every preset: the write head (a warm light) above the slot after the last token, the
+//     newest token (a generated one: orange) on its face turned to the camera, and nothing
+//     token-coloured in the slot the head writes next (but from FRONT, where the newest
+//     token's side covers that slot);
+//   - every preset but TOP (which looks down on the tokens' tops): the newest token's KV
+//     stack under it, its first and last layer in the KV ramp's cool colours;
+//   - TOP and SIDE frame the whole sequence: the first and the last prompt token (the dim
+//     blue-grey) and the first generated one (orange) are in their slots; FOLLOW frames the
+//     head and the last few tokens: the first is out of view.
+// And no two presets give the same picture.
+TEST(RenderPixels, CameraPresetsShowTheHeadTheNewestTokenAndItsStack) {
   GL_TEST_CONTEXT_OR_SKIP(ctx);
   auto r = ctx->make_renderer();
   ASSERT_TRUE(r);
+  constexpr int kTokens = 30, kLayers = 12, kPromptTokens = 6;
+  auto head_light = [](glm::vec3 c) { return c.r > 0.8f && c.g > 0.6f && c.b < c.g; };
+  auto generated = [](glm::vec3 c) { return c.r > 0.45f && c.r > c.g + 0.2f && c.r > c.b + 0.25f; };
+  auto prompt = [](glm::vec3 c) { return c.b > 0.2f && c.b > c.r + 0.05f && c.b >= c.g; };
+  auto kv_ramp = [](glm::vec3 c) {
+    return std::max(c.g, c.b) > 0.15f && c.r < std::max(c.g, c.b) - 0.08f;
+  };
   std::vector<Image> images;
   for (CameraPreset p : render::kAllCameraPresets) {
+    const char* name = render::camera_preset_name(p);
+    SCOPED_TRACE(name);
     render::SyntheticSpec spec;
-    spec.n_tokens = 30;
-    spec.n_layers = 12;
+    spec.n_tokens = kTokens;
+    spec.n_prompt = kPromptTokens;
+    spec.n_layers = kLayers;
     render::Scene s = render::make_synthetic_scene(spec);
     frame_scene(&s, p, kW, kH);
-    images.push_back(render_image(*r, s, kW, kH));
+    Image img = render_image(*r, s, kW, kH);
     EXPECT_LE(r->last_stats().draw_calls, 7);
+    // The share of the pixels within (rx, ry) of where `world` lands that `pred` accepts,
+    // and what that place looks like (for the message).
+    struct Seen {
+      float share = 0.0f;
+      std::string where;
+    };
+    auto seen_at = [&](glm::vec3 world, int rx, int ry, auto pred) {
+      const glm::vec2 c = to_screen(s, world, kW, kH);
+      return Seen{share_around(img, c, rx, ry, pred), pixel_note(img, c)};
+    };
+    // The face a token turns to the camera: its top from above (the near half, where no beam
+    // lands), else its front (+z).
+    const bool top = p == CameraPreset::Top;
+    auto token_face = [&](int pos) {
+      return expected_layout::token_position(pos) +
+             (top ? glm::vec3(0.0f, 0.4f, 0.2f) : glm::vec3(0.0f, 0.0f, 0.4f));
+    };
+    Seen head = seen_at(expected_layout::head_position(kTokens), 1, 1, head_light);
+    EXPECT_GE(head.share, 0.6f) << "no write head above slot " << kTokens << head.where;
+    Seen newest = seen_at(token_face(kTokens - 1), 2, 2, generated);
+    EXPECT_GE(newest.share, 0.6f) << "the newest token is not in its slot" << newest.where;
+    if (p != CameraPreset::Front) {  // FRONT looks back along the row: the newest token's
+                                     // side hides the next slot
+      Seen next = seen_at(token_face(kTokens), 2, 2, generated);
+      EXPECT_LE(next.share, 0.2f) << "a token in the slot the head writes next" << next.where;
+    }
+    if (!top) {
+      for (int layer : {0, kLayers - 1}) {
+        Seen kv = seen_at(
+            expected_layout::kv_block_position(kTokens - 1, layer) + glm::vec3(0.0f, 0.0f, 0.3f), 2,
+            0, kv_ramp);
+        EXPECT_GE(kv.share, 0.6f) << "no KV block of layer " << layer << " under the newest token"
+                                  << kv.where;
+      }
+    }
+    if (p == CameraPreset::Top || p == CameraPreset::Side) {
+      // The whole sequence: the first token, and the last prompt token next to the first
+      // generated one.
+      for (int pos : {0, kPromptTokens - 1}) {
+        Seen t = seen_at(token_face(pos), 2, 2, prompt);
+        EXPECT_GE(t.share, 0.6f) << "prompt token " << pos << " is not in its slot" << t.where;
+      }
+      Seen g = seen_at(token_face(kPromptTokens), 2, 2, generated);
+      EXPECT_GE(g.share, 0.6f) << "the first generated token is not in its slot" << g.where;
+    }
+    if (p == CameraPreset::Follow) {
+      const glm::vec2 first = to_screen(s, expected_layout::token_position(0), kW, kH);
+      EXPECT_FALSE(img.inside(int(first.x), int(first.y))) << "FOLLOW frames the first token too";
+    }
+    images.push_back(std::move(img));
   }
   for (size_t i = 0; i < images.size(); ++i)
     for (size_t j = i + 1; j < images.size(); ++j) {
