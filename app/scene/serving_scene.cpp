@@ -376,6 +376,14 @@ void add_tiles(render::Scene* s, const ServingSnapshot& snap, const ServingGeome
   }
 }
 
+// The middle of logical block i's tokens in a lane of n tokens, at the lane's foot.
+glm::vec3 block_foot(const ServingGeometry& g, int lane, int i, int n) {
+  const int first = i * g.block_size;
+  const int last = std::max(first, std::min(first + g.block_size, n) - 1);
+  return 0.5f * (g.token_center(lane, first) + g.token_center(lane, last)) -
+         glm::vec3(0.0f, 0.5f * kTokenSize, 0.0f);
+}
+
 // The lines of `seq`'s block table: from the middle of each logical block's tokens in its
 // lane to the tile holding them.
 void add_table_lines(render::Scene* s, const ServingSnapshot& snap, const ServingGeometry& g,
@@ -383,20 +391,56 @@ void add_table_lines(render::Scene* s, const ServingSnapshot& snap, const Servin
   const int lane = serving_lane_of(g, seq);
   const Lane* l = find_lane(snap, seq);
   if (lane < 0 || !l) return;
-  const int bs = g.block_size, n = int(l->ids.size());
+  const int n = int(l->ids.size());
   const glm::vec3 color = serving_color(l->color);
   for (size_t i = 0; i < l->table.size(); ++i) {
     const int block = l->table[i];
     if (block < 0 || size_t(block) >= snap.tiles.size()) continue;
-    const int first = int(i) * bs;
-    const int last = std::max(first, std::min(first + bs, n) - 1);
     render::Beam bm;
-    bm.from = 0.5f * (g.token_center(lane, first) + g.token_center(lane, last)) -
-              glm::vec3(0.0f, 0.5f * kTokenSize, 0.0f);
+    bm.from = block_foot(g, lane, int(i), n);
     bm.to = g.tile_center(block);
     bm.weight = weight;
     bm.color = color;
     s->beams.push_back(bm);
+  }
+}
+
+// Blocks going back to the pool this step (see build_serving_scene): each position the
+// lane held in the block is a token-sized block that flies from its slot in the lane to its
+// slot in the tile (a page of block_size positions, drawn as a grid of ceil(sqrt(B))
+// columns), as the lane's tokens pour into the page; it shrinks as it lands (leave).
+// Drawn at the landing place; slide (x) and drop (y) are what is still to travel.
+void add_returns(render::Scene* s, const ServingSnapshot& snap, const ServingSnapshot& prev,
+                 const ServingGeometry& g) {
+  const int B = g.block_size;
+  const int cols = std::max(1, int(std::ceil(std::sqrt(double(B)))));
+  const float cell = g.tile_size / float(cols);
+  for (size_t b = 0; b < snap.tiles.size(); ++b) {
+    if (snap.tiles[b].flash != TileFlash::Released) continue;
+    for (const Lane& was : prev.lanes) {
+      const auto it = std::find(was.table.begin(), was.table.end(), int32_t(b));
+      if (it == was.table.end()) continue;
+      const int lane = serving_lane_of(g, was.seq);
+      if (lane < 0) break;
+      const int first = int(it - was.table.begin()) * B;
+      const int held = std::min({first + B, was.computed, int(was.ids.size())});
+      const glm::vec3 corner = g.tile_center(int(b)) +
+                               glm::vec3(-0.5f * g.tile_size + 0.5f * cell,
+                                         0.5f * g.tile_size - 0.5f * cell, 0.0f);
+      for (int p = first; p < held; ++p) {
+        const int j = p - first;
+        const glm::vec3 from = g.token_center(lane, p);
+        render::TokenInstance t;
+        t.position = corner + glm::vec3(float(j % cols) * cell, -float(j / cols) * cell, 0.0f);
+        t.slide = from.x - t.position.x;
+        t.drop = from.y - t.position.y;
+        t.color = serving_color(was.color);
+        t.brightness = 0.9f;
+        t.leave = 1.0f;
+        s->tokens.push_back(std::move(t));
+      }
+      break;  // its first holder's (a shared block goes back once)
+    }
   }
 }
 
@@ -408,7 +452,7 @@ glm::vec3 head_slot(const ServingGeometry& g, int lane, const Lane& l) {
 }  // namespace
 
 render::Scene build_serving_scene(const ServingSnapshot& snap, const ServingViewOptions& opts,
-                                  const AnimClock& clock) {
+                                  const AnimClock& clock, const ServingSnapshot* prev) {
   render::Scene s;
   s.revision = render::next_scene_revision();
   const ServingGeometry g = serving_geometry(snap);
@@ -429,6 +473,7 @@ render::Scene build_serving_scene(const ServingSnapshot& snap, const ServingView
   add_lanes(&s, snap, g, opts);
   add_branches(&s, snap, g);
   add_ghosts(&s, snap, g);
+  if (prev && prev->run == snap.run && prev->step + 1 == snap.step) add_returns(&s, snap, *prev, g);
   add_tiles(&s, snap, g, opts);
 
   // The write heads: the scene's one head on the selected lane (else the first running one),
@@ -495,6 +540,7 @@ void animate_serving_scene(render::Scene* scene, const AnimClock& clock) {
   const float since = float(clock.since_step);
   s.anim.flash = std::exp(-since / 0.8f);
   s.anim.fall = 1.0f - smooth01((since - 0.05f) / 0.35f);
+  s.anim.slide = s.anim.fall;  // a block going back travels x and y together: a straight path
   s.anim.beam_fade = 0.75f + 0.25f * std::exp(-since / 0.5f);
   s.anim.leave = smooth01(since / 0.8f);  // rejected drafts sink away (tiles never leave)
   const float pulse = 0.5f + 0.5f * std::sin(float(clock.time) * 6.0f);

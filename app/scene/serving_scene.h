@@ -107,8 +107,14 @@ inline constexpr float kServingBranchWidth = 0.16f;
 //     generated stem faint in its own lane; a pruned beam's lane faded;
 //   beams: the selected and hovered lanes' block-table lines (a logical block's tokens to
 //     its tile, in the lane's colour), the selected lane's attention from its next slot.
+//   blocks going back: with `prev` (the snapshot of the step before, same run), each tile
+//     this step released (TileFlash::Released: a sequence finished, was preempted or
+//     pruned) that a lane drawn now held in `prev` pours that logical block's tokens back:
+//     each position it held flies, a small block in the lane's colour, from its slot in the
+//     lane to its slot in the tile (a grid of ceil(sqrt(block_size)) columns), shrinking as
+//     it lands (after the ghosts; drawn whatever the level of detail).
 render::Scene build_serving_scene(const ServingSnapshot& s, const ServingViewOptions& opts,
-                                  const AnimClock& clock);
+                                  const AnimClock& clock, const ServingSnapshot* prev = nullptr);
 // Sets only the per-frame parts (scene.anim, the head's glow) for `clock`.
 void animate_serving_scene(render::Scene* scene, const AnimClock& clock);
 
@@ -158,6 +164,7 @@ class ServingView {
   ServingGeometry geom_;
   UiRect rect_;
   std::shared_ptr<const ServingSnapshot> built_snapshot_;
+  std::shared_ptr<const ServingSnapshot> prev_snapshot_;  // the one drawn before it
   ServingViewOptions built_view_;
   ServingPick pick_;
   // The camera: an orbit framing lanes and pool from a fixed 3/4-front angle, plus what the

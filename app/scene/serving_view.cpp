@@ -73,7 +73,10 @@ void ServingView::update(const ServingFrame& f, const ViewInput& in) {
     scene_ = render::Scene{};
     geom_ = ServingGeometry{};
     if (f.snapshot) {
-      scene_ = build_serving_scene(*f.snapshot, f.view, f.clock);
+      // The snapshot drawn before this one (the step before, when played forward): what
+      // this step released flies back (a rebuild for new options keeps it).
+      if (built_snapshot_ != f.snapshot) prev_snapshot_ = built_snapshot_;
+      scene_ = build_serving_scene(*f.snapshot, f.view, f.clock, prev_snapshot_.get());
       geom_ = serving_geometry(*f.snapshot);
       if (f.snapshot->run != run_) {  // a new run is framed afresh
         user_yaw_ = user_pitch_ = 0.0f;

@@ -7,6 +7,7 @@
 //   - the selected lane's block-table lines are drawn;
 //   - beams: a branch from the parent's lane to the fork's, the shared stem faint in the
 //     fork's lane, a pruned beam faded;
+//   - a preemption's blocks fly from the lane to the pool;
 //   - 16 sequences x 1,000 tokens draw at an interactive rate on a software rasterizer.
 // KVSCOPE_SERVING_PNG=PATH saves the frame with a lane selected, for a person to look at.
 #include <gtest/gtest.h>
@@ -246,6 +247,77 @@ TEST(ServingPixels, BeamsBranchOffTheirParentShareItsStemAndPrunedOnesFade) {
   const float live = luma(sample(tree.img, s, g.token_center(1, 15)));
   EXPECT_LT(pruned, 0.5f * live);
   EXPECT_GT(pruned, 0.01f) << "faded, not gone";
+}
+
+// A preemption: the blocks the lane gave back fly from it into the pool. Mid-flight (the
+// step's fall half done), each is drawn half way between its place under the lane and its
+// tile, in the lane's colour, over what is otherwise background.
+TEST(ServingPixels, BlocksGoingBackFlyFromTheLaneToThePool) {
+  GL_TEST_CONTEXT_OR_SKIP(ctx);
+  auto r = ctx->make_renderer();
+  ASSERT_TRUE(r);
+  auto before = std::make_shared<const ServingSnapshot>(test::serving_snapshot_eight());
+  ServingSnapshot after = *before;
+  after.step += 1;
+  Lane& l = after.lanes[2];
+  std::vector<int32_t> released;
+  for (PoolTile& t : after.tiles) t.flash = TileFlash::None;
+  for (int32_t b : l.table) {
+    PoolTile& t = after.tiles[size_t(b)];
+    std::erase(t.owners, 2);
+    if (--t.refs > 0) continue;
+    t.state = TileState::Free;
+    t.flash = TileFlash::Released;
+    released.push_back(b);
+  }
+  l.state = LaneState::Preempted;
+  l.table.clear();
+  l.computed = 0;
+  auto snap = std::make_shared<const ServingSnapshot>(after);
+  ASSERT_FALSE(released.empty());
+  // Half way: the fall (and slide) fraction at 0.5 is where since_step = 0.05 + 0.35 / 2.
+  const auto at = [&](bool with_prev, Image* img, render::Scene* scene) {
+    ServingView view;
+    ServingFrame f;
+    f.rect = {0, 0, float(kW), float(kH)};
+    if (with_prev) {
+      f.snapshot = before;
+      f.clock.since_step = 5.0;
+      view.update(f, {});
+    }
+    f.snapshot = snap;
+    f.clock.since_step = 0.05 + 0.175;
+    view.update(f, {});
+    *img = kvscope::test::render_image(*r, view.scene(), kW, kH);
+    *scene = view.scene();
+  };
+  Image flying, still;
+  render::Scene s, s_still;
+  at(true, &flying, &s);
+  at(false, &still, &s_still);
+  ASSERT_NEAR(s.anim.fall, 0.5f, 1e-3f);
+  const ServingGeometry g = serving_geometry(after);
+  const int lane = serving_lane_of(g, 2);
+  int seen = 0;
+  for (int32_t b : released) {
+    const int i = int(std::find(before->lanes[2].table.begin(), before->lanes[2].table.end(), b) -
+                      before->lanes[2].table.begin());
+    // The block's first position: from its token in the lane to the top-left slot of the
+    // tile's 4 x 4 grid of positions.
+    const glm::vec3 start{float(i * 16) * kServingTokenPitch, g.lane_y(lane), 0};
+    const float cell = g.tile_size / 4;
+    const glm::vec3 slot = g.tile_center(b) + glm::vec3(-0.5f * g.tile_size + 0.5f * cell,
+                                                        0.5f * g.tile_size - 0.5f * cell, 0);
+    const glm::vec3 mid = 0.5f * (start + slot);
+    const glm::vec3 px = sample(flying, s, mid), bg = sample(still, s, mid);
+    EXPECT_GT(glm::dot(glm::normalize(px), glm::normalize(serving_color(before->lanes[2].color))), 0.95f)
+        << "block " << b;
+    EXPECT_GT(luma(px), luma(bg) + 0.1f) << "block " << b;
+    ++seen;
+  }
+  EXPECT_EQ(seen, int(released.size()));
+  if (const char* path = std::getenv("KVSCOPE_SERVING_FLY_PNG"))
+    EXPECT_TRUE(render::write_png(path, kW, kH, flying.rgba).ok());
 }
 
 TEST(ServingPixels, SixteenLanesOfAThousandTokensDrawQuickly) {

@@ -6,6 +6,7 @@
 //   - the lanes: every token of every drawn lane, block boundaries, at most
 //     kServingMaxLanes lanes (running, then waiting, then the most recent finished);
 //   - the selected lane's block-table lines end at its tiles, one per logical block;
+//   - blocks a preempted lane gave back fly from its lane into their tiles;
 //   - the view: a tile's projected centre picks that tile, a token picks its lane and
 //     position; the scene is rebuilt only when the snapshot or the options change;
 //   - 16 sequences x 1,000 tokens: labels only where readable, markers per block.
@@ -45,6 +46,90 @@ ServingFrame frame_of(std::shared_ptr<const ServingSnapshot> s, ServingViewOptio
 
 bool near(glm::vec3 a, glm::vec3 b, float eps = 1e-4f) {
   return glm::length(a - b) < eps;
+}
+
+// Step 41 of the eight-sequence snapshot: seq 2 was preempted, its own blocks went back
+// (free, flashing Released); the system prompt's blocks it shared stay with the others.
+ServingSnapshot preempted_after(const ServingSnapshot& before, std::vector<int32_t>* released) {
+  ServingSnapshot s = before;
+  s.step = before.step + 1;
+  Lane& l = s.lanes[2];
+  for (PoolTile& t : s.tiles) t.flash = TileFlash::None;
+  for (int32_t b : l.table) {
+    PoolTile& t = s.tiles[size_t(b)];
+    std::erase(t.owners, 2);
+    if (--t.refs > 0) continue;
+    t.state = TileState::Free;
+    t.flash = TileFlash::Released;
+    t.logical = -1;
+    released->push_back(b);
+  }
+  l.state = LaneState::Preempted;
+  l.table.clear();
+  l.computed = 0;
+  return s;
+}
+
+TEST(ServingScene, BlocksAPreemptedLaneGaveBackFlyFromItsLaneIntoTheirTiles) {
+  const ServingSnapshot before = serving_snapshot_eight();
+  std::vector<int32_t> released;
+  const ServingSnapshot after = preempted_after(before, &released);
+  ASSERT_GE(released.size(), 2u);
+  const ServingGeometry g = serving_geometry(after);
+  AnimClock now;
+  now.since_step = 0.0;
+  const render::Scene plain = build_serving_scene(after, {}, now);
+  const render::Scene sc = build_serving_scene(after, {}, now, &before);
+  const int lane = serving_lane_of(g, 2);
+  ASSERT_GE(lane, 0);
+  const Lane& was = before.lanes[2];
+  // Every position seq 2 held in those blocks flies: from its slot in the lane (slide and
+  // drop still to travel) to a slot inside its tile, in the order of the positions.
+  size_t k = plain.tokens.size(), expected = 0;
+  for (int32_t b : released) {  // in block id order, as the tiles are
+    const int i = int(std::find(was.table.begin(), was.table.end(), b) - was.table.begin());
+    const int first = i * 16, held = std::min(first + 16, was.computed);
+    ASSERT_GT(held, first);
+    expected += size_t(held - first);
+    const glm::vec3 tile = g.tile_center(b);
+    for (int p = first; p < held; ++p, ++k) {
+      ASSERT_LT(k, sc.tokens.size());
+      const render::TokenInstance& t = sc.tokens[k];
+      const glm::vec3 start = t.position + glm::vec3(t.slide, t.drop, 0.0f);
+      EXPECT_TRUE(near(start, g.token_center(lane, p))) << "block " << b << " position " << p;
+      EXPECT_LT(std::abs(t.position.x - tile.x), 0.5f * g.tile_size) << "position " << p;
+      EXPECT_LT(std::abs(t.position.y - tile.y), 0.5f * g.tile_size) << "position " << p;
+      EXPECT_TRUE(near(t.color, serving_color(was.color)));
+      EXPECT_EQ(t.leave, 1.0f) << "it shrinks into its tile as it lands";
+      EXPECT_TRUE(t.label.empty());
+    }
+    // The page's 16 slots: a 4 x 4 grid, the first position top left, the second right of it.
+    const render::TokenInstance& a = sc.tokens[k - size_t(held - first)];
+    const render::TokenInstance& b2 = sc.tokens[k - size_t(held - first) + 1];
+    EXPECT_NEAR(b2.position.x - a.position.x, g.tile_size / 4, 1e-4f);
+    EXPECT_NEAR(b2.position.y, a.position.y, 1e-4f);
+  }
+  EXPECT_EQ(sc.tokens.size(), plain.tokens.size() + expected);
+  // It travels in a straight line: x and y with one fraction, from 1 at the step to 0.
+  EXPECT_EQ(sc.anim.slide, sc.anim.fall);
+  EXPECT_EQ(sc.anim.fall, 1.0f);
+  EXPECT_EQ(build_serving_scene(after, {}, settled(), &before).anim.fall, 0.0f);
+  // Only from the step just before: a snapshot further back, or of another run, sends none.
+  ServingSnapshot older = before;
+  older.step -= 1;
+  EXPECT_EQ(build_serving_scene(after, {}, now, &older).tokens.size(), plain.tokens.size());
+  ServingSnapshot other = before;
+  other.run += 1;
+  EXPECT_EQ(build_serving_scene(after, {}, now, &other).tokens.size(), plain.tokens.size());
+  // The view remembers the snapshot it drew before: stepping from one to the next flies them.
+  ServingView view;
+  view.update(frame_of(std::make_shared<const ServingSnapshot>(before)), {});
+  ServingFrame f = frame_of(std::make_shared<const ServingSnapshot>(after));
+  f.clock = now;
+  view.update(f, {});
+  size_t flying = 0;
+  for (const auto& t : view.scene().tokens) flying += t.leave == 1.0f && t.label.empty() && t.drop > 0;
+  EXPECT_EQ(flying, expected);
 }
 
 TEST(ServingScene, OneTilePerBlockInBlockOrderAtItsGridPlace) {
