@@ -46,12 +46,20 @@
 # on a 2-core machine: the ASan+UBSan build of everything is the expensive part (about
 # 21 CPU-minutes of compiling, against about 3 for the clang build fuzzing would add).
 # Each stage prints its time ("== NAME: done in N s").
+# KVSCOPE_TEST_STAGES="release asan" (any of release, isa, asan, tsan) runs only those
+# stages (scripts/stress_check.sh repeats them under load); unset, all four run.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 jobs=$(nproc)
+stages=${KVSCOPE_TEST_STAGES:-release isa asan tsan}
+for s in $stages; do
+  case $s in release|isa|asan|tsan) ;; *) echo "test.sh: unknown stage '$s' in KVSCOPE_TEST_STAGES (release, isa, asan, tsan)" >&2; exit 2 ;; esac
+done
+wanted() { [[ " $stages " == *" $1 "* ]]; }
 bash "$root/scripts/setup.sh"
 # The tests use both built-in models (the run command needs only the default).
 bash "$root/scripts/fetch_model.sh" smollm2-135m gemma3-270m
+
 
 stage() {
   echo "== $1"
@@ -84,12 +92,15 @@ check_skips() {  # stage name, build dirs or GoogleTest XML reports...
   return $rc
 }
 
+if wanted release; then
 stage "release: full build and test suite"
 bash "$root/scripts/build.sh"
 run_ctest "$root/build" --timeout 900
 check_skips release "$root/build"
 done_stage "release"
+fi
 
+if wanted isa; then
 stage "isa-clang: each SIMD path of a portable clang build against the scalar reference"
 CC=clang CXX=clang++ cmake -S "$root" -B "$root/build-clang" -DCMAKE_BUILD_TYPE=Release \
   -DKVSCOPE_NATIVE=OFF -DKVSCOPE_APP=OFF -DKVSCOPE_CUDA=OFF >/dev/null
@@ -121,7 +132,9 @@ for t in "${isa_tests[@]}"; do
 done
 check_skips "isa-clang on an emulated AVX2-only CPU" "${reports[@]}"
 done_stage "isa-clang"
+fi
 
+if wanted asan; then
 stage "asan+ubsan: every test under AddressSanitizer and UndefinedBehaviorSanitizer"
 cmake -S "$root" -B "$root/build-asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DKVSCOPE_SANITIZE=address,undefined -DKVSCOPE_CUDA=OFF >/dev/null
@@ -148,7 +161,9 @@ asan_skip+='|^app_memory_return$'
 run_ctest "$root/build-asan" --timeout 1800 -E "$asan_skip"
 check_skips asan+ubsan "$root/build-asan"
 done_stage "asan+ubsan"
+fi
 
+if wanted tsan; then
 stage "tsan: the controller, the serving run and kvscope serve under ThreadSanitizer"
 cmake -S "$root" -B "$root/build-tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DKVSCOPE_SANITIZE=thread -DKVSCOPE_APP=OFF -DKVSCOPE_CUDA=OFF >/dev/null
@@ -156,4 +171,5 @@ cmake --build "$root/build-tsan" -j"$jobs" --target test_controller test_serving
 run_ctest "$root/build-tsan" -R '^(app_controller|app_serving_run_threads|cli_serve)$' --timeout 900
 check_skips tsan "$root/build-tsan"
 done_stage "tsan"
+fi
 printf '%s\n' "== summary of skips and SIMD paths, by stage:" "${summary[@]}"
