@@ -30,7 +30,7 @@ Expected<Weight> get_weight(const GgufFile& f, const std::string& name, int64_t 
     return make_error("model: ", f.path(), ": tensor '", name, "' has type ",
                       ggml_type_name(t->type),
                       ", which kvscope does not support (supported: F32, F16, BF16, Q8_0, Q4_0, "
-                      "Q4_1, Q5_0, Q5_1, Q4_K, Q6_K)");
+                      "Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)");
   if (n_out == 1 && t->type != GgmlType::F32)
     return make_error("model: ", f.path(), ": vector tensor '", name, "' has type ",
                       ggml_type_name(t->type), ", expected F32");

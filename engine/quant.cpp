@@ -29,7 +29,7 @@ constexpr TypeTraits kTraits[] = {
     {"Q2_K", 256, 84, false},     // 10
     {"Q3_K", 256, 110, false},    // 11
     {"Q4_K", 256, 144, true},     // 12
-    {"Q5_K", 256, 176, false},    // 13
+    {"Q5_K", 256, 176, true},     // 13
     {"Q6_K", 256, 210, true},     // 14
     {"Q8_K", 256, 292, false},    // 15
     {"IQ2_XXS", 256, 66, false},  // 16
@@ -176,6 +176,29 @@ void deq_q4_k(const uint8_t* b, float* y) {
   }
 }
 
+// Q5_K: Q4_K's scales, mins and nibbles, and a fifth bit per value: bit (k / 32) of
+// qh[k % 32] for value k.
+void deq_q5_k(const uint8_t* b, float* y) {
+  const float d = f16(b), dmin = f16(b + 2);
+  const uint8_t* scales = b + 4;
+  const uint8_t* qh = b + 16;
+  const uint8_t* qs = b + 48;
+  for (int g = 0; g < 4; ++g) {
+    int sc0, mn0, sc1, mn1;
+    q4k_scale_min(2 * g, scales, &sc0, &mn0);
+    q4k_scale_min(2 * g + 1, scales, &sc1, &mn1);
+    const float d0 = d * static_cast<float>(sc0), m0 = dmin * static_cast<float>(mn0);
+    const float d1 = d * static_cast<float>(sc1), m1 = dmin * static_cast<float>(mn1);
+    const uint8_t* q = qs + 32 * g;
+    float* out = y + 64 * g;
+    for (int l = 0; l < 32; ++l) {
+      const int h0 = (qh[l] >> (2 * g)) & 1, h1 = (qh[l] >> (2 * g + 1)) & 1;
+      out[l] = d0 * static_cast<float>((q[l] & 0xF) | (h0 << 4)) - m0;
+      out[l + 32] = d1 * static_cast<float>((q[l] >> 4) | (h1 << 4)) - m1;
+    }
+  }
+}
+
 void deq_q6_k(const uint8_t* b, float* y) {
   const float d = f16(b + 208);
   for (int n = 0; n < 2; ++n) {
@@ -213,6 +236,8 @@ BlockDeq block_dequantizer(GgmlType t) {
       return deq_q8_0;
     case GgmlType::Q4_K:
       return deq_q4_k;
+    case GgmlType::Q5_K:
+      return deq_q5_k;
     case GgmlType::Q6_K:
       return deq_q6_k;
     default:

@@ -3,7 +3,7 @@
 //
 // Weights stay in their quantized form in memory; ops dequantize on the fly. A row of
 // n values of a block type is n / block_size blocks back to back (n must be a multiple
-// of block_size). Supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K.
+// of block_size). Supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K.
 #pragma once
 
 #include <cstddef>

@@ -17,7 +17,7 @@ namespace kvscope::cuda {
 // ggml type ids as stored in GGUF (kernels do not depend on the engine).
 enum class QType : int {
   F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8,
-  Q4_K = 12, Q6_K = 14, BF16 = 30,
+  Q4_K = 12, Q5_K = 13, Q6_K = 14, BF16 = 30,
 };
 // Extra text about the last failure (the emulator's deadlock / fault report); empty on a
 // real GPU, where the error code is all there is.

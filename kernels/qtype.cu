@@ -20,7 +20,7 @@ int qtype_block_size(int id) {
     case QType::F32: case QType::F16: case QType::BF16: return 1;
     case QType::Q4_0: case QType::Q4_1: case QType::Q5_0: case QType::Q5_1: case QType::Q8_0:
       return 32;
-    case QType::Q4_K: case QType::Q6_K: return 256;
+    case QType::Q4_K: case QType::Q5_K: case QType::Q6_K: return 256;
   }
   return 0;
 }
@@ -35,6 +35,7 @@ int qtype_block_bytes(int id) {
     case QType::Q5_1: return 24;
     case QType::Q8_0: return 34;
     case QType::Q4_K: return 144;
+    case QType::Q5_K: return 176;
     case QType::Q6_K: return 210;
   }
   return 0;

@@ -189,6 +189,24 @@ struct PackQ4_K : Lanes<V> {
   }
 };
 
+// Q5_K: Q4_K with a fifth bit per value, one u16 per k after the nibbles (bit r = row r).
+template <class V>
+struct PackQ5_K : Lanes<V> {
+  using typename Lanes<V>::F;
+  static constexpr int kValues = 256, kSegs = 8, kSegValues = 32, kStep = 2, kScales = 2;
+  static void scales(const uint8_t* b, int s, float* sc) { PackQ4_K<V>::scales(b, s, sc); }
+  static void step(const uint8_t* b, const float* sc, int s, int j, int h, F (&w)[2]) {
+    const int k = 32 * s + 2 * j;  // the step's first value
+    const uint8_t* hb = b + 320 + 2048;
+    const auto u = V::u8(b + 320 + 16 * (16 * s + j) + h * V::N);
+    const auto q0 = V::or_(V::and_(u, 15), V::bit4(load_u16(hb + 2 * k), h * V::N));
+    const auto q1 = V::or_(V::srl(u, 4), V::bit4(load_u16(hb + 2 * k + 2), h * V::N));
+    const F scale = V::load(sc + h * V::N);
+    w[0] = V::fma(V::cvt(q0), scale, V::load(sc + 16 + h * V::N));
+    w[1] = V::fma(V::cvt(q1), scale, V::load(sc + 16 + h * V::N));
+  }
+};
+
 // Q6_K: segment s is 16 values with scale d·sc[s]; values are stored as int8 q6 − 32.
 template <class V>
 struct PackQ6_K : Lanes<V> {
@@ -497,6 +515,9 @@ struct Kernels {
         return;
       case GgmlType::Q4_K:
         run<PackQ4_K<V>>(p, g0, g1, x, xt, T, out);
+        return;
+      case GgmlType::Q5_K:
+        run<PackQ5_K<V>>(p, g0, g1, x, xt, T, out);
         return;
       case GgmlType::Q6_K:
         run<PackQ6_K<V>>(p, g0, g1, x, xt, T, out);

@@ -17,6 +17,7 @@
 //   Q5_1  32 k:  d[R], m[R], q[16][R], h[32]
 //   Q4_K 256 k:  d[R], dmin[R] f16, sc[8][R], mn[8][R] u8 (the 6-bit scales and mins of
 //                the eight 32-value sub-blocks), q[128][R] as Q4_0
+//   Q5_K 256 k:  as Q4_K, then h[256] u16 (bit r = bit 4 of value k of row r)
 //   Q6_K 256 k:  d[R] f16, sc[16][R] int8 (one per 16 values), q[256][R] int8 (q6 − 32)
 // Q6_K grows from 6.6 to 8.6 bits per value (bytes decode faster than bit fields); the
 // other types keep their size.

@@ -8,7 +8,7 @@
 //  - dequantize_row: a weight or q8_0 / q4_0 cache row to fp32. Each value is computed with
 //    the reference's operations in the reference's order (d·q, d·q + m: one rounding per
 //    operation, nothing fused), so every path gives the bits of kvscope::dequantize_row.
-//    Q4_K and Q6_K go through the reference block by block.
+//    Q4_K, Q5_K and Q6_K go through the reference block by block.
 //  - dot_f32 / vec_dot: Σ a_i·b_i with fused multiply-adds in two N-lane partial sums, then
 //    V::hsum; paths sum in different orders and agree only to rounding.
 #pragma once

@@ -38,7 +38,7 @@ using cpu::Isa;
 
 const GgmlType kTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,
                            GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
-                           GgmlType::Q4_K, GgmlType::Q6_K};
+                           GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
 
 uint16_t u16_at(const uint8_t* p) {
   uint16_t v;
@@ -99,7 +99,7 @@ Matrix random_matrix(GgmlType t, int64_t n_in, int64_t n_out, uint32_t seed) {
       scale(208);
     } else {
       scale(0);
-      if (t == GgmlType::Q5_1 || t == GgmlType::Q4_K) scale(2);
+      if (t == GgmlType::Q5_1 || t == GgmlType::Q4_K || t == GgmlType::Q5_K) scale(2);
     }
   }
   return m;
@@ -152,6 +152,21 @@ float kernel_value(GgmlType t, const uint8_t* row, int64_t k) {
         min = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
       }
       const int q = s % 2 == 0 ? b[16 + 32 * g + l] & 0xF : b[16 + 32 * g + l] >> 4;
+      return std::fma(float(q), half_at(b) * float(scale), -(half_at(b + 2) * float(min)));
+    }
+    case GgmlType::Q5_K: {  // Q4_K's scales and nibbles 32 bytes later, bit j/32 of qh[j%32]
+      const int s = j / 32, g = j / 64, l = j % 32;
+      const uint8_t* sc = b + 4;
+      int scale, min;
+      if (s < 4) {
+        scale = sc[s] & 63;
+        min = sc[s + 4] & 63;
+      } else {
+        scale = (sc[s + 4] & 0xF) | ((sc[s - 4] >> 6) << 4);
+        min = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
+      }
+      const int lo = s % 2 == 0 ? b[48 + 32 * g + l] & 0xF : b[48 + 32 * g + l] >> 4;
+      const int q = lo | (((b[16 + l] >> s) & 1) << 4);
       return std::fma(float(q), half_at(b) * float(scale), -(half_at(b + 2) * float(min)));
     }
     case GgmlType::Q6_K: {

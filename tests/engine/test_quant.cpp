@@ -8,12 +8,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <vector>
 
 #include "engine/cpu/cpu_isa.h"
 #include "engine/cpu/kernels.h"
 #include "engine/quant.h"
+#include <nlohmann/json.hpp>
 #include "tests/util/gguf_writer.h"
 #include "tests/util/isa_paths.h"
 
@@ -102,6 +104,7 @@ TEST(TypeTraits, KnowsBlockSizesAndSupport) {
        {Want{GgmlType::F32, 1, 4}, Want{GgmlType::F16, 1, 2}, Want{GgmlType::BF16, 1, 2},
         Want{GgmlType::Q4_0, 32, 18}, Want{GgmlType::Q4_1, 32, 20}, Want{GgmlType::Q5_0, 32, 22},
         Want{GgmlType::Q5_1, 32, 24}, Want{GgmlType::Q8_0, 32, 34}, Want{GgmlType::Q4_K, 256, 144},
+        Want{GgmlType::Q5_K, 256, 176},
         Want{GgmlType::Q6_K, 256, 210}}) {
     const TypeTraits* tt = type_traits(w.t);
     ASSERT_NE(tt, nullptr);
@@ -231,6 +234,63 @@ TEST(Dequantize, Q4_KSixBitScalesForLowAndHighPairs) {
   EXPECT_EQ(y[193], 54.5f);
 }
 
+TEST(Dequantize, Q5_KIsQ4_KWithAFifthBitFromQh) {
+  // The Q4_K example's scales and nibbles, 32 bytes later (after qh), and fifth bits:
+  // value k takes bit k / 32 of qh[k % 32]; qh[l] = l * 37 (mod 256) by hand.
+  const int sc[8] = {1, 2, 3, 4, 37, 50, 63, 20};
+  const int mn[8] = {5, 6, 7, 8, 40, 33, 17, 62};
+  const uint8_t scales[12] = {0x81, 0xC2, 0xC3, 0x44, 0x85, 0x86,
+                              0x47, 0xC8, 0x85, 0x12, 0x1F, 0xE4};
+  std::vector<uint8_t> b(176);
+  put16(b, 0, 0x3C00);  // d = 1
+  put16(b, 2, 0x3800);  // dmin = 0.5
+  std::memcpy(b.data() + 4, scales, 12);
+  for (int l = 0; l < 32; ++l) b[16 + l] = static_cast<uint8_t>(l * 37);
+  for (int i = 0; i < 128; ++i) b[48 + i] = static_cast<uint8_t>((i % 16) | (((i * 7) % 16) << 4));
+  const auto y = deq(GgmlType::Q5_K, b, 256);
+  for (int k = 0; k < 256; ++k) {
+    const int s = k / 32, l = k % 32, i = 32 * (k / 64) + l;
+    const int nib = s % 2 == 0 ? i % 16 : (i * 7) % 16;
+    const int q = nib + 16 * (((l * 37) % 256 >> s) & 1);
+    ASSERT_EQ(y[size_t(k)], static_cast<float>(sc[s] * q) - 0.5f * mn[s]) << "value " << k;
+  }
+  // By hand: value 33 = sub-block 1, l = 1: high nibble of qs[1] = 7, qh[1] = 37 =
+  // 0b100101, bit 1 = 0: 2 * 7 - 0.5 * 6 = 11. Value 161 = sub-block 5, l = 1: high nibble
+  // of qs[65] = (65*7)%16 = 7, bit 5 of 37 = 1: 50 * 23 - 0.5 * 33 = 1133.5.
+  EXPECT_EQ(y[33], 11.0f);
+  EXPECT_EQ(y[161], 1133.5f);
+}
+
+// Against the gguf Python package (llama.cpp's gguf-py): 16 Q5_K blocks of random bytes
+// with plausible scales, dequantized by gguf.quants.dequantize
+// (tests/golden/q5_k_dequant.json, made by scripts/make_golden_kquant.sh). The reference
+// computes each value as (d·sc)·q − dmin·m in float32, as engine/quant.cpp does: the
+// same bits (the file's 9 significant digits round-trip a float32).
+TEST(Dequantize, Q5_KEqualsGgufPy) {
+  std::ifstream in(std::string(KVSCOPE_SOURCE_DIR) + "/tests/golden/q5_k_dequant.json");
+  ASSERT_TRUE(in) << "tests/golden/q5_k_dequant.json";
+  const nlohmann::json j = nlohmann::json::parse(in);
+  ASSERT_EQ(j["type"], "Q5_K");
+  ASSERT_EQ(j["blocks"].size(), 16u);
+  ASSERT_EQ(j["values"].size(), 16u);
+  int compared = 0, nonzero_high = 0;
+  for (size_t i = 0; i < j["blocks"].size(); ++i) {
+    const std::string hex = j["blocks"][i];
+    ASSERT_EQ(hex.size(), 2u * 176);
+    std::vector<uint8_t> b(176);
+    for (size_t k = 0; k < b.size(); ++k) b[k] = uint8_t(std::stoi(hex.substr(2 * k, 2), nullptr, 16));
+    const auto y = deq(GgmlType::Q5_K, b, 256);
+    for (int k = 0; k < 256; ++k) {
+      const float want = j["values"][i][size_t(k)];
+      ASSERT_EQ(y[size_t(k)], want) << "block " << i << " value " << k;
+      ++compared;
+    }
+    for (int l = 0; l < 32; ++l) nonzero_high += b[16 + size_t(l)] != 0;
+  }
+  EXPECT_EQ(compared, 16 * 256);
+  EXPECT_GT(nonzero_high, 0) << "the fifth bits are exercised";
+}
+
 TEST(Dequantize, Q6_KBothHalves) {
   std::vector<uint8_t> b(210);
   for (int i = 0; i < 128; ++i) b[i] = static_cast<uint8_t>(i * 37);       // ql
@@ -302,7 +362,7 @@ std::vector<uint8_t> random_row(GgmlType t, int64_t n, std::mt19937& rng) {
       scale(208);
     } else {
       scale(0);
-      if (t == GgmlType::Q5_1 || t == GgmlType::Q4_K) scale(2);
+      if (t == GgmlType::Q5_1 || t == GgmlType::Q4_K || t == GgmlType::Q5_K) scale(2);
     }
   }
   return b;
@@ -315,7 +375,8 @@ TEST(VecDot, MatchesDequantizeThenDotForEveryType) {
   std::uniform_real_distribution<float> u(-2.0f, 2.0f);
   for (GgmlType t :
        {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
-        GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q6_K}) {
+        GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q5_K,
+        GgmlType::Q6_K}) {
     const int64_t bs = type_traits(t)->block_size;
     std::vector<int64_t> lengths = bs == 1    ? std::vector<int64_t>{1, 7, 33, 100, 576, 1536}
                                    : bs == 32 ? std::vector<int64_t>{32, 64, 96, 576, 1536, 4096}
@@ -415,7 +476,8 @@ TEST_P(RowKernels, DequantizeRowEqualsTheReferenceBitForBit) {
   std::mt19937 rng(321);
   for (GgmlType t :
        {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
-        GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q6_K}) {
+        GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q5_K,
+        GgmlType::Q6_K}) {
     const int64_t bs = type_traits(t)->block_size;
     // One block (37 values of a float type: a tail on every path), and several.
     for (int64_t n : {bs == 1 ? int64_t(37) : bs, bs == 1 ? int64_t(261) : 8 * bs}) {
@@ -438,7 +500,8 @@ TEST_P(RowKernels, DotsMatchDequantizeThenDot) {
   const cpu::IsaKernels& k = cpu::kernels(isa);
   for (GgmlType t :
        {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
-        GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q6_K}) {
+        GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q5_K,
+        GgmlType::Q6_K}) {
     const int64_t bs = type_traits(t)->block_size;
     const std::vector<int64_t> lengths = bs == 1    ? std::vector<int64_t>{1, 7, 33, 100, 1536}
                                          : bs == 32 ? std::vector<int64_t>{32, 96, 1536}

@@ -194,7 +194,7 @@ std::vector<GgmlType> matmul_types() {
   std::vector<GgmlType> out;
   for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0,
                      GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
-                     GgmlType::Q4_K, GgmlType::Q6_K})
+                     GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K})
     if (type_supported(t) && kvscope::cuda::qtype_supported(int(t))) out.push_back(t);
   return out;
 }
@@ -319,7 +319,7 @@ std::vector<OpEntry> op_table() {
     for (GgmlType ty : matmul_types())
       for (int T : {1, 3})
         for (float scale : {1.0f, 2.5f}) {
-          const int64_t C = (ty == GgmlType::Q4_K || ty == GgmlType::Q6_K) ? 256 : 64;
+          const int64_t C = type_traits(ty)->block_size == 256 ? 256 : 64;
           const Weight table = make_weight(ty, C, 50, 10 + int(ty));
           e.cases.push_back({ggml_type_name(ty) + " T" + std::to_string(T) + " scale " +
                                  std::to_string(scale),
@@ -387,7 +387,7 @@ std::vector<OpEntry> op_table() {
   {
     OpEntry e{"matmul", {1e-3f, 1e-4f}, {}, {}};
     for (GgmlType ty : matmul_types()) {
-      const bool k_quant = ty == GgmlType::Q4_K || ty == GgmlType::Q6_K;
+      const bool k_quant = type_traits(ty)->block_size == 256;
       for (int64_t n_in : {int64_t(256), int64_t(96)}) {
         if (k_quant && n_in % 256 != 0) continue;
         const Weight w = make_weight(ty, n_in, 67, 30 + int(ty) + int(n_in));

@@ -61,7 +61,7 @@ TEST_F(KernelQuant, EmbedGathersDequantizedRows) {
 TEST_F(KernelQuant, DequantizeToF32MatchesCpuForEveryType) {
   for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0,
                         GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
-                        GgmlType::Q4_K, GgmlType::Q6_K}) {
+                        GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
     const int64_t n_in = kvscope::type_traits(type)->block_size == 256 ? 512 : 96, n_out = 5;
     HostMatrix w = random_matrix(type, n_in, n_out, 3);
     DevVec<uint8_t> dw(w.bytes);
