@@ -157,10 +157,11 @@ inline void q4k_scale_min(int k, const uint8_t* s, int* sc, int* mn) {
   }
 }
 
-void deq_q4_k(const uint8_t* b, float* y) {
+// Q4_K (qh null) and Q5_K: d, dmin, the eight 6-bit (scale, min) pairs, then for Q5_K
+// qh[32] (value k's fifth bit is bit k / 32 of qh[k % 32]), then the nibbles at qs.
+void deq_k4(const uint8_t* b, const uint8_t* qh, const uint8_t* qs, float* y) {
   const float d = f16(b), dmin = f16(b + 2);
   const uint8_t* scales = b + 4;
-  const uint8_t* qs = b + 16;
   for (int g = 0; g < 4; ++g) {
     int sc0, mn0, sc1, mn1;
     q4k_scale_min(2 * g, scales, &sc0, &mn0);
@@ -170,34 +171,16 @@ void deq_q4_k(const uint8_t* b, float* y) {
     const uint8_t* q = qs + 32 * g;
     float* out = y + 64 * g;
     for (int l = 0; l < 32; ++l) {
-      out[l] = d0 * static_cast<float>(q[l] & 0xF) - m0;
-      out[l + 32] = d1 * static_cast<float>(q[l] >> 4) - m1;
+      const int h0 = qh ? ((qh[l] >> (2 * g)) & 1) << 4 : 0;
+      const int h1 = qh ? ((qh[l] >> (2 * g + 1)) & 1) << 4 : 0;
+      out[l] = d0 * static_cast<float>((q[l] & 0xF) | h0) - m0;
+      out[l + 32] = d1 * static_cast<float>((q[l] >> 4) | h1) - m1;
     }
   }
 }
 
-// Q5_K: Q4_K's scales, mins and nibbles, and a fifth bit per value: bit (k / 32) of
-// qh[k % 32] for value k.
-void deq_q5_k(const uint8_t* b, float* y) {
-  const float d = f16(b), dmin = f16(b + 2);
-  const uint8_t* scales = b + 4;
-  const uint8_t* qh = b + 16;
-  const uint8_t* qs = b + 48;
-  for (int g = 0; g < 4; ++g) {
-    int sc0, mn0, sc1, mn1;
-    q4k_scale_min(2 * g, scales, &sc0, &mn0);
-    q4k_scale_min(2 * g + 1, scales, &sc1, &mn1);
-    const float d0 = d * static_cast<float>(sc0), m0 = dmin * static_cast<float>(mn0);
-    const float d1 = d * static_cast<float>(sc1), m1 = dmin * static_cast<float>(mn1);
-    const uint8_t* q = qs + 32 * g;
-    float* out = y + 64 * g;
-    for (int l = 0; l < 32; ++l) {
-      const int h0 = (qh[l] >> (2 * g)) & 1, h1 = (qh[l] >> (2 * g + 1)) & 1;
-      out[l] = d0 * static_cast<float>((q[l] & 0xF) | (h0 << 4)) - m0;
-      out[l + 32] = d1 * static_cast<float>((q[l] >> 4) | (h1 << 4)) - m1;
-    }
-  }
-}
+void deq_q4_k(const uint8_t* b, float* y) { deq_k4(b, nullptr, b + 16, y); }
+void deq_q5_k(const uint8_t* b, float* y) { deq_k4(b, b + 16, b + 48, y); }
 
 void deq_q6_k(const uint8_t* b, float* y) {
   const float d = f16(b + 208);

@@ -73,24 +73,17 @@ __host__ __device__ inline float dequant_value(QType type, const uint8_t* row, i
       if (has_min) return ld_f16(b) * static_cast<float>(q) + ld_f16(b + 2);
       return ld_f16(b) * static_cast<float>(q - 16);
     }
-    case QType::Q4_K: {
-      const uint8_t* b = row + (i / 256) * 144;
+    case QType::Q4_K:
+    case QType::Q5_K: {  // Q5_K: Q4_K's fields, its nibbles past qh[32], bit r/32 of qh[r%32]
+      const bool q5 = type == QType::Q5_K;
+      const uint8_t* b = row + (i / 256) * (q5 ? 176 : 144);
       const int r = static_cast<int>(i % 256);
       const int g = r / 64, within = r % 64, l = within % 32, hi = within / 32;
       float mn;
       const float sc = q4k_scale_min(b + 4, 2 * g + hi, &mn);
-      const uint8_t q = b[16 + 32 * g + l];
-      const int nib = hi ? (q >> 4) : (q & 0xF);
-      return ld_f16(b) * sc * static_cast<float>(nib) - ld_f16(b + 2) * mn;
-    }
-    case QType::Q5_K: {  // Q4_K's fields past qh[32], and bit (r / 32) of qh[r % 32]
-      const uint8_t* b = row + (i / 256) * 176;
-      const int r = static_cast<int>(i % 256);
-      const int g = r / 64, within = r % 64, l = within % 32, hi = within / 32;
-      float mn;
-      const float sc = q4k_scale_min(b + 4, 2 * g + hi, &mn);
-      const uint8_t q = b[48 + 32 * g + l];
-      const int nib = (hi ? (q >> 4) : (q & 0xF)) | (((b[16 + l] >> (r / 32)) & 1) << 4);
+      const uint8_t q = b[(q5 ? 48 : 16) + 32 * g + l];
+      const int high = q5 ? ((b[16 + l] >> (r / 32)) & 1) << 4 : 0;
+      const int nib = (hi ? (q >> 4) : (q & 0xF)) | high;
       return ld_f16(b) * sc * static_cast<float>(nib) - ld_f16(b + 2) * mn;
     }
     case QType::Q6_K: {

@@ -95,7 +95,9 @@ void pack_block(GgmlType t, const uint8_t* src, int i, uint8_t* dst) {
         if ((h >> k) & 1u) hb[2 * k + i / 8] |= uint8_t(1u << (i % 8));
       return;
     }
-    case GgmlType::Q4_K: {
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K: {  // Q5_K: Q4_K's fields, its nibbles past qh[32], then the bits
+      const bool q5 = t == GgmlType::Q5_K;
       std::memcpy(dst + 2 * i, src, 2);
       std::memcpy(dst + 32 + 2 * i, src + 2, 2);
       for (int s = 0; s < 8; ++s) {
@@ -104,24 +106,12 @@ void pack_block(GgmlType t, const uint8_t* src, int i, uint8_t* dst) {
         dst[64 + s * R + i] = uint8_t(scale);
         dst[64 + 128 + s * R + i] = uint8_t(min);
       }
+      const uint8_t* qs = src + (q5 ? 48 : 16);
       uint8_t* q = dst + 64 + 256;
       for (int p = 0; p < 128; ++p)
-        q[p * R + i] = uint8_t(nib_q4k(src + 16, 2 * p) | (nib_q4k(src + 16, 2 * p + 1) << 4));
-      return;
-    }
-    case GgmlType::Q5_K: {  // Q4_K's fields from the same offsets past qh, then the bits
-      std::memcpy(dst + 2 * i, src, 2);
-      std::memcpy(dst + 32 + 2 * i, src + 2, 2);
-      for (int s = 0; s < 8; ++s) {
-        int scale, min;
-        q4k_scale_min(src + 4, s, &scale, &min);
-        dst[64 + s * R + i] = uint8_t(scale);
-        dst[64 + 128 + s * R + i] = uint8_t(min);
-      }
+        q[p * R + i] = uint8_t(nib_q4k(qs, 2 * p) | (nib_q4k(qs, 2 * p + 1) << 4));
+      if (!q5) return;
       const uint8_t* qh = src + 16;
-      uint8_t* q = dst + 64 + 256;
-      for (int p = 0; p < 128; ++p)
-        q[p * R + i] = uint8_t(nib_q4k(src + 48, 2 * p) | (nib_q4k(src + 48, 2 * p + 1) << 4));
       uint8_t* hb = q + 128 * R;
       for (int k = 0; k < 256; ++k)
         if ((qh[k % 32] >> (k / 32)) & 1) hb[2 * k + i / 8] |= uint8_t(1u << (i % 8));

@@ -5,6 +5,7 @@
 // cached, a waiting and a preempted sequence), and a large one (16 x 1,000 tokens).
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -149,6 +150,31 @@ inline app::ServingSnapshot serving_snapshot_large(int lanes, int tokens) {
     serving_hold(&s, &l);
     s.lanes.push_back(std::move(l));
   }
+  return s;
+}
+
+// The step after `before`: sequence `seq` was preempted, so its own blocks went back (free,
+// flashing Released; their ids into *released, in block id order) and the blocks it shared stay
+// with the others; no other tile flashes.
+inline app::ServingSnapshot serving_preempted_after(const app::ServingSnapshot& before, int seq,
+                                                    std::vector<int32_t>* released) {
+  app::ServingSnapshot s = before;
+  s.step = before.step + 1;
+  app::Lane& l = s.lanes[size_t(seq)];
+  for (app::PoolTile& t : s.tiles) t.flash = app::TileFlash::None;
+  for (int32_t b : l.table) {
+    app::PoolTile& t = s.tiles[size_t(b)];
+    std::erase(t.owners, seq);
+    if (--t.refs > 0) continue;
+    t.state = app::TileState::Free;
+    t.flash = app::TileFlash::Released;
+    t.logical = -1;
+    released->push_back(b);
+  }
+  std::sort(released->begin(), released->end());
+  l.state = app::LaneState::Preempted;
+  l.table.clear();
+  l.computed = 0;
   return s;
 }
 

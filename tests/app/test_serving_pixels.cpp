@@ -257,22 +257,8 @@ TEST(ServingPixels, BlocksGoingBackFlyFromTheLaneToThePool) {
   auto r = ctx->make_renderer();
   ASSERT_TRUE(r);
   auto before = std::make_shared<const ServingSnapshot>(test::serving_snapshot_eight());
-  ServingSnapshot after = *before;
-  after.step += 1;
-  Lane& l = after.lanes[2];
   std::vector<int32_t> released;
-  for (PoolTile& t : after.tiles) t.flash = TileFlash::None;
-  for (int32_t b : l.table) {
-    PoolTile& t = after.tiles[size_t(b)];
-    std::erase(t.owners, 2);
-    if (--t.refs > 0) continue;
-    t.state = TileState::Free;
-    t.flash = TileFlash::Released;
-    released.push_back(b);
-  }
-  l.state = LaneState::Preempted;
-  l.table.clear();
-  l.computed = 0;
+  const ServingSnapshot after = test::serving_preempted_after(*before, 2, &released);
   auto snap = std::make_shared<const ServingSnapshot>(after);
   ASSERT_FALSE(released.empty());
   // Half way: the fall (and slide) fraction at 0.5 is where since_step = 0.05 + 0.35 / 2.

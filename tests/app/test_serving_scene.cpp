@@ -48,32 +48,10 @@ bool near(glm::vec3 a, glm::vec3 b, float eps = 1e-4f) {
   return glm::length(a - b) < eps;
 }
 
-// Step 41 of the eight-sequence snapshot: seq 2 was preempted, its own blocks went back
-// (free, flashing Released); the system prompt's blocks it shared stay with the others.
-ServingSnapshot preempted_after(const ServingSnapshot& before, std::vector<int32_t>* released) {
-  ServingSnapshot s = before;
-  s.step = before.step + 1;
-  Lane& l = s.lanes[2];
-  for (PoolTile& t : s.tiles) t.flash = TileFlash::None;
-  for (int32_t b : l.table) {
-    PoolTile& t = s.tiles[size_t(b)];
-    std::erase(t.owners, 2);
-    if (--t.refs > 0) continue;
-    t.state = TileState::Free;
-    t.flash = TileFlash::Released;
-    t.logical = -1;
-    released->push_back(b);
-  }
-  l.state = LaneState::Preempted;
-  l.table.clear();
-  l.computed = 0;
-  return s;
-}
-
 TEST(ServingScene, BlocksAPreemptedLaneGaveBackFlyFromItsLaneIntoTheirTiles) {
   const ServingSnapshot before = serving_snapshot_eight();
   std::vector<int32_t> released;
-  const ServingSnapshot after = preempted_after(before, &released);
+  const ServingSnapshot after = kvscope::test::serving_preempted_after(before, 2, &released);
   ASSERT_GE(released.size(), 2u);
   const ServingGeometry g = serving_geometry(after);
   AnimClock now;

@@ -140,7 +140,9 @@ float kernel_value(GgmlType t, const uint8_t* row, int64_t k) {
       const int q = nib(b + (m ? 8 : 6), j) | int(((h >> j) & 1u) << 4);
       return m ? std::fma(float(q), half_at(b), half_at(b + 2)) : float(q - 16) * half_at(b);
     }
-    case GgmlType::Q4_K: {
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K: {  // Q5_K: the nibbles 32 bytes later, past qh; bit j/32 of qh[j%32]
+      const bool q5 = t == GgmlType::Q5_K;
       const int s = j / 32, g = j / 64, l = j % 32;
       const uint8_t* sc = b + 4;
       int scale, min;
@@ -151,22 +153,8 @@ float kernel_value(GgmlType t, const uint8_t* row, int64_t k) {
         scale = (sc[s + 4] & 0xF) | ((sc[s - 4] >> 6) << 4);
         min = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
       }
-      const int q = s % 2 == 0 ? b[16 + 32 * g + l] & 0xF : b[16 + 32 * g + l] >> 4;
-      return std::fma(float(q), half_at(b) * float(scale), -(half_at(b + 2) * float(min)));
-    }
-    case GgmlType::Q5_K: {  // Q4_K's scales and nibbles 32 bytes later, bit j/32 of qh[j%32]
-      const int s = j / 32, g = j / 64, l = j % 32;
-      const uint8_t* sc = b + 4;
-      int scale, min;
-      if (s < 4) {
-        scale = sc[s] & 63;
-        min = sc[s + 4] & 63;
-      } else {
-        scale = (sc[s + 4] & 0xF) | ((sc[s - 4] >> 6) << 4);
-        min = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
-      }
-      const int lo = s % 2 == 0 ? b[48 + 32 * g + l] & 0xF : b[48 + 32 * g + l] >> 4;
-      const int q = lo | (((b[16 + l] >> s) & 1) << 4);
+      const uint8_t byte = b[(q5 ? 48 : 16) + 32 * g + l];
+      const int q = (s % 2 == 0 ? byte & 0xF : byte >> 4) | (q5 ? ((b[16 + l] >> s) & 1) << 4 : 0);
       return std::fma(float(q), half_at(b) * float(scale), -(half_at(b + 2) * float(min)));
     }
     case GgmlType::Q6_K: {

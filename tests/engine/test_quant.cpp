@@ -200,22 +200,32 @@ TEST(Dequantize, Q8_0SignedBytesTimesScale) {
   EXPECT_EQ(y[31], -16.0f);
 }
 
-TEST(Dequantize, Q4_KSixBitScalesForLowAndHighPairs) {
-  // Decoded (scale, min) pairs chosen by hand; k >= 4 use values >= 16 so their top two
-  // bits live in the top bits of bytes 0..7.
-  const int sc[8] = {1, 2, 3, 4, 37, 50, 63, 20};
-  const int mn[8] = {5, 6, 7, 8, 40, 33, 17, 62};
+// The K-quant examples' (scale, min) pairs, chosen by hand; k >= 4 use values >= 16 so
+// their top two bits live in the top bits of bytes 0..7.
+constexpr int kKSc[8] = {1, 2, 3, 4, 37, 50, 63, 20};
+constexpr int kKMn[8] = {5, 6, 7, 8, 40, 33, 17, 62};
+
+// A Q4_K (bytes 144) or Q5_K (176: qh[32] before the nibbles) block with those pairs,
+// d = 1, dmin = 0.5, and nibble byte i = (i % 16) | ((i * 7) % 16) << 4.
+std::vector<uint8_t> k_example(size_t bytes) {
   // Packed by hand: byte k (k<4) = sc[k] | (sc[k+4] >> 4) << 6, byte k+4 = mn[k] |
   // (mn[k+4] >> 4) << 6, byte k+8 = (sc[k+4] & 15) | (mn[k+4] & 15) << 4.
   // e.g. byte 0 = 1 | (37>>4=2)<<6 = 0x81; byte 8 = (37&15=5) | (40&15=8)<<4 = 0x85.
   const uint8_t scales[12] = {0x81, 0xC2, 0xC3, 0x44, 0x85, 0x86,
                               0x47, 0xC8, 0x85, 0x12, 0x1F, 0xE4};
-  std::vector<uint8_t> b(144);
+  std::vector<uint8_t> b(bytes);
   put16(b, 0, 0x3C00);  // d = 1
   put16(b, 2, 0x3800);  // dmin = 0.5
   std::memcpy(b.data() + 4, scales, 12);
-  for (int i = 0; i < 128; ++i) b[16 + i] = static_cast<uint8_t>((i % 16) | (((i * 7) % 16) << 4));
-  const auto y = deq(GgmlType::Q4_K, b, 256);
+  const size_t qs = bytes - 128;
+  for (int i = 0; i < 128; ++i) b[qs + size_t(i)] = static_cast<uint8_t>((i % 16) | (((i * 7) % 16) << 4));
+  return b;
+}
+
+TEST(Dequantize, Q4_KSixBitScalesForLowAndHighPairs) {
+  const int* sc = kKSc;
+  const int* mn = kKMn;
+  const auto y = deq(GgmlType::Q4_K, k_example(144), 256);
   for (int g = 0; g < 4; ++g) {
     for (int l = 0; l < 32; ++l) {
       const int i = 32 * g + l;
@@ -237,16 +247,10 @@ TEST(Dequantize, Q4_KSixBitScalesForLowAndHighPairs) {
 TEST(Dequantize, Q5_KIsQ4_KWithAFifthBitFromQh) {
   // The Q4_K example's scales and nibbles, 32 bytes later (after qh), and fifth bits:
   // value k takes bit k / 32 of qh[k % 32]; qh[l] = l * 37 (mod 256) by hand.
-  const int sc[8] = {1, 2, 3, 4, 37, 50, 63, 20};
-  const int mn[8] = {5, 6, 7, 8, 40, 33, 17, 62};
-  const uint8_t scales[12] = {0x81, 0xC2, 0xC3, 0x44, 0x85, 0x86,
-                              0x47, 0xC8, 0x85, 0x12, 0x1F, 0xE4};
-  std::vector<uint8_t> b(176);
-  put16(b, 0, 0x3C00);  // d = 1
-  put16(b, 2, 0x3800);  // dmin = 0.5
-  std::memcpy(b.data() + 4, scales, 12);
-  for (int l = 0; l < 32; ++l) b[16 + l] = static_cast<uint8_t>(l * 37);
-  for (int i = 0; i < 128; ++i) b[48 + i] = static_cast<uint8_t>((i % 16) | (((i * 7) % 16) << 4));
+  const int* sc = kKSc;
+  const int* mn = kKMn;
+  std::vector<uint8_t> b = k_example(176);
+  for (int l = 0; l < 32; ++l) b[16 + size_t(l)] = static_cast<uint8_t>(l * 37);
   const auto y = deq(GgmlType::Q5_K, b, 256);
   for (int k = 0; k < 256; ++k) {
     const int s = k / 32, l = k % 32, i = 32 * (k / 64) + l;

@@ -119,11 +119,6 @@ int count_events(const std::vector<BatchStep>& steps, EventKind k, int seq = -1)
 
 class SchedulerTest : public ModelTest<DefaultModelFile> {
  protected:
-  static std::vector<int32_t> tokens(const std::string& text) {
-    auto ids = tokenize_prompt(*model_, PromptSpec{text, false, false});
-    EXPECT_TRUE(ids.ok()) << (ids.ok() ? "" : ids.error().message);
-    return ids.ok() ? *ids : std::vector<int32_t>{};
-  }
   // The solo run of a prompt on the model's full context, greedy, EOS not stopping it;
   // computed once per prompt and token count for the whole suite.
   static const Solo& solo(const std::vector<int32_t>& prompt, int max_tokens) {

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -32,11 +33,6 @@ const char* const kPrompt =
 
 class SchedulerBeams : public ModelTest<DefaultModelFile> {
  protected:
-  static std::vector<int32_t> tokens(const std::string& text) {
-    auto ids = tokenize_prompt(*model_, PromptSpec{text, false, false});
-    EXPECT_TRUE(ids.ok()) << (ids.ok() ? "" : ids.error().message);
-    return ids.ok() ? *ids : std::vector<int32_t>{};
-  }
   static SchedulerConfig config() {
     SchedulerConfig c;
     c.context = 512;
@@ -58,18 +54,16 @@ class SchedulerBeams : public ModelTest<DefaultModelFile> {
     r.length_penalty = lp;
     return r;
   }
-  // Runs to the end; the pool's invariants after every step. *steps: steps taken.
-  static void run(Scheduler& s, int* steps = nullptr) {
-    int n = 0;
-    while (!s.idle() && n < 2000) {
+  // Runs to the end; the pool's invariants after every step, then `each` on the step.
+  static void run(Scheduler& s, const std::function<void(const BatchStep&)>& each = {}) {
+    for (int n = 0; !s.idle() && n < 2000; ++n) {
       auto st = s.step();
       ASSERT_TRUE(st.ok()) << st.error().message;
       const Status ok = s.check();
       ASSERT_TRUE(ok.ok()) << "step " << st->step << ": " << ok.error().message;
-      ++n;
+      if (each) each(*st);
     }
     ASSERT_TRUE(s.idle());
-    if (steps) *steps = n;
   }
   static BeamResult reference(const std::vector<int32_t>& prompt, int K, int max_tokens,
                               float lp = 1.0f) {
@@ -154,34 +148,31 @@ TEST_F(SchedulerBeams, BeamsShareBlocksAndPrunedBeamsGiveThemBackInTheSameStep) 
   auto first = s->add(beam_request(p, 4, 24));
   ASSERT_TRUE(first.ok());
   int pruned = 0, forks = 0, cows = 0;
-  while (!s->idle()) {
-    auto st = s->step();
-    ASSERT_TRUE(st.ok()) << st.error().message;
-    ASSERT_TRUE(s->check().ok()) << s->check().error().message;
+  run(*s, [&](const BatchStep& step) {
     // The pool's used blocks are exactly the blocks the live beams' tables name (a
     // pruned beam's own blocks are already back; nothing else holds any).
     std::set<int32_t> named;
     size_t table_entries = 0;
     for (int id : s->live_beams(*first)) {
       EXPECT_EQ(s->state(id), SeqState::Running);
-      for (const StepRow& r : st->rows)
+      for (const StepRow& r : step.rows)
         if (r.seq == id) {
           named.insert(r.table.begin(), r.table.end());
           table_entries += r.table.size();
         }
     }
     if (!s->live_beams(*first).empty()) {
-      EXPECT_EQ(int(named.size()), st->pool.counts.used) << "step " << st->step;
+      EXPECT_EQ(int(named.size()), step.pool.counts.used) << "step " << step.step;
       if (s->live_beams(*first).size() > 1) {
         EXPECT_LT(named.size(), table_entries) << "beams share their prompt's blocks";
       }
     }
-    for (const SchedEvent& e : st->events) {
+    for (const SchedEvent& e : step.events) {
       pruned += e.kind == EventKind::Finish && e.detail == "pruned";
       forks += e.kind == EventKind::Fork;
       cows += e.kind == EventKind::Cow;
     }
-  }
+  });
   EXPECT_GT(forks, 3);
   EXPECT_GT(pruned, 0);
   EXPECT_GT(cows, 0);
@@ -210,13 +201,10 @@ TEST_F(SchedulerBeams, PreemptedBeamsFindTheSameHypotheses) {
   auto third = s->add(other);
   ASSERT_TRUE(third.ok());
   int beams_preempted = 0;
-  while (!s->idle()) {
-    auto st = s->step();
-    ASSERT_TRUE(st.ok()) << st.error().message;
-    ASSERT_TRUE(s->check().ok()) << s->check().error().message;
-    for (const SchedEvent& e : st->events)
+  run(*s, [&](const BatchStep& st) {
+    for (const SchedEvent& e : st.events)
       beams_preempted += e.kind == EventKind::Preempt && e.seq != 0 && e.seq != *third;
-  }
+  });
   EXPECT_GT(beams_preempted, 0);
   expect_same(*s, *first, ref);
 }

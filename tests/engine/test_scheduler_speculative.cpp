@@ -63,11 +63,6 @@ bool same_counts(const KvPoolCounts& a, const KvPoolCounts& b) {
 
 class SchedulerSpeculative : public ModelTest<DefaultModelFile> {
  protected:
-  static std::vector<int32_t> tokens(const std::string& text) {
-    auto ids = tokenize_prompt(*model_, PromptSpec{text, false, false});
-    EXPECT_TRUE(ids.ok()) << (ids.ok() ? "" : ids.error().message);
-    return ids.ok() ? *ids : std::vector<int32_t>{};
-  }
   static SchedulerConfig config() {
     SchedulerConfig c;
     c.stop_at_eos = false;

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/cpu/cpu_backend.h"
 #include "engine/model.h"
@@ -50,6 +51,12 @@ class ModelTest : public ::testing::Test {
     auto s = Session::create(model_, make_cpu_backend(2), c);
     EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.error().message);
     return s.ok() ? std::move(s.value()) : nullptr;
+  }
+  // The ids of raw text (no chat template), the failure recorded and none when refused.
+  static std::vector<int32_t> tokens(const std::string& text) {
+    auto ids = tokenize_prompt(*model_, PromptSpec{text, false, false});
+    EXPECT_TRUE(ids.ok()) << (ids.ok() ? "" : ids.error().message);
+    return ids.ok() ? *ids : std::vector<int32_t>{};
   }
   // The usual run of these tests: a cache mode, a token budget, EOS not stopping it.
   static SessionConfig config(CacheMode mode, int max_tokens) {
