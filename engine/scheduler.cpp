@@ -698,12 +698,7 @@ Status Scheduler::run_step(BatchStep& out) {
         note_first_token(s);
       }
     }
-    row.table = s.cache->blocks();
-    for (int g = 1; g < s.cache->n_groups(); ++g) {
-      if (row.tables.empty()) row.tables.push_back(row.table);
-      row.tables.push_back(s.cache->blocks(g));
-    }
-    row.blocks = s.cache->held_blocks();
+    record_tables(s, row);
     if (!row.is_prompt && row.token_id >= 0) {
       ++stats_.decode_rows;
       stats_.decode_row_tokens += row.tokens_out.size();
@@ -853,6 +848,33 @@ void Scheduler::check_stop(Seq& s, BatchStep& out) {
   if (r != StopReason::None) finish(s, r, out);
 }
 
+void Scheduler::record_tables(const Seq& s, StepRow& row) const {
+  row.table = s.cache->blocks();
+  row.tables.clear();
+  for (int g = 1; g < s.cache->n_groups(); ++g) {
+    if (row.tables.empty()) row.tables.push_back(row.table);
+    row.tables.push_back(s.cache->blocks(g));
+  }
+  row.blocks = s.cache->held_blocks();
+}
+
+Status Scheduler::fork_from(Seq& c, const Seq& parent,
+                            const std::vector<std::vector<int32_t>>& tables, BatchStep& out) {
+  c.state = SeqState::Running;
+  c.arrived = parent.arrived;
+  c.first_hit = parent.first_hit;
+  c.first_token = true;  // its time to first token is the request's
+  if (!tables.empty()) {
+    KV_TRY(c.cache->adopt_groups(tables, parent.cache->length()));
+    c.hashes = parent.hashes;
+    c.published = parent.published;
+    running_.push_back(c.id);
+  }
+  c.cow_seen = c.cache->cow_copies();
+  out.events.push_back({EventKind::Fork, c.id, parent.id, {}});
+  return Status::Ok();
+}
+
 Status Scheduler::fork_samples(Seq& s, BatchStep& out) {
   std::vector<std::vector<int32_t>> tables;
   for (int g = 0; g < s.cache->n_groups(); ++g) tables.push_back(s.cache->blocks(g));
@@ -860,29 +882,15 @@ Status Scheduler::fork_samples(Seq& s, BatchStep& out) {
   s.samples.clear();
   for (int id : samples) {
     Seq& c = *seqs_[size_t(id)];
-    KV_TRY(c.cache->adopt_groups(tables, s.cache->length()));
     c.fork_of = -1;
-    c.state = SeqState::Running;
-    c.arrived = s.arrived;
-    c.first_hit = s.first_hit;
-    c.first_token = true;  // its time to first token is the request's
-    c.hashes = s.hashes;
-    c.published = s.published;
-    c.cow_seen = c.cache->cow_copies();
+    KV_TRY(fork_from(c, s, tables, out));
     c.logits = s.logits;
-    running_.push_back(c.id);
-    out.events.push_back({EventKind::Fork, c.id, s.id, {}});
     StepRow row;
     row.seq = c.id;
     row.pos0 = c.cache->length();
     row.tokens = 0;  // nothing computed: the prompt's blocks are the request's
     sample_next(c, row);
-    row.table = c.cache->blocks();
-    for (int g = 1; g < c.cache->n_groups(); ++g) {
-      if (row.tables.empty()) row.tables.push_back(row.table);
-      row.tables.push_back(c.cache->blocks(g));
-    }
-    row.blocks = c.cache->held_blocks();
+    record_tables(c, row);
     out.rows.push_back(std::move(row));
     check_stop(c, out);
   }
@@ -956,24 +964,15 @@ Expected<Scheduler::Seq*> Scheduler::branch(Seq& parent, bool adopt, BatchStep& 
   c->beam = parent.beam;
   c->stream = parent.stream;
   c->text = parent.text;
-  c->arrived = parent.arrived;
-  c->first_hit = parent.first_hit;
-  c->first_token = true;  // its time to first token is the request's
   auto cache = backend_->create_paged_kv_cache(cache_cfg_, pool_);
   if (!cache.ok()) return cache.error();
   c->cache = std::move(*cache);
-  if (adopt) {
-    std::vector<std::vector<int32_t>> tables;
+  std::vector<std::vector<int32_t>> tables;
+  if (adopt)
     for (int g = 0; g < parent.cache->n_groups(); ++g) tables.push_back(parent.cache->blocks(g));
-    KV_TRY(c->cache->adopt_groups(tables, parent.cache->length()));
-    c->hashes = parent.hashes;
-    c->published = parent.published;
-    running_.push_back(c->id);
-  }
-  c->cow_seen = c->cache->cow_copies();
-  out.events.push_back({EventKind::Fork, c->id, parent.id, {}});
   Seq* p = c.get();
   seqs_.push_back(std::move(c));
+  KV_TRY(fork_from(*p, parent, tables, out));
   return p;
 }
 
@@ -1031,13 +1030,7 @@ Status Scheduler::select(BeamSet& set, BatchStep& out) {
       ++stats_.decode_rows;
       ++stats_.decode_row_tokens;
     }
-    r.table = s.cache->blocks();
-    r.tables.clear();
-    for (int g = 1; g < s.cache->n_groups(); ++g) {
-      if (r.tables.empty()) r.tables.push_back(r.table);
-      r.tables.push_back(s.cache->blocks(g));
-    }
-    r.blocks = s.cache->held_blocks();
+    record_tables(s, r);
   };
   // New sequences first, each from its parent's tokens before the step's own token.
   std::vector<Seq*> made(next.size(), nullptr);

@@ -300,6 +300,13 @@ class Scheduler {
                                     BatchStep& out);
   // Appends token t to s (its text into row).
   void emit(Seq& s, int32_t t, StepRow& row);
+  // The row's block tables (every group's when there are several) and held blocks, from s.
+  void record_tables(const Seq& s, StepRow& row) const;
+  // Makes c a running fork of `parent` (a Fork event): with `tables` (the parent's, every
+  // group's) it adopts them and the parent's published hashes; empty, it holds nothing
+  // (a beam hypothesis that ends at once).
+  Status fork_from(Seq& c, const Seq& parent, const std::vector<std::vector<int32_t>>& tables,
+                   BatchStep& out);
   // Forks s's pending samples off s (its prompt computed, its logits fresh).
   Status fork_samples(Seq& s, BatchStep& out);
   uint64_t group_hash(uint64_t chain, int g) const;
