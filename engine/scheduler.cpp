@@ -46,7 +46,8 @@ struct Scheduler::Seq {
 };
 
 struct Scheduler::BeamSet {
-  int root = 0;  // the request's first sequence
+  int index = 0;  // in beam_sets_
+  int root = 0;   // the request's first sequence
   int K = 1;
   float length_penalty = 1.0f;
   int max_tokens = 1;
@@ -226,12 +227,14 @@ Expected<int> Scheduler::add(Request r) {
   }
   if (r.beams > 0) {
     auto set = std::make_unique<BeamSet>();
+    set->index = int(beam_sets_.size());
     set->root = first;
     set->K = r.beams;
     set->length_penalty = r.length_penalty;
     set->max_tokens = r.max_tokens;
     set->live = {first};
     made[0]->beam = int(beam_sets_.size());
+    open_beams_.push_back(made[0]->beam);
     beam_sets_.push_back(std::move(set));
   }
   for (auto& s : made) seqs_.push_back(std::move(s));
@@ -258,6 +261,7 @@ Status Scheduler::cancel(int id) {
     }
     set.live.clear();
     set.done = true;
+    std::erase(open_beams_, s.beam);
     return Status::Ok();
   }
   s.cache->release();
@@ -288,6 +292,10 @@ Status Scheduler::forget(int id) {
   if (gone_.size() < seqs_.size()) gone_.resize(seqs_.size());
   gone_[size_t(id)] = {s.state, s.stop};
   s.cache->release();
+  // A finished search's hypotheses go with its first sequence.
+  if (s.beam >= 0 && beam_sets_[size_t(s.beam)] && beam_sets_[size_t(s.beam)]->root == id &&
+      beam_sets_[size_t(s.beam)]->done)
+    beam_sets_[size_t(s.beam)].reset();
   seqs_[size_t(id)].reset();
   return Status::Ok();
 }
@@ -637,7 +645,7 @@ Status Scheduler::run_step(BatchStep& out) {
   out.running = int(running_.size());
   out.waiting = int(waiting_.size());
   if (plan.empty()) {
-    if (!beam_sets_.empty()) KV_TRY(select_beams(out));
+    if (!open_beams_.empty()) KV_TRY(select_beams(out));
     record_pool(out);
     return Status::Ok();
   }
@@ -711,7 +719,7 @@ Status Scheduler::run_step(BatchStep& out) {
     if (!batch[i].logits || s.beam >= 0) continue;
     check_stop(s, out);
   }
-  if (!beam_sets_.empty()) KV_TRY(select_beams(out));
+  if (!open_beams_.empty()) KV_TRY(select_beams(out));
   out.running = int(running_.size());
   out.waiting = int(waiting_.size());
   record_pool(out);
@@ -911,8 +919,9 @@ void Scheduler::note_first_token(Seq& s) {
 
 int Scheduler::seats_held() const {
   int n = int(running_.size());
-  for (const auto& set : beam_sets_) {
-    if (!set->started || set->done) continue;
+  for (int b : open_beams_) {
+    const BeamSet* set = beam_sets_[size_t(b)].get();
+    if (!set->started) continue;
     int running = 0;
     for (int id : set->live) running += seqs_[size_t(id)]->state == SeqState::Running;
     n += std::max(0, set->K - running);
@@ -922,7 +931,7 @@ int Scheduler::seats_held() const {
 
 std::vector<BeamHypothesis> Scheduler::beam_hypotheses(int first) const {
   for (const auto& set : beam_sets_) {
-    if (set->root != first) continue;
+    if (!set || set->root != first) continue;
     std::vector<BeamHypothesis> h = set->hyps;
     std::stable_sort(h.begin(), h.end(), [](const BeamHypothesis& x, const BeamHypothesis& y) {
       return x.score > y.score;
@@ -936,12 +945,15 @@ std::vector<BeamHypothesis> Scheduler::beam_hypotheses(int first) const {
 std::vector<int> Scheduler::live_beams(int seq) const {
   if (seq < 0 || seq >= int(seqs_.size()) || !seqs_[size_t(seq)]) return {};
   const int b = seqs_[size_t(seq)]->beam;
-  if (b < 0 || beam_sets_[size_t(b)]->done) return {};
+  if (b < 0 || !beam_sets_[size_t(b)] || beam_sets_[size_t(b)]->done) return {};
   return beam_sets_[size_t(b)]->live;
 }
 
 Status Scheduler::select_beams(BatchStep& out) {
-  for (auto& set : beam_sets_) {
+  // select() may end a search (open_beams_ then loses it): walk a copy.
+  const std::vector<int> open = open_beams_;
+  for (int i : open) {
+    BeamSet* set = beam_sets_[size_t(i)].get();
     if (!set->started || set->done || set->live.empty()) continue;
     bool all = true;
     for (int id : set->live) {
@@ -1074,6 +1086,7 @@ Status Scheduler::select(BeamSet& set, BatchStep& out) {
     }
     set.live.clear();
     set.done = true;
+    std::erase(open_beams_, set.index);
   }
   return Status::Ok();
 }

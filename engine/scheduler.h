@@ -341,7 +341,11 @@ class Scheduler {
     StopReason stop = StopReason::None;
   };
   std::vector<Gone> gone_;  // what a forgotten sequence leaves (by id)
-  std::vector<std::unique_ptr<BeamSet>> beam_sets_;  // by request, in the order added
+  // By request, in the order added; a set is dropped (null) once it is done and its first
+  // sequence is forgotten. open_beams_ lists the sets not done yet, so that what runs each
+  // step (seats_held, select_beams) never walks ended searches.
+  std::vector<std::unique_ptr<BeamSet>> beam_sets_;
+  std::vector<int> open_beams_;
   std::vector<int> waiting_;  // ids, head first
   std::vector<int> running_;  // ids, in admission order
   int step_ = 0;

@@ -10,6 +10,8 @@
 //   - a pool too small for everyone preempts beams and the search still finds the same
 //     hypotheses;
 //   - a beam request holds its K seats of max_seqs from admission to its end;
+//   - a server's searches one after another, each forgotten when read, keep finding the
+//     same hypotheses, and a forgotten search's hypotheses are gone;
 //   - bad settings are one clear error.
 #include <gtest/gtest.h>
 
@@ -232,6 +234,33 @@ TEST_F(SchedulerBeams, ABeamRequestHoldsItsSeats) {
     beams_ended = s->live_beams(*first).empty() && s->state(*first) != SeqState::Waiting;
   }
   EXPECT_EQ(s->generated(*later).size(), 4u);
+}
+
+TEST_F(SchedulerBeams, SearchesOneAfterAnotherForgottenWhenReadFindTheSameHypotheses) {
+  const auto p = tokens(kPrompt);
+  const BeamResult ref = reference(p, 3, 10);
+  auto s = scheduler(config());
+  for (int round = 0; round < 4; ++round) {
+    SCOPED_TRACE(round);
+    auto first = s->add(beam_request(p, 3, 10));
+    ASSERT_TRUE(first.ok()) << first.error().message;
+    // A plain request beside it, forgotten too: only the search's sets matter here.
+    Request other;
+    other.prompt = tokens("The capital of France is");
+    other.max_tokens = 6;
+    auto plain = s->add(other);
+    ASSERT_TRUE(plain.ok());
+    run(*s);
+    expect_same(*s, *first, ref);
+    const auto hyps = s->beam_hypotheses(*first);
+    // Every sequence of this round: the search's first, the request beside it, the beams.
+    for (int id = *first; id < s->size(); ++id) ASSERT_TRUE(s->forget(id).ok()) << id;
+    EXPECT_TRUE(s->beam_hypotheses(*first).empty());
+    EXPECT_TRUE(s->live_beams(*first).empty());
+    for (const BeamHypothesis& h : hyps) EXPECT_TRUE(s->live_beams(h.seq).empty());
+    EXPECT_EQ(s->pool().counts().used, 0);
+    EXPECT_TRUE(s->check().ok());
+  }
 }
 
 TEST_F(SchedulerBeams, CancellingABeamCancelsTheSearch) {
