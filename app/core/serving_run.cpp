@@ -374,4 +374,10 @@ void ServingRun::wait_until(int step, double timeout_s) {
   });
 }
 
+const Lane* ServingSnapshot::lane(int seq) const {
+  auto it = std::lower_bound(lanes.begin(), lanes.end(), seq,
+                             [](const Lane& l, int id) { return l.seq < id; });
+  return it != lanes.end() && it->seq == seq ? &*it : nullptr;
+}
+
 }  // namespace kvscope::app

@@ -139,11 +139,14 @@ struct ServingSnapshot {
   bool prefix_caching = true;
   int n_requests = 0;
   std::vector<PoolTile> tiles;   // [n_blocks]
-  std::vector<Lane> lanes;       // every sequence known so far, by id
+  std::vector<Lane> lanes;       // the sequences known so far, in id order (ended ones trimmed)
   std::vector<int> waiting;      // ids in queue order (head first)
   std::vector<SchedEvent> events;  // this step's
   std::vector<ServingPoint> history;  // one per step, oldest first
   SchedulerStats totals;
+
+  // Sequence `seq`'s lane, or null (never seen, or trimmed): a binary search by id.
+  const Lane* lane(int seq) const;
 };
 
 struct ServingConfig {

@@ -44,14 +44,6 @@ bool lane_ended(LaneState st) {
   return st == LaneState::Finished || st == LaneState::Cancelled || st == LaneState::Failed;
 }
 
-const Lane* find_lane(const ServingSnapshot& s, int seq) {
-  if (seq >= 0 && size_t(seq) < s.lanes.size() && s.lanes[size_t(seq)].seq == seq)
-    return &s.lanes[size_t(seq)];
-  for (const Lane& l : s.lanes)
-    if (l.seq == seq) return &l;
-  return nullptr;
-}
-
 // Up to kServingMaxLanes sequences: the running ones, then the waiting queue, then the
 // others still alive, then the most recent ended ones (of pruned beams, the newest
 // kServingPrunedLanes); drawn by request, then sequence id,
@@ -60,7 +52,7 @@ const Lane* find_lane(const ServingSnapshot& s, int seq) {
 std::vector<int> choose_lanes(const ServingSnapshot& s) {
   std::vector<int> chosen;
   auto take = [&](int seq) {
-    if (int(chosen.size()) >= kServingMaxLanes || !find_lane(s, seq)) return;
+    if (int(chosen.size()) >= kServingMaxLanes || !s.lane(seq)) return;
     if (std::find(chosen.begin(), chosen.end(), seq) == chosen.end()) chosen.push_back(seq);
   };
   for (const Lane& l : s.lanes)
@@ -76,7 +68,7 @@ std::vector<int> choose_lanes(const ServingSnapshot& s) {
     take(it->seq);
   }
   std::sort(chosen.begin(), chosen.end(), [&](int a, int b) {
-    const int ra = find_lane(s, a)->request, rb = find_lane(s, b)->request;
+    const int ra = s.lane(a)->request, rb = s.lane(b)->request;
     return ra != rb ? ra < rb : a < b;
   });
   return chosen;
@@ -114,7 +106,7 @@ ServingGeometry serving_geometry(const ServingSnapshot& s) {
   const int rows = (std::max(n_blocks, 1) + g.columns - 1) / g.columns;
   int longest = 1;
   for (int seq : g.lane_seq)
-    if (const Lane* l = find_lane(s, seq)) longest = std::max(longest, int(l->ids.size()) + 1);
+    if (const Lane* l = s.lane(seq)) longest = std::max(longest, int(l->ids.size()) + 1);
   // The pool's scale: grown by steps of sqrt(2) until it spans 70% of the longest lane.
   const float lanes_w = float(longest) * kServingTokenPitch;
   while (float(g.columns) * g.tile_pitch < 0.7f * lanes_w) g.tile_pitch *= 1.41421356f;
@@ -214,7 +206,7 @@ render::TokenInstance lane_token(const Lane& l, int pos, glm::vec3 at) {
 int serving_fork_stem(const ServingSnapshot& s, const Lane& l) {
   if (l.parent < 0) return 0;
   if (l.sample > 0) return l.prompt_tokens;  // a sample forks when its prompt is computed
-  const Lane* p = find_lane(s, l.parent);
+  const Lane* p = s.lane(l.parent);
   if (!p) return l.prompt_tokens;
   size_t n = 0;
   while (n < l.ids.size() && n < p->ids.size() && l.ids[n] == p->ids[n]) ++n;
@@ -227,7 +219,7 @@ namespace {
 // own, between the last token they share and its first own one.
 void add_branches(render::Scene* s, const ServingSnapshot& snap, const ServingGeometry& g) {
   for (size_t k = 0; k < g.lane_seq.size(); ++k) {
-    const Lane& l = *find_lane(snap, g.lane_seq[k]);
+    const Lane& l = *snap.lane(g.lane_seq[k]);
     const int parent_lane = l.parent >= 0 ? serving_lane_of(g, l.parent) : -1;
     if (parent_lane < 0) continue;
     const int stem = serving_fork_stem(snap, l);
@@ -247,7 +239,7 @@ void add_branches(render::Scene* s, const ServingSnapshot& snap, const ServingGe
 // of detail).
 void add_ghosts(render::Scene* s, const ServingSnapshot& snap, const ServingGeometry& g) {
   for (size_t k = 0; k < g.lane_seq.size(); ++k) {
-    const Lane& l = *find_lane(snap, g.lane_seq[k]);
+    const Lane& l = *snap.lane(g.lane_seq[k]);
     if (l.drafted.empty() || l.accepted >= int(l.drafted.size())) continue;
     const int first = int(l.ids.size()) - 1;  // the slot of the first rejected draft
     for (size_t j = size_t(l.accepted); j < l.drafted.size(); ++j) {
@@ -271,10 +263,10 @@ void add_lanes(render::Scene* s, const ServingSnapshot& snap, const ServingGeome
                                 ? &snap.tiles[size_t(opts.hovered_tile)]
                                 : nullptr;
   size_t total = 0;
-  for (int seq : g.lane_seq) total += find_lane(snap, seq)->ids.size();
+  for (int seq : g.lane_seq) total += snap.lane(seq)->ids.size();
   s->tokens.reserve(total);
   for (size_t k = 0; k < g.lane_seq.size(); ++k) {
-    const Lane& l = *find_lane(snap, g.lane_seq[k]);
+    const Lane& l = *snap.lane(g.lane_seq[k]);
     const int n = int(l.ids.size());
     // The hovered tile's positions in this lane, when the lane's table holds it.
     int lit0 = -1, lit1 = -1;
@@ -328,7 +320,7 @@ void add_tiles(render::Scene* s, const ServingSnapshot& snap, const ServingGeome
     const PoolTile& t = snap.tiles[b];
     render::KvBlockInstance k;
     k.position = g.tile_center(int(b));
-    const Lane* owner = t.owners.empty() ? nullptr : find_lane(snap, t.owners.front());
+    const Lane* owner = t.owners.empty() ? nullptr : snap.lane(t.owners.front());
     const int color = owner ? owner->color : -1;
     switch (t.state) {
       case TileState::Free:
@@ -389,7 +381,7 @@ glm::vec3 block_foot(const ServingGeometry& g, int lane, int i, int n) {
 void add_table_lines(render::Scene* s, const ServingSnapshot& snap, const ServingGeometry& g,
                      int seq, float weight) {
   const int lane = serving_lane_of(g, seq);
-  const Lane* l = find_lane(snap, seq);
+  const Lane* l = snap.lane(seq);
   if (lane < 0 || !l) return;
   const int n = int(l->ids.size());
   const glm::vec3 color = serving_color(l->color);
@@ -480,17 +472,17 @@ render::Scene build_serving_scene(const ServingSnapshot& snap, const ServingView
   // an emissive marker in the next slot of every other running lane.
   int head_lane = -1;
   const int selected_lane = serving_lane_of(g, opts.selected_seq);
-  if (selected_lane >= 0 && find_lane(snap, opts.selected_seq)->state == LaneState::Running)
+  if (selected_lane >= 0 && snap.lane(opts.selected_seq)->state == LaneState::Running)
     head_lane = selected_lane;
   for (size_t k = 0; k < g.lane_seq.size() && head_lane < 0; ++k)
-    if (find_lane(snap, g.lane_seq[k])->state == LaneState::Running) head_lane = int(k);
+    if (snap.lane(g.lane_seq[k])->state == LaneState::Running) head_lane = int(k);
   s.head.visible = head_lane >= 0;
   s.head.radius = 0.36f;
   s.head.min_px = kHeadMinPx;
   if (head_lane >= 0)
-    s.head.position = head_slot(g, head_lane, *find_lane(snap, g.lane_seq[size_t(head_lane)]));
+    s.head.position = head_slot(g, head_lane, *snap.lane(g.lane_seq[size_t(head_lane)]));
   for (size_t k = 0; k < g.lane_seq.size(); ++k) {
-    const Lane& l = *find_lane(snap, g.lane_seq[k]);
+    const Lane& l = *snap.lane(g.lane_seq[k]);
     if (l.state != LaneState::Running || int(k) == head_lane) continue;
     render::MarkerInstance m;
     m.center = head_slot(g, int(k), l);
@@ -504,7 +496,7 @@ render::Scene build_serving_scene(const ServingSnapshot& snap, const ServingView
     add_table_lines(&s, snap, g, opts.hovered_seq, 0.55f);
   if (opts.selected_seq >= 0) add_table_lines(&s, snap, g, opts.selected_seq, 0.95f);
   if (selected_lane >= 0) {
-    const Lane& l = *find_lane(snap, opts.selected_seq);
+    const Lane& l = *snap.lane(opts.selected_seq);
     const int n = std::min<int>(int(l.attention.size()), int(l.ids.size()));
     float mx = 0.0f;
     for (int j = 0; j < n; ++j) mx = std::max(mx, l.attention[size_t(j)]);

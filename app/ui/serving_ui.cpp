@@ -34,14 +34,6 @@ ImU32 to_im(glm::vec3 c, float alpha = 1.0f) {
   return IM_COL32(ch(c.r), ch(c.g), ch(c.b), int(std::clamp(alpha, 0.0f, 1.0f) * 255.0f));
 }
 
-// The lanes are the sequences known so far, in id order (not every id: a fork appears
-// when it is made), so a lane is found by its id.
-const Lane* lane_of(const ServingSnapshot& s, int seq) {
-  auto it = std::lower_bound(s.lanes.begin(), s.lanes.end(), seq,
-                             [](const Lane& l, int id) { return l.seq < id; });
-  return it != s.lanes.end() && it->seq == seq ? &*it : nullptr;
-}
-
 // What a lane's sequence is now: its state, or "pruned" for a beam the search dropped.
 const char* lane_state_word(const Lane& l) {
   if (l.state == LaneState::Finished && l.stop == "pruned") return "pruned";
@@ -294,7 +286,7 @@ void scheduler_section(ServingUi& s) {
 
 void selected_section(ServingUi& s) {
   const ServingSnapshot* snap = s.snap.get();
-  const Lane* l = snap ? lane_of(*snap, s.selected_seq) : nullptr;
+  const Lane* l = snap ? snap->lane(s.selected_seq) : nullptr;
   if (!l) {
     ImGui::TextWrapped("Click a lane (or a row of Sequences) to draw its block table and its "
                        "attention.");
@@ -560,7 +552,7 @@ void batch_strip(ServingUi& s) {
     ImGui::TextDisabled("none");
   }
   for (size_t i = 0; i < snap->waiting.size() && i < 20; ++i) {
-    const Lane* l = lane_of(*snap, snap->waiting[i]);
+    const Lane* l = snap->lane(snap->waiting[i]);
     if (!l) continue;
     ImGui::SameLine();
     swatch(l->color, 0.6f);
@@ -907,7 +899,7 @@ void serving_overlay(UiState& ui, ServingUi& s, bool clicked) {
   }
   // Lane names at the left end of each lane.
   for (size_t k = 0; k < g.lane_seq.size(); ++k) {
-    const Lane* l = lane_of(*snap, g.lane_seq[k]);
+    const Lane* l = snap->lane(g.lane_seq[k]);
     if (!l) continue;
     glm::vec3 p = g.token_center(int(k), 0);
     p.x -= 1.0f;
@@ -950,7 +942,7 @@ void serving_overlay(UiState& ui, ServingUi& s, bool clicked) {
                                                : "in use");
     if (t.refs > 0) ImGui::Text("references: %d", t.refs);
     for (int o : t.owners)
-      if (const Lane* l = lane_of(*snap, o)) {
+      if (const Lane* l = snap->lane(o)) {
         swatch(l->color);
         ImGui::Text("%s", lane_name(*l, 2).c_str());
       }
@@ -961,7 +953,7 @@ void serving_overlay(UiState& ui, ServingUi& s, bool clicked) {
     if (t.flash != TileFlash::None) ImGui::TextColored(ImVec4(1, 0.9f, 0.5f, 1), "%s", flash_word(t.flash));
     ImGui::EndTooltip();
   } else if (pick.seq >= 0) {
-    if (const Lane* l = lane_of(*snap, pick.seq)) {
+    if (const Lane* l = snap->lane(pick.seq)) {
       ImGui::BeginTooltip();
       swatch(l->color);
       ImGui::Text("%s: %s", lane_name(*l, 2).c_str(), lane_state_word(*l));

@@ -302,8 +302,9 @@ TEST(ServingPixels, BlocksGoingBackFlyFromTheLaneToThePool) {
     ++seen;
   }
   EXPECT_EQ(seen, int(released.size()));
-  if (const char* path = std::getenv("KVSCOPE_SERVING_FLY_PNG"))
+  if (const char* path = std::getenv("KVSCOPE_SERVING_FLY_PNG")) {
     EXPECT_TRUE(render::write_png(path, kW, kH, flying.rgba).ok());
+  }
 }
 
 TEST(ServingPixels, SixteenLanesOfAThousandTokensDrawQuickly) {
