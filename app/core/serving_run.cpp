@@ -89,6 +89,7 @@ struct ServingRun::Impl {
   // Worker only.
   std::shared_ptr<Model> model;
   std::unique_ptr<Backend> backend;
+  std::shared_ptr<Model> draft;  // speculation by a draft model: loaded once per path
   std::unique_ptr<Scheduler> sched;  // null: no run (none started, or it failed)
   std::unique_ptr<ServingBuilder> builder;
   std::unique_ptr<ServingRecorder> recorder;  // the run's file, when it is recorded
@@ -199,7 +200,21 @@ struct ServingRun::Impl {
     if (!arrivals.ok()) return arrivals.error();
     SchedulerConfig sc = cfg.scheduler;
     sc.attention = true;
-    auto s = Scheduler::create(model, *backend, sc);
+    std::unique_ptr<Backend> draft_backend;
+    if (sc.speculation.kind == DraftKind::Model) {  // every sequence drafts with it
+      if (!draft || draft->path() != sc.speculation.draft_path) {
+        draft.reset();
+        if (sc.speculation.draft_path.empty()) return make_error("draft: no model file named");
+        auto d = load_model(sc.speculation.draft_path);
+        if (!d.ok()) return make_error("draft: ", d.error().message);
+        draft = std::move(*d);
+      }
+      auto be = make_backend(engine.backend, *draft, engine.threads, nullptr);
+      if (!be.ok()) return make_error("draft: ", be.error().message);
+      draft_backend = std::move(*be);
+    }
+    auto s = Scheduler::create(model, *backend, sc, sc.speculation.kind == DraftKind::Model ? draft : nullptr,
+                               std::move(draft_backend));
     if (!s.ok()) return s.error();
     const Tokenizer& tok = model->tokenizer();
     std::vector<int32_t> prefix;

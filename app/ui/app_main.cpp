@@ -50,7 +50,7 @@ void add_serving_options(CLI::App& app, ServingArgs& a) {
   app.add_flag("--no-shared-prefix", a.no_shared_prefix,
                "Serving view: no shared system prompt before the prompts");
   cli::add_scheduling_options(app, a.sched, /*pool_mib=*/false);
-  cli::add_speculative_options(app, a.spec, /*draft_model=*/false);
+  cli::add_speculative_options(app, a.spec, /*draft_model=*/true);
   cli::add_temperature_option(app, a.temp);
   app.add_option("--record", a.record,
                  "Serving view: record each run into this file (play it back with --view "
@@ -106,11 +106,12 @@ Status apply_serving(const CLI::App& app, const ServingArgs& a, const cli::KvOpt
   if (given("--temp")) s->temperature = a.temp;
   auto spec = cli::to_speculative_config(a.spec);
   if (!spec.ok()) return spec.error();
-  if (spec->kind == DraftKind::Model)
-    return make_error("--speculative: the Serving view drafts with ngram or early-exit:L, not a "
-                      "second model");
-  s->speculative = spec->kind == DraftKind::Ngram ? 1 : spec->kind == DraftKind::EarlyExit ? 2 : 0;
+  s->speculative = spec->kind == DraftKind::Ngram       ? 1
+                   : spec->kind == DraftKind::EarlyExit ? 2
+                   : spec->kind == DraftKind::Model     ? 3
+                                                        : 0;
   if (spec->kind == DraftKind::EarlyExit) s->exit_layers = spec->layers;
+  if (spec->kind == DraftKind::Model) s->draft_path = spec->draft_path;
   s->draft_max = spec->draft_max;
   return Status::Ok();
 }

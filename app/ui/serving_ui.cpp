@@ -274,12 +274,22 @@ void scheduler_section(ServingUi& s) {
   if (ImGui::IsItemHovered())
     ImGui::SetTooltip("Positions one sequence may hold (what a contiguous cache would reserve)");
   ImGui::Checkbox("prefix caching", &w.prefix_caching);
-  const char* spec[] = {"off", "n-gram lookup", "early exit"};
-  ImGui::Combo("speculative", &w.speculative, spec, 3);
+  const char* spec[] = {"off", "n-gram lookup", "early exit", "draft model"};
+  ImGui::Combo("speculative", &w.speculative, spec, 4);
   if (ImGui::IsItemHovered())
     ImGui::SetTooltip("Each running sequence drafts tokens and the model checks them in the "
                       "same forward pass; rejected drafts are rolled back out of the pool");
   if (w.speculative == 2) ImGui::SliderInt("exit layers", &w.exit_layers, 1, 29);
+  if (w.speculative == 3) {
+    char path[1024];
+    std::snprintf(path, sizeof path, "%s", w.draft_path.c_str());
+    if (ImGui::InputTextWithHint("draft", "path to a GGUF with this model's vocabulary", path,
+                                 sizeof path))
+      w.draft_path = path;
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip("A smaller model drafts for every sequence, in a cache of its own; "
+                        "the served model verifies its tokens (--speculative draft:PATH)");
+  }
   if (w.speculative > 0) ImGui::SliderInt("draft max", &w.draft_max, 1, 15);
   ImGui::TextDisabled("Settings apply at the next Start.");
 }
@@ -660,8 +670,11 @@ ServingConfig serving_config(const ServingSettings& s, const std::vector<PromptS
   k.prefix_caching = s.prefix_caching;
   k.attention = true;
   if (s.speculative > 0) {
-    k.speculation.kind = s.speculative == 1 ? DraftKind::Ngram : DraftKind::EarlyExit;
+    k.speculation.kind = s.speculative == 1   ? DraftKind::Ngram
+                         : s.speculative == 2 ? DraftKind::EarlyExit
+                                              : DraftKind::Model;
     k.speculation.layers = s.exit_layers;
+    k.speculation.draft_path = s.draft_path;
     k.speculation.draft_max = s.draft_max;
   }
   ServingWorkload& w = c.workload;

@@ -47,9 +47,11 @@ struct ServingSettings {
   int context = 256;     // positions a sequence may hold
   bool prefix_caching = true;
   // Speculative decoding of every sequence: 0 off, 1 ngram (prompt lookup), 2 early exit
-  // (the model's first exit_layers layers as the draft); draft_max tokens a step.
+  // (the model's first exit_layers layers as the draft), 3 a draft model (the GGUF at
+  // draft_path, with the model's vocabulary); draft_max tokens a step.
   int speculative = 0;
   int exit_layers = 12;
+  std::string draft_path;
   int draft_max = 4;
   float speed = 3.0f;  // steps per second; 0: as fast as the engine goes
   std::string record_path;  // non-empty: each run is recorded into this file (--record)

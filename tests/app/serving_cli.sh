@@ -3,6 +3,7 @@
 #   - `kvscope --view serving --screenshot OUT --steps 12` serves 12 steps on the model,
 #     writes a PNG of the default size and prints the "serving step 12:" line;
 #   - a Serving view option with the single view is refused in one line;
+#   - a draft model (--speculative draft:PATH) that does not exist is refused in one line;
 #   - `--view serving --replay` of a missing file is refused in one line.
 # Refusals: exit status 1, exactly one stderr line starting with "kvscope:", nothing on
 # stdout. Runs with no display server (EGL).
@@ -61,6 +62,9 @@ refused "--beams with samples" "kvscope: --beams: beam search draws no samples" 
 refused "--length-penalty without beams" "kvscope: --length-penalty: it scores beams" \
   --view serving --length-penalty 0.5 --screenshot "$dir/x.png"
 [ -e "$dir/x.png" ] && fail "a refused beam option wrote $dir/x.png"
+refused "a draft model file that does not exist" "kvscope: draft: model file not found" \
+  --view serving --speculative draft:"$dir/missing.gguf" --screenshot "$dir/x.png"
+[ -e "$dir/x.png" ] && fail "a missing draft model wrote $dir/x.png"
 refused "--view serving --replay of a missing file" "$dir/missing.kvs" \
   --view serving --replay "$dir/missing.kvs" --screenshot "$dir/y.png"
 [ -e "$dir/y.png" ] && fail "--replay of a missing file wrote $dir/y.png"

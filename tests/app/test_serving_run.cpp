@@ -463,6 +463,46 @@ TEST(ServingRun, GreedyLaneEqualsThePromptAlone) {
   EXPECT_EQ(batched, (*sched)->generated(*id));
 }
 
+// Speculation by a draft model (--speculative draft:PATH): the default model drafts for
+// itself, in caches of its own. Greedy, so every request's tokens are the plain run's
+// (speculative greedy = plain greedy); drafts were made and kept. A draft file that is no
+// model is one error in the snapshot, and the run is usable after it.
+TEST(ServingRun, DraftModelSpeculationKeepsGreedyTokens) {
+  if (!have_model()) GTEST_SKIP() << kAbsent;
+  ServingConfig plain_cfg = small_config(12);
+  plain_cfg.workload.arrival = "all";
+  ServingRun run(engine_options());
+  run.start(plain_cfg, false);
+  auto plain = run_steps(run, 64);
+  ASSERT_FALSE(plain.empty());
+  ASSERT_TRUE(plain.back()->done);
+
+  ServingConfig spec_cfg = plain_cfg;
+  spec_cfg.scheduler.speculation.kind = DraftKind::Model;
+  spec_cfg.scheduler.speculation.draft_path = KVSCOPE_DEFAULT_MODEL;
+  spec_cfg.scheduler.speculation.draft_max = 4;
+  run.start(spec_cfg, false);
+  auto spec = run_steps(run, 64);
+  ASSERT_FALSE(spec.empty());
+  ASSERT_TRUE(spec.back()->done);
+  EXPECT_LT(spec.back()->step, plain.back()->step);  // several tokens a step
+  EXPECT_GT(spec.back()->totals.drafted, 0u);
+  EXPECT_GT(spec.back()->totals.accepted, 0u);
+  ASSERT_EQ(spec.back()->lanes.size(), plain.back()->lanes.size());
+  for (size_t i = 0; i < plain.back()->lanes.size(); ++i)
+    EXPECT_EQ(spec.back()->lanes[i].ids, plain.back()->lanes[i].ids) << "lane " << i;
+
+  ServingConfig bad = spec_cfg;
+  bad.scheduler.speculation.draft_path = "/nonexistent/draft.gguf";
+  run.start(bad, true);
+  run.wait_until(1, 60);
+  EXPECT_NE(run.snapshot()->error.find("draft"), std::string::npos) << run.snapshot()->error;
+  run.start(plain_cfg, false);
+  auto again = run_steps(run, 64);
+  ASSERT_FALSE(again.empty());
+  EXPECT_TRUE(again.back()->done);
+}
+
 // 6: the worker thread and errors.
 TEST(ServingRun, PausedStartStepsPlayPauseAndPromptDestruction) {
   if (!have_model()) GTEST_SKIP() << kAbsent;
