@@ -191,4 +191,42 @@ class Reader {
   std::string err_;
 };
 
+// ---- the model's facts, the same in a run file's META and a serving run file's SRVM ------
+
+inline void put_model_facts(Writer& w, const ModelFacts& f) {
+  for (const std::string* s : {&f.name, &f.arch, &f.backend, &f.kv_dtype, &f.file_name}) w.str(*s);
+  w.u64(f.file_bytes);
+  w.u64(f.fingerprint);
+  for (int v : {f.n_layer, f.n_head, f.n_head_kv, f.head_dim, f.n_embd, f.n_vocab, f.n_ctx})
+    w.i32(v);
+  w.u64(f.block_macs_per_token);
+  w.u64(f.kv_bytes_per_token);
+}
+
+// `least`: the smallest shape number allowed (1 in a run file, 0 — not known — in a serving
+// run file).
+inline ModelFacts get_model_facts(Reader& r, int least) {
+  ModelFacts f;
+  f.name = r.str("model.name", true);
+  f.arch = r.str("model.arch", true);
+  f.backend = r.str("model.backend", true);
+  f.kv_dtype = r.str("model.kv_dtype", true);
+  for (KvDtype d : {KvDtype::F32, KvDtype::F16, KvDtype::Q8_0, KvDtype::Q4_0})
+    for (KvDtype e : {KvDtype::F32, KvDtype::F16, KvDtype::Q8_0, KvDtype::Q4_0})
+      if (kv_types_name(KvTypes{d, e}) == f.kv_dtype) f.kv_types = KvTypes{d, e};
+  f.file_name = r.str("model.file_name", true);
+  f.file_bytes = r.u64("model.file_bytes");
+  f.fingerprint = r.u64("model.fingerprint");
+  f.n_layer = r.i32("model.n_layer", least, kRunMaxLayers);
+  f.n_head = r.i32("model.n_head", least, kRunMaxLayers);
+  f.n_head_kv = r.i32("model.n_head_kv", least, kRunMaxLayers);
+  f.head_dim = r.i32("model.head_dim", least, 1 << 16);
+  f.n_embd = r.i32("model.n_embd", least, 1 << 20);
+  f.n_vocab = r.i32("model.n_vocab", least, 1 << 24);
+  f.n_ctx = r.i32("model.n_ctx", least, kRunMaxPositions);
+  f.block_macs_per_token = r.u64("model.block_macs_per_token");
+  f.kv_bytes_per_token = r.u64("model.kv_bytes_per_token");
+  return f;
+}
+
 }  // namespace kvscope::app::detail

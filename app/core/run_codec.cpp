@@ -62,14 +62,7 @@ constexpr float kHuge = std::numeric_limits<float>::max();
 std::vector<uint8_t> encode_meta(const RunMeta& m) {
   Writer w;
   w.str(m.producer);
-  const ModelFacts& f = m.model;
-  for (const std::string* s : {&f.name, &f.arch, &f.backend, &f.kv_dtype, &f.file_name}) w.str(*s);
-  w.u64(f.file_bytes);
-  w.u64(f.fingerprint);
-  for (int v : {f.n_layer, f.n_head, f.n_head_kv, f.head_dim, f.n_embd, f.n_vocab, f.n_ctx})
-    w.i32(v);
-  w.u64(f.block_macs_per_token);
-  w.u64(f.kv_bytes_per_token);
+  detail::put_model_facts(w, m.model);
   w.str(m.prompt.text);
   w.u8(m.prompt.chat);
   w.u8(m.prompt.special);
@@ -100,26 +93,7 @@ Expected<RunMeta> decode_meta(const uint8_t* p, size_t n) {
   Reader r(p, n);
   RunMeta m;
   m.producer = r.str("producer", true);
-  ModelFacts& f = m.model;
-  f.name = r.str("model.name", true);
-  f.arch = r.str("model.arch", true);
-  f.backend = r.str("model.backend", true);
-  f.kv_dtype = r.str("model.kv_dtype", true);
-  for (KvDtype d : {KvDtype::F32, KvDtype::F16, KvDtype::Q8_0, KvDtype::Q4_0})
-    for (KvDtype e : {KvDtype::F32, KvDtype::F16, KvDtype::Q8_0, KvDtype::Q4_0})
-      if (kv_types_name(KvTypes{d, e}) == f.kv_dtype) f.kv_types = KvTypes{d, e};
-  f.file_name = r.str("model.file_name", true);
-  f.file_bytes = r.u64("model.file_bytes");
-  f.fingerprint = r.u64("model.fingerprint");
-  f.n_layer = r.i32("model.n_layer", 1, kRunMaxLayers);
-  f.n_head = r.i32("model.n_head", 1, kRunMaxLayers);
-  f.n_head_kv = r.i32("model.n_head_kv", 1, kRunMaxLayers);
-  f.head_dim = r.i32("model.head_dim", 1, 1 << 16);
-  f.n_embd = r.i32("model.n_embd", 1, 1 << 20);
-  f.n_vocab = r.i32("model.n_vocab", 1, 1 << 24);
-  f.n_ctx = r.i32("model.n_ctx", 1, kRunMaxPositions);
-  f.block_macs_per_token = r.u64("model.block_macs_per_token");
-  f.kv_bytes_per_token = r.u64("model.kv_bytes_per_token");
+  m.model = detail::get_model_facts(r, 1);
   m.prompt.text = r.str("prompt.text", true);
   m.prompt.chat = r.flag("prompt.chat");
   m.prompt.special = r.flag("prompt.special");

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -30,54 +31,73 @@ std::string sys_error() {
   return std::strerror(errno);
 }
 
-class FdSource final : public ByteSource {
- public:
-  FdSource(int fd, uint64_t size) : fd_(fd), size_(size) {}
-  uint64_t size() const override { return size_; }
-  Status read(uint64_t offset, void* dst, size_t n) const override {
-    auto* p = static_cast<uint8_t*>(dst);
-    while (n > 0) {
-      ssize_t r = ::pread(fd_, p, n, off_t(offset));
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0) return make_error("read failed at byte ", offset, ": ", sys_error());
-      if (r == 0) return make_error("the file ends at byte ", offset, " (it was cut short)");
-      p += r;
-      n -= size_t(r);
-      offset += uint64_t(r);
-    }
-    return Status::Ok();
+Expected<RunRecord> read_record(const ByteSource& src, uint64_t offset, const std::string& name,
+                                bool verify_crc) {
+  return read_run_record(src, offset, "run file '" + name + "'", {kTagMeta, kTagStep, kTagEnd},
+                         verify_crc);
+}
+
+Status with_context(const Error& e, const std::string& name, const RunRecord& rec) {
+  return make_error("run file '", name, "': ", tag_name(rec.tag), " record at byte ", rec.offset,
+                    ": ", e.message);
+}
+
+}  // namespace
+
+std::string run_record_tag_name(uint32_t tag) {
+  std::string s;
+  for (int i = 0; i < 4; ++i) {
+    char c = char((tag >> (8 * i)) & 0xFF);
+    s += (c >= 0x20 && c < 0x7F) ? c : '?';
   }
+  return s;
+}
 
- private:
-  int fd_;
-  uint64_t size_;
-};
+FdSource::~FdSource() {
+  if (owned_) ::close(fd_);
+}
 
-struct Record {
-  uint32_t tag = 0;
-  uint64_t offset = 0;  // of the record header
-  std::vector<uint8_t> payload;
-  uint64_t next = 0;  // offset just after the record
-};
+Status FdSource::read(uint64_t offset, void* dst, size_t n) const {
+  auto* p = static_cast<uint8_t*>(dst);
+  while (n > 0) {
+    ssize_t r = ::pread(fd_, p, n, off_t(offset));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return make_error("read failed at byte ", offset, ": ", sys_error());
+    if (r == 0) return make_error("the file ends at byte ", offset, " (it was cut short)");
+    p += r;
+    n -= size_t(r);
+    offset += uint64_t(r);
+  }
+  return Status::Ok();
+}
 
-// Reads the record at `offset`. `name` and the offset go into every error.
-Expected<Record> read_record(const ByteSource& src, uint64_t offset, const std::string& name,
-                             bool verify_crc) {
-  auto where = [&] { return "run file '" + name + "': record at byte " + std::to_string(offset); };
+Expected<RunRecord> read_run_record(const ByteSource& src, uint64_t offset,
+                                    const std::string& file, std::initializer_list<uint32_t> tags,
+                                    bool verify_crc) {
+  auto where = [&] { return file + ": record at byte " + std::to_string(offset); };
   const uint64_t size = src.size();
   if (offset > size || size - offset < kRecordHeaderBytes)
     return make_error(where(), ": the file is truncated (", size - std::min(offset, size),
                       " bytes left, a record header needs ", kRecordHeaderBytes, ")");
   uint8_t head[kRecordHeaderBytes];
   KV_TRY(src.read(offset, head, sizeof head));
-  Record rec;
+  RunRecord rec;
   rec.offset = offset;
   uint64_t len = 0;
   std::memcpy(&rec.tag, head, 4);
   std::memcpy(&len, head + 4, 8);
-  if (rec.tag != kTagMeta && rec.tag != kTagStep && rec.tag != kTagEnd)
-    return make_error(where(), ": unknown record tag '", tag_name(rec.tag),
-                      "' (expected META, STEP or END)");
+  if (std::find(tags.begin(), tags.end(), rec.tag) == tags.end()) {
+    std::string expected;  // "META, STEP or END"
+    size_t i = 0;
+    for (uint32_t t : tags) {
+      std::string n = tag_name(t);
+      while (!n.empty() && n.back() == ' ') n.pop_back();
+      expected += (i == 0 ? "" : i + 1 == tags.size() ? " or " : ", ") + n;
+      ++i;
+    }
+    return make_error(where(), ": unknown record tag '", tag_name(rec.tag), "' (expected ",
+                      expected, ")");
+  }
   const uint64_t left = size - offset - kRecordHeaderBytes;
   if (len > kMaxPayload || left < kRecordTrailerBytes || len > left - kRecordTrailerBytes)
     return make_error(where(), ": ", tag_name(rec.tag), " payload of ", len,
@@ -92,22 +112,6 @@ Expected<Record> read_record(const ByteSource& src, uint64_t offset, const std::
                       " checksum mismatch (the file is corrupted)");
   rec.next = offset + kRecordHeaderBytes + len + kRecordTrailerBytes;
   return rec;
-}
-
-Status with_context(const Error& e, const std::string& name, const Record& rec) {
-  return make_error("run file '", name, "': ", tag_name(rec.tag), " record at byte ", rec.offset,
-                    ": ", e.message);
-}
-
-}  // namespace
-
-std::string run_record_tag_name(uint32_t tag) {
-  std::string s;
-  for (int i = 0; i < 4; ++i) {
-    char c = char((tag >> (8 * i)) & 0xFF);
-    s += (c >= 0x20 && c < 0x7F) ? c : '?';
-  }
-  return s;
 }
 
 Status BufferSource::read(uint64_t offset, void* dst, size_t n) const {
@@ -154,7 +158,7 @@ Expected<RunIndex> index_run(const ByteSource& src, const std::string& name, boo
       return make_error(what, ": ", src.size() - at, " bytes after the END record at byte ", at);
     auto rec = read_record(src, at, name, verify_crc);
     if (!rec.ok()) return rec.error();
-    const Record& r = rec.value();
+    const RunRecord& r = rec.value();
     if (!have_meta && r.tag != kTagMeta)
       return make_error(what, ": the first record is ", tag_name(r.tag), ", expected META");
     if (r.tag == kTagMeta) {

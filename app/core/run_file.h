@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -73,6 +74,39 @@ class BufferSource final : public ByteSource {
   const uint8_t* p_;
   size_t n_;
 };
+
+// An open file's first `size` bytes, read with pread; the descriptor is closed with the
+// source when `owned`.
+class FdSource final : public ByteSource {
+ public:
+  FdSource(int fd, uint64_t size, bool owned = false) : fd_(fd), size_(size), owned_(owned) {}
+  ~FdSource() override;
+  FdSource(const FdSource&) = delete;
+  FdSource& operator=(const FdSource&) = delete;
+  uint64_t size() const override { return size_; }
+  Status read(uint64_t offset, void* dst, size_t n) const override;
+
+ private:
+  int fd_;
+  uint64_t size_;
+  bool owned_;
+};
+
+// One record as framed in both kinds of run file: u32 tag, u64 payload length, the
+// payload, u32 CRC-32 of the payload.
+struct RunRecord {
+  uint32_t tag = 0;
+  uint64_t offset = 0;  // of the record header
+  std::vector<uint8_t> payload;
+  uint64_t next = 0;  // offset just after the record
+};
+// Reads and checks the framing of the record at `offset` in a file whose records carry one
+// of `tags`: a record cut short, a length past the end, an unknown tag or (with verify_crc)
+// a checksum mismatch is an Error that begins with `file` (e.g. "run file 'a.kvs'") and
+// the record's byte offset.
+Expected<RunRecord> read_run_record(const ByteSource& src, uint64_t offset,
+                                    const std::string& file, std::initializer_list<uint32_t> tags,
+                                    bool verify_crc);
 
 struct RunIndex {
   RunMeta meta;

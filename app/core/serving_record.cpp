@@ -13,82 +13,22 @@
 namespace kvscope::app {
 namespace {
 
-constexpr uint64_t kMaxPayload = 1ull << 36;
-
 std::string sys_error() {
   return std::strerror(errno);
 }
-
-class FileSource final : public ByteSource {
- public:
-  FileSource(int fd, uint64_t size) : fd_(fd), size_(size) {}
-  ~FileSource() override { ::close(fd_); }
-  uint64_t size() const override { return size_; }
-  Status read(uint64_t offset, void* dst, size_t n) const override {
-    auto* p = static_cast<uint8_t*>(dst);
-    while (n > 0) {
-      ssize_t r = ::pread(fd_, p, n, off_t(offset));
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0) return make_error("read failed at byte ", offset, ": ", sys_error());
-      if (r == 0) return make_error("the file ends at byte ", offset, " (it was cut short)");
-      p += r;
-      n -= size_t(r);
-      offset += uint64_t(r);
-    }
-    return Status::Ok();
-  }
-
- private:
-  int fd_;
-  uint64_t size_;
-};
-
-struct Record {
-  uint32_t tag = 0;
-  uint64_t offset = 0;
-  std::vector<uint8_t> payload;
-  uint64_t next = 0;
-};
 
 std::string where(const std::string& name) {
   return "serving run file '" + name + "'";
 }
 
 // Reads and checks the framing of the record at `offset`.
-Expected<Record> read_record(const ByteSource& src, uint64_t offset, const std::string& name,
-                             bool verify_crc) {
-  auto at = [&] { return where(name) + ": record at byte " + std::to_string(offset); };
-  const uint64_t size = src.size();
-  if (offset > size || size - offset < kRunRecordHeaderBytes)
-    return make_error(at(), ": the file is truncated (", size - std::min(offset, size),
-                      " bytes left, a record header needs ", kRunRecordHeaderBytes, ")");
-  uint8_t head[kRunRecordHeaderBytes];
-  KV_TRY(src.read(offset, head, sizeof head));
-  Record rec;
-  rec.offset = offset;
-  uint64_t len = 0;
-  std::memcpy(&rec.tag, head, 4);
-  std::memcpy(&len, head + 4, 8);
-  if (rec.tag != kTagServingMeta && rec.tag != kTagServingStep && rec.tag != kTagServingEnd)
-    return make_error(at(), ": unknown record tag '", run_record_tag_name(rec.tag),
-                      "' (expected SRVM, SRVS or SRVE)");
-  const uint64_t left = size - offset - kRunRecordHeaderBytes;
-  if (len > kMaxPayload || left < kRunRecordTrailerBytes || len > left - kRunRecordTrailerBytes)
-    return make_error(at(), ": ", run_record_tag_name(rec.tag), " payload of ", len,
-                      " bytes runs past the end of the file (", left,
-                      " bytes left); the file is truncated or corrupted");
-  rec.payload.resize(size_t(len));
-  KV_TRY(src.read(offset + kRunRecordHeaderBytes, rec.payload.data(), size_t(len)));
-  uint32_t crc = 0;
-  KV_TRY(src.read(offset + kRunRecordHeaderBytes + len, &crc, 4));
-  if (verify_crc && crc != crc32(rec.payload.data(), rec.payload.size()))
-    return make_error(at(), ": ", run_record_tag_name(rec.tag),
-                      " checksum mismatch (the file is corrupted)");
-  rec.next = offset + kRunRecordHeaderBytes + len + kRunRecordTrailerBytes;
-  return rec;
+Expected<RunRecord> read_record(const ByteSource& src, uint64_t offset, const std::string& name,
+                                bool verify_crc) {
+  return read_run_record(src, offset, where(name),
+                         {kTagServingMeta, kTagServingStep, kTagServingEnd}, verify_crc);
 }
 
-Error in_record(const std::string& name, const Record& rec, const std::string& msg) {
+Error in_record(const std::string& name, const RunRecord& rec, const std::string& msg) {
   return make_error(where(name), ": ", run_record_tag_name(rec.tag), " record at byte ", rec.offset,
                     ": ", msg);
 }
@@ -237,7 +177,7 @@ Expected<std::unique_ptr<ServingReplay>> ServingReplay::open(const std::string& 
     ::close(fd);
     return make_error("serving run file '", path, "' is not a regular file");
   }
-  return open(std::make_unique<FileSource>(fd, uint64_t(st.st_size)), path);
+  return open(std::make_unique<FdSource>(fd, uint64_t(st.st_size), /*owned=*/true), path);
 }
 
 Expected<std::unique_ptr<ServingReplay>> ServingReplay::open(std::unique_ptr<ByteSource> src,
@@ -256,7 +196,7 @@ Expected<std::unique_ptr<ServingReplay>> ServingReplay::open(std::unique_ptr<Byt
                         " bytes after the SRVE record at byte ", at);
     auto rec = read_record(*src, at, name, verify_crc);
     if (!rec.ok()) return rec.error();
-    const Record& r = rec.value();
+    const RunRecord& r = rec.value();
     if (!have_meta && r.tag != kTagServingMeta)
       return make_error(where(name), ": the first record is ", run_record_tag_name(r.tag),
                         ", expected SRVM");
