@@ -2,8 +2,9 @@
 // wrappers have checked the shapes). Each op finds its weights on the device and issues
 // kernels through OpLauncher,
 // which runs them now or records them into the decode step (op_launcher.h). Products of
-// more than opt_.matvec_max_tokens rows go to cuBLAS on fp32 weight copies; shorter ones
-// to the quantized matvec kernels (Q4_1, Q8_0) or the fp32 matvec on a dequantized copy.
+// more than opt_.batched_max_tokens rows go to cuBLAS on fp32 weight copies; more than
+// opt_.matvec_max_tokens up to that, to the batched quantized GEMM (every type); shorter
+// ones to the quantized matvec kernels (Q4_1, Q8_0) or the fp32 matvec on a dequantized copy.
 #include <algorithm>
 
 #include "engine/cuda/cuda_backend_impl.h"
@@ -62,6 +63,11 @@ Status CudaBackend::do_matmul(const Weight& w, Tensor x, Tensor out) {
   const int T = int(x.rows);
   if (T <= opt_.matvec_max_tokens && kvscope::cuda::matmul_native(d.q.type))
     return ops_->run("matmul kernel", kvscope::cuda::matmul, d.q, x.data, T, out.data);
+  // A batch of rows (batched decode, short prefill): the quantized GEMM, no fp32 copy.
+  if (T > opt_.matvec_max_tokens && T <= opt_.batched_max_tokens &&
+      kvscope::cuda::matmul_batched_supported(d.q.type))
+    return ops_->run("matmul_batched kernel", kvscope::cuda::matmul_batched, d.q, x.data, T,
+                     out.data);
   // A one-time conversion, issued now: no recorded launch reads the copy before it exists.
   KV_TRY(weights_->ensure_f32(d));
   if (T <= opt_.matvec_max_tokens)
