@@ -103,7 +103,9 @@ cudaError_t launch_batched(QMatrix w, const float* x, int T, float* out, cudaStr
 
 }  // namespace
 
-bool matmul_batched_supported(QType t) { return qtype_supported(int(t)); }
+bool matmul_batched_supported(QType t) {
+  return qtype_supported(int(t));
+}
 
 cudaError_t matmul_batched(QMatrix w, const float* x, int T, float* out, cudaStream_t s) {
   if (T <= 0 || w.n_out == 0) return cudaSuccess;
@@ -111,17 +113,28 @@ cudaError_t matmul_batched(QMatrix w, const float* x, int T, float* out, cudaStr
   if (block <= 0 || w.n_in <= 0 || w.n_in % block != 0 || w.data == nullptr)
     return cudaErrorInvalidValue;
   switch (w.type) {
-    case QType::F32: return launch_batched<QType::F32>(w, x, T, out, s);
-    case QType::F16: return launch_batched<QType::F16>(w, x, T, out, s);
-    case QType::BF16: return launch_batched<QType::BF16>(w, x, T, out, s);
-    case QType::Q4_0: return launch_batched<QType::Q4_0>(w, x, T, out, s);
-    case QType::Q4_1: return launch_batched<QType::Q4_1>(w, x, T, out, s);
-    case QType::Q5_0: return launch_batched<QType::Q5_0>(w, x, T, out, s);
-    case QType::Q5_1: return launch_batched<QType::Q5_1>(w, x, T, out, s);
-    case QType::Q8_0: return launch_batched<QType::Q8_0>(w, x, T, out, s);
-    case QType::Q4_K: return launch_batched<QType::Q4_K>(w, x, T, out, s);
-    case QType::Q5_K: return launch_batched<QType::Q5_K>(w, x, T, out, s);
-    case QType::Q6_K: return launch_batched<QType::Q6_K>(w, x, T, out, s);
+    case QType::F32:
+      return launch_batched<QType::F32>(w, x, T, out, s);
+    case QType::F16:
+      return launch_batched<QType::F16>(w, x, T, out, s);
+    case QType::BF16:
+      return launch_batched<QType::BF16>(w, x, T, out, s);
+    case QType::Q4_0:
+      return launch_batched<QType::Q4_0>(w, x, T, out, s);
+    case QType::Q4_1:
+      return launch_batched<QType::Q4_1>(w, x, T, out, s);
+    case QType::Q5_0:
+      return launch_batched<QType::Q5_0>(w, x, T, out, s);
+    case QType::Q5_1:
+      return launch_batched<QType::Q5_1>(w, x, T, out, s);
+    case QType::Q8_0:
+      return launch_batched<QType::Q8_0>(w, x, T, out, s);
+    case QType::Q4_K:
+      return launch_batched<QType::Q4_K>(w, x, T, out, s);
+    case QType::Q5_K:
+      return launch_batched<QType::Q5_K>(w, x, T, out, s);
+    case QType::Q6_K:
+      return launch_batched<QType::Q6_K>(w, x, T, out, s);
   }
   return cudaErrorInvalidValue;
 }

@@ -32,12 +32,23 @@ Status CudaBackend::do_embed(const Weight& tok_embd, const int32_t* ids, float s
   auto w = weights_->get(tok_embd);
   if (!w.ok()) return w.error();
   KV_TRY(graph_.flush());
+  rows_.retired.clear();  // the steps that read them have run
   if (T == 1 && opt_.decode_graph) {
     // A decode step starts: record its launches; the token goes in with the step's
     // parameters (DecodeGraph::flush).
     graph_.begin(ids[0]);
     return ops_->run("embed kernel", kvscope::cuda::embed, (*w)->q, graph_.token_dev(), 1, scale,
                      out.data);
+  }
+  if (opt_.decode_graph && T <= std::min(opt_.batched_max_tokens, DecodeGraph::kMaxStepRows)) {
+    // Possibly a batched decode step (B sequences' decode rows): record it too, the ids
+    // staged with the step's parameters. A step that is not one (a short prefill) is
+    // marked not graphable by its ops and runs eagerly at the flush.
+    graph_.begin(0);
+    if (const void* dev = graph_.stage(ids, size_t(T) * sizeof(int32_t)))
+      return ops_->run("embed kernel", kvscope::cuda::embed, (*w)->q,
+                       static_cast<const int32_t*>(dev), T, scale, out.data);
+    KV_TRY(graph_.flush());  // no room: this step runs eagerly
   }
   KV_TRY(ids_.ensure(size_t(T) * sizeof(int32_t), "token ids"));
   KV_TRY(cuda_check(

@@ -99,15 +99,15 @@ TEST_F(KernelMatmulBatched, RejectsPartialBlocksAndUnknownTypes) {
   DevVec<uint8_t> w(4096);
   DevVec<float> x(16 * 512), out(16 * 8);
   // 48 values are not whole Q8_0 blocks; 300 not whole Q4_K super-blocks.
-  EXPECT_EQ(kvscope::cuda::matmul_batched(QMatrix{w.p, QType::Q8_0, 48, 2, 51}, x.p, 16, out.p,
-                                          nullptr),
-            cudaErrorInvalidValue);
+  EXPECT_EQ(
+      kvscope::cuda::matmul_batched(QMatrix{w.p, QType::Q8_0, 48, 2, 51}, x.p, 16, out.p, nullptr),
+      cudaErrorInvalidValue);
   EXPECT_EQ(kvscope::cuda::matmul_batched(QMatrix{w.p, QType::Q4_K, 300, 2, 170}, x.p, 16, out.p,
                                           nullptr),
             cudaErrorInvalidValue);
-  EXPECT_EQ(kvscope::cuda::matmul_batched(QMatrix{w.p, QType(99), 256, 2, 144}, x.p, 16, out.p,
-                                          nullptr),
-            cudaErrorInvalidValue);
+  EXPECT_EQ(
+      kvscope::cuda::matmul_batched(QMatrix{w.p, QType(99), 256, 2, 144}, x.p, 16, out.p, nullptr),
+      cudaErrorInvalidValue);
   EXPECT_TRUE(kvscope::cuda::matmul_batched_supported(QType::Q6_K));
   EXPECT_FALSE(kvscope::cuda::matmul_batched_supported(QType(99)));
 }
