@@ -66,6 +66,13 @@ cudaError_t matmul(QMatrix w, const float* x, int T, float* out, cudaStream_t s)
 // Same over an fp32 matrix w32 [n_out][n_in] (a dequantized copy).
 cudaError_t matmul_f32(const float* w32, int64_t n_in, int64_t n_out, const float* x, int T,
                        float* out, cudaStream_t s);
+// out [T][n_out] = x [T][n_in] · Wᵀ for any type the kernels decode (qtype_supported), read
+// in its stored form: tiles of 64 W rows decoded once into shared memory serve 64 rows of
+// x (matmul_batched.cu). fp32 activations and accumulation; each output sums in input
+// order, so a row's result does not depend on T. n_in must be whole blocks of the type.
+// For batched decode steps (T of about 9..64); any T works.
+cudaError_t matmul_batched(QMatrix w, const float* x, int T, float* out, cudaStream_t s);
+bool matmul_batched_supported(QType t);
 // One layer of the KV cache: K and V each [Hkv][n_slots] rows of D values in their element
 // type (the values are ggml type ids, as the engine's KvDtype; f32 and f16 rows are D
 // values, q8_0 / q4_0 rows D/32 GGUF blocks of 34 / 18 bytes, D a multiple of 32:

@@ -31,7 +31,13 @@ Status CudaBackend::init(const Model& model) {
   KV_TRY(cublas_check(cublasCreate(&blas_), "cublasCreate"));
   KV_TRY(cublas_check(cublasSetStream(blas_, stream_), "cublasSetStream"));
   KV_TRY(cuda_check(kvscope::cuda::kernels_init(), "configuring the kernels"));
-  KV_TRY(graph_.init(stream_));
+  // Room for a batched decode step's staged values: B token ids and the rows ops' cache
+  // references of every layer, B <= kMaxStepRows (plus alignment for several runs).
+  const int maxb = DecodeGraph::kMaxStepRows;
+  KV_TRY(graph_.init(stream_, size_t(maxb) * sizeof(int32_t) +
+                                  size_t(model.config().n_layer) * size_t(maxb) *
+                                      sizeof(kvscope::cuda::KvRowRef) +
+                                  size_t(maxb) * 16));
   n_head_ = model.config().n_head;
   weights_.emplace(stream_);
   ops_.emplace(graph_, stream_);

@@ -31,8 +31,16 @@ struct CudaBackendOptions {
   // Matmuls over more than this many tokens use cuBLAS (fp32) on an fp32 copy of the
   // weight; up to it, the matvec kernels (decode is T = 1).
   int matvec_max_tokens = 8;
-  // Decode steps (T = 1) are recorded and replayed as a CUDA graph (engine/cuda/
-  // decode_graph.h): one graph launch instead of ~9 kernel launches per layer.
+  // Matmuls over more rows than matvec_max_tokens, up to this many, use the batched
+  // quantized GEMM (kernels/matmul_batched.cu) on the weight as stored: a batched decode
+  // step of up to 64 sequences reads the quantized bytes once per step and needs no fp32
+  // copy. 64 is one activation tile of that kernel: every W tile is decoded once for all
+  // rows; past it each further 64 rows decode W again, and long prefills (compute-bound)
+  // are better served by cuBLAS on the fp32 copy. It is also the largest graphed batch.
+  int batched_max_tokens = 64;
+  // Decode steps (T = 1, and batched decode steps of up to batched_max_tokens rows) are
+  // recorded and replayed as a CUDA graph (engine/cuda/decode_graph.h): one graph launch
+  // instead of ~9 kernel launches per layer.
   bool decode_graph = true;
 };
 

@@ -17,14 +17,17 @@
 // A batched decode step of B sequences on paged caches of one pool issues the same count
 // whatever B: the rows ops (cuda_rows_ops.cpp) store and attend for every row in one
 // launch and one split + merge pair per layer (per sequence, it was 6 + 3 B per layer).
-// Past opt_.matvec_max_tokens rows the products go to cuBLAS (q/k/v three GEMMs, gate/up
-// two and the activation): 13 per layer.
+// Past opt_.matvec_max_tokens rows the products go to the batched quantized GEMM, and past
+// opt_.batched_max_tokens to cuBLAS (q/k/v three GEMMs, gate/up two and the activation):
+// 13 per layer. A batched decode step of up to 64 rows is recorded and replayed as a CUDA
+// graph like a single decode step (one graph per batch size: decode_graph.h).
 #pragma once
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -126,7 +129,12 @@ class CudaBackend final : public Backend {
     std::vector<char> ok;                        // [L] the rows can share a launch
     DeviceBuffer dev;                            // refs on the device
     DeviceBuffer work;                           // attention_rows' partial results
+    std::vector<DeviceBuffer> retired;           // outgrown work buffers a recorded step reads
     int uploads = 0;                             // metadata copies made (tests)
+    bool dev_current = false;                    // dev holds refs for key
+    // Refs staged with the decode step being recorded (one entry per run of rows).
+    std::vector<std::pair<std::vector<int64_t>, const void*>> staged;
+    uint64_t staged_serial = 0;                  // the step they belong to
   } rows_;
   int n_head_ = 0;
   DecodeGraph graph_;  // the decode step's launches, replayed as a CUDA graph

@@ -2,8 +2,9 @@
 // wrappers have checked the shapes). Each op finds its weights on the device and issues
 // kernels through OpLauncher,
 // which runs them now or records them into the decode step (op_launcher.h). Products of
-// more than opt_.matvec_max_tokens rows go to cuBLAS on fp32 weight copies; shorter ones
-// to the quantized matvec kernels (Q4_1, Q8_0) or the fp32 matvec on a dequantized copy.
+// more than opt_.batched_max_tokens rows go to cuBLAS on fp32 weight copies; more than
+// opt_.matvec_max_tokens up to that, to the batched quantized GEMM (every type); shorter
+// ones to the quantized matvec kernels (Q4_1, Q8_0) or the fp32 matvec on a dequantized copy.
 #include <algorithm>
 
 #include "engine/cuda/cuda_backend_impl.h"
@@ -31,12 +32,23 @@ Status CudaBackend::do_embed(const Weight& tok_embd, const int32_t* ids, float s
   auto w = weights_->get(tok_embd);
   if (!w.ok()) return w.error();
   KV_TRY(graph_.flush());
+  rows_.retired.clear();  // the steps that read them have run
   if (T == 1 && opt_.decode_graph) {
     // A decode step starts: record its launches; the token goes in with the step's
     // parameters (DecodeGraph::flush).
     graph_.begin(ids[0]);
     return ops_->run("embed kernel", kvscope::cuda::embed, (*w)->q, graph_.token_dev(), 1, scale,
                      out.data);
+  }
+  if (opt_.decode_graph && T <= std::min(opt_.batched_max_tokens, DecodeGraph::kMaxStepRows)) {
+    // Possibly a batched decode step (B sequences' decode rows): record it too, the ids
+    // staged with the step's parameters. A step that is not one (a short prefill) is
+    // marked not graphable by its ops and runs eagerly at the flush.
+    graph_.begin(0);
+    if (const void* dev = graph_.stage(ids, size_t(T) * sizeof(int32_t)))
+      return ops_->run("embed kernel", kvscope::cuda::embed, (*w)->q,
+                       static_cast<const int32_t*>(dev), T, scale, out.data);
+    KV_TRY(graph_.flush());  // no room: this step runs eagerly
   }
   KV_TRY(ids_.ensure(size_t(T) * sizeof(int32_t), "token ids"));
   KV_TRY(cuda_check(
@@ -62,6 +74,11 @@ Status CudaBackend::do_matmul(const Weight& w, Tensor x, Tensor out) {
   const int T = int(x.rows);
   if (T <= opt_.matvec_max_tokens && kvscope::cuda::matmul_native(d.q.type))
     return ops_->run("matmul kernel", kvscope::cuda::matmul, d.q, x.data, T, out.data);
+  // A batch of rows (batched decode, short prefill): the quantized GEMM, no fp32 copy.
+  if (T > opt_.matvec_max_tokens && T <= opt_.batched_max_tokens &&
+      kvscope::cuda::matmul_batched_supported(d.q.type))
+    return ops_->run("matmul_batched kernel", kvscope::cuda::matmul_batched, d.q, x.data, T,
+                     out.data);
   // A one-time conversion, issued now: no recorded launch reads the copy before it exists.
   KV_TRY(weights_->ensure_f32(d));
   if (T <= opt_.matvec_max_tokens)

@@ -7,7 +7,9 @@
 // go to the device in one copy, made by the first rows op of a step (layer 0's
 // rope_kv_write_rows) and reused by the later layers: the key is each row's cache, its
 // position and its layout version, so a new step, a grown table or a relayout uploads
-// anew. Rows whose caches are not paged over one pool with the same layer layout (pool
+// anew. While a decode step is recorded (decode_graph.h) the refs are staged with the
+// step's parameters instead, so that the launches read fixed addresses and replay as a
+// graph. Rows whose caches are not paged over one pool with the same layer layout (pool
 // storage, types, window) run the per-sequence ops (Backend's default).
 #include <algorithm>
 
@@ -46,6 +48,7 @@ Expected<const KvRowRef*> CudaBackend::row_refs(const DecodeRows& rows, int laye
   }
   if (key != rows_.key) {
     rows_.key.swap(key);
+    rows_.dev_current = false;
     rows_.refs.assign(size_t(L) * size_t(B), KvRowRef{});
     rows_.shared.assign(size_t(L), KvLayer{});
     rows_.max_slots.assign(size_t(L), 0);
@@ -64,10 +67,38 @@ Expected<const KvRowRef*> CudaBackend::row_refs(const DecodeRows& rows, int laye
             KvRowRef{kl.blocks, kl.pos, kl.n_slots, rows.pos[b]};
         max_slots = std::max(max_slots, kl.n_slots);
       }
-      rows_.shared[size_t(l)] = kl0;
-      rows_.max_slots[size_t(l)] = max_slots;
+      // The rows kernels take blocks, pos and n_slots from each row's ref: clear row 0's
+      // in the shared layer, so that the launch (and a graph's key) does not change when
+      // row 0's table grows. max_slots sizes the attention grid (chunks past a row's
+      // slots exit at once): rounded up to a power of two, so that it changes (and a
+      // graph is captured anew) only when the longest cache doubles.
+      KvLayer shared = kl0;
+      shared.blocks = nullptr;
+      shared.pos = nullptr;
+      shared.n_slots = 0;
+      rows_.shared[size_t(l)] = shared;
+      int rounded = 16;
+      while (rounded < max_slots) rounded *= 2;
+      rows_.max_slots[size_t(l)] = rounded;
       rows_.ok[size_t(l)] = ok;
     }
+  }
+  if (!rows_.ok[size_t(layer)]) return static_cast<const KvRowRef*>(nullptr);
+  if (graph_.recording()) {
+    // A recorded step: the refs of every layer go with the step's parameters (one upload
+    // per step, at fixed device addresses: decode_graph.h), once per run of rows.
+    for (const auto& [run_key, dev] : rows_.staged)
+      if (rows_.staged_serial == graph_.step_serial() && run_key == rows_.key)
+        return static_cast<const KvRowRef*>(dev) + size_t(layer) * size_t(B);
+    if (rows_.staged_serial != graph_.step_serial()) rows_.staged.clear();
+    rows_.staged_serial = graph_.step_serial();
+    if (const void* dev = graph_.stage(rows_.refs.data(), rows_.refs.size() * sizeof(KvRowRef))) {
+      rows_.staged.emplace_back(rows_.key, dev);
+      return static_cast<const KvRowRef*>(dev) + size_t(layer) * size_t(B);
+    }
+    KV_TRY(graph_.flush());  // no room: the rest of this step runs eagerly
+  }
+  if (!rows_.dev_current) {
     const size_t bytes = rows_.refs.size() * sizeof(KvRowRef);
     if (bytes > rows_.dev.bytes) {
       KV_TRY(graph_.flush());  // recorded launches may point into the old buffer
@@ -80,8 +111,8 @@ Expected<const KvRowRef*> CudaBackend::row_refs(const DecodeRows& rows, int laye
         cudaMemcpyAsync(rows_.dev.p, rows_.refs.data(), bytes, cudaMemcpyHostToDevice, stream_),
         "uploading the decode rows' cache references"));
     ++rows_.uploads;
+    rows_.dev_current = true;
   }
-  if (!rows_.ok[size_t(layer)]) return static_cast<const KvRowRef*>(nullptr);
   return static_cast<const KvRowRef*>(rows_.dev.p) + size_t(layer) * size_t(B);
 }
 
@@ -90,7 +121,6 @@ Status CudaBackend::do_rope_kv_write_rows(Tensor q, Tensor k, Tensor v, const De
   auto refs = row_refs(rows, layer);
   if (!refs.ok()) return refs.error();
   if (*refs == nullptr) return Backend::do_rope_kv_write_rows(q, k, v, rows, layer, n_head, r);
-  if (graph_.recording()) graph_.not_graphable();  // positions are per row, not the step's
   return ops_->run("rope_kv_write_rows kernel", kvscope::cuda::rope_kv_write_rows, q.data, k.data,
                    v.data, rows.n, n_head, rows_rope_args(r), rows_.shared[size_t(layer)], *refs);
 }
@@ -101,13 +131,18 @@ Status CudaBackend::do_attention_rows(Tensor q, const DecodeRows& rows, int laye
   if (!refs.ok()) return refs.error();
   if (*refs == nullptr || rows_.shared[size_t(layer)].head_dim > 512)
     return Backend::do_attention_rows(q, rows, layer, n_head, scale, out);
-  if (graph_.recording()) graph_.not_graphable();
   const KvLayer& kl = rows_.shared[size_t(layer)];
   const int max_slots = rows_.max_slots[size_t(layer)];
   const size_t need =
       size_t(kvscope::cuda::attention_rows_work_floats(rows.n, n_head, kl, max_slots)) * 4;
   if (need > rows_.work.bytes) {
-    KV_TRY(graph_.flush());  // recorded launches may point into the old buffer
+    // Recorded launches of this step may point into the old buffer: it lives on until the
+    // step has run (freed at the next step's embed), so the step stays one graph and the
+    // next step, with the same buffer, replays it.
+    if (graph_.recording())
+      rows_.retired.push_back(std::move(rows_.work));
+    else
+      KV_TRY(graph_.flush());
     KV_TRY(rows_.work.ensure(std::max(need + need / 2, rows_.work.bytes + rows_.work.bytes / 2),
                              "attention work memory"));
   }

@@ -1,6 +1,7 @@
 // decode_graph.cpp — see decode_graph.h.
 #include "engine/cuda/decode_graph.h"
 
+#include <cstring>
 #include <string>
 
 #include "kernels/kernels.h"
@@ -23,9 +24,17 @@ DecodeGraph::~DecodeGraph() {
   if (params_dev_) cudaFree(params_dev_);
 }
 
-Status DecodeGraph::init(cudaStream_t stream) {
+namespace {
+constexpr size_t kStageAlign = 16;
+constexpr size_t kParamsBytes =
+    (sizeof(DecodeGraph::Params) + kStageAlign - 1) / kStageAlign * kStageAlign;
+}  // namespace
+
+Status DecodeGraph::init(cudaStream_t stream, size_t staged_bytes) {
   stream_ = stream;
-  return check(cudaMalloc(reinterpret_cast<void**>(&params_dev_), sizeof(Params)),
+  cap_ = (staged_bytes + kStageAlign - 1) / kStageAlign * kStageAlign;
+  staged_.assign(kParamsBytes + cap_, 0);
+  return check(cudaMalloc(reinterpret_cast<void**>(&params_dev_), kParamsBytes + cap_),
                "allocating the decode step parameters");
 }
 
@@ -34,8 +43,19 @@ void DecodeGraph::begin(int32_t token) {
   graphable_ = true;
   have_pos0_ = false;
   params_host_ = Params{token, 0};
+  used_ = 0;
+  ++serial_;
   key_.clear();
   launches_.clear();
+}
+
+const void* DecodeGraph::stage(const void* src, size_t bytes) {
+  const size_t need = (bytes + kStageAlign - 1) / kStageAlign * kStageAlign;
+  if (!recording_ || used_ + need > cap_) return nullptr;
+  std::memcpy(staged_.data() + kParamsBytes + used_, src, bytes);
+  const void* dev = reinterpret_cast<const unsigned char*>(params_dev_) + kParamsBytes + used_;
+  used_ += need;
+  return dev;
 }
 
 bool DecodeGraph::use_pos0(int pos0) {
@@ -66,8 +86,10 @@ Status DecodeGraph::flush() {
   recording_ = false;
   // Pageable source: the call returns once the bytes are staged, so params_host_ may
   // change afterwards; the copy is ordered before the launches below on the stream.
-  KV_TRY(check(cudaMemcpyAsync(params_dev_, &params_host_, sizeof(Params), cudaMemcpyHostToDevice,
-                               stream_),
+  // One copy: Params and whatever the step staged after them.
+  std::memcpy(staged_.data(), &params_host_, sizeof(Params));
+  const size_t bytes = used_ > 0 ? kParamsBytes + used_ : sizeof(Params);
+  KV_TRY(check(cudaMemcpyAsync(params_dev_, staged_.data(), bytes, cudaMemcpyHostToDevice, stream_),
                "copying the decode step parameters"));
   if (!graphable_ || launches_.empty()) return run_eagerly();
   for (size_t i = 0; i < graphs_.size(); ++i) {

@@ -270,6 +270,8 @@ std::string last_error_detail();
 // cudaGraphLaunch calls.
 uint64_t direct_kernel_launches();
 uint64_t graph_launches();
+// cudaGraphInstantiate calls (a captured graph each; a replay makes none).
+uint64_t graphs_instantiated();
 // Kernels that ran, directly or as nodes of a replayed graph, and the bytes copied from the
 // host to the device and back (cudaMemcpy*, captured copies when their graph replays).
 uint64_t kernels_run();

@@ -206,10 +206,11 @@ bool capture_if_capturing(cudaStream_t s, std::function<cudaError_t()> op) {
 }
 
 std::atomic<uint64_t> g_direct_launches{0}, g_graph_launches{0}, g_kernels_run{0},
-    g_bytes_to_device{0}, g_bytes_to_host{0};
+    g_bytes_to_device{0}, g_bytes_to_host{0}, g_graphs_instantiated{0};
 
 uint64_t direct_kernel_launches() { return g_direct_launches.load(); }
 uint64_t graph_launches() { return g_graph_launches.load(); }
+uint64_t graphs_instantiated() { return g_graphs_instantiated.load(); }
 uint64_t kernels_run() { return g_kernels_run.load(); }
 uint64_t bytes_to_device() { return g_bytes_to_device.load(); }
 uint64_t bytes_to_host() { return g_bytes_to_host.load(); }
@@ -460,6 +461,7 @@ cudaError_t cudaDeviceReset() {
   st().func_smem.clear();
   kvscope::emu::g_direct_launches = 0;
   kvscope::emu::g_graph_launches = 0;
+  kvscope::emu::g_graphs_instantiated = 0;
   kvscope::emu::g_kernels_run = 0;
   kvscope::emu::g_bytes_to_device = 0;
   kvscope::emu::g_bytes_to_host = 0;
@@ -617,6 +619,7 @@ cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* g) {
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t g, unsigned long long) {
   if (!exec || !g) return record(cudaErrorInvalidValue, "cudaGraphInstantiate: null");
   *exec = new CUgraphExec_st{g->ops};
+  ++kvscope::emu::g_graphs_instantiated;
   return cudaSuccess;
 }
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {

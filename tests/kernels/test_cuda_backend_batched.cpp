@@ -1,0 +1,276 @@
+// test_cuda_backend_batched.cpp — batched decode steps of more sequences than the matvec
+// kernels take (B > 8: the batched quantized GEMM) on paged caches of one pool, and their
+// CUDA graphs, on the emulated CUDA backend against the CPU backend.
+//
+// Tolerances (test_cuda_backend.cpp's header): logits within kLogitTol of the CPU and of
+// each sequence decoded alone (T = 1, the matvec kernels: another fp32 summation order).
+// A graph replays the very launches an eager step issues, on the same inputs, so graph
+// and eager steps must be bit-identical. Launch counts come from the emulator's counters:
+// a graphed step is one cudaGraphLaunch and no direct kernel launch; a replay
+// instantiates no graph.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/cpu/cpu_backend.h"
+#include "engine/cuda/cuda_backend.h"
+#include "engine/forward.h"
+#include "engine/kv_pool.h"
+#include "engine/model.h"
+#include "tests/kernels/cuda_parity_util.h"
+#include "tests/util/tiny_model.h"
+#if !defined(KVSCOPE_REAL_GPU_TEST)
+#include "kernels/emu/emu.h"
+#endif
+
+namespace kvscope {
+namespace {
+
+int32_t argmax(const std::vector<float>& l) {
+  return int32_t(std::max_element(l.begin(), l.end()) - l.begin());
+}
+
+// One backend's sequences: a pool, a paged cache per sequence.
+struct Side {
+  const char* label;
+  Backend* be;
+  bool together;  // false: every sequence alone in its own forward_batch
+  std::shared_ptr<KvPool> pool;
+  std::vector<std::unique_ptr<KvCache>> caches;
+};
+
+// Prompt i: distinct tokens, length 3 + (5 i) % 12 (3..14), except sequence 0's 17: the
+// longest cache then spans 24 slots from the first decode step to the last of these tests,
+// so the rows' attention grid (sized by the longest cache, rounded up to a power of two)
+// stays one shape and a replay is possible from the second step on.
+std::vector<std::vector<int32_t>> prompts(int n) {
+  std::vector<std::vector<int32_t>> p;
+  for (int i = 0; i < n; ++i) {
+    const int len = i == 0 ? 17 : 3 + (5 * i) % 12;
+    std::vector<int32_t> t;
+    for (int j = 0; j < len; ++j) t.push_back(int32_t(1 + (7 * i + 11 * j) % 120));
+    p.push_back(std::move(t));
+  }
+  return p;
+}
+
+void prefill(Side& side, const Model& model, const KvCacheConfig& cfg,
+             const std::vector<std::vector<int32_t>>& toks) {
+  for (const auto& t : toks) {
+    auto k = side.be->create_paged_kv_cache(cfg, side.pool);
+    ASSERT_TRUE(k.ok()) << k.error().message;
+    side.caches.push_back(std::move(*k));
+    std::vector<BatchSeqOutput> out;
+    Status st = forward_batch(*side.be, model,
+                              {BatchSeq{side.caches.back().get(), t.data(), int(t.size())}}, out);
+    ASSERT_TRUE(st.ok()) << side.label << ": " << st.message();
+  }
+}
+
+// One decode step of sequences `which` (their next token: toks[i][cache length]).
+void decode(Side& side, const Model& model, const std::vector<std::vector<int32_t>>& toks,
+            const std::vector<int>& which, std::vector<BatchSeqOutput>& out) {
+  std::vector<BatchSeq> batch;
+  for (int i : which) {
+    KvCache* c = side.caches[size_t(i)].get();
+    batch.push_back(BatchSeq{c, toks[size_t(i)].data() + c->length(), 1});
+  }
+  out.clear();
+  if (side.together) {
+    Status st = forward_batch(*side.be, model, batch, out);
+    ASSERT_TRUE(st.ok()) << side.label << ": " << st.message();
+  } else {
+    for (const BatchSeq& seq : batch) {
+      std::vector<BatchSeqOutput> one;
+      Status st = forward_batch(*side.be, model, {seq}, one);
+      ASSERT_TRUE(st.ok()) << side.label << ": " << st.message();
+      out.push_back(std::move(one[0]));
+    }
+  }
+  for (int i : which) {
+    if (side.caches[size_t(i)]->n_groups() > 1) {
+      ASSERT_TRUE(side.caches[size_t(i)]->drop_outside_windows().ok());
+    }
+  }
+}
+
+std::unique_ptr<Backend> cuda_backend(const Model& model, bool graph) {
+  CudaBackendOptions opt;
+  opt.decode_graph = graph;
+  auto be = make_cuda_backend(model, opt);
+  EXPECT_TRUE(be.ok()) << be.error().message;
+  return be.ok() ? std::move(*be) : nullptr;
+}
+
+// B sequences of prompts(B), 4 decode steps with every sequence's row in one
+// forward_batch: the CUDA batch with graphs equals the CUDA batch without (bit for bit),
+// the CPU batch and each sequence decoded alone (within kLogitTol); from the second
+// step on, each graphed step is one graph launch and a replay.
+void check_batch(const Model& model, int B) {
+  SCOPED_TRACE("B " + std::to_string(B));
+  const KvCacheConfig cfg = kv_cache_config(model, {}, KvPolicy::Full);
+  const KvLayerGroups groups = kv_layer_groups(cfg);
+  const KvPoolConfig pc{
+      {groups.size, cfg.shape.n_head_kv, cfg.shape.head_dim}, cfg.types, 8, groups.count() * 4 * B};
+  auto cpu = make_cpu_backend(1);
+  auto graph = cuda_backend(model, true), eager = cuda_backend(model, false),
+       alone = cuda_backend(model, false);
+  ASSERT_TRUE(graph && eager && alone);
+  Side sides[4] = {{"cpu batch", cpu.get(), true, {}, {}},
+                   {"cuda graph batch", graph.get(), true, {}, {}},
+                   {"cuda eager batch", eager.get(), true, {}, {}},
+                   {"cuda alone", alone.get(), false, {}, {}}};
+  std::vector<std::vector<int32_t>> toks = prompts(B);
+  for (Side& side : sides) {
+    auto p = side.be->create_kv_pool(pc);
+    ASSERT_TRUE(p.ok()) << p.error().message;
+    side.pool = *p;
+    prefill(side, model, cfg, toks);
+  }
+  std::vector<int> all(static_cast<size_t>(B));
+  for (int i = 0; i < B; ++i) all[size_t(i)] = i;
+  // The first decode token of every sequence: a fixed one (the tests compare sides, not
+  // the model's choices); later ones the CPU batch's greedy choice, fed to every side.
+  for (auto& t : toks) t.push_back(int32_t(5 + t.size()));
+  for (int step = 0; step < 4; ++step) {
+    std::vector<BatchSeqOutput> out[4];
+    for (int s = 0; s < 4; ++s) {
+#if !defined(KVSCOPE_REAL_GPU_TEST)
+      const uint64_t direct0 = emu::direct_kernel_launches(), graphs0 = emu::graph_launches(),
+                     inst0 = emu::graphs_instantiated();
+#endif
+      decode(sides[s], model, toks, all, out[s]);
+      if (::testing::Test::HasFatalFailure()) return;
+#if !defined(KVSCOPE_REAL_GPU_TEST)
+      if (s == 1 && step > 0) {
+        EXPECT_EQ(emu::direct_kernel_launches() - direct0, 0u) << "step " << step;
+        EXPECT_EQ(emu::graph_launches() - graphs0, 1u) << "step " << step;
+        EXPECT_EQ(emu::graphs_instantiated() - inst0, 0u) << "step " << step << ": a replay";
+      }
+#endif
+    }
+    for (int i = 0; i < B; ++i) {
+      const auto& ref = out[0][size_t(i)].logits;
+      const auto& got = out[1][size_t(i)].logits;
+      EXPECT_EQ(got, out[2][size_t(i)].logits)
+          << "step " << step << " seq " << i << ": graph vs eager";
+      EXPECT_LE(max_abs_diff(ref, got), kLogitTol) << "step " << step << " seq " << i << ": vs cpu";
+      EXPECT_LE(max_abs_diff(out[3][size_t(i)].logits, got), kLogitTol)
+          << "step " << step << " seq " << i << ": vs alone";
+      if (top2_margin(ref) > 2 * kLogitTol) {
+        EXPECT_EQ(argmax(got), argmax(ref)) << "step " << step << " seq " << i;
+      }
+      toks[size_t(i)].push_back(argmax(ref));
+    }
+  }
+  for (Side& side : sides) {
+    std::vector<const std::vector<int32_t>*> tables;
+    for (auto& c : side.caches)
+      for (int g = 0; g < c->n_groups(); ++g) tables.push_back(&c->blocks(g));
+    Status st = side.pool->check(tables);
+    EXPECT_TRUE(st.ok()) << side.label << ": " << st.message();
+  }
+}
+
+class CudaBatchedDecode : public CudaBackendParity {};
+
+TEST_F(CudaBatchedDecode, ThreeNineSixteenSequencesEqualEachAloneEagerAndCpu) {
+  // B = 3 goes through the matvec kernels, 9 and 16 through the batched GEMM.
+  test::TinyModelSpec spec;
+  spec.seed = 17;
+  std::shared_ptr<const Model> llama = load_tiny(spec, "batched");
+  ASSERT_TRUE(llama);
+  for (int B : {3, 9, 16}) {
+    check_batch(*llama, B);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
+TEST_F(CudaBatchedDecode, NonNativeWeightsAndWindowedGroups) {
+  // F16 matrices (no native matvec: alone they use the fp32 copy, batched the GEMM on
+  // the stored halves) and Gemma 3's windowed cache groups, at B = 9.
+  test::TinyModelSpec spec;
+  spec.seed = 23;
+  spec.matrix_type = GgmlType::F16;
+  std::shared_ptr<const Model> f16 = load_tiny(spec, "batchedf16");
+  ASSERT_TRUE(f16);
+  check_batch(*f16, 9);
+  if (::testing::Test::HasFatalFailure()) return;
+  const std::string path = tiny_path("batchedwin");
+  ASSERT_TRUE(test::write_tiny_model(test::tiny_family("gemma3", 29), path).ok());
+  auto gemma = Model::load(path);
+  std::filesystem::remove(path);
+  ASSERT_TRUE(gemma.ok()) << gemma.error().message;
+  check_batch(**gemma, 9);
+}
+
+#if !defined(KVSCOPE_REAL_GPU_TEST)
+// Sequences join and leave: each batch size gets its own graph, captured once; a batch of
+// a size seen before replays its graph even when its sequences differ. Every step equals
+// the same schedule run eagerly, bit for bit.
+TEST_F(CudaBatchedDecode, JoiningAndLeavingSwitchGraphsAndStayExact) {
+  test::TinyModelSpec spec;
+  spec.seed = 31;
+  std::shared_ptr<const Model> model = load_tiny(spec, "joinleave");
+  ASSERT_TRUE(model);
+  const KvCacheConfig cfg = kv_cache_config(*model, {}, KvPolicy::Full);
+  const int N = 12;
+  const KvPoolConfig pc{cfg.shape, cfg.types, 8, 4 * N};
+  auto graph = cuda_backend(*model, true), eager = cuda_backend(*model, false);
+  ASSERT_TRUE(graph && eager);
+  Side sides[2] = {{"graph", graph.get(), true, {}, {}}, {"eager", eager.get(), true, {}, {}}};
+  std::vector<std::vector<int32_t>> toks = prompts(N);
+  for (Side& side : sides) {
+    auto p = side.be->create_kv_pool(pc);
+    ASSERT_TRUE(p.ok()) << p.error().message;
+    side.pool = *p;
+    prefill(side, *model, cfg, toks);
+  }
+  for (auto& t : toks)
+    for (int j = 0; j < 8; ++j) t.push_back(int32_t(3 + (t.size() * 13) % 100));
+  // Sequence 0 (the longest) stays; the others come and go. Expected: the first step of
+  // a batch size captures a graph; a size seen before replays.
+  struct Step {
+    std::vector<int> which;
+    bool capture;
+  };
+  // The largest batch comes first: it sizes the scratch memory, which then never moves
+  // (a moved buffer would rightly key a new graph).
+  // Seven steps: sequence 0's cache stays within 32 slots (the attention grid's size).
+  const std::vector<Step> plan = {
+      {{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, true},     // B 10: first
+      {{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, false},    // B 10 again: replay
+      {{0, 1, 2, 4, 5, 6, 7, 8, 9}, true},        // 3 leaves: B 9, a new graph
+      {{0, 2, 4, 5, 6, 7, 8, 9}, true},           // 1 leaves: B 8, a new graph
+      {{0, 2, 4, 5, 6, 7, 8, 9, 10, 11}, false},  // 10 and 11 join: B 10, other sequences
+      {{0, 2, 4, 5, 6, 7, 9, 10, 11}, false},     // 8 leaves: B 9 again
+      {{0, 4, 5, 6, 7, 9, 10, 11}, false},        // 2 leaves: B 8 again
+  };
+
+  for (size_t k = 0; k < plan.size(); ++k) {
+    SCOPED_TRACE("step " + std::to_string(k) + " B " + std::to_string(plan[k].which.size()));
+    std::vector<BatchSeqOutput> out_graph, out_eager;
+    const uint64_t direct0 = emu::direct_kernel_launches(), graphs0 = emu::graph_launches(),
+                   inst0 = emu::graphs_instantiated();
+    decode(sides[0], *model, toks, plan[k].which, out_graph);
+    if (::testing::Test::HasFatalFailure()) return;
+    if (k > 0) {  // step 0 may grow the attention work memory mid-step (then partly eager)
+      EXPECT_EQ(emu::direct_kernel_launches() - direct0, 0u);
+      EXPECT_EQ(emu::graph_launches() - graphs0, 1u);
+      EXPECT_EQ(emu::graphs_instantiated() - inst0, plan[k].capture ? 1u : 0u);
+    }
+    decode(sides[1], *model, toks, plan[k].which, out_eager);
+    if (::testing::Test::HasFatalFailure()) return;
+    ASSERT_EQ(out_graph.size(), out_eager.size());
+    for (size_t i = 0; i < out_graph.size(); ++i)
+      EXPECT_EQ(out_graph[i].logits, out_eager[i].logits) << "row " << i;
+  }
+}
+#endif
+
+}  // namespace
+}  // namespace kvscope
