@@ -1,6 +1,7 @@
 // cuda_backend_impl.h — the CUDA Backend class, shared by its source files:
 //   cuda_backend.cpp  device setup, scratch memory, caches, downloads, step timing
 //   cuda_ops.cpp      the ops (shapes checked by Backend; kernels issued via OpLauncher)
+//   cuda_fused_ops.cpp the fused layer halves of a decode step (norm_qkv_kv_write, norm_ffn)
 //   cuda_rows_ops.cpp the decode-rows ops of a batch over several sequences' paged caches
 // Memory lives in cuda_weights.* (model weights), cuda_kv_cache.* (the KV cache) and
 // cuda_util.* (buffers, status); decode-step recording in decode_graph.*.
@@ -85,6 +86,10 @@ class CudaBackend final : public Backend {
   Status do_rope_kv_write(Tensor q, Tensor k, Tensor v, KvCache& cache, int layer, int n_head,
                           const RopeSpec& r, int pos0) override;
   Status do_add_rmsnorm(Tensor x, Tensor y, const Weight& w, float eps, Tensor out) override;
+  // cuda_fused_ops.cpp
+  Status do_norm_qkv_kv_write(const ResidualNorm& rn, const QkvStore& a) override;
+  Status do_norm_ffn(const ResidualNorm& rn, const FfnWeights& w, Tensor gate, Tensor up,
+                     Tensor out) override;
   // cuda_rows_ops.cpp
   Status do_rope_kv_write_rows(Tensor q, Tensor k, Tensor v, const DecodeRows& rows, int layer,
                                int n_head, const RopeSpec& r) override;
@@ -102,6 +107,9 @@ class CudaBackend final : public Backend {
   // nullptr when the rows cannot share a launch there (caches not paged over one pool, or
   // laid out differently): the caller then runs the per-sequence ops.
   Expected<const kvscope::cuda::KvRowRef*> row_refs(const DecodeRows& rows, int layer);
+  // The fused kernels' residual arguments; false when rn has no one-launch form (more
+  // than one row, too wide for shared memory).
+  Expected<bool> residual_args(const ResidualNorm& rn, kvscope::cuda::ResidualArgs* r);
   // out [T][n_out] = x [T][n_in] · Wᵀ with cuBLAS on W's fp32 copy (fp32 in, fp32 out).
   Status gemm_f32(DeviceWeight& d, Tensor x, Tensor out);
 
@@ -115,6 +123,14 @@ class CudaBackend final : public Backend {
   std::vector<DeviceBuffer> slots_;
   DeviceBuffer ids_;   // [T] int32 token ids
   DeviceBuffer attn_work_;  // the split decode attention's partial results
+  // Zeroed unsigned counters of the kernels whose last block finishes the op
+  // (kernels/last_block.cuh): [0, n_head) the decode attention's heads, then kSyncFfn and
+  // kSyncQkv. Every launch leaves them zero; launches on the one stream never overlap.
+  DeviceBuffer sync_;
+  DeviceBuffer ffn_work_;  // norm_ffn's partial down products [F/32][C]
+  unsigned* sync_counter(int i) const { return static_cast<unsigned*>(sync_.p) + i; }
+  int sync_ffn() const { return n_head_; }
+  int sync_qkv() const { return n_head_ + 1; }
   // The rows ops' batch (cuda_rows_ops.cpp): metadata of every layer for the batch last
   // seen, uploaded in one copy when the batch (caches, positions, layouts) changes.
   struct RowsBatch {

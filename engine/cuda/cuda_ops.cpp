@@ -123,12 +123,12 @@ Status CudaBackend::do_attention(Tensor q, const KvCache& cache, int layer, int 
           graph_.use_pos0(pos0))
         return ops_->run("attention kernel", kvscope::cuda::attention_decode, q.data, kl, 0,
                          graph_.pos0_dev(), n_head, scale, out.data, base, int64_t(-1), row0,
-                         work);
+                         work, sync_counter(0));
       graph_.not_graphable();
     }
     return ops_->run("attention kernel", kvscope::cuda::attention_decode, q.data, kl, pos0,
                      static_cast<const int*>(nullptr), n_head, scale, out.data, probs_last.data,
-                     probs_last.cols, int64_t(0), work);
+                     probs_last.cols, int64_t(0), work, sync_counter(0));
   }
   if (c.n_slots(layer) > kvscope::cuda::attention_max_keys())
     return make_error("cuda: attention over ", c.n_slots(layer),
