@@ -8,7 +8,9 @@
 //   o = Wo·a (RMSNorm·post_attention_norm); x += o; h = RMSNorm(x)·ffn_norm;
 //   f = Wdown(act(Wgate·h) ⊙ Wup·h) (RMSNorm·post_ffw_norm); x += f.
 // Then RMSNorm·output_norm and the LM head on the last token only. Ops go through the
-// backend's fused entry points (backend.h), equal to the plain sequence above (unfused_<op>).
+// backend's fused entry points (backend.h), equal to the plain sequence above (unfused_<op>):
+// each half of a block (norm_qkv_kv_write, norm_ffn) opens with the residual add of the
+// previous half's product and the norm, so a CUDA decode step is 4 launches per layer.
 //
 // forward_batch runs several sequences' tokens through one pass: the rows of all of them
 // go through the weight products together, and each sequence's rows meet RoPE, its cache

@@ -10,16 +10,20 @@
 // device weights, the scratch slots and the decode graph. Work is issued asynchronously
 // on the stream; download() synchronises.
 //
-// Per decode step (T = 1) of a llama model the forward issues 9 kernel launches per layer
-// through the fused ops (q/k/v matvec, rope + kv write, kv norms, attention, Wo matvec,
-// add + rmsnorm, gate/up matvec + activation, down matvec, add + rmsnorm) plus embed, the
-// first rmsnorm and the LM head: 9 L + 3. Gemma 3 adds the q/k norms and the two post
-// norms (13 per layer, and unfused products where a weight type has no native matvec).
+// Per decode step (T = 1) of one sequence the forward issues 4 kernel launches per layer:
+// norm_qkv_kv_write (the residual add of the previous product + RMSNorm, q/k/v matvec,
+// biases, q/k norms, RoPE, K/V store, row norms), attention (split over key chunks, the
+// last block of each head merging them), the Wo matvec, and norm_ffn (residual add +
+// RMSNorm, gate/up matvec + activation, down matvec split over F and summed by the last
+// block); plus embed, the final add + output_norm and the LM head: 4 L + 3 (Gemma 3's
+// last post_ffw_norm: + 1). The fused kernels need Q4_1 / Q8_0 weights and a width that
+// fits their shared memory; otherwise those ops run unfused (cuda_fused_ops.cpp).
 // A batched decode step of B sequences on paged caches of one pool issues the same count
-// whatever B: the rows ops (cuda_rows_ops.cpp) store and attend for every row in one
-// launch and one split + merge pair per layer (per sequence, it was 6 + 3 B per layer).
+// whatever B: add + rmsnorm, q/k/v matvec, the rows ops (cuda_rows_ops.cpp: RoPE + store
+// for every row in one launch, one split + merge pair of attention), Wo, then add +
+// rmsnorm, gate/up + activation, down (norm_ffn unfused for several rows): 9 L + 3.
 // Past opt_.matvec_max_tokens rows the products go to cuBLAS (q/k/v three GEMMs, gate/up
-// two and the activation): 13 per layer.
+// two and the activation).
 #pragma once
 
 #include <cublas_v2.h>

@@ -697,9 +697,10 @@ TEST_F(CudaBackendParity, DecodeGraphSixteenStepsEqualEagerAndCpu) {
 }
 
 // A batched decode step on paged caches issues a fixed number of launches, whatever the
-// number of sequences: embed + first rmsnorm + 9 per layer (q/k/v product, the rows' RoPE
-// + K/V store, their attention split + merge, Wo, add + rmsnorm, gate/up + activation,
-// down, add + rmsnorm) + one LM head for every row. (Per sequence, RoPE + store and the
+// number of sequences: embed + 9 per layer (rmsnorm, or add + rmsnorm of the previous
+// product, q/k/v product, the rows' RoPE + K/V store, their attention split + merge, Wo,
+// add + rmsnorm, gate/up + activation, down) + the final add + rmsnorm + one LM head for
+// every row. (Per sequence, RoPE + store and the
 // two attention launches made it 6 + 3 B per layer.)
 TEST_F(CudaBackendParity, BatchedDecodeStepLaunchesDoNotGrowWithTheBatch) {
   test::TinyModelSpec spec;
