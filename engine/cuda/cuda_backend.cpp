@@ -33,14 +33,13 @@ Status CudaBackend::init(const Model& model) {
   KV_TRY(cuda_check(kvscope::cuda::kernels_init(), "configuring the kernels"));
   KV_TRY(graph_.init(stream_));
   n_head_ = model.config().n_head;
-  const size_t sync_bytes = size_t(n_head_ + 2) * sizeof(unsigned);
-  KV_TRY(sync_.ensure(sync_bytes, "kernel counters"));
-  KV_TRY(cuda_check(cudaMemset(sync_.p, 0, sync_bytes), "zeroing the kernel counters"));
+  // The fused decode kernels' counters and work memory for this model, before any step is
+  // recorded (growing them later flushes the recording).
   const ModelConfig& mc = model.config();
-  KV_TRY(ffn_work_.ensure(
-      size_t(std::max<int64_t>(1, kvscope::cuda::norm_ffn_work_floats(mc.n_ff, mc.n_embd))) *
-          sizeof(float),
-      "feed-forward work memory"));
+  auto sync = sync_counters(2 + n_head_);
+  if (!sync.ok()) return sync.error();
+  auto work = ffn_work(kvscope::cuda::norm_ffn_work_floats(mc.n_ff, mc.n_embd));
+  if (!work.ok()) return work.error();
   weights_.emplace(stream_);
   ops_.emplace(graph_, stream_);
   std::vector<const Weight*> all = {&model.tok_embd(), &model.output_norm(), &model.output()};

@@ -114,6 +114,11 @@ class CudaBackend final : public Backend {
   // The fused kernels' residual arguments; false when rn has no one-launch form (more
   // than one row, too wide for shared memory).
   Expected<bool> residual_args(const ResidualNorm& rn, kvscope::cuda::ResidualArgs* r);
+  // At least n zeroed counters of sync_ (grown, and the recorded launches flushed, first
+  // when fewer).
+  Expected<unsigned*> sync_counters(int n);
+  // At least n floats of norm_ffn's work memory (grown likewise).
+  Expected<float*> ffn_work(int64_t n);
   // out [T][n_out] = x [T][n_in] · Wᵀ with cuBLAS on W's fp32 copy (fp32 in, fp32 out).
   Status gemm_f32(DeviceWeight& d, Tensor x, Tensor out);
 
@@ -128,13 +133,11 @@ class CudaBackend final : public Backend {
   DeviceBuffer ids_;   // [T] int32 token ids
   DeviceBuffer attn_work_;  // the split decode attention's partial results
   // Zeroed unsigned counters of the kernels whose last block finishes the op
-  // (kernels/last_block.cuh): [0, n_head) the decode attention's heads, then kSyncFfn and
-  // kSyncQkv. Every launch leaves them zero; launches on the one stream never overlap.
+  // (kernels/last_block.cuh): [0] norm_qkv_kv_write, [1] norm_ffn, [2, 2 + H) the decode
+  // attention's heads. Every launch leaves them zero; launches on the one stream never
+  // overlap.
   DeviceBuffer sync_;
   DeviceBuffer ffn_work_;  // norm_ffn's partial down products [F/32][C]
-  unsigned* sync_counter(int i) const { return static_cast<unsigned*>(sync_.p) + i; }
-  int sync_ffn() const { return n_head_; }
-  int sync_qkv() const { return n_head_ + 1; }
   // The rows ops' batch (cuda_rows_ops.cpp): metadata of every layer for the batch last
   // seen, uploaded in one copy when the batch (caches, positions, layouts) changes.
   struct RowsBatch {

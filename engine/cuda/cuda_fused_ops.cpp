@@ -3,6 +3,8 @@
 // the weights a native matvec (Q4_1, Q8_0) and the width fits the kernels' shared memory
 // (kernels/norm_qkv_kv_write.cu, norm_ffn.cu); otherwise Backend's unfused composition.
 // The kernels' last blocks use the backend's zeroed counters (sync_).
+#include <algorithm>
+
 #include "engine/cuda/cuda_backend_impl.h"
 #include "kernels/kernels.h"
 
@@ -20,6 +22,26 @@ kvscope::cuda::GateAct gate_act(FfnAct a) {
 }
 
 }  // namespace
+
+Expected<unsigned*> CudaBackend::sync_counters(int n) {
+  const size_t need = size_t(n) * sizeof(unsigned);
+  if (need > sync_.bytes) {
+    KV_TRY(graph_.flush());  // recorded launches may point into the old buffer
+    KV_TRY(sync_.ensure(need, "kernel counters"));
+    KV_TRY(cuda_check(cudaMemsetAsync(sync_.p, 0, sync_.bytes, stream_),
+                      "zeroing the kernel counters"));
+  }
+  return static_cast<unsigned*>(sync_.p);
+}
+
+Expected<float*> CudaBackend::ffn_work(int64_t n) {
+  const size_t need = size_t(std::max<int64_t>(n, 1)) * sizeof(float);
+  if (need > ffn_work_.bytes) {
+    KV_TRY(graph_.flush());  // recorded launches may point into the old buffer
+    KV_TRY(ffn_work_.ensure(need, "feed-forward work memory"));
+  }
+  return static_cast<float*>(ffn_work_.p);
+}
 
 Expected<bool> CudaBackend::residual_args(const ResidualNorm& rn, kvscope::cuda::ResidualArgs* r) {
   if (rn.x.rows != 1 || rn.x.cols > kvscope::cuda::residual_norm_max_width()) return false;
@@ -70,9 +92,10 @@ Status CudaBackend::do_norm_qkv_kv_write(const ResidualNorm& rn, const QkvStore&
   p.k_row_norm = a.k_row_norm.data;
   p.v_row_norm = a.v_row_norm.data;
   auto& c = static_cast<CudaKvCache&>(*a.cache);
+  auto sync = sync_counters(2);
+  if (!sync.ok()) return sync.error();
   return ops_->run("norm_qkv_kv_write kernel", kvscope::cuda::norm_qkv_kv_write, r, m[0], m[1],
-                   m[2], p, a.q.data, a.k.data, a.v.data, c.layer(a.layer),
-                   sync_counter(sync_qkv()));
+                   m[2], p, a.q.data, a.k.data, a.v.data, c.layer(a.layer), *sync + 0);
 }
 
 Status CudaBackend::do_norm_ffn(const ResidualNorm& rn, const FfnWeights& w, Tensor gate, Tensor up,
@@ -82,10 +105,7 @@ Status CudaBackend::do_norm_ffn(const ResidualNorm& rn, const FfnWeights& w, Ten
   if (!fused.ok()) return fused.error();
   const Weight* ws[3] = {w.gate, w.up, w.down};
   QMatrix m[3];
-  bool native =
-      *fused && rn.x.cols % 32 == 0 && w.gate->n_out % 32 == 0 &&
-      size_t(kvscope::cuda::norm_ffn_work_floats(w.gate->n_out, rn.x.cols)) * sizeof(float) <=
-          ffn_work_.bytes;
+  bool native = *fused && rn.x.cols % 32 == 0 && w.gate->n_out % 32 == 0;
   for (int i = 0; i < 3; ++i) {
     auto d = weights_->get(*ws[i]);
     if (!d.ok()) return d.error();
@@ -93,8 +113,12 @@ Status CudaBackend::do_norm_ffn(const ResidualNorm& rn, const FfnWeights& w, Ten
     native = native && kvscope::cuda::matmul_native(m[i].type);
   }
   if (!native) return unfused_norm_ffn(rn, w, gate, up, out);
+  auto work = ffn_work(kvscope::cuda::norm_ffn_work_floats(w.gate->n_out, rn.x.cols));
+  if (!work.ok()) return work.error();
+  auto sync = sync_counters(2);
+  if (!sync.ok()) return sync.error();
   return ops_->run("norm_ffn kernel", kvscope::cuda::norm_ffn, r, m[0], m[1], m[2], gate_act(w.act),
-                   static_cast<float*>(ffn_work_.p), out.data, sync_counter(sync_ffn()));
+                   *work, out.data, *sync + 1);
 }
 
 }  // namespace kvscope

@@ -703,6 +703,21 @@ std::vector<OpEntry> op_table() {
                    return Outputs{{"out", s.get(out)}, {"probs", s.get(probs)}};
                  }});
           }
+    // A decode row with more heads than the backend's model (16 > 4): the split kernel's
+    // per-head merge counters grow to fit, twice in a row.
+    e.cases.push_back({"f16 H16/2 T1 twice", [](Side& s) {
+                         const int H = 16, D = 32, pos0 = 40;
+                         auto c = s.cache(kv_cfg(2, 2, D, KvDtype::F16, KvDtype::F16), 48);
+                         s.fill(*c, pos0 + 1, 73);
+                         Outputs o;
+                         for (int i = 0; i < 2; ++i) {
+                           Tensor q = s.put(0, 1, H * D, random_floats(size_t(H * D), 74 + i));
+                           Tensor out = s.put(1, 1, H * D);
+                           ok(s.be->attention(q, *c, 0, pos0, H, 0.2f, out, Tensor{}));
+                           o.push_back({"out " + std::to_string(i), s.get(out)});
+                         }
+                         return o;
+                       }});
     e.bad.push_back({"groups", [](Side& s) {
                        BadKit k = bad_kit(s);
                        return s.be->attention(k.q4x128, *k.cache, 0, 0, 3, 1.f, k.q4x128, {});
