@@ -51,11 +51,15 @@ __global__ void __launch_bounds__(kThreads)
   int64_t o = int64_t(blockIdx.x) * kMatvecWarpsPerBlock + threadIdx.x / 32;
   const int m = o < wq.n_out ? 0 : (o < wq.n_out + wk.n_out ? 1 : 2);
   o -= m == 0 ? 0 : (m == 1 ? wq.n_out : wq.n_out + wk.n_out);
-  const QMatrix& w = m == 0 ? wq : (m == 1 ? wk : wv);
-  if (o < w.n_out) {  // warp-uniform
+  // Field by field (a reference to one of the three parameters would put them in local
+  // memory).
+  const uint8_t* wd = static_cast<const uint8_t*>(m == 0 ? wq.data : (m == 1 ? wk.data : wv.data));
+  const int64_t n_out = m == 0 ? wq.n_out : (m == 1 ? wk.n_out : wv.n_out);
+  const int64_t row_bytes = m == 0 ? wq.row_bytes : (m == 1 ? wk.row_bytes : wv.row_bytes);
+  const QType type = m == 0 ? wq.type : (m == 1 ? wk.type : wv.type);
+  if (o < n_out) {  // warp-uniform
     float acc[kRowsAtOnce] = {0.0f, 0.0f, 0.0f, 0.0f};
-    lane_row_dots_any(w.type, static_cast<const uint8_t*>(w.data) + o * w.row_bytes, w.n_in, hs, 1,
-                      acc);
+    lane_row_dots_any(type, wd + o * row_bytes, r.C, hs, 1, acc);
     const float sum = warp_sum(acc[0]);
     if (threadIdx.x % 32 == 0) (m == 0 ? q : (m == 1 ? k : v))[o] = sum;
   }
