@@ -297,6 +297,7 @@ TEST_F(KernelFused, NormFfnEqualsAddRmsnormGluThenDown) {
       float max_want = 0;
       for (float v : want) max_want = std::max(max_want, std::fabs(v));
       std::vector<std::vector<float>> outs;
+      const int before = kvscope::emu::workers();
       for (int workers : {1, 4}) {
         kvscope::emu::set_workers(workers);
         DevVec<float> fx(x), fh{size_t(C)}, out{size_t(C)},
@@ -323,7 +324,7 @@ TEST_F(KernelFused, NormFfnEqualsAddRmsnormGluThenDown) {
         EXPECT_TRUE(all_close(fh.get(), rh.get(), 0.f, kUlp)) << "workers " << workers;
         EXPECT_TRUE(all_close(outs.back(), want, 1e-5f * max_want, 0.f)) << "workers " << workers;
       }
-      kvscope::emu::set_workers(1);
+      kvscope::emu::set_workers(before);
       for (size_t i = 1; i < outs.size(); ++i) EXPECT_EQ(outs[i], outs[0]) << "run " << i;
     }
 }
