@@ -67,6 +67,12 @@ class Check {
     if (ok() && v % 2 != 0) fail(arg.str(), " is ", v, ", expected an even number");
     return *this;
   }
+  // p (of arg) is not the buffer of `other`.
+  Check& apart(Arg arg, const void* p, Arg other, const void* q) {
+    if (ok() && p != nullptr && p == q)
+      fail(arg.str(), " is ", other.str(), ", expected a separate buffer");
+    return *this;
+  }
   Check& not_null(Arg arg, const void* p) {
     if (ok() && p == nullptr) fail(arg.str(), " is null, expected a pointer");
     return *this;
@@ -363,6 +369,77 @@ Status Backend::add_rmsnorm(Tensor x, Tensor y, const Weight& w, float eps, Tens
 
 namespace {
 
+void check_residual(Check& c, const ResidualNorm& rn) {
+  c.tensor("rn.x", rn.x).not_null("rn.w", rn.w);
+  if (!c.ok()) return;
+  c.vector("rn.w", *rn.w, "rn.x.cols", rn.x.cols);
+  if (rn.y.data) c.same_shape("rn.y", rn.y, "rn.x", rn.x);
+  if (rn.y_norm) c.vector("rn.y_norm", *rn.y_norm, "rn.x.cols", rn.x.cols);
+  c.same_shape("rn.h", rn.h, "rn.x", rn.x)
+      .apart("rn.h.data", rn.h.data, "rn.x.data", rn.x.data)
+      .apart("rn.h.data", rn.h.data, "rn.y.data", rn.y.data);
+}
+
+}  // namespace
+
+Status Backend::norm_qkv_kv_write(const ResidualNorm& rn, const QkvStore& a) {
+  Check c("norm_qkv_kv_write");
+  check_residual(c, rn);
+  c.not_null("a.wq", a.wq).not_null("a.wk", a.wk).not_null("a.wv", a.wv).not_null("a.cache",
+                                                                                a.cache);
+  KV_TRY(c.status());
+  const KvCache& cache = *a.cache;
+  const KvShape& s = cache.shape();
+  c.product("a.wq", *a.wq, "rn.h", rn.h, "a.q", a.q)
+      .product("a.wk", *a.wk, "rn.h", rn.h, "a.k", a.k)
+      .product("a.wv", *a.wv, "rn.h", rn.h, "a.v", a.v)
+      .layer(cache, a.layer)
+      .at_least("a.n_head", a.n_head, "", 1)
+      .eq("a.q.cols", a.q.cols, "a.n_head * head_dim", int64_t(a.n_head) * s.head_dim);
+  check_kv_rows(c, cache, a.k, a.v);
+  if (a.bq || a.bk || a.bv) {
+    c.not_null("a.bq", a.bq).not_null("a.bk", a.bk).not_null("a.bv", a.bv);
+    if (c.ok())
+      c.vector("a.bq", *a.bq, "a.q.cols", a.q.cols)
+          .vector("a.bk", *a.bk, "a.k.cols", a.k.cols)
+          .vector("a.bv", *a.bv, "a.v.cols", a.v.cols);
+  }
+  if (a.q_norm || a.k_norm) {
+    c.not_null("a.q_norm", a.q_norm).not_null("a.k_norm", a.k_norm);
+    if (c.ok())
+      c.vector("a.q_norm", *a.q_norm, "head_dim", s.head_dim)
+          .vector("a.k_norm", *a.k_norm, "head_dim", s.head_dim);
+  }
+  if (a.k_row_norm.data || a.v_row_norm.data)
+    c.at_least("a.k_row_norm.cols", a.k_row_norm.cols, "rn.x.rows", rn.x.rows)
+        .not_null("a.k_row_norm.data", a.k_row_norm.data)
+        .at_least("a.v_row_norm.cols", a.v_row_norm.cols, "rn.x.rows", rn.x.rows)
+        .not_null("a.v_row_norm.data", a.v_row_norm.data);
+  c.rope(a.rope, s.head_dim).at_least("a.pos0", a.pos0, "", 0).held(cache, a.layer, a.pos0,
+                                                                     rn.x.rows);
+  KV_TRY(c.status());
+  return do_norm_qkv_kv_write(rn, a);
+}
+
+Status Backend::norm_ffn(const ResidualNorm& rn, const FfnWeights& w, Tensor gate, Tensor up,
+                         Tensor out) {
+  Check c("norm_ffn");
+  check_residual(c, rn);
+  c.not_null("w.gate", w.gate).not_null("w.up", w.up).not_null("w.down", w.down);
+  KV_TRY(c.status());
+  c.product("w.gate", *w.gate, "rn.h", rn.h, "gate", gate)
+      .eq("w.up.n_in", w.up->n_in, "w.gate.n_in", w.gate->n_in)
+      .eq("w.up.n_out", w.up->n_out, "w.gate.n_out", w.gate->n_out)
+      .not_null("w.up.data", w.up->data)
+      .same_shape("up", up, "gate", gate)
+      .product("w.down", *w.down, "gate", gate, "out", out)
+      .eq("out.cols", out.cols, "rn.x.cols", rn.x.cols);
+  KV_TRY(c.status());
+  return do_norm_ffn(rn, w, gate, up, out);
+}
+
+namespace {
+
 // Whether `layer` of `c` holds position p (what Check::held verifies).
 bool holds(const KvCache& c, int layer, int p) {
   const int s = c.slot_of(layer, p);
@@ -480,6 +557,39 @@ Status Backend::unfused_rope_kv_write(Tensor q, Tensor k, Tensor v, KvCache& cac
 Status Backend::unfused_add_rmsnorm(Tensor x, Tensor y, const Weight& w, float eps, Tensor out) {
   KV_TRY(add(x, y));
   return rmsnorm(x, w, eps, out);
+}
+
+Status Backend::unfused_residual_norm(const ResidualNorm& rn) {
+  if (!rn.y.data) return rmsnorm(rn.x, *rn.w, rn.eps, rn.h);
+  if (rn.y_norm) KV_TRY(rmsnorm(rn.y, *rn.y_norm, rn.eps, rn.y));
+  return add_rmsnorm(rn.x, rn.y, *rn.w, rn.eps, rn.h);
+}
+
+Status Backend::unfused_norm_qkv_kv_write(const ResidualNorm& rn, const QkvStore& a) {
+  KV_TRY(unfused_residual_norm(rn));
+  KV_TRY(matmul_qkv(*a.wq, *a.wk, *a.wv, rn.h, a.q, a.k, a.v));
+  if (a.bq) {
+    KV_TRY(add_bias(a.q, *a.bq));
+    KV_TRY(add_bias(a.k, *a.bk));
+    KV_TRY(add_bias(a.v, *a.bv));
+  }
+  const KvShape& s = a.cache->shape();
+  const int64_t T = rn.x.rows;
+  if (a.q_norm) {  // each head's D values, viewed as rows of [T*heads][D]
+    const Tensor qh{a.q.data, T * a.n_head, s.head_dim}, kh{a.k.data, T * s.n_head_kv, s.head_dim};
+    KV_TRY(rmsnorm(qh, *a.q_norm, rn.eps, qh));
+    KV_TRY(rmsnorm(kh, *a.k_norm, rn.eps, kh));
+  }
+  KV_TRY(rope_kv_write(a.q, a.k, a.v, *a.cache, a.layer, a.n_head, a.rope, a.pos0));
+  if (!a.k_row_norm.data) return Status::Ok();
+  return kv_row_norms(*a.cache, a.layer, a.pos0, int(T), a.k_row_norm, a.v_row_norm);
+}
+
+Status Backend::unfused_norm_ffn(const ResidualNorm& rn, const FfnWeights& w, Tensor gate,
+                                 Tensor up, Tensor out) {
+  KV_TRY(unfused_residual_norm(rn));
+  KV_TRY(matmul_glu(*w.gate, *w.up, rn.h, w.act, gate, up));
+  return matmul(*w.down, gate, out);
 }
 
 }  // namespace kvscope

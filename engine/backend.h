@@ -51,12 +51,12 @@ struct RopeSpec {
 // (tests/kernels/test_backend_ops.cpp) then fails until it has an entry for the op, and
 // does not build while its probe backend misses a new do_<op> (every do_<op> is pure but
 // the rows ops', whose default loops over the per-sequence op; the probe overrides them too).
-inline constexpr std::array<std::string_view, 21> kBackendOps = {
+inline constexpr std::array<std::string_view, 23> kBackendOps = {
     "scratch",      "create_kv_cache", "embed",       "rmsnorm",       "matmul",
     "add_bias",     "rope",            "kv_write",    "attention",     "glu",
     "add",          "kv_row_norms",    "kv_row_errors", "download",    "kv_rerotate",
     "matmul_qkv",   "matmul_glu",      "rope_kv_write", "add_rmsnorm",
-    "rope_kv_write_rows", "attention_rows",
+    "rope_kv_write_rows", "attention_rows", "norm_qkv_kv_write", "norm_ffn",
 };
 
 // B decode rows of a batch, one per sequence: row b of the rows ops' tensors is one token
@@ -66,6 +66,47 @@ struct DecodeRows {
   KvCache* const* caches = nullptr;  // [B]
   const int* pos = nullptr;          // [B]
   int n = 0;                         // B
+};
+
+// The residual step that opens each half of a block in the fused ops below:
+// x += y' with y' = RMSNorm(y)·y_norm (y_norm null: y' = y; y null: nothing is added),
+// then h = RMSNorm(x)·w, all with eps.
+struct ResidualNorm {
+  Tensor x;                        // [T][C] the residual stream, updated in place
+  Tensor y;                        // [T][C] the previous product, or null; may be overwritten
+  const Weight* y_norm = nullptr;  // [C] (Gemma's post norms) or null
+  const Weight* w = nullptr;       // [C]
+  float eps = 0.0f;
+  Tensor h;                        // [T][C] receives RMSNorm(x)·w; distinct from x and y
+};
+
+// The attention's input half of one layer for norm_qkv_kv_write: the projections of h,
+// their biases and per-head norms, RoPE and the store into the cache, the stored rows'
+// norms.
+struct QkvStore {
+  const Weight* wq = nullptr;      // [H*D][C]
+  const Weight* wk = nullptr;      // [Hkv*D][C]
+  const Weight* wv = nullptr;      // [Hkv*D][C]
+  const Weight* bq = nullptr;      // [H*D] or null (then bk, bv null too)
+  const Weight* bk = nullptr;      // [Hkv*D]
+  const Weight* bv = nullptr;      // [Hkv*D]
+  const Weight* q_norm = nullptr;  // [D] per-head RMSNorm of q or null (then k_norm null too)
+  const Weight* k_norm = nullptr;  // [D]
+  Tensor q, k, v;                  // [T][H*D], [T][Hkv*D], [T][Hkv*D] outputs
+  KvCache* cache = nullptr;
+  int layer = 0;
+  int n_head = 0;                  // H
+  RopeSpec rope;
+  int pos0 = 0;                    // row t is position pos0 + t (begin() made room)
+  Tensor k_row_norm, v_row_norm;   // [1][T] the stored rows' L2 norms, or null
+};
+
+// The feed-forward half of one layer for norm_ffn.
+struct FfnWeights {
+  const Weight* gate = nullptr;    // [F][C]
+  const Weight* up = nullptr;      // [F][C]
+  const Weight* down = nullptr;    // [C][F]
+  FfnAct act = FfnAct::Silu;
 };
 
 // The ops check shapes and arguments before a backend sees them: a bad call is an Error
@@ -164,6 +205,18 @@ class Backend {
                        const RopeSpec& rope_spec, int pos0);
   // x += y, then out = RMSNorm(x)·w.
   Status add_rmsnorm(Tensor x, Tensor y, const Weight& w, float eps, Tensor out);
+  // A layer's way in to attention: the residual step rn (ResidualNorm), q, k, v = Wq·h,
+  // Wk·h, Wv·h (+ biases), per-head RMSNorm of q and k (eps = rn.eps), then rope_kv_write
+  // (q and k end rotated) and, when a.k_row_norm is given, kv_row_norms of the rows
+  // stored. On CUDA one launch per decode step (the last block to finish the products
+  // does the rest).
+  Status norm_qkv_kv_write(const ResidualNorm& rn, const QkvStore& a);
+  // A layer's feed-forward half: the residual step rn, gate = act(Wgate·h) ⊙ (Wup·h),
+  // out = Wdown·gate. `gate`, `up` [T][F] are scratch; out [T][C] may alias rn.y. On CUDA
+  // one launch per decode step (blocks own slices of F; the last one sums their partial
+  // down products in slice order).
+  Status norm_ffn(const ResidualNorm& rn, const FfnWeights& w, Tensor gate, Tensor up,
+                  Tensor out);
 
   // --- Decode rows of several sequences at once (a batched decode step): the results of
   // the per-sequence op on each row, in one launch (or one split + merge pair) where the
@@ -214,6 +267,9 @@ class Backend {
                                   int n_head, const RopeSpec& rope_spec, int pos0) = 0;
   virtual Status do_add_rmsnorm(Tensor x, Tensor y, const Weight& w, float eps,
                                 Tensor out) = 0;
+  virtual Status do_norm_qkv_kv_write(const ResidualNorm& rn, const QkvStore& a) = 0;
+  virtual Status do_norm_ffn(const ResidualNorm& rn, const FfnWeights& w, Tensor gate, Tensor up,
+                             Tensor out) = 0;
   // Not pure: by default each row through the per-sequence op (bit-identical to it).
   virtual Status do_rope_kv_write_rows(Tensor q, Tensor k, Tensor v, const DecodeRows& rows,
                                        int layer, int n_head, const RopeSpec& rope_spec);
@@ -229,6 +285,10 @@ class Backend {
   Status unfused_rope_kv_write(Tensor q, Tensor k, Tensor v, KvCache& cache, int layer,
                                int n_head, const RopeSpec& rope_spec, int pos0);
   Status unfused_add_rmsnorm(Tensor x, Tensor y, const Weight& w, float eps, Tensor out);
+  Status unfused_residual_norm(const ResidualNorm& rn);
+  Status unfused_norm_qkv_kv_write(const ResidualNorm& rn, const QkvStore& a);
+  Status unfused_norm_ffn(const ResidualNorm& rn, const FfnWeights& w, Tensor gate, Tensor up,
+                          Tensor out);
 };
 
 }  // namespace kvscope

@@ -8,7 +8,9 @@
 //   o = Wo·a (RMSNorm·post_attention_norm); x += o; h = RMSNorm(x)·ffn_norm;
 //   f = Wdown(act(Wgate·h) ⊙ Wup·h) (RMSNorm·post_ffw_norm); x += f.
 // Then RMSNorm·output_norm and the LM head on the last token only. Ops go through the
-// backend's fused entry points (backend.h), equal to the plain sequence above (unfused_<op>).
+// backend's fused entry points (backend.h), equal to the plain sequence above (unfused_<op>):
+// each half of a block (norm_qkv_kv_write, norm_ffn) opens with the residual add of the
+// previous half's product and the norm, so a CUDA decode step is 4 launches per layer.
 //
 // forward_batch runs several sequences' tokens through one pass: the rows of all of them
 // go through the weight products together, and each sequence's rows meet RoPE, its cache
@@ -215,6 +217,14 @@ Status forward_batch(Backend& be, const Model& model, const std::vector<BatchSeq
 
 namespace {
 
+// The residual step of rn through the separate ops: x += RMSNorm(y)·y_norm (or y), h =
+// RMSNorm(x)·w (Backend::unfused_residual_norm, from outside the backend).
+Status residual_norm(Backend& be, const ResidualNorm& rn) {
+  if (!rn.y.data) return be.rmsnorm(rn.x, *rn.w, rn.eps, rn.h);
+  if (rn.y_norm) KV_TRY(be.rmsnorm(rn.y, *rn.y_norm, rn.eps, rn.y));
+  return be.add_rmsnorm(rn.x, rn.y, *rn.w, rn.eps, rn.h);
+}
+
 Status run_batch(Backend& be, const Model& model, const std::vector<BatchSeq>& seqs,
                  const std::vector<SeqRows>& rows, int T, std::vector<BatchSeqOutput>& out) {
   const ModelConfig& c = model.config();
@@ -293,25 +303,66 @@ Status run_batch(Backend& be, const Model& model, const std::vector<BatchSeq>& s
     i = j;
   }
 
-  // The residual add that closes each block is fused with the norm that opens the next
-  // one (and with output_norm after the last block).
+  // Each half of a block opens with the residual step (backend.h ResidualNorm): the
+  // previous half's product (after its post norm, Gemma) is added to x and x is normed
+  // for the products that follow. The attention half of a single sequence's rows goes
+  // through norm_qkv_kv_write (residual step, q/k/v products, biases, q/k norms, RoPE,
+  // K/V store, row norms: one launch per decode step on CUDA), the feed-forward half of
+  // every row through norm_ffn (residual step, gate/up, down: one launch). So a decode
+  // step on CUDA issues per layer: norm_qkv_kv_write, attention (split over key chunks,
+  // merged in the same launch), Wo, norm_ffn — 4 launches; plus embed, the final
+  // add + output_norm and the LM head (4 L + 3; Gemma's last post_ffw_norm adds one).
+  // Several sequences' rows (or K/V errors asked) take the separate ops instead.
+  const bool fused_attn_in = N == 1 && !rows[0].errs;
+  Tensor y{};                         // the previous half's product (o), null before layer 0
+  const Weight* y_norm = nullptr;     // its post norm
   KV_TRY(be.embed(model.tok_embd(), ids.data(), c.embd_scale, *x));
-  KV_TRY(be.rmsnorm(*x, model.layers()[0].attn_norm, c.rms_eps, *h));
   for (int l = 0; l < L; ++l) {
     const LayerWeights& w = model.layers()[size_t(l)];
     const LayerConfig& lc = c.layers[size_t(l)];
-    KV_TRY(be.matmul_qkv(w.wq, w.wk, w.wv, *h, *q, *k, *v));
-    if (c.qkv_bias) {
-      KV_TRY(be.add_bias(*q, w.bq));
-      KV_TRY(be.add_bias(*k, w.bk));
-      KV_TRY(be.add_bias(*v, w.bv));
-    }
-    if (c.qk_norm) {  // each head's D values, viewed as rows of [T*heads][D]
-      const Tensor qh{q->data, int64_t(T) * H, D}, kh{k->data, int64_t(T) * Hkv, D};
-      KV_TRY(be.rmsnorm(qh, w.q_norm, c.rms_eps, qh));
-      KV_TRY(be.rmsnorm(kh, w.k_norm, c.rms_eps, kh));
-    }
     const RopeSpec rope{c.rope_style, c.n_rot, lc.rope_base, lc.rope_freq_scale};
+    const ResidualNorm attn_in{*x, y, y_norm, &w.attn_norm, c.rms_eps, *h};
+    if (fused_attn_in) {
+      QkvStore a;
+      a.wq = &w.wq;
+      a.wk = &w.wk;
+      a.wv = &w.wv;
+      if (c.qkv_bias) {
+        a.bq = &w.bq;
+        a.bk = &w.bk;
+        a.bv = &w.bv;
+      }
+      if (c.qk_norm) {
+        a.q_norm = &w.q_norm;
+        a.k_norm = &w.k_norm;
+      }
+      a.q = *q;
+      a.k = *k;
+      a.v = *v;
+      a.cache = seqs[0].cache;
+      a.layer = l;
+      a.n_head = H;
+      a.rope = rope;
+      a.pos0 = rows[0].pos0;
+      if (seqs[0].norms) {
+        a.k_row_norm = norm_cols(l, rows[0]);
+        a.v_row_norm = norm_cols(L + l, rows[0]);
+      }
+      KV_TRY(be.norm_qkv_kv_write(attn_in, a));
+    } else {
+      KV_TRY(residual_norm(be, attn_in));
+      KV_TRY(be.matmul_qkv(w.wq, w.wk, w.wv, *h, *q, *k, *v));
+      if (c.qkv_bias) {
+        KV_TRY(be.add_bias(*q, w.bq));
+        KV_TRY(be.add_bias(*k, w.bk));
+        KV_TRY(be.add_bias(*v, w.bv));
+      }
+      if (c.qk_norm) {  // each head's D values, viewed as rows of [T*heads][D]
+        const Tensor qh{q->data, int64_t(T) * H, D}, kh{k->data, int64_t(T) * Hkv, D};
+        KV_TRY(be.rmsnorm(qh, w.q_norm, c.rms_eps, qh));
+        KV_TRY(be.rmsnorm(kh, w.k_norm, c.rms_eps, kh));
+      }
+    }
     size_t next_run = 0;
     for (size_t i = 0; i < N; ++i) {
       if (next_run < runs.size() && runs[next_run].i0 == i) {
@@ -334,17 +385,19 @@ Status run_batch(Backend& be, const Model& model, const std::vector<BatchSeq>& s
       KvCache& cache = *seqs[i].cache;
       const Tensor qi = q->row_range(sr.r0, sr.T), ki = k->row_range(sr.r0, sr.T),
                    vi = v->row_range(sr.r0, sr.T);
-      if (sr.errs) {  // unfused, so that k holds the rotated f32 rows the cache stored
-        KV_TRY(be.rope(qi, H, D, rope, sr.pos0));
-        KV_TRY(be.rope(ki, Hkv, D, rope, sr.pos0));
-        KV_TRY(be.kv_write(cache, l, ki, vi, sr.pos0));
-        KV_TRY(be.kv_row_errors(cache, l, sr.pos0, ki, vi, norm_cols(2 * L + l, sr),
-                                norm_cols(3 * L + l, sr)));
-      } else {
-        KV_TRY(be.rope_kv_write(qi, ki, vi, cache, l, H, rope, sr.pos0));
+      if (!fused_attn_in) {  // (else norm_qkv_kv_write stored the rows and took their norms)
+        if (sr.errs) {  // unfused, so that k holds the rotated f32 rows the cache stored
+          KV_TRY(be.rope(qi, H, D, rope, sr.pos0));
+          KV_TRY(be.rope(ki, Hkv, D, rope, sr.pos0));
+          KV_TRY(be.kv_write(cache, l, ki, vi, sr.pos0));
+          KV_TRY(be.kv_row_errors(cache, l, sr.pos0, ki, vi, norm_cols(2 * L + l, sr),
+                                  norm_cols(3 * L + l, sr)));
+        } else {
+          KV_TRY(be.rope_kv_write(qi, ki, vi, cache, l, H, rope, sr.pos0));
+        }
+        if (seqs[i].norms)
+          KV_TRY(be.kv_row_norms(cache, l, sr.pos0, sr.T, norm_cols(l, sr), norm_cols(L + l, sr)));
       }
-      if (seqs[i].norms)
-        KV_TRY(be.kv_row_norms(cache, l, sr.pos0, sr.T, norm_cols(l, sr), norm_cols(L + l, sr)));
       const int64_t keys = sr.pos0 + sr.T;
       const Tensor probs_l = sr.probs_at >= 0
                                  ? Tensor{probs->data + sr.probs_at + int64_t(l) * H * keys, H, keys}
@@ -353,14 +406,14 @@ Status run_batch(Backend& be, const Model& model, const std::vector<BatchSeq>& s
                           probs_l));
     }
     KV_TRY(be.matmul(w.wo, *att, *o));
-    if (c.post_attn_norm) KV_TRY(be.rmsnorm(*o, w.post_attn_norm, c.rms_eps, *o));
-    KV_TRY(be.add_rmsnorm(*x, *o, w.ffn_norm, c.rms_eps, *h));
-    KV_TRY(be.matmul_glu(w.w_gate, w.w_up, *h, c.ffn_act, *gate, *up));
-    KV_TRY(be.matmul(w.w_down, *gate, *o));
-    if (c.post_ffn_norm) KV_TRY(be.rmsnorm(*o, w.post_ffn_norm, c.rms_eps, *o));
-    const Weight& next_norm = l + 1 < L ? model.layers()[size_t(l) + 1].attn_norm : model.output_norm();
-    KV_TRY(be.add_rmsnorm(*x, *o, next_norm, c.rms_eps, *h));
+    const ResidualNorm ffn_in{*x, *o, c.post_attn_norm ? &w.post_attn_norm : nullptr, &w.ffn_norm,
+                              c.rms_eps, *h};
+    KV_TRY(be.norm_ffn(ffn_in, FfnWeights{&w.w_gate, &w.w_up, &w.w_down, c.ffn_act}, *gate, *up,
+                       *o));
+    y = *o;
+    y_norm = c.post_ffn_norm ? &w.post_ffn_norm : nullptr;
   }
+  KV_TRY(residual_norm(be, ResidualNorm{*x, y, y_norm, &model.output_norm(), c.rms_eps, *h}));
   // The LM head on each sequence's last row; adjacent one-token sequences (decode rows,
   // consecutive in h) share one product.
   for (size_t i = 0; i < N;) {

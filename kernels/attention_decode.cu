@@ -1,17 +1,20 @@
 // attention_decode.cu — attention of one query row (a decode step) split over the cache's
 // slots, so a long cache keeps the whole GPU busy instead of one block per head.
-// Pass 1, grid (H, n_chunks), 128 threads: each block scores kDecodeChunk slots of one
-// head (slots spread over the warps, lanes split D), keeps the raw scores for the probability row,
-// and writes its chunk's max m, sum of exp(s - m) and the partial output
-// sum exp(s - m) * V [D]. Pass 2, grid H: rescales the chunks to the global max (the
-// usual log-sum-exp merge), writes out [H*D] and the probability row by position.
+// attention_decode is one launch, grid (H, n_chunks), 128 threads: each block scores
+// kDecodeChunk slots of one head (slots spread over the warps, lanes split D), keeps the
+// raw scores for the probability row, and writes its chunk's max m, sum of exp(s - m) and
+// the partial output sum exp(s - m) * V [D]. The last block of a head to finish (a
+// per-head counter, after a __threadfence) then merges that head's chunks in chunk order
+// (the usual log-sum-exp merge; which block merges does not change the result), writes
+// out [H*D] and the probability row by position, and puts the counter back to zero.
 // Work layout (floats): scores [H][n_slots], m [H][nc], l [H][nc], o [H][nc][D].
 // Visibility (empty slots, future positions, the window) is kv_layout.cuh's rule, as in
-// attention.cu; the graph form reads pos0 from device memory. attention_rows runs the same
-// two passes for B decode rows of different sequences (grid z / y = the row), each over
-// its own block table and slot map. K and V rows are each f32,
+// attention.cu; the graph form reads pos0 from device memory. attention_rows runs the
+// split and the merge as two launches for B decode rows of different sequences (grid z /
+// y = the row), each over its own block table and slot map. K and V rows are each f32,
 // f16, q8_0 or q4_0, read value by value through kernels/kv_quant.cuh.
 #include "kernels/kv_layout.cuh"
+#include "kernels/last_block.cuh"
 #include "kernels/launch.cuh"
 #include "kernels/reduce.cuh"
 
@@ -147,20 +150,6 @@ __device__ __forceinline__ void decode_partial(const float* q, const uint8_t* kc
   }
 }
 
-template <class KE, class VE>
-__global__ void __launch_bounds__(kThreads)
-    attn_decode_partial(const float* q, const uint8_t* kc, const uint8_t* vc, KvLayer kv,
-                        DecodeShape sh, Work wk, const int* pos0_dev) {
-  __shared__ float qs[kMaxD];
-  __shared__ float p[kDecodeChunk];
-  __shared__ float part[kThreads];
-  __shared__ float scratch[32];
-  __shared__ int64_t rows[kDecodeChunk];
-  const int qp = pos0_dev != nullptr ? *pos0_dev : sh.pos0;
-  decode_partial<KE, VE>(q, kc, vc, kv, sh, wk, qp, blockIdx.x, blockIdx.y,
-                         PartialSmem{qs, p, part, scratch, rows});
-}
-
 // Row b's share of the rows' work memory: m [H][nc], l [H][nc], o [H][nc][D], no scores.
 __device__ __forceinline__ Work rows_work(float* work, int b, int H, int nc, int D) {
   Work w;
@@ -237,22 +226,17 @@ __global__ void __launch_bounds__(kThreads)
   decode_merge(wk, h, sh.nc, count, D, out + int64_t(b) * sh.H * D, scratch, &mx, &inv);
 }
 
-__global__ void __launch_bounds__(kThreads)
-    attn_decode_combine(KvLayer kv, DecodeShape sh, Work wk, float* out, float* probs,
-                        const int* pos0_dev) {
-  __shared__ float scratch[32];
-  const int h = blockIdx.x;
-  const int n = kv.n_slots, D = kv.head_dim, nc = sh.nc;
-  int qp = sh.pos0;
-  if (pos0_dev != nullptr) {
-    qp = *pos0_dev;
-    if (sh.probs_stride < 0) {
-      sh.probs_stride = qp + 1;
-      if (probs != nullptr) probs += sh.probs_row0 * sh.probs_stride;
-    }
+// The merge of head h into out and its probability row (the block that finished last).
+__device__ __forceinline__ void decode_combine(const KvLayer& kv, DecodeShape sh, const Work& wk,
+                                               int h, int qp, float* out, float* probs,
+                                               float* scratch) {
+  const int n = kv.n_slots;
+  if (sh.probs_stride < 0) {  // the graph form: rows qp + 1 apart from row probs_row0
+    sh.probs_stride = qp + 1;
+    if (probs != nullptr) probs += sh.probs_row0 * sh.probs_stride;
   }
   float mx, inv;
-  decode_merge(wk, h, nc, nc, D, out, scratch, &mx, &inv);
+  decode_merge(wk, h, sh.nc, sh.nc, kv.head_dim, out, scratch, &mx, &inv);
   if (probs == nullptr) return;  // the same for the whole block
   float* row = probs + h * sh.probs_stride;
   for (int j = threadIdx.x; j <= qp; j += blockDim.x) row[j] = 0.0f;
@@ -260,6 +244,25 @@ __global__ void __launch_bounds__(kThreads)
   const float* s = wk.scores + int64_t(h) * n;
   for (int j = threadIdx.x; j < n; j += blockDim.x)
     if (kv_visible(kv, kv.pos[j], qp)) row[kv.pos[j]] = __expf(s[j] - mx) * inv;
+}
+
+template <class KE, class VE>
+__global__ void __launch_bounds__(kThreads)
+    attn_decode_kernel(const float* q, const uint8_t* kc, const uint8_t* vc, KvLayer kv,
+                       DecodeShape sh, Work wk, const int* pos0_dev, float* out, float* probs,
+                       unsigned* counters) {
+  __shared__ float qs[kMaxD];
+  __shared__ float p[kDecodeChunk];
+  __shared__ float part[kThreads];
+  __shared__ float scratch[32];
+  __shared__ int64_t rows[kDecodeChunk];
+  __shared__ int last;
+  const int qp = pos0_dev != nullptr ? *pos0_dev : sh.pos0;
+  const int h = blockIdx.x;
+  decode_partial<KE, VE>(q, kc, vc, kv, sh, wk, qp, h, blockIdx.y,
+                         PartialSmem{qs, p, part, scratch, rows});
+  if (!last_block_to_arrive(counters + h, gridDim.y, &last)) return;
+  decode_combine(kv, sh, wk, h, qp, out, probs, scratch);
 }
 
 }  // namespace
@@ -272,23 +275,20 @@ int64_t attention_decode_work_floats(int n_head, KvLayer kv) {
 cudaError_t attention_decode(const float* q, KvLayer kv, int pos0, const int* pos0_dev,
                              int n_head, float scale, float* out, float* probs,
                              int64_t probs_stride, int64_t probs_row0, float* work,
-                             cudaStream_t s) {
+                             unsigned* counters, cudaStream_t s) {
   if (kv.pos == nullptr || kv.n_head_kv <= 0 || n_head % kv.n_head_kv != 0 || kv.n_slots <= 0 ||
-      kv.head_dim <= 0 || kv.head_dim > kMaxD || work == nullptr)
+      kv.head_dim <= 0 || kv.head_dim > kMaxD || work == nullptr || counters == nullptr)
     return cudaErrorInvalidValue;
   const int nc = (kv.n_slots + kDecodeChunk - 1) / kDecodeChunk;
   const DecodeShape sh{pos0, n_head, nc, scale, probs_stride, probs_row0};
   const Work wk = carve(work, n_head, kv.n_slots, nc, kv.head_dim);
-  const cudaError_t e = kv_dispatch(kv, [&](auto kt, auto vt) {
+  return kv_dispatch(kv, [&](auto kt, auto vt) {
     using KE = typename decltype(kt)::type;
     using VE = typename decltype(vt)::type;
-    return launch(attn_decode_partial<KE, VE>, dim3(n_head, nc), dim3(kThreads), 0, s, q,
+    return launch(attn_decode_kernel<KE, VE>, dim3(n_head, nc), dim3(kThreads), 0, s, q,
                   static_cast<const uint8_t*>(kv.k), static_cast<const uint8_t*>(kv.v), kv, sh,
-                  wk, pos0_dev);
+                  wk, pos0_dev, out, probs, counters);
   });
-  if (e != cudaSuccess) return e;
-  return launch(attn_decode_combine, dim3(n_head), dim3(kThreads), 0, s, kv, sh, wk, out, probs,
-                pos0_dev);
 }
 
 int64_t attention_rows_work_floats(int B, int n_head, KvLayer kv, int max_slots) {

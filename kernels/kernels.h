@@ -138,17 +138,19 @@ int attention_max_keys();
 cudaError_t attention_dev(const float* q, KvLayer kv, int T, const int* pos0_dev, int n_head,
                           float scale, float* out, float* probs_base, int64_t probs_row0,
                           cudaStream_t s);
-// Attention of one query row (T = 1, a decode step) split over the slots in chunks, two
-// launches: for long caches it keeps every SM busy. pos0 or, when pos0_dev is non-null,
+// Attention of one query row (T = 1, a decode step) split over the slots in chunks, one
+// launch (the last block of each head merges its chunks): for long caches it keeps every
+// SM busy. pos0 or, when pos0_dev is non-null,
 // *pos0_dev is the query's position; probs (may be null) gets rows [H] of the softmax by
 // position, probs_stride apart, or with probs_stride < 0 pos0 + 1 apart from row
-// probs_row0 (the graph form). work: attention_decode_work_floats(H, kv) device floats.
+// probs_row0 (the graph form). work: attention_decode_work_floats(H, kv) device floats;
+// counters: H device unsigned ints, zero (the launch leaves them zero).
 // No shared-memory limit on n_slots; head_dim <= 512.
 int64_t attention_decode_work_floats(int n_head, KvLayer kv);
 cudaError_t attention_decode(const float* q, KvLayer kv, int pos0, const int* pos0_dev,
                              int n_head, float scale, float* out, float* probs,
                              int64_t probs_stride, int64_t probs_row0, float* work,
-                             cudaStream_t s);
+                             unsigned* counters, cudaStream_t s);
 // Decode attention of B rows of different sequences in one split + merge pair: row b of
 // q [B][H*D] at position rows[b].query over the keys of rows[b]'s cache (its table and
 // slot map; shared fields from kv, which must be paged: kv.block > 0), into row b of
@@ -157,6 +159,51 @@ cudaError_t attention_decode(const float* q, KvLayer kv, int pos0, const int* po
 int64_t attention_rows_work_floats(int B, int n_head, KvLayer kv, int max_slots);
 cudaError_t attention_rows(const float* q, KvLayer kv, const KvRowRef* rows, int B, int max_slots,
                            int n_head, float scale, float* out, float* work, cudaStream_t s);
+// --- A decode step's fused layer halves (one token, T = 1). Each block first forms the
+// residual step itself (every block the same, in shared memory): x' = x + y' with
+// y' = RMSNorm(y)·y_norm (y_norm null: y; y null: x' = x), h = RMSNorm(x')·w; the last
+// block to finish (kernels/last_block.cuh, `counter` zero before and after) writes x' to
+// x and h to h. Dynamic shared memory 2 C floats: C <= residual_norm_max_width().
+struct ResidualArgs {
+  float* x = nullptr;             // [C] the residual, updated
+  const float* y = nullptr;       // [C] or null
+  const float* y_norm = nullptr;  // [C] or null
+  const float* w = nullptr;       // [C]
+  float* h = nullptr;             // [C] out
+  int C = 0;
+  float eps = 0.0f;
+};
+int residual_norm_max_width();
+// What follows the q/k/v products before the store: biases (null: none), per-head RMSNorm
+// weights [D] of q and k (null: none; eps the residual's), RoPE of H query heads at
+// position pos0 (or *pos0_dev), and the stored rows' L2 norms (k_row_norm, v_row_norm: one
+// float each, or null).
+struct QkvPost {
+  const float* bq = nullptr;
+  const float* bk = nullptr;
+  const float* bv = nullptr;
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  int H = 0;
+  RopeArgs rope;
+  int pos0 = 0;
+  const int* pos0_dev = nullptr;
+  float* k_row_norm = nullptr;
+  float* v_row_norm = nullptr;
+};
+// The residual step, then q, k, v [Hkv*D] = Wq·h, Wk·h, Wv·h (native types, one warp per
+// row over every block), then in the last block: QkvPost's biases and norms, RoPE and the
+// store of k, v into the cache at the position (as rope_kv_write), the row norms.
+cudaError_t norm_qkv_kv_write(ResidualArgs r, QMatrix wq, QMatrix wk, QMatrix wv, QkvPost p,
+                              float* q, float* k, float* v, KvLayer kv, unsigned* counter,
+                              cudaStream_t s);
+// The residual step, then out [C] = Wdown · (act(Wgate·h) ⊙ Wup·h): block b owns the 32
+// values F [32b, 32b + 32) of the gate (F a multiple of 32), writes its partial down
+// product to partial [F/32][C], and the last block sums the partials in slice order into
+// out (which may alias r.y). partial: norm_ffn_work_floats(F, C) device floats.
+int64_t norm_ffn_work_floats(int64_t F, int64_t C);
+cudaError_t norm_ffn(ResidualArgs r, QMatrix w_gate, QMatrix w_up, QMatrix w_down, GateAct act,
+                     float* partial, float* out, unsigned* counter, cudaStream_t s);
 // Raises the kernels' dynamic shared memory limits; call once per device.
 cudaError_t kernels_init();
 // out[i] = act(gate[i]) * up[i]; out may alias gate.

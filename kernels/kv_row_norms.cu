@@ -3,9 +3,8 @@
 // Thread mapping: one block per position; threads stride over (kv head, d); two block sums.
 // Shapes: cache K, V [Hkv][n_slots] rows of any cache type (kv_quant.cuh); k_norm, v_norm [T] for positions pos0 + t (read
 // from their slots, kv_layout.cuh).
-#include "kernels/kv_layout.cuh"
+#include "kernels/kv_row_norms.cuh"
 #include "kernels/launch.cuh"
-#include "kernels/reduce.cuh"
 
 namespace kvscope::cuda {
 namespace {
@@ -14,23 +13,8 @@ template <class KE, class VE>
 __global__ void kv_row_norms_kernel(const uint8_t* kc, const uint8_t* vc, KvLayer kv, int pos0,
                                 const int* pos0_dev, float* k_norm, float* v_norm) {
   __shared__ float scratch[32];
-  const int D = kv.head_dim;
   const int p = (pos0_dev != nullptr ? *pos0_dev : pos0) + static_cast<int>(blockIdx.x);
-  const int slot = kv_slot(kv, p);
-  float sk = 0.0f, sv = 0.0f;
-  for (int e = threadIdx.x; e < kv.n_head_kv * D; e += blockDim.x) {
-    const int64_t row = kv_row(kv, e / D, slot);
-    const float a = KE::load(kc + row * KE::row_bytes(D), e % D);
-    const float b = VE::load(vc + row * VE::row_bytes(D), e % D);
-    sk += a * a;
-    sv += b * b;
-  }
-  sk = block_sum(sk, scratch);
-  sv = block_sum(sv, scratch);
-  if (threadIdx.x == 0) {
-    k_norm[blockIdx.x] = sqrtf(sk);
-    v_norm[blockIdx.x] = sqrtf(sv);
-  }
+  kv_row_norm_block<KE, VE>(kc, vc, kv, p, k_norm + blockIdx.x, v_norm + blockIdx.x, scratch);
 }
 
 }  // namespace

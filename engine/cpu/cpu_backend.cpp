@@ -264,6 +264,13 @@ class CpuBackend final : public Backend {
   Status do_add_rmsnorm(Tensor x, Tensor y, const Weight& w, float eps, Tensor out) override {
     return unfused_add_rmsnorm(x, y, w, eps, out);
   }
+  Status do_norm_qkv_kv_write(const ResidualNorm& rn, const QkvStore& a) override {
+    return unfused_norm_qkv_kv_write(rn, a);
+  }
+  Status do_norm_ffn(const ResidualNorm& rn, const FfnWeights& w, Tensor gate, Tensor up,
+                     Tensor out) override {
+    return unfused_norm_ffn(rn, w, gate, up, out);
+  }
 
  private:
   // The packed copy of w (engine/cpu/packed_weight.h), made on first use and kept for

@@ -39,6 +39,13 @@ Status CudaBackend::init(const Model& model) {
                                       sizeof(kvscope::cuda::KvRowRef) +
                                   size_t(maxb) * 16));
   n_head_ = model.config().n_head;
+  // The fused decode kernels' counters and work memory for this model, before any step is
+  // recorded (growing them later flushes the recording).
+  const ModelConfig& mc = model.config();
+  auto sync = sync_counters(2 + n_head_);
+  if (!sync.ok()) return sync.error();
+  auto work = ffn_work(kvscope::cuda::norm_ffn_work_floats(mc.n_ff, mc.n_embd));
+  if (!work.ok()) return work.error();
   weights_.emplace(stream_);
   ops_.emplace(graph_, stream_);
   std::vector<const Weight*> all = {&model.tok_embd(), &model.output_norm(), &model.output()};

@@ -1,6 +1,7 @@
 // cuda_backend_impl.h — the CUDA Backend class, shared by its source files:
 //   cuda_backend.cpp  device setup, scratch memory, caches, downloads, step timing
 //   cuda_ops.cpp      the ops (shapes checked by Backend; kernels issued via OpLauncher)
+//   cuda_fused_ops.cpp the fused layer halves of a decode step (norm_qkv_kv_write, norm_ffn)
 //   cuda_rows_ops.cpp the decode-rows ops of a batch over several sequences' paged caches
 // Memory lives in cuda_weights.* (model weights), cuda_kv_cache.* (the KV cache) and
 // cuda_util.* (buffers, status); decode-step recording in decode_graph.*.
@@ -9,18 +10,23 @@
 // device weights, the scratch slots and the decode graph. Work is issued asynchronously
 // on the stream; download() synchronises.
 //
-// Per decode step (T = 1) of a llama model the forward issues 9 kernel launches per layer
-// through the fused ops (q/k/v matvec, rope + kv write, kv norms, attention, Wo matvec,
-// add + rmsnorm, gate/up matvec + activation, down matvec, add + rmsnorm) plus embed, the
-// first rmsnorm and the LM head: 9 L + 3. Gemma 3 adds the q/k norms and the two post
-// norms (13 per layer, and unfused products where a weight type has no native matvec).
+// Per decode step (T = 1) of one sequence the forward issues 4 kernel launches per layer:
+// norm_qkv_kv_write (the residual add of the previous product + RMSNorm, q/k/v matvec,
+// biases, q/k norms, RoPE, K/V store, row norms), attention (split over key chunks, the
+// last block of each head merging them), the Wo matvec, and norm_ffn (residual add +
+// RMSNorm, gate/up matvec + activation, down matvec split over F and summed by the last
+// block); plus embed, the final add + output_norm and the LM head: 4 L + 3 (Gemma 3's
+// last post_ffw_norm: + 1). The fused kernels need Q4_1 / Q8_0 weights and a width that
+// fits their shared memory; otherwise those ops run unfused (cuda_fused_ops.cpp).
 // A batched decode step of B sequences on paged caches of one pool issues the same count
-// whatever B: the rows ops (cuda_rows_ops.cpp) store and attend for every row in one
-// launch and one split + merge pair per layer (per sequence, it was 6 + 3 B per layer).
-// Past opt_.matvec_max_tokens rows the products go to the batched quantized GEMM, and past
-// opt_.batched_max_tokens to cuBLAS (q/k/v three GEMMs, gate/up two and the activation):
-// 13 per layer. A batched decode step of up to 64 rows is recorded and replayed as a CUDA
-// graph like a single decode step (one graph per batch size: decode_graph.h).
+// whatever B: add + rmsnorm, q/k/v matvec, the rows ops (cuda_rows_ops.cpp: RoPE + store
+// for every row in one launch, one split + merge pair of attention), Wo, then add +
+// rmsnorm, gate/up + activation, down (norm_ffn unfused for several rows): 9 L + 3 (per
+// sequence, RoPE + store and attention made it 6 + 3 B per layer). Past
+// opt_.matvec_max_tokens rows the products go to the batched quantized GEMM, and past
+// opt_.batched_max_tokens to cuBLAS (q/k/v three GEMMs, gate/up two and the activation).
+// A batched decode step of up to 64 rows is recorded and replayed as a CUDA graph like a
+// single decode step (one graph per batch size: decode_graph.h).
 #pragma once
 
 #include <cublas_v2.h>
@@ -88,6 +94,10 @@ class CudaBackend final : public Backend {
   Status do_rope_kv_write(Tensor q, Tensor k, Tensor v, KvCache& cache, int layer, int n_head,
                           const RopeSpec& r, int pos0) override;
   Status do_add_rmsnorm(Tensor x, Tensor y, const Weight& w, float eps, Tensor out) override;
+  // cuda_fused_ops.cpp
+  Status do_norm_qkv_kv_write(const ResidualNorm& rn, const QkvStore& a) override;
+  Status do_norm_ffn(const ResidualNorm& rn, const FfnWeights& w, Tensor gate, Tensor up,
+                     Tensor out) override;
   // cuda_rows_ops.cpp
   Status do_rope_kv_write_rows(Tensor q, Tensor k, Tensor v, const DecodeRows& rows, int layer,
                                int n_head, const RopeSpec& r) override;
@@ -105,6 +115,14 @@ class CudaBackend final : public Backend {
   // nullptr when the rows cannot share a launch there (caches not paged over one pool, or
   // laid out differently): the caller then runs the per-sequence ops.
   Expected<const kvscope::cuda::KvRowRef*> row_refs(const DecodeRows& rows, int layer);
+  // The fused kernels' residual arguments; false when rn has no one-launch form (more
+  // than one row, too wide for shared memory).
+  Expected<bool> residual_args(const ResidualNorm& rn, kvscope::cuda::ResidualArgs* r);
+  // At least n zeroed counters of sync_ (grown, and the recorded launches flushed, first
+  // when fewer).
+  Expected<unsigned*> sync_counters(int n);
+  // At least n floats of norm_ffn's work memory (grown likewise).
+  Expected<float*> ffn_work(int64_t n);
   // out [T][n_out] = x [T][n_in] · Wᵀ with cuBLAS on W's fp32 copy (fp32 in, fp32 out).
   Status gemm_f32(DeviceWeight& d, Tensor x, Tensor out);
 
@@ -118,6 +136,12 @@ class CudaBackend final : public Backend {
   std::vector<DeviceBuffer> slots_;
   DeviceBuffer ids_;   // [T] int32 token ids
   DeviceBuffer attn_work_;  // the split decode attention's partial results
+  // Zeroed unsigned counters of the kernels whose last block finishes the op
+  // (kernels/last_block.cuh): [0] norm_qkv_kv_write, [1] norm_ffn, [2, 2 + H) the decode
+  // attention's heads. Every launch leaves them zero; launches on the one stream never
+  // overlap.
+  DeviceBuffer sync_;
+  DeviceBuffer ffn_work_;  // norm_ffn's partial down products [F/32][C]
   // The rows ops' batch (cuda_rows_ops.cpp): metadata of every layer for the batch last
   // seen, uploaded in one copy when the batch (caches, positions, layouts) changes.
   struct RowsBatch {

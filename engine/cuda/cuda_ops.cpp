@@ -133,6 +133,9 @@ Status CudaBackend::do_attention(Tensor q, const KvCache& cache, int layer, int 
                                "attention work memory"));
     }
     auto* work = static_cast<float*>(attn_work_.p);
+    auto sync = sync_counters(2 + n_head);  // [2, 2 + H): the heads' merge counters
+    if (!sync.ok()) return sync.error();
+    unsigned* counters = *sync + 2;
     if (graph_.recording()) {
       int64_t row0 = 0;
       float* base = probs_last.data ? slot_base(probs_last, &row0) : nullptr;
@@ -140,12 +143,12 @@ Status CudaBackend::do_attention(Tensor q, const KvCache& cache, int layer, int 
           graph_.use_pos0(pos0))
         return ops_->run("attention kernel", kvscope::cuda::attention_decode, q.data, kl, 0,
                          graph_.pos0_dev(), n_head, scale, out.data, base, int64_t(-1), row0,
-                         work);
+                         work, counters);
       graph_.not_graphable();
     }
     return ops_->run("attention kernel", kvscope::cuda::attention_decode, q.data, kl, pos0,
                      static_cast<const int*>(nullptr), n_head, scale, out.data, probs_last.data,
-                     probs_last.cols, int64_t(0), work);
+                     probs_last.cols, int64_t(0), work, counters);
   }
   if (c.n_slots(layer) > kvscope::cuda::attention_max_keys())
     return make_error("cuda: attention over ", c.n_slots(layer),

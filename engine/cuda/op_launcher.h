@@ -6,7 +6,7 @@
 // argument (pointers, shapes, scalars, the cache layout) are equal.
 //
 // Arguments must be keyable: pointers, integers, enums, floats (by bit pattern), QMatrix,
-// KvLayer and RopeArgs (every field); anything else is a compile error. Values that change from
+// KvLayer, RopeArgs, ResidualArgs and QkvPost (every field); anything else is a compile error. Values that change from
 // step to step (token, position) are passed as device pointers (DecodeGraph::params), and
 // the plain value argument is then 0, so the key stays the same.
 #pragma once
@@ -70,6 +70,22 @@ class OpLauncher {
       put(k, a.neox);
       put(k, a.base);
       put(k, a.freq_scale);
+    } else if constexpr (std::is_same_v<A, kvscope::cuda::ResidualArgs>) {
+      put(k, a.x);
+      put(k, a.y);
+      put(k, a.y_norm);
+      put(k, a.w);
+      put(k, a.h);
+      put(k, a.C);
+      put(k, a.eps);
+    } else if constexpr (std::is_same_v<A, kvscope::cuda::QkvPost>) {
+      for (const float* p : {a.bq, a.bk, a.bv, a.q_norm, a.k_norm}) put(k, p);
+      put(k, a.H);
+      put(k, a.rope);
+      put(k, a.pos0);
+      put(k, a.pos0_dev);
+      put(k, a.k_row_norm);
+      put(k, a.v_row_norm);
     } else {
       static_assert(sizeof(A) == 0, "add this argument type to OpLauncher::put");
     }

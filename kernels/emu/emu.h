@@ -280,5 +280,6 @@ uint64_t bytes_to_host();
 
 // Worker threads for blocks (1 = deterministic). Default from KVSCOPE_EMU_WORKERS or 1.
 void set_workers(int n);
+int workers();
 
 }  // namespace kvscope::emu

@@ -553,6 +553,11 @@ void set_workers(int n) {
   g_pool.reset();
 }
 
+int workers() {
+  std::lock_guard<std::mutex> lk(g_pool_mu);
+  return g_workers;
+}
+
 }  // namespace kvscope::emu
 
 // Entry of every fiber: runs the kernel body for the current thread, records a fault,

@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "kernels/last_block.cuh"
 #include "kernels/launch.cuh"
 
 namespace {
@@ -290,6 +291,48 @@ TEST_F(EmuTest, HostPointerArgumentIsRejected) {
             cudaErrorIllegalAddress);
   EXPECT_NE(kvscope::emu::last_error_detail().find("argument 0"), std::string::npos);
   EXPECT_EQ(host[0], 0.0f);  // the kernel never ran
+}
+
+// Every block writes its share, then the last to arrive (kernels/last_block.cuh) sums all
+// shares: on four workers (blocks concurrently, finishing in any order) exactly one block
+// per launch runs the epilogue, it sees every other block's writes, and the counter is
+// back to zero for the next launch.
+__global__ void last_block_sum(int* shares, unsigned* counter, int* epilogues, int* total) {
+  __shared__ int flag;
+  if (threadIdx.x == 0) shares[blockIdx.x] = int(blockIdx.x) + 1;
+  if (!kvscope::cuda::last_block_to_arrive(counter, gridDim.x, &flag)) return;
+  if (threadIdx.x != 0) return;
+  atomicAdd(epilogues, 1);
+  int s = 0;
+  for (unsigned b = 0; b < gridDim.x; ++b) s += shares[b];
+  *total = s;
+}
+
+TEST_F(EmuTest, LastBlockToArriveSeesEveryBlock) {
+  const int before = kvscope::emu::workers();
+  kvscope::emu::set_workers(4);
+  EXPECT_EQ(kvscope::emu::workers(), 4);
+  constexpr int kBlocks = 37;
+  DeviceBuffer shares(kBlocks * sizeof(int)), counter(sizeof(unsigned)), epilogues(sizeof(int)),
+      total(sizeof(int));
+  ASSERT_EQ(cudaMemset(counter.p, 0, sizeof(unsigned)), cudaSuccess);
+  ASSERT_EQ(cudaMemset(epilogues.p, 0, sizeof(int)), cudaSuccess);
+  for (int rep = 0; rep < 20; ++rep) {
+    ASSERT_EQ(cudaMemset(shares.p, 0, kBlocks * sizeof(int)), cudaSuccess);
+    ASSERT_EQ(launch(last_block_sum, dim3(kBlocks), dim3(64), 0, nullptr, shares.as<int>(),
+                     counter.as<unsigned>(), epilogues.as<int>(), total.as<int>()),
+              cudaSuccess);
+    int got = 0, n = 0;
+    unsigned c = 1;
+    ASSERT_EQ(cudaMemcpy(&got, total.p, sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(&n, epilogues.p, sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(&c, counter.p, sizeof(unsigned), cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(got, kBlocks * (kBlocks + 1) / 2) << "launch " << rep;
+    EXPECT_EQ(n, rep + 1) << "launch " << rep;
+    EXPECT_EQ(c, 0u) << "launch " << rep;
+  }
+  kvscope::emu::set_workers(before);
+  EXPECT_EQ(kvscope::emu::workers(), before);
 }
 
 }  // namespace

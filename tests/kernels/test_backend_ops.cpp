@@ -259,6 +259,153 @@ BadKit bad_kit(Side& s) {
   return k;
 }
 
+// The fused layer halves (norm_qkv_kv_write, norm_ffn): the one-launch CUDA form (one row,
+// Q4_1 / Q8_0 weights) and the unfused composition (several rows, another weight type),
+// with and without the previous product, its post norm, biases and q/k norms.
+struct FusedVariant {
+  const char* name;
+  int T;
+  bool y, y_norm, bias, qk_norm;
+  GgmlType type;
+};
+constexpr FusedVariant kFusedVariants[] = {
+    {"decode", 1, true, false, false, false, GgmlType::Q4_1},
+    {"first layer", 1, false, false, false, false, GgmlType::Q8_0},
+    {"gemma", 1, true, true, false, true, GgmlType::Q8_0},
+    {"qwen", 1, true, false, true, false, GgmlType::Q4_1},
+    {"prompt", 3, true, true, true, true, GgmlType::Q4_1},
+    {"f16 weights", 1, true, false, false, false, GgmlType::F16},
+};
+
+void add_fused_layer_entries(std::vector<OpEntry>& t) {
+  const RopeSpec neox{RopeStyle::NeoX, 32, 10000.f, 1.f};
+  constexpr int C = 64, H = 4, Hkv = 2, D = 32, F = 96, pos0 = 5;
+  {
+    OpEntry e{"norm_qkv_kv_write", {2e-4f, 1e-3f}, {}, {}};
+    for (const FusedVariant& fv : kFusedVariants)
+      for (KvDtype kt : kKvTypes) {
+        if (fv.T != 1 && kt != KvDtype::F16) continue;
+        if (std::string(fv.name) != "decode" && kt != KvDtype::F16) continue;
+        const Weight wq = make_weight(fv.type, C, H * D, 300), wk = make_weight(fv.type, C, Hkv * D, 301),
+                     wv = make_weight(fv.type, C, Hkv * D, 302);
+        const Weight attn_norm = make_vector(C, 303), y_norm = make_vector(C, 304);
+        const Weight bq = make_vector(H * D, 305, -1, 1), bk = make_vector(Hkv * D, 306, -1, 1),
+                     bv = make_vector(Hkv * D, 307, -1, 1);
+        const Weight q_norm = make_vector(D, 308), k_norm = make_vector(D, 309);
+        e.cases.push_back(
+            {std::string(fv.name) + " " + dtype_name(kt), [=](Side& s) {
+               const int T = fv.T;
+               auto c = s.cache(kv_cfg(2, Hkv, D, kt, kt));
+               s.fill(*c, pos0, 310);
+               Tensor x = s.put(0, T, C, random_floats(size_t(T * C), 311, -3, 3));
+               Tensor y = fv.y ? s.put(1, T, C, random_floats(size_t(T * C), 312)) : Tensor{};
+               Tensor h = s.put(2, T, C);
+               QkvStore a;
+               a.wq = &wq;
+               a.wk = &wk;
+               a.wv = &wv;
+               if (fv.bias) {
+                 a.bq = &bq;
+                 a.bk = &bk;
+                 a.bv = &bv;
+               }
+               if (fv.qk_norm) {
+                 a.q_norm = &q_norm;
+                 a.k_norm = &k_norm;
+               }
+               a.q = s.put(3, T, H * D);
+               a.k = s.put(4, T, Hkv * D);
+               a.v = s.put(5, T, Hkv * D);
+               a.cache = c.get();
+               a.layer = 1;
+               a.n_head = H;
+               a.rope = neox;
+               a.pos0 = pos0;
+               Tensor norms = s.put(6, 2, T);
+               a.k_row_norm = norms.row(0);
+               a.v_row_norm = norms.row(1);
+               ok(c->begin(pos0, T));
+               ok(s.be->norm_qkv_kv_write(
+                   ResidualNorm{x, y, fv.y_norm ? &y_norm : nullptr, &attn_norm, 1e-6f, h}, a));
+               ok(c->end());
+               Outputs o{{"x", s.get(x)}, {"h", s.get(h)}, {"q", s.get(a.q)},
+                         {"k", s.get(a.k)}, {"v", s.get(a.v)}};
+               // What was stored, where a rounding flip of the cache type cannot show: the
+               // rows' norms and attention over the cache.
+               if (kt == KvDtype::F32 || kt == KvDtype::F16) {
+                 Tensor att = s.put(7, T, H * D);
+                 ok(s.be->attention(a.q, *c, 1, pos0, H, 0.2f, att, Tensor{}));
+                 o.push_back({"norms", s.get(norms)});
+                 o.push_back({"attention", s.get(att)});
+               }
+               return o;
+             }});
+      }
+    e.bad.push_back({"h on x", [neox](Side& s) {
+                       BadKit k = bad_kit(s);
+                       QkvStore a;
+                       a.wq = a.wk = a.wv = &k.w64x40;
+                       a.q = k.q4x128;
+                       a.k = k.k4x64;
+                       a.v = k.v4x64;
+                       a.cache = k.cache.get();
+                       a.n_head = 4;
+                       a.rope = neox;
+                       return s.be->norm_qkv_kv_write(
+                           ResidualNorm{k.x4x64, Tensor{}, nullptr, &k.vec64, 1e-6f, k.x4x64}, a);
+                     }});
+    e.bad.push_back({"q width", [neox](Side& s) {
+                       BadKit k = bad_kit(s);
+                       QkvStore a;
+                       a.wq = a.wk = a.wv = &k.w64x40;
+                       a.q = k.q4x128;
+                       a.k = k.k4x64;
+                       a.v = k.v4x64;
+                       a.cache = k.cache.get();
+                       a.n_head = 4;
+                       a.rope = neox;
+                       return s.be->norm_qkv_kv_write(
+                           ResidualNorm{k.x4x64, Tensor{}, nullptr, &k.vec64, 1e-6f, k.v4x64}, a);
+                     }});
+    t.push_back(std::move(e));
+  }
+  {
+    OpEntry e{"norm_ffn", {2e-4f, 1e-3f}, {}, {}};
+    for (const FusedVariant& fv : kFusedVariants)
+      for (FfnAct act : {FfnAct::Silu, FfnAct::GeluTanh})
+        for (bool out_is_y : {false, true}) {
+          if (out_is_y && !fv.y) continue;
+          const GgmlType down_type = fv.type == GgmlType::Q4_1 ? GgmlType::Q8_0 : fv.type;
+          const Weight wg = make_weight(fv.type, C, F, 320), wu = make_weight(fv.type, C, F, 321),
+                       wd = make_weight(down_type, F, C, 322);
+          const Weight ffn_norm = make_vector(C, 323), y_norm = make_vector(C, 324);
+          e.cases.push_back(
+              {std::string(fv.name) + (act == FfnAct::Silu ? " silu" : " gelu") +
+                   (out_is_y ? " out = y" : ""),
+               [=](Side& s) {
+                 const int T = fv.T;
+                 Tensor x = s.put(0, T, C, random_floats(size_t(T * C), 325, -3, 3));
+                 Tensor y = fv.y ? s.put(1, T, C, random_floats(size_t(T * C), 326)) : Tensor{};
+                 Tensor h = s.put(2, T, C), gate = s.put(3, T, F), up = s.put(4, T, F);
+                 Tensor out = out_is_y ? y : s.put(5, T, C);
+                 ok(s.be->norm_ffn(
+                     ResidualNorm{x, y, fv.y_norm ? &y_norm : nullptr, &ffn_norm, 1e-6f, h},
+                     FfnWeights{&wg, &wu, &wd, act}, gate, up, out));
+                 return Outputs{{"x", s.get(x)}, {"h", s.get(h)}, {"out", s.get(out)}};
+               }});
+        }
+    e.bad.push_back({"down shape", [](Side& s) {
+                       BadKit k = bad_kit(s);
+                       Tensor gate = s.put(6, 4, 40), up = s.put(7, 4, 40);
+                       return s.be->norm_ffn(
+                           ResidualNorm{k.x4x64, Tensor{}, nullptr, &k.vec64, 1e-6f, k.v4x64},
+                           FfnWeights{&k.w64x40, &k.w64x40, &k.w64x40, FfnAct::Silu}, gate, up,
+                           k.k4x64);
+                     }});
+    t.push_back(std::move(e));
+  }
+}
+
 std::vector<OpEntry> op_table() {
   std::vector<OpEntry> t;
   const RopeSpec neox{RopeStyle::NeoX, 32, 10000.f, 1.f};
@@ -556,6 +703,21 @@ std::vector<OpEntry> op_table() {
                    return Outputs{{"out", s.get(out)}, {"probs", s.get(probs)}};
                  }});
           }
+    // A decode row with more heads than the backend's model (16 > 4): the split kernel's
+    // per-head merge counters grow to fit, twice in a row.
+    e.cases.push_back({"f16 H16/2 T1 twice", [](Side& s) {
+                         const int H = 16, D = 32, pos0 = 40;
+                         auto c = s.cache(kv_cfg(2, 2, D, KvDtype::F16, KvDtype::F16), 48);
+                         s.fill(*c, pos0 + 1, 73);
+                         Outputs o;
+                         for (int i = 0; i < 2; ++i) {
+                           Tensor q = s.put(0, 1, H * D, random_floats(size_t(H * D), 74 + i));
+                           Tensor out = s.put(1, 1, H * D);
+                           ok(s.be->attention(q, *c, 0, pos0, H, 0.2f, out, Tensor{}));
+                           o.push_back({"out " + std::to_string(i), s.get(out)});
+                         }
+                         return o;
+                       }});
     e.bad.push_back({"groups", [](Side& s) {
                        BadKit k = bad_kit(s);
                        return s.be->attention(k.q4x128, *k.cache, 0, 0, 3, 1.f, k.q4x128, {});
@@ -934,6 +1096,7 @@ std::vector<OpEntry> op_table() {
                      }});
     t.push_back(std::move(e));
   }
+  add_fused_layer_entries(t);
   return t;
 }
 
@@ -1081,6 +1244,12 @@ class ProbeBackend final : public Backend {
   }
   Status do_add_rmsnorm(Tensor, Tensor, const Weight&, float, Tensor) override {
     return hit("add_rmsnorm");
+  }
+  Status do_norm_qkv_kv_write(const ResidualNorm&, const QkvStore&) override {
+    return hit("norm_qkv_kv_write");
+  }
+  Status do_norm_ffn(const ResidualNorm&, const FfnWeights&, Tensor, Tensor, Tensor) override {
+    return hit("norm_ffn");
   }
   Status do_rope_kv_write_rows(Tensor, Tensor, Tensor, const DecodeRows&, int, int,
                                const RopeSpec&) override {

@@ -141,6 +141,49 @@ TEST_F(CudaKvQuantParity, Q8_0KeysF16ValuesMatchCpuInBothModes) {
   check_types_in_both_modes({KvDtype::Q8_0, KvDtype::F16});
 }
 
+// The fused decode step (4 launches per layer: the residual steps fused into
+// norm_qkv_kv_write and norm_ffn, attention merged in its own launch) against the CPU over
+// 16 steps, for the tiny llama (the default model's features) and the tiny Gemma 3 (q/k
+// norms, post norms, windows, GELU), f16 and q8_0 caches, CACHE (the fused kernels, one
+// graph per step) and NO CACHE (the unfused composition over the whole sequence): the
+// CPU's tokens, logits and attention rows within this file's tolerances, and CUDA's two
+// modes agree on the tokens.
+TEST_F(CudaKvQuantParity, FusedDecodeStepsMatchCpuForLlamaAndGemma3) {
+  test::TinyModelSpec gspec = test::tiny_family("gemma3", 41);
+  gspec.head_dim = 32;
+  const std::string path = tiny_path("fused_gemma3");
+  ASSERT_TRUE(test::write_tiny_model(gspec, path).ok());
+  auto g = Model::load(path);
+  std::filesystem::remove(path);
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  const std::shared_ptr<const Model> models[2] = {load_tiny(llama32(13), "fused_llama"),
+                                                  std::move(g.value())};
+  for (const std::shared_ptr<const Model>& model : models) {
+    ASSERT_TRUE(model);
+    for (KvDtype dt : {KvDtype::F16, KvDtype::Q8_0}) {
+      const KvTypes types{dt, dt};
+      std::vector<RunResult> gpu;
+      for (CacheMode mode : {CacheMode::Cache, CacheMode::NoCache}) {
+        SCOPED_TRACE(model->config().arch + " " + types_name(types) + " " +
+                     cache_mode_name(mode));
+        auto cuda = make_cuda_backend(*model);
+        ASSERT_TRUE(cuda.ok()) << cuda.error().message;
+        RunResult a = run_session(model, make_cpu_backend(1), mode, 16, types);
+        RunResult b = run_session(model, std::move(cuda.value()), mode, 16, types);
+        ASSERT_EQ(a.steps.size(), 16u);
+        ASSERT_EQ(b.steps.size(), 16u);
+        const bool full = model->config().arch == "llama";  // Gemma 3's windows free blocks
+        EXPECT_EQ(compare_runs(a, b, *model, types, mode, full), 16u);
+        gpu.push_back(std::move(b));
+      }
+      for (size_t i = 0; i < 16; ++i)
+        EXPECT_EQ(gpu[0].steps[i].token_id, gpu[1].steps[i].token_id)
+            << model->config().arch << " " << types_name(types) << ": CACHE vs NO CACHE step "
+            << i;
+    }
+  }
+}
+
 // Tiny Gemma 3 (windows of 5 on its local layers, MQA, NeoX RoPE) with head dim 32,
 // K q4_0 and V q8_0: ring caches, the decode graph and the windowed attention read the
 // quantized rows as the CPU does.

@@ -1,5 +1,7 @@
 // test_kernel_fused.cpp — the fused decode kernels (matmul_qkv, matmul_glu,
-// rope_kv_write with adjacent and NeoX pairs, add_rmsnorm) under the CUDA emulator, each against two references:
+// rope_kv_write with adjacent and NeoX pairs, add_rmsnorm; norm_ffn against the unfused
+// kernels only, on one and on four emulator workers) under the CUDA emulator, each against
+// two references:
 //  1. the unfused kernels they replace, run on the same inputs: every fused kernel uses
 //     the same per-element arithmetic in the same order (shared device helpers, same
 //     block sizes for reductions). RoPE and the cache store are bit-exact (explicit
@@ -20,6 +22,7 @@
 #include <cstring>
 
 #include "engine/quant.h"
+#include "kernels/emu/emu.h"
 #include "tests/kernels/kernel_test_util.h"
 #include "tests/kernels/quant_test_util.h"
 
@@ -260,6 +263,70 @@ TEST_F(KernelFused, AddRmsnormEqualsAddThenRmsnorm) {
     EXPECT_TRUE(all_close(gx, want_x, 0.f, 0.f));  // fp32 add, exactly
     EXPECT_TRUE(all_close(gout, want, 1e-7f, 2e-6f));
   }
+}
+
+// norm_ffn (one launch: residual step, gate/up + activation, down split over F, the last
+// block summing the slices) against add_rmsnorm + matmul_glu + matmul on the same inputs,
+// with blocks on one worker and on four (blocks finish in another order, another block
+// does the epilogue): results are bit-identical between the two (the slices are summed in
+// slice order whoever sums them), the counter is back to zero after each launch, x is the
+// exact sum and h the norm up to two ulps (another reduction width); out is the product
+// up to 1e-5 of the largest |out| (the down product summed over 32-wide slices first).
+TEST_F(KernelFused, NormFfnEqualsAddRmsnormGluThenDown) {
+  using kvscope::cuda::GateAct;
+  for (GateAct act : {GateAct::Silu, GateAct::GeluTanh})
+    for (GgmlType type : {GgmlType::Q4_1, GgmlType::Q8_0}) {
+      SCOPED_TRACE(::testing::Message() << kvscope::ggml_type_name(type) << " act " << int(act));
+      const int64_t C = 96, F = 160;
+      HostMatrix wg = random_matrix(type, C, F, 41), wu = random_matrix(type, C, F, 42),
+                 wd = random_matrix(type, F, C, 43);
+      const auto x = random_floats(size_t(C), 44, -3.f, 3.f);
+      const auto y = random_floats(size_t(C), 45, -1.f, 1.f);
+      const auto w = random_floats(size_t(C), 46, 0.5f, 1.5f);
+      DevVec<uint8_t> dg(wg.bytes), du(wu.bytes), dd(wd.bytes);
+      DevVec<float> dw(w), dy(y);
+      // The unfused kernels.
+      DevVec<float> rx(x), rh{size_t(C)}, rg{size_t(F)}, rout{size_t(C)};
+      ASSERT_EQ(kvscope::cuda::add_rmsnorm(rx.p, dy.p, dw.p, 1, int(C), 1e-6f, rh.p, nullptr),
+                cudaSuccess);
+      ASSERT_EQ(kvscope::cuda::matmul_glu(qmatrix(wg, dg.p), qmatrix(wu, du.p), rh.p, 1, act,
+                                          rg.p, nullptr),
+                cudaSuccess);
+      ASSERT_EQ(kvscope::cuda::matmul(qmatrix(wd, dd.p), rg.p, 1, rout.p, nullptr), cudaSuccess);
+      const auto want = rout.get();
+      float max_want = 0;
+      for (float v : want) max_want = std::max(max_want, std::fabs(v));
+      std::vector<std::vector<float>> outs;
+      const int before = kvscope::emu::workers();
+      for (int workers : {1, 4}) {
+        kvscope::emu::set_workers(workers);
+        DevVec<float> fx(x), fh{size_t(C)}, out{size_t(C)},
+            work{size_t(kvscope::cuda::norm_ffn_work_floats(F, C))};
+        DevVec<unsigned> counter(std::vector<unsigned>{0u});
+        kvscope::cuda::ResidualArgs r;
+        r.x = fx.p;
+        r.y = dy.p;
+        r.w = dw.p;
+        r.h = fh.p;
+        r.C = int(C);
+        r.eps = 1e-6f;
+        for (int rep = 0; rep < 3; ++rep) {
+          ASSERT_EQ(cudaMemcpy(fx.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+          ASSERT_EQ(kvscope::cuda::norm_ffn(r, qmatrix(wg, dg.p), qmatrix(wu, du.p),
+                                            qmatrix(wd, dd.p), act, work.p, out.p, counter.p,
+                                            nullptr),
+                    cudaSuccess)
+              << kvscope::cuda::error_detail();
+          EXPECT_EQ(counter.get(), std::vector<unsigned>{0u}) << "workers " << workers;
+          outs.push_back(out.get());
+        }
+        EXPECT_EQ(fx.get(), rx.get()) << "workers " << workers;
+        EXPECT_TRUE(all_close(fh.get(), rh.get(), 0.f, kUlp)) << "workers " << workers;
+        EXPECT_TRUE(all_close(outs.back(), want, 1e-5f * max_want, 0.f)) << "workers " << workers;
+      }
+      kvscope::emu::set_workers(before);
+      for (size_t i = 1; i < outs.size(); ++i) EXPECT_EQ(outs[i], outs[0]) << "run " << i;
+    }
 }
 
 TEST_F(KernelFused, FusedMatvecsRejectWhatTheyCannotRun) {

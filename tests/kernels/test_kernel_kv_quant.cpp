@@ -208,11 +208,13 @@ TEST_F(KernelKvQuant, AttentionOverQuantizedRowsEqualsAttentionOverTheirValues) 
       EXPECT_TRUE(all_close(pr_q.get(), pr_f.get(), 1e-6f, 0.0f)) << "T " << T;
       if (T != 1) continue;
       DevVec<float> work(size_t(kvscope::cuda::attention_decode_work_floats(H, lq)));
+      // The second launch finds the counters the first one left: zero.
+      DevVec<unsigned> counters(std::vector<unsigned>(size_t(H), 0u));
       ASSERT_EQ(kvscope::cuda::attention_decode(dq.p, lq, pos0, nullptr, H, scale, out_q.p, pr_q.p,
-                                               n, 0, work.p, nullptr),
+                                               n, 0, work.p, counters.p, nullptr),
                 cudaSuccess);
       ASSERT_EQ(kvscope::cuda::attention_decode(dq.p, lf, pos0, nullptr, H, scale, out_f.p, pr_f.p,
-                                               n, 0, work.p, nullptr),
+                                               n, 0, work.p, counters.p, nullptr),
                 cudaSuccess);
       EXPECT_TRUE(all_close(out_q.get(), out_f.get(), 1e-6f, 0.0f)) << "split decode";
       EXPECT_TRUE(all_close(pr_q.get(), pr_f.get(), 1e-6f, 0.0f)) << "split decode";

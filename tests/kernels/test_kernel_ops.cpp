@@ -202,10 +202,13 @@ void check_attention(CacheFixture& c, int T, int pos0, int H, float scale, bool 
   if (split) {
     ASSERT_EQ(T, 1);
     DevVec<float> work(size_t(kvscope::cuda::attention_decode_work_floats(H, c.layer())));
+    DevVec<unsigned> counters(std::vector<unsigned>(size_t(H), 0u));
     ASSERT_EQ(kvscope::cuda::attention_decode(dq.p, c.layer(), pos0, nullptr, H, scale, out.p,
-                                             probs.p, stride, 0, work.p, nullptr),
+                                             probs.p, stride, 0, work.p, counters.p, nullptr),
               cudaSuccess)
         << kvscope::cuda::error_detail();
+    // The merging blocks put every head's counter back for the next launch.
+    EXPECT_EQ(counters.get(), std::vector<unsigned>(size_t(H), 0u));
   } else {
     ASSERT_EQ(kvscope::cuda::attention(dq.p, c.layer(), T, pos0, H, scale, out.p, probs.p, stride,
                                       nullptr),

@@ -1,0 +1,50 @@
+// residual_norm.cuh — the residual step that opens the fused decode-step kernels
+// (norm_qkv_kv_write.cu, norm_ffn.cu), done by every block on its own so that no block
+// waits for another: xs = x + y' (y' = RMSNorm(y)·y_norm, or y, or nothing), hs =
+// RMSNorm(xs)·w, both in the block's shared memory. The products then read hs; the last
+// block writes xs and hs back (residual_norm_store), after every block has read x and y.
+// Each thread handles the same strided values in every loop (no barrier between them but
+// the reductions'); all threads must call it; blockDim.x a multiple of 32.
+#pragma once
+
+#include "kernels/kernels.h"
+#include "kernels/reduce.cuh"
+
+namespace kvscope::cuda {
+
+__device__ __forceinline__ void residual_norm_block(const ResidualArgs& r, float* xs, float* hs,
+                                                    float* scratch) {
+  const int C = r.C;
+  const float inv_c = 1.0f / static_cast<float>(C);
+  if (r.y != nullptr) {
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < C; i += blockDim.x) {
+      const float v = r.y[i];
+      xs[i] = v;
+      ss += v * v;
+    }
+    if (r.y_norm != nullptr) {  // Gemma's post norm of the product, before the add
+      const float scale = rsqrtf(block_sum(ss, scratch) * inv_c + r.eps);
+      for (int i = threadIdx.x; i < C; i += blockDim.x) xs[i] = xs[i] * scale * r.y_norm[i];
+    }
+    for (int i = threadIdx.x; i < C; i += blockDim.x) xs[i] = r.x[i] + xs[i];
+  } else {
+    for (int i = threadIdx.x; i < C; i += blockDim.x) xs[i] = r.x[i];
+  }
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < C; i += blockDim.x) ss += xs[i] * xs[i];
+  const float scale = rsqrtf(block_sum(ss, scratch) * inv_c + r.eps);
+  for (int i = threadIdx.x; i < C; i += blockDim.x) hs[i] = xs[i] * scale * r.w[i];
+  __syncthreads();  // hs complete for every warp's products
+}
+
+// The last block: x and h from shared memory (no other block reads them any more).
+__device__ __forceinline__ void residual_norm_store(const ResidualArgs& r, const float* xs,
+                                                    const float* hs) {
+  for (int i = threadIdx.x; i < r.C; i += blockDim.x) {
+    r.x[i] = xs[i];
+    r.h[i] = hs[i];
+  }
+}
+
+}  // namespace kvscope::cuda
