@@ -59,13 +59,25 @@ constexpr int kGemvMaxT = 4;
 // slice in registers beats decoding it once into an fp32 panel and reading that back.
 constexpr int kGemvSlicesMaxT = 16;
 
+// Weight types with an offset per segment (Q4_1, Q5_1, Q4_K, Q5_K) add m·Σx once per
+// segment of this many values rather than m·x per value: the sums of x over each segment,
+// per token (segment_sums, matmul.h), made once per product and shared by every row.
+constexpr int kXSumValues = 32;
+
+// The x side of one product, shared by every call of it.
+struct MatmulX {
+  const float* x;   // [T][n]
+  const float* xt;  // x as transpose_x lays it out, for T > kGemvSlicesMaxT; else unused
+  const float* sx;  // [T][n / kXSumValues] segment sums, for the types with offsets; else unused
+  int64_t T;
+};
+
 struct IsaKernels {
   Isa isa;
   // Row groups [g0, g1) (16 rows each) of out [T][w.n_out] = x [T][w.n_in] · Wᵀ; see
-  // kernels_impl.h for the fixed arithmetic. For T > kGemvSlicesMaxT, xt is x as transpose_x
-  // lays it out (made once per product and shared by every call); else it is unused.
-  void (*matmul_groups)(const PackedWeight& w, int64_t g0, int64_t g1, const float* x,
-                        const float* xt, int64_t T, float* out);
+  // kernels_impl.h for the fixed arithmetic.
+  void (*matmul_groups)(const PackedWeight& w, int64_t g0, int64_t g1, const MatmulX& in,
+                        float* out);
   // x [T][n] transposed per tile of tile_t tokens: tile i at xt + i · n · tile_t, [n][tile_t]
   // (the last tile's missing tokens are left unset); xt holds xt_floats(T, n) floats.
   int tile_t;

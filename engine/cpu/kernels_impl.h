@@ -7,21 +7,30 @@
 // rows per group, one vector lane per row. The arithmetic of one output element is fixed
 // — and therefore independent of T, of the thread split, of which kernel below runs and
 // even of the instruction set:
-//  - every weight value comes from the same decoder (Pack*<V>::scales / step below);
-//  - the accumulator starts at 0 and adds W[o][k]·x[t][k] for k = 0, 1, 2, ... in
-//    order, each with one fused multiply-add; nothing else touches it.
+//  - float weights (F32, F16, BF16): the accumulator starts at 0 and adds W[o][k]·x[t][k]
+//    for k = 0, 1, 2, ... in order, each with one fused multiply-add;
+//  - quantized weights, value q·d + m with d and m per segment (kSegValues values):
+//    per segment, s_q starts at 0 and adds q_k·x[t][k] in order with fused multiply-adds,
+//    then acc = fma(d, s_q, acc) and, for the types with an offset, acc = fma(m, Σx, acc)
+//    with Σx the segment's sum of x (segment_sums, matmul.h; made once per product). So
+//    the hot loop is one convert and one multiply-add per value, and the scales cost two
+//    multiply-adds per segment;
+//  - every q, d and m comes from the same decoder (Pack*<V>::qstep / scales below).
 // Kernels:
 //  - gemv (T ≤ kGemvMaxT, the decode step): each packed group is streamed once, with
 //    software prefetch, and decoded in registers one vector at a time straight into the
 //    token accumulators, kGemvG groups at a time so that their multiply-add chains
-//    overlap; the scales wait in a small fp32 buffer, not in registers, so that on AVX2
-//    (sixteen registers) the accumulators never spill to memory;
+//    overlap; the scales wait in a small fp32 buffer, not in registers, and so do the
+//    quantized types' accumulators between segments, so that on AVX2 (sixteen
+//    registers) the s_q chains never spill to memory;
 //  - gemv slices (kGemvMaxT < T <= kGemvSlicesMaxT, a batch of decode rows): gemv over
 //    slices of 16 rows (AVX-512), 8, then 4 or fewer;
 //  - panel (T > kGemvSlicesMaxT, prefill and NO CACHE): a few groups are decoded once into an fp32
 //    panel [k][16] that stays in L2, then swept by register tiles of kTileG groups ×
 //    kTileT tokens (x broadcast from its transposed copy, made once per product by
-//    transpose_x), so every decoded value serves every token.
+//    transpose_x), so every decoded value serves every token; for the quantized types the
+//    panel holds q, with each segment's d and m beside it, and the tiles apply them per
+//    segment as gemv does.
 #pragma once
 
 #include <algorithm>
@@ -31,6 +40,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "engine/cpu/kernels.h"
 #include "engine/cpu/packed_weight.h"
 
 namespace kvscope::cpu {
@@ -66,13 +76,16 @@ struct ScratchFloats {
 // ---- decoders of one packed block (16 rows) ----
 // A block of kValues k-values is kSegs segments of kSegValues. scales(b, s, sc) writes
 // segment s's per-row scale fields as fp32, sc[kScales][16] (field f of row r at
-// sc[f·16 + r]); step(b, sc, s, j, h, w) decodes k-values [j·kStep, (j+1)·kStep) of the
-// segment for lanes h·N .. h·N + N of the group (one vector: the h-th of the group's H)
-// into w[u], reading the scales back from sc. One vector at a time, with the scales in
-// memory rather than in registers, so that a kernel can keep many independent
-// accumulator chains in registers (AVX2 has sixteen). The offsets follow the layouts in
-// packed_weight.h; the arithmetic of each value is the formula in the test's reference
-// (tests/engine/test_matmul.cpp, kernel_value).
+// sc[f·16 + r]: the scale d, then, where the type has one, the offset m). The float types
+// have no scales: step(b, sc, s, j, h, w) decodes k-values [j·kStep, (j+1)·kStep) for
+// lanes h·N .. h·N + N of the group (one vector: the h-th of the group's H) into w[u].
+// The quantized types (kFactored) decode only the integers instead: qstep(b, s, j, h, q)
+// writes the same k-values' q as exact fp32, and a kernel applies the scales once per
+// segment (see "the kernels" below). One vector at a time, with the scales in memory
+// rather than in registers, so that a kernel can keep many independent accumulator
+// chains in registers (AVX2 has sixteen). The offsets follow the layouts in
+// packed_weight.h; each type's q, d and m are the ones in the test's reference
+// (tests/engine/test_matmul.cpp, kernel_q and kernel_scales).
 
 template <class V>
 struct Lanes {
@@ -83,6 +96,7 @@ struct Lanes {
 template <class V, int E, class Load>
 struct PackFloat : Lanes<V> {
   using typename Lanes<V>::F;
+  static constexpr bool kFactored = false;
   static constexpr int kValues = 1, kSegs = 1, kSegValues = 1, kStep = 1, kScales = 0;
   static void scales(const uint8_t*, int, float*) {}
   static void step(const uint8_t* b, const float*, int, int, int h, F (&w)[1]) {
@@ -111,67 +125,71 @@ void f16_scales(const uint8_t* b, float* sc) {
   }
 }
 
+// Q8_0: q is the int8, d the block scale.
 template <class V>
 struct PackQ8_0 : Lanes<V> {
   using typename Lanes<V>::F;
+  static constexpr bool kFactored = true;
   static constexpr int kValues = 32, kSegs = 1, kSegValues = 32, kStep = 1, kScales = 1;
   static void scales(const uint8_t* b, int, float* sc) { f16_scales<V, false>(b, sc); }
-  static void step(const uint8_t* b, const float* sc, int, int j, int h, F (&w)[1]) {
-    w[0] = V::mul(V::cvt(V::i8(b + 32 + 16 * j + h * V::N)), V::load(sc + h * V::N));
+  static void qstep(const uint8_t* b, int, int j, int h, F (&q)[1]) {
+    q[0] = V::cvt(V::i8(b + 32 + 16 * j + h * V::N));
   }
 };
 
 // Q4_0 / Q4_1: a step is one byte per row: value 2j in the low nibble, 2j+1 in the high.
+// q is the nibble − 8 (Q4_0) or the nibble with the offset m (Q4_1).
 template <class V, bool kMin>
 struct PackQ4 : Lanes<V> {
   using typename Lanes<V>::F;
+  static constexpr bool kFactored = true;
   static constexpr int kValues = 32, kSegs = 1, kSegValues = 32, kStep = 2;
   static constexpr int kScales = kMin ? 2 : 1;
   static void scales(const uint8_t* b, int, float* sc) { f16_scales<V, kMin>(b, sc); }
-  static void step(const uint8_t* b, const float* sc, int, int j, int h, F (&w)[2]) {
+  static void qstep(const uint8_t* b, int, int j, int h, F (&q)[2]) {
     const auto u = V::u8(b + (kMin ? 64 : 32) + 16 * j + h * V::N);
-    const F d = V::load(sc + h * V::N);
     if constexpr (kMin) {
-      w[0] = V::fma(V::cvt(V::and_(u, 15)), d, V::load(sc + 16 + h * V::N));
-      w[1] = V::fma(V::cvt(V::srl(u, 4)), d, V::load(sc + 16 + h * V::N));
+      q[0] = V::cvt(V::and_(u, 15));
+      q[1] = V::cvt(V::srl(u, 4));
     } else {
-      w[0] = V::mul(V::cvt(V::sub_i(V::and_(u, 15), 8)), d);
-      w[1] = V::mul(V::cvt(V::sub_i(V::srl(u, 4), 8)), d);
+      q[0] = V::cvt(V::sub_i(V::and_(u, 15), 8));
+      q[1] = V::cvt(V::sub_i(V::srl(u, 4), 8));
     }
   }
 };
 
-// Q5_0 / Q5_1: Q4 nibbles plus the fifth bits, one u16 per k (bit r = row r).
+// Q5_0 / Q5_1: Q4 nibbles plus the fifth bits, one u16 per k (bit r = row r); q − 16
+// (Q5_0) or q with the offset m (Q5_1).
 template <class V, bool kMin>
 struct PackQ5 : Lanes<V> {
   using typename Lanes<V>::F;
+  static constexpr bool kFactored = true;
   static constexpr int kValues = 32, kSegs = 1, kSegValues = 32, kStep = 2;
   static constexpr int kScales = kMin ? 2 : 1;
   static void scales(const uint8_t* b, int, float* sc) { f16_scales<V, kMin>(b, sc); }
-  static void step(const uint8_t* b, const float* sc, int, int j, int h, F (&w)[2]) {
-    const uint8_t* q = b + (kMin ? 64 : 32) + 16 * j;
+  static void qstep(const uint8_t* b, int, int j, int h, F (&q)[2]) {
+    const uint8_t* qs = b + (kMin ? 64 : 32) + 16 * j;
     const uint8_t* hb = b + (kMin ? 64 : 32) + 256;
     const uint32_t h0 = load_u16(hb + 4 * j), h1 = load_u16(hb + 4 * j + 2);
-    const auto u = V::u8(q + h * V::N);
+    const auto u = V::u8(qs + h * V::N);
     const auto q0 = V::or_(V::and_(u, 15), V::bit4(h0, h * V::N));
     const auto q1 = V::or_(V::srl(u, 4), V::bit4(h1, h * V::N));
-    const F d = V::load(sc + h * V::N);
     if constexpr (kMin) {
-      w[0] = V::fma(V::cvt(q0), d, V::load(sc + 16 + h * V::N));
-      w[1] = V::fma(V::cvt(q1), d, V::load(sc + 16 + h * V::N));
+      q[0] = V::cvt(q0);
+      q[1] = V::cvt(q1);
     } else {
-      w[0] = V::mul(V::cvt(V::sub_i(q0, 16)), d);
-      w[1] = V::mul(V::cvt(V::sub_i(q1, 16)), d);
+      q[0] = V::cvt(V::sub_i(q0, 16));
+      q[1] = V::cvt(V::sub_i(q1, 16));
     }
   }
 };
 
-// Q4_K: segment s is a 32-value sub-block with scale d·sc[s] and min dmin·mn[s];
-// value = q·scale − min in one fused multiply-add.
+// Q4_K: segment s is a 32-value sub-block with scale d·sc[s] and offset −dmin·mn[s].
 template <class V>
 struct PackQ4_K : Lanes<V> {
   using typename Lanes<V>::F;
   using Lanes<V>::H;
+  static constexpr bool kFactored = true;
   static constexpr int kValues = 256, kSegs = 8, kSegValues = 32, kStep = 2, kScales = 2;
   static void scales(const uint8_t* b, int s, float* sc) {
     for (int h = 0; h < H; ++h) {
@@ -181,11 +199,10 @@ struct PackQ4_K : Lanes<V> {
                V::neg(V::mul(dmin, V::cvt(V::u8(b + 192 + 16 * s + h * V::N)))));
     }
   }
-  static void step(const uint8_t* b, const float* sc, int s, int j, int h, F (&w)[2]) {
+  static void qstep(const uint8_t* b, int s, int j, int h, F (&q)[2]) {
     const auto u = V::u8(b + 320 + 16 * (16 * s + j) + h * V::N);
-    const F scale = V::load(sc + h * V::N);
-    w[0] = V::fma(V::cvt(V::and_(u, 15)), scale, V::load(sc + 16 + h * V::N));
-    w[1] = V::fma(V::cvt(V::srl(u, 4)), scale, V::load(sc + 16 + h * V::N));
+    q[0] = V::cvt(V::and_(u, 15));
+    q[1] = V::cvt(V::srl(u, 4));
   }
 };
 
@@ -193,17 +210,15 @@ struct PackQ4_K : Lanes<V> {
 template <class V>
 struct PackQ5_K : Lanes<V> {
   using typename Lanes<V>::F;
+  static constexpr bool kFactored = true;
   static constexpr int kValues = 256, kSegs = 8, kSegValues = 32, kStep = 2, kScales = 2;
   static void scales(const uint8_t* b, int s, float* sc) { PackQ4_K<V>::scales(b, s, sc); }
-  static void step(const uint8_t* b, const float* sc, int s, int j, int h, F (&w)[2]) {
+  static void qstep(const uint8_t* b, int s, int j, int h, F (&q)[2]) {
     const int k = 32 * s + 2 * j;  // the step's first value
     const uint8_t* hb = b + 320 + 2048;
     const auto u = V::u8(b + 320 + 16 * (16 * s + j) + h * V::N);
-    const auto q0 = V::or_(V::and_(u, 15), V::bit4(load_u16(hb + 2 * k), h * V::N));
-    const auto q1 = V::or_(V::srl(u, 4), V::bit4(load_u16(hb + 2 * k + 2), h * V::N));
-    const F scale = V::load(sc + h * V::N);
-    w[0] = V::fma(V::cvt(q0), scale, V::load(sc + 16 + h * V::N));
-    w[1] = V::fma(V::cvt(q1), scale, V::load(sc + 16 + h * V::N));
+    q[0] = V::cvt(V::or_(V::and_(u, 15), V::bit4(load_u16(hb + 2 * k), h * V::N)));
+    q[1] = V::cvt(V::or_(V::srl(u, 4), V::bit4(load_u16(hb + 2 * k + 2), h * V::N)));
   }
 };
 
@@ -212,14 +227,15 @@ template <class V>
 struct PackQ6_K : Lanes<V> {
   using typename Lanes<V>::F;
   using Lanes<V>::H;
+  static constexpr bool kFactored = true;
   static constexpr int kValues = 256, kSegs = 16, kSegValues = 16, kStep = 1, kScales = 1;
   static void scales(const uint8_t* b, int s, float* sc) {
     for (int h = 0; h < H; ++h)
       V::store(sc + h * V::N,
                V::mul(V::f16(b + 2 * h * V::N), V::cvt(V::i8(b + 32 + 16 * s + h * V::N))));
   }
-  static void step(const uint8_t* b, const float* sc, int s, int j, int h, F (&w)[1]) {
-    w[0] = V::mul(V::cvt(V::i8(b + 288 + 16 * (16 * s + j) + h * V::N)), V::load(sc + h * V::N));
+  static void qstep(const uint8_t* b, int s, int j, int h, F (&q)[1]) {
+    q[0] = V::cvt(V::i8(b + 288 + 16 * (16 * s + j) + h * V::N));
   }
 };
 
@@ -251,9 +267,16 @@ struct Kernels {
     }
   }
 
-  // G groups × NT tokens, weights decoded in registers, one vector (8 or 16 rows of a
-  // group) at a time: each vector's accumulator chains stay in registers and the G·H
-  // chains of one token overlap.
+  // store_group of 16 accumulators waiting in memory.
+  static void store_floats(const float* acc, float* out, int64_t valid) {
+    F v[H];
+    for (int h = 0; h < H; ++h) v[h] = V::load(acc + h * N);
+    store_group(v, out, valid);
+  }
+
+  // The float types: G groups × NT tokens, weights decoded in registers, one vector (8 or 16 rows
+  // of a group) at a time: each vector's accumulator chains stay in registers and the G·H chains of
+  // one token overlap.
   template <class Dec, int G, int NT>
   static void gemv_tile(const PackedWeight& p, int64_t g0, const float* x, float* out,
                         int64_t ldo) {
@@ -312,12 +335,88 @@ struct Kernels {
         store_group(acc[g][t], out + t * ldo + (g0 + g) * 16, p.n_out - (g0 + g) * 16);
   }
 
+  // The quantized types: per segment, s_q = Σ q_k·x_k (one multiply-add per value, k in
+  // order, from 0) for each row, then acc = acc + d·s_q and, where the type has an offset,
+  // acc = acc + m·Σx (sx: the token's segment sums, segment_sums). The accumulators wait
+  // in memory between segments, so that the s_q chains have the registers.
+  template <class Dec, int G, int NT>
+  static void gemv_tile_q(const PackedWeight& p, int64_t g0, const float* x, const float* sx,
+                          float* out, int64_t ldo) {
+    constexpr int S = Dec::kStep, NS = Dec::kScales;
+    alignas(64) float acc[G][NT][16] = {};
+    const uint64_t bb = packed_layout(p.type).block_bytes;
+    const int64_t n = p.n_in, blocks = n / Dec::kValues, nsx = n / kXSumValues;
+    alignas(64) float sc[G][NS * 16];
+    const uint8_t* b[G];
+    for (int g = 0; g < G; ++g) b[g] = p.group(g0 + g);
+    const uintptr_t end = reinterpret_cast<uintptr_t>(b[0]) + p.group_bytes;  // of group 0
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      for (int g = 0; g < G; ++g) {  // as gemv_tile
+        uintptr_t pf = reinterpret_cast<uintptr_t>(b[g]) + kPrefetchBytes;
+        if (pf >= end + g * p.group_bytes) pf += (G - 1) * p.group_bytes;
+        for (uint64_t off = 0; off < bb; off += 64)
+          __builtin_prefetch(reinterpret_cast<const void*>(pf + off));
+      }
+      for (int s = 0; s < Dec::kSegs; ++s) {
+        for (int g = 0; g < G; ++g) Dec::scales(b[g], s, sc[g]);
+        const float* xs = x + blk * Dec::kValues + s * Dec::kSegValues;
+        F sq[G][NT][H];
+        for (int g = 0; g < G; ++g)
+          for (int t = 0; t < NT; ++t)
+            for (int h = 0; h < H; ++h) sq[g][t][h] = V::zero();
+        for (int j = 0; j < Dec::kSegValues / S; ++j) {
+          const float* xk = xs + j * S;
+          if constexpr (NT == 1) {
+            F xb[S];
+            for (int u = 0; u < S; ++u) xb[u] = V::bcast(xk + u);
+            for (int g = 0; g < G; ++g)
+              for (int h = 0; h < H; ++h) {
+                F q[S];
+                Dec::qstep(b[g], s, j, h, q);
+                for (int u = 0; u < S; ++u) sq[g][0][h] = V::fma(q[u], xb[u], sq[g][0][h]);
+              }
+          } else {
+            F q[G][H][S];
+            for (int g = 0; g < G; ++g)
+              for (int h = 0; h < H; ++h) Dec::qstep(b[g], s, j, h, q[g][h]);
+            for (int u = 0; u < S; ++u)
+              for (int t = 0; t < NT; ++t) {
+                const F xb = V::bcast(xk + t * n + u);
+                for (int g = 0; g < G; ++g)
+                  for (int h = 0; h < H; ++h) sq[g][t][h] = V::fma(q[g][h][u], xb, sq[g][t][h]);
+              }
+          }
+        }
+        const int64_t seg = blk * Dec::kSegs + s;
+        for (int g = 0; g < G; ++g)
+          for (int t = 0; t < NT; ++t)
+            for (int h = 0; h < H; ++h) {
+              F a = V::fma(V::load(sc[g] + h * N), sq[g][t][h], V::load(acc[g][t] + h * N));
+              if constexpr (NS == 2)
+                a = V::fma(V::load(sc[g] + 16 + h * N), V::bcast(sx + t * nsx + seg), a);
+              V::store(acc[g][t] + h * N, a);
+            }
+      }
+      for (int g = 0; g < G; ++g) b[g] += bb;
+    }
+    for (int g = 0; g < G; ++g)
+      for (int t = 0; t < NT; ++t)
+        store_floats(acc[g][t], out + t * ldo + (g0 + g) * 16, p.n_out - (g0 + g) * 16);
+  }
+
+  // sx: the first token's segment sums (token t at sx + t · n / kXSumValues).
   template <class Dec, int NT>
-  static void gemv(const PackedWeight& p, int64_t g0, int64_t g1, const float* x, float* out) {
+  static void gemv(const PackedWeight& p, int64_t g0, int64_t g1, const float* x, const float* sx,
+                   float* out) {
     constexpr int G = NT == 1 ? V::kGemvG : 1;
     int64_t g = g0;
-    for (; g + G <= g1; g += G) gemv_tile<Dec, G, NT>(p, g, x, out, p.n_out);
-    for (; g < g1; ++g) gemv_tile<Dec, 1, NT>(p, g, x, out, p.n_out);
+    if constexpr (Dec::kFactored) {
+      for (; g + G <= g1; g += G) gemv_tile_q<Dec, G, NT>(p, g, x, sx, out, p.n_out);
+      for (; g < g1; ++g) gemv_tile_q<Dec, 1, NT>(p, g, x, sx, out, p.n_out);
+    } else {
+      for (; g + G <= g1; g += G) gemv_tile<Dec, G, NT>(p, g, x, out, p.n_out);
+      for (; g < g1; ++g) gemv_tile<Dec, 1, NT>(p, g, x, out, p.n_out);
+    }
   }
 
   // Groups [g0, g0 + ng) decoded into panel, group i at panel + i · n · 16, [k][16].
@@ -343,6 +442,88 @@ struct Kernels {
           }
         }
     }
+  }
+
+  // The quantized types: groups [g0, g0 + ng) as their q in panel (as decode_panel) and
+  // their segments' scales in scales, group i at scales + i · (n / kSegValues) · kScales · 16,
+  // [segment][kScales][16].
+  template <class Dec>
+  static void decode_panel_q(const PackedWeight& p, int64_t g0, int ng, float* panel,
+                             float* scales) {
+    constexpr int S = Dec::kStep, NS = Dec::kScales;
+    const uint64_t bb = packed_layout(p.type).block_bytes;
+    const int64_t n = p.n_in, blocks = n / Dec::kValues;
+    for (int i = 0; i < ng; ++i) {
+      const uint8_t* b = p.group(g0 + i);
+      float* dst = panel + int64_t(i) * n * 16;
+      float* sc = scales + int64_t(i) * (n / Dec::kSegValues) * NS * 16;
+      for (int64_t blk = 0; blk < blocks; ++blk, b += bb)
+        for (int s = 0; s < Dec::kSegs; ++s, sc += NS * 16) {
+          Dec::scales(b, s, sc);
+          for (int j = 0; j < Dec::kSegValues / S; ++j) {
+            float* d = dst + (blk * Dec::kValues + s * Dec::kSegValues + j * S) * 16;
+            for (int h = 0; h < H; ++h) {
+              F q[S];
+              Dec::qstep(b, s, j, h, q);
+              for (int u = 0; u < S; ++u) V::store(d + u * 16 + h * N, q[u]);
+            }
+          }
+        }
+    }
+  }
+
+  // One register tile of the quantized types' panel kernel: what it reads.
+  struct QTile {
+    const float* panel;  // group g's q at panel + g · ps, [n][16]
+    int64_t ps;
+    const float* scales;  // group g's segment scales at scales + g · ss, [n / SV][NS][16]
+    int64_t ss;
+    const float* xp;  // the tokens' x transposed, [n][kTileT]
+    const float* sx;  // token t's segment sums at sx + t · nsx (types with offsets)
+    int64_t nsx, n;
+  };
+
+  // TG groups × NT tokens of the quantized types, segment by segment with gemv_tile_q's
+  // arithmetic: s_q over the segment's SV values, then the scales.
+  template <int SV, int NS, int TG, int NT>
+  static void tile_q(const QTile& a, float* out, int64_t ldo, int64_t valid) {
+    constexpr int TT = V::kTileT;
+    alignas(64) float acc[TG][NT][16] = {};
+    for (int64_t k0 = 0, seg = 0; k0 < a.n; k0 += SV, ++seg) {
+      F sq[TG][NT][H];
+      for (int g = 0; g < TG; ++g)
+        for (int t = 0; t < NT; ++t)
+          for (int h = 0; h < H; ++h) sq[g][t][h] = V::zero();
+#pragma GCC unroll 2
+      for (int64_t k = k0; k < k0 + SV; ++k) {
+        F w[TG][H];
+        for (int g = 0; g < TG; ++g)
+          for (int h = 0; h < H; ++h) w[g][h] = V::load(a.panel + g * a.ps + k * 16 + h * N);
+        for (int t = 0; t < NT; ++t) {
+          const F xb = V::bcast(a.xp + k * TT + t);
+          for (int g = 0; g < TG; ++g)
+            for (int h = 0; h < H; ++h) sq[g][t][h] = V::fma(w[g][h], xb, sq[g][t][h]);
+        }
+      }
+      for (int g = 0; g < TG; ++g) {
+        const float* sc = a.scales + g * a.ss + seg * NS * 16;
+        for (int t = 0; t < NT; ++t)
+          for (int h = 0; h < H; ++h) {
+            F v = V::fma(V::load(sc + h * N), sq[g][t][h], V::load(acc[g][t] + h * N));
+            if constexpr (NS == 2)
+              v = V::fma(V::load(sc + 16 + h * N), V::bcast(a.sx + t * a.nsx + seg), v);
+            V::store(acc[g][t] + h * N, v);
+          }
+      }
+    }
+    for (int g = 0; g < TG; ++g)
+      for (int t = 0; t < NT; ++t) store_floats(acc[g][t], out + t * ldo + g * 16, valid - g * 16);
+  }
+
+  template <int SV, int NS, int TG, int... Ts>
+  static void tile_q_tokens(int nt, const QTile& a, float* out, int64_t ldo, int64_t valid,
+                            std::integer_sequence<int, Ts...>) {
+    ((nt == Ts + 1 ? tile_q<SV, NS, TG, Ts + 1>(a, out, ldo, valid) : void()), ...);
   }
 
   // TG panel groups (stride ps floats) × NT tokens, k = 0 .. n in order; xp holds the
@@ -397,20 +578,28 @@ struct Kernels {
     }
   }
 
+  // sx: the segment sums of all T tokens, token t at sx + t · n / kXSumValues.
   template <class Dec>
-  static void panel(const PackedWeight& p, int64_t g0, int64_t g1, const float* xp, int64_t T,
-                    float* out) {
+  static void panel(const PackedWeight& p, int64_t g0, int64_t g1, const float* xp, const float* sx,
+                    int64_t T, float* out) {
     constexpr int TG = V::kTileG, TT = V::kTileT;
     const int64_t n = p.n_in, ps = n * 16;
     // Groups per panel: about 192 KiB of decoded weights (stays in L2 while the tokens
     // sweep it), a multiple of the tile height.
     const int64_t fit = std::max<int64_t>(TG, (int64_t(192) << 10) / (ps * 4)) / TG * TG;
     const int64_t pg = std::min<int64_t>(fit, 16);
-    thread_local ScratchFloats buf;
+    thread_local ScratchFloats buf, sbuf;
     buf.reserve(size_t(pg * ps));
+    constexpr int NS = Dec::kScales > 0 ? Dec::kScales : 1;
+    const int64_t ss = n / Dec::kSegValues * NS * 16;  // one group's segment scales
+    if constexpr (Dec::kFactored) sbuf.reserve(size_t(pg * ss));
     for (int64_t q0 = g0; q0 < g1; q0 += pg) {
       const int ng = int(std::min(pg, g1 - q0));
-      decode_panel<Dec>(p, q0, ng, buf.data());
+      if constexpr (Dec::kFactored) {
+        decode_panel_q<Dec>(p, q0, ng, buf.data(), sbuf.data());
+      } else {
+        decode_panel<Dec>(p, q0, ng, buf.data());
+      }
       for (int64_t t = 0; t < T; t += TT) {
         const int nt = int(std::min<int64_t>(TT, T - t));
         for (int g = 0; g < ng; g += TG) {
@@ -418,7 +607,17 @@ struct Kernels {
           float* o = out + t * p.n_out + (q0 + g) * 16;
           const int64_t valid = p.n_out - (q0 + g) * 16;
           const float* xt = xp + (t / TT) * n * TT;
-          if (g + TG <= ng) {
+          const bool full = g + TG <= ng;
+          if constexpr (Dec::kFactored) {
+            const int64_t nsx = n / kXSumValues;
+            const QTile a{pan, ps, sbuf.data() + g * ss, ss, xt, sx + t * nsx, nsx, n};
+            constexpr auto seq = std::make_integer_sequence<int, TT>{};
+            if (full) {
+              tile_q_tokens<Dec::kSegValues, NS, TG>(nt, a, o, p.n_out, valid, seq);
+            } else {
+              tile_q_tokens<Dec::kSegValues, NS, 1>(nt, a, o, p.n_out, valid, seq);
+            }
+          } else if (full) {
             tile_any<TG>(nt, pan, ps, xt, n, o, p.n_out, valid);
           } else {
             tile_any<1>(nt, pan, ps, xt, n, o, p.n_out, valid);
@@ -433,94 +632,79 @@ struct Kernels {
   // output is gemv's (and panel's), so the slicing changes no bit.
   static constexpr int kSliceT = H == 1 ? 16 : 4;
   template <class Dec>
-  static void gemv_slices(const PackedWeight& p, int64_t g0, int64_t g1, const float* x, int64_t T,
+  static void gemv_slices(const PackedWeight& p, int64_t g0, int64_t g1, const MatmulX& in,
                           float* out) {
-    for (int64_t t0 = 0; t0 < T;) {
-      const float* xs = x + t0 * p.n_in;
+    const int64_t nsx = p.n_in / kXSumValues;
+    for (int64_t t0 = 0; t0 < in.T;) {
+      const float* xs = in.x + t0 * p.n_in;
+      const float* ss = in.sx ? in.sx + t0 * nsx : nullptr;
       float* os = out + t0 * p.n_out;
-      const int64_t left = T - t0;
+      const int64_t left = in.T - t0;
       int64_t n = std::min<int64_t>(4, left);
       if (kSliceT >= 16 && left >= 16) {
-        gemv<Dec, 16>(p, g0, g1, xs, os);
+        gemv<Dec, 16>(p, g0, g1, xs, ss, os);
         n = 16;
       } else if (kSliceT >= 8 && left >= 8) {
-        gemv<Dec, 8>(p, g0, g1, xs, os);
+        gemv<Dec, 8>(p, g0, g1, xs, ss, os);
         n = 8;
       } else if (n == 4) {
-        gemv<Dec, 4>(p, g0, g1, xs, os);
+        gemv<Dec, 4>(p, g0, g1, xs, ss, os);
       } else if (n == 3) {
-        gemv<Dec, 3>(p, g0, g1, xs, os);
+        gemv<Dec, 3>(p, g0, g1, xs, ss, os);
       } else if (n == 2) {
-        gemv<Dec, 2>(p, g0, g1, xs, os);
+        gemv<Dec, 2>(p, g0, g1, xs, ss, os);
       } else {
-        gemv<Dec, 1>(p, g0, g1, xs, os);
+        gemv<Dec, 1>(p, g0, g1, xs, ss, os);
       }
       t0 += n;
     }
   }
 
   template <class Dec>
-  static void run(const PackedWeight& p, int64_t g0, int64_t g1, const float* x, const float* xt,
-                  int64_t T, float* out) {
-    switch (T) {
-      case 1:
-        gemv<Dec, 1>(p, g0, g1, x, out);
-        return;
-      case 2:
-        gemv<Dec, 2>(p, g0, g1, x, out);
-        return;
-      case 3:
-        gemv<Dec, 3>(p, g0, g1, x, out);
-        return;
-      case 4:
-        gemv<Dec, 4>(p, g0, g1, x, out);
-        return;
-      default:
-        if (T <= kGemvSlicesMaxT) {  // a batch of decode rows
-          gemv_slices<Dec>(p, g0, g1, x, T, out);
-          return;
-        }
-        panel<Dec>(p, g0, g1, xt, T, out);
-        return;
+  static void run(const PackedWeight& p, int64_t g0, int64_t g1, const MatmulX& in, float* out) {
+    if (in.T <= kGemvSlicesMaxT) {  // the decode step, or a batch of decode rows
+      gemv_slices<Dec>(p, g0, g1, in, out);
+      return;
     }
+    panel<Dec>(p, g0, g1, in.xt, in.sx, in.T, out);
   }
 
   // Row groups [g0, g1) of out [T][p.n_out] = x [T][p.n_in] · Wᵀ.
-  static void matmul_groups(const PackedWeight& p, int64_t g0, int64_t g1, const float* x,
-                            const float* xt, int64_t T, float* out) {
+  static void matmul_groups(const PackedWeight& p, int64_t g0, int64_t g1, const MatmulX& in,
+                            float* out) {
     switch (p.type) {
       case GgmlType::F32:
-        run<PackFloat<V, 4, LoadF32<V>>>(p, g0, g1, x, xt, T, out);
+        run<PackFloat<V, 4, LoadF32<V>>>(p, g0, g1, in, out);
         return;
       case GgmlType::F16:
-        run<PackFloat<V, 2, LoadF16<V>>>(p, g0, g1, x, xt, T, out);
+        run<PackFloat<V, 2, LoadF16<V>>>(p, g0, g1, in, out);
         return;
       case GgmlType::BF16:
-        run<PackFloat<V, 2, LoadBF16<V>>>(p, g0, g1, x, xt, T, out);
+        run<PackFloat<V, 2, LoadBF16<V>>>(p, g0, g1, in, out);
         return;
       case GgmlType::Q8_0:
-        run<PackQ8_0<V>>(p, g0, g1, x, xt, T, out);
+        run<PackQ8_0<V>>(p, g0, g1, in, out);
         return;
       case GgmlType::Q4_0:
-        run<PackQ4<V, false>>(p, g0, g1, x, xt, T, out);
+        run<PackQ4<V, false>>(p, g0, g1, in, out);
         return;
       case GgmlType::Q4_1:
-        run<PackQ4<V, true>>(p, g0, g1, x, xt, T, out);
+        run<PackQ4<V, true>>(p, g0, g1, in, out);
         return;
       case GgmlType::Q5_0:
-        run<PackQ5<V, false>>(p, g0, g1, x, xt, T, out);
+        run<PackQ5<V, false>>(p, g0, g1, in, out);
         return;
       case GgmlType::Q5_1:
-        run<PackQ5<V, true>>(p, g0, g1, x, xt, T, out);
+        run<PackQ5<V, true>>(p, g0, g1, in, out);
         return;
       case GgmlType::Q4_K:
-        run<PackQ4_K<V>>(p, g0, g1, x, xt, T, out);
+        run<PackQ4_K<V>>(p, g0, g1, in, out);
         return;
       case GgmlType::Q5_K:
-        run<PackQ5_K<V>>(p, g0, g1, x, xt, T, out);
+        run<PackQ5_K<V>>(p, g0, g1, in, out);
         return;
       case GgmlType::Q6_K:
-        run<PackQ6_K<V>>(p, g0, g1, x, xt, T, out);
+        run<PackQ6_K<V>>(p, g0, g1, in, out);
         return;
       default:
         return;  // pack_weight accepts no other type

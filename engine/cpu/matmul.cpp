@@ -3,8 +3,8 @@
 // Work split: the 16-row groups of all jobs, concatenated, are cut into chunks of a few
 // tiles that the pool's threads claim (thread_pool.h); each runs the active instruction
 // set's kernel (kernels_impl.h) on its groups. For a batch, x is transposed once here
-// and shared by every chunk. Every output element is computed by one kernel call with a fixed arithmetic,
-// so results do not depend on T or on the number of threads.
+// and shared by every chunk. Every output element is computed by one kernel call with a fixed
+// arithmetic, so results do not depend on T or on the number of threads.
 #include "engine/cpu/matmul.h"
 
 #include <algorithm>
@@ -13,6 +13,23 @@
 #include "engine/cpu/kernels.h"
 
 namespace kvscope::cpu {
+
+void segment_sums(const float* x, int64_t T, int64_t n, float* sx) {
+  const int64_t segs = n / kXSumValues;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t s = 0; s < segs; ++s) {
+      const float* v = x + t * n + s * kXSumValues;
+      float sum = 0.0f;
+      for (int k = 0; k < kXSumValues; ++k) sum += v[k];
+      sx[t * segs + s] = sum;
+    }
+}
+
+namespace {
+bool has_offsets(GgmlType t) {
+  return t == GgmlType::Q4_1 || t == GgmlType::Q5_1 || t == GgmlType::Q4_K || t == GgmlType::Q5_K;
+}
+}  // namespace
 
 void matmul_many(ThreadPool& pool, const MatmulJob* jobs, int n_jobs, const float* x, int64_t T) {
   const IsaKernels& k = kernels(isa_active());
@@ -41,12 +58,24 @@ void matmul_many(ThreadPool& pool, const MatmulJob* jobs, int n_jobs, const floa
     }
     xt = buf.data();
   }
+  // The segment sums, where a job's type has offsets (every job reads the same x).
+  const float* sx = nullptr;
+  bool offsets = false;
+  for (int j = 0; j < n_jobs; ++j) offsets = offsets || has_offsets(jobs[j].w->type);
+  if (offsets) {
+    thread_local std::vector<float> sbuf;
+    const int64_t n = jobs[0].w->n_in, want = T * (n / kXSumValues);
+    if (sbuf.size() < size_t(want)) sbuf.resize(size_t(want));
+    segment_sums(x, T, n, sbuf.data());
+    sx = sbuf.data();
+  }
+  const MatmulX in{x, xt, sx, T};
   auto run = [&](int64_t b, int64_t e) {
     int64_t base = 0;
     for (int j = 0; j < n_jobs && b < e; ++j) {
       const int64_t n = jobs[j].w->groups;
       const int64_t lo = std::max(b, base), hi = std::min(e, base + n);
-      if (lo < hi) k.matmul_groups(*jobs[j].w, lo - base, hi - base, x, xt, T, jobs[j].out);
+      if (lo < hi) k.matmul_groups(*jobs[j].w, lo - base, hi - base, in, jobs[j].out);
       base += n;
     }
   };

@@ -3,11 +3,11 @@
 // out[t][o] = sum_i W[o][i] * x[t][i] for x [T][n_in], W {n_in, n_out} packed for the
 // CPU (packed_weight.h), out [T][n_out], with the kernels of the active instruction set
 // (cpu_isa.h). Every output element is computed with the same arithmetic whatever T is,
-// whatever the thread count and whichever instruction set: W[o][0]·x[0] + W[o][1]·x[1]
-// + ... added in order of the input index with fused multiply-adds
-// (engine/cpu/kernels_impl.h). A token's result therefore does not depend on how many
-// tokens were batched with it — the KV CACHE and NO CACHE loops produce bit-identical
-// logits.
+// whatever the thread count and whichever instruction set (engine/cpu/kernels_impl.h):
+// for the float types W[o][0]·x[0] + W[o][1]·x[1] + ... added in order with fused
+// multiply-adds; for the quantized ones the same per segment of integers q, then scaled. A token's
+// result therefore does not depend on how many tokens were batched with it — the KV CACHE and NO
+// CACHE loops produce bit-identical logits.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +16,11 @@
 #include "engine/cpu/thread_pool.h"
 
 namespace kvscope::cpu {
+
+// sx[t][s] = x[t][32s] + x[t][32s + 1] + ... + x[t][32s + 31], added in that order from
+// 0 in fp32, for s < n / 32 (kXSumValues): the per-segment sums of x that the products of
+// the weight types with offsets use (kernels_impl.h). sx holds T · (n / 32) floats.
+void segment_sums(const float* x, int64_t T, int64_t n, float* sx);
 
 void matmul(ThreadPool& pool, const PackedWeight& w, const float* x, int64_t T, float* out);
 

@@ -5,10 +5,11 @@
 //
 // Two references:
 //  - exact: the arithmetic the kernels promise (engine/cpu/kernels_impl.h), written out
-//    here from the ggml block definitions with plain scalar code: every weight value
-//    decoded by the documented formula, then W[o][0]·x[0] + W[o][1]·x[1] + ... in order,
-//    each step one std::fma. Every path, T and thread count must equal it bit for bit —
-//    which is what keeps KV CACHE and NO CACHE identical;
+//    here from the ggml block definitions with plain scalar code: for the float types
+//    W[o][0]·x[0] + W[o][1]·x[1] + ... in order, each step one std::fma; for the quantized
+//    ones the same over each segment's integers q, then the segment's scale d and offset
+//    m applied once (exact_dot). Every path, T and thread count must equal it bit for
+//    bit — which is what keeps KV CACHE and NO CACHE identical;
 //  - independent: the engine's dequantize_row and a float64 dot, within a bound on fp32
 //    rounding, so the decoding formulas themselves are checked against ggml's.
 #include <gtest/gtest.h>
@@ -19,6 +20,7 @@
 #include <filesystem>
 #include <optional>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "engine/cpu/cpu_backend.h"
@@ -105,10 +107,8 @@ Matrix random_matrix(GgmlType t, int64_t n_in, int64_t n_out, uint32_t seed) {
   return m;
 }
 
-// Value k of a row by the formula the kernels use (see kernels_impl.h), from the ggml
-// block layout (docs/engine.md, "Quant blocks, bit by bit").
-float kernel_value(GgmlType t, const uint8_t* row, int64_t k) {
-  auto nib = [](const uint8_t* qs, int j) { return j < 16 ? qs[j] & 0xF : qs[j - 16] >> 4; };
+// A float row's value k (F32, F16, BF16).
+float float_value(GgmlType t, const uint8_t* row, int64_t k) {
   switch (t) {
     case GgmlType::F32: {
       float f;
@@ -117,33 +117,74 @@ float kernel_value(GgmlType t, const uint8_t* row, int64_t k) {
     }
     case GgmlType::F16:
       return half_at(row + 2 * k);
-    case GgmlType::BF16:
-      return bf16_to_fp32(u16_at(row + 2 * k));
     default:
-      break;
+      return bf16_to_fp32(u16_at(row + 2 * k));
   }
+}
+
+// Values per segment of a quantized type: one scale d (and offset m) per segment.
+int segment_values(GgmlType t) {
+  return t == GgmlType::Q6_K ? 16 : 32;
+}
+
+// The integer q of a quantized row's value k, as the kernels use it (see kernels_impl.h),
+// from the ggml block layout (docs/engine.md, "Quant blocks, bit by bit"): the value is
+// q·d + m with d and m those of kernel_scales.
+int kernel_q(GgmlType t, const uint8_t* row, int64_t k) {
+  auto nib = [](const uint8_t* qs, int j) { return j < 16 ? qs[j] & 0xF : qs[j - 16] >> 4; };
   const TypeTraits* tt = type_traits(t);
   const uint8_t* b = row + (k / tt->block_size) * tt->type_size;
   const int j = int(k % tt->block_size);
   switch (t) {
     case GgmlType::Q8_0:
-      return float(int8_t(b[2 + j])) * half_at(b);
+      return int8_t(b[2 + j]);
     case GgmlType::Q4_0:
-      return float(nib(b + 2, j) - 8) * half_at(b);
+      return nib(b + 2, j) - 8;
     case GgmlType::Q4_1:
-      return std::fma(float(nib(b + 4, j)), half_at(b), half_at(b + 2));
+      return nib(b + 4, j);
     case GgmlType::Q5_0:
     case GgmlType::Q5_1: {
       const bool m = t == GgmlType::Q5_1;
       uint32_t h;
       std::memcpy(&h, b + (m ? 4 : 2), 4);
       const int q = nib(b + (m ? 8 : 6), j) | int(((h >> j) & 1u) << 4);
-      return m ? std::fma(float(q), half_at(b), half_at(b + 2)) : float(q - 16) * half_at(b);
+      return m ? q : q - 16;
     }
     case GgmlType::Q4_K:
     case GgmlType::Q5_K: {  // Q5_K: the nibbles 32 bytes later, past qh; bit j/32 of qh[j%32]
       const bool q5 = t == GgmlType::Q5_K;
       const int s = j / 32, g = j / 64, l = j % 32;
+      const uint8_t byte = b[(q5 ? 48 : 16) + 32 * g + l];
+      return (s % 2 == 0 ? byte & 0xF : byte >> 4) | (q5 ? ((b[16 + l] >> s) & 1) << 4 : 0);
+    }
+    case GgmlType::Q6_K: {
+      const int n = j / 128, q = (j % 128) / 32, l = j % 32;
+      const uint8_t ql = b[64 * n + l + 32 * (q & 1)];
+      const int lo = q < 2 ? ql & 0xF : ql >> 4;
+      const int hi = (b[128 + 32 * n + l] >> (2 * q)) & 3;
+      return (lo | (hi << 4)) - 32;
+    }
+    default:
+      return 0;
+  }
+}
+
+// The scale d and offset m (0 where the type has none) of the segment holding value k.
+std::pair<float, float> kernel_scales(GgmlType t, const uint8_t* row, int64_t k) {
+  const TypeTraits* tt = type_traits(t);
+  const uint8_t* b = row + (k / tt->block_size) * tt->type_size;
+  const int j = int(k % tt->block_size);
+  switch (t) {
+    case GgmlType::Q8_0:
+    case GgmlType::Q4_0:
+    case GgmlType::Q5_0:
+      return {half_at(b), 0.0f};
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_1:
+      return {half_at(b), half_at(b + 2)};
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K: {
+      const int s = j / 32;
       const uint8_t* sc = b + 4;
       int scale, min;
       if (s < 4) {
@@ -153,38 +194,51 @@ float kernel_value(GgmlType t, const uint8_t* row, int64_t k) {
         scale = (sc[s + 4] & 0xF) | ((sc[s - 4] >> 6) << 4);
         min = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
       }
-      const uint8_t byte = b[(q5 ? 48 : 16) + 32 * g + l];
-      const int q = (s % 2 == 0 ? byte & 0xF : byte >> 4) | (q5 ? ((b[16 + l] >> s) & 1) << 4 : 0);
-      return std::fma(float(q), half_at(b) * float(scale), -(half_at(b + 2) * float(min)));
+      return {half_at(b) * float(scale), -(half_at(b + 2) * float(min))};
     }
-    case GgmlType::Q6_K: {
-      const int n = j / 128, q = (j % 128) / 32, l = j % 32;
-      const uint8_t ql = b[64 * n + l + 32 * (q & 1)];
-      const int lo = q < 2 ? ql & 0xF : ql >> 4;
-      const int hi = (b[128 + 32 * n + l] >> (2 * q)) & 3;
-      const float scale = half_at(b + 208) * float(int8_t(b[192 + j / 16]));
-      return float((lo | (hi << 4)) - 32) * scale;
-    }
+    case GgmlType::Q6_K:
+      return {half_at(b + 208) * float(int8_t(b[192 + j / 16])), 0.0f};
     default:
-      return NAN;
+      return {NAN, NAN};
   }
+}
+
+bool has_offsets(GgmlType t) {
+  return t == GgmlType::Q4_1 || t == GgmlType::Q5_1 || t == GgmlType::Q4_K || t == GgmlType::Q5_K;
+}
+
+// One output by the kernels' fixed arithmetic. Float types: acc = W[0]·x[0] + W[1]·x[1]
+// + ..., each step one std::fma, from 0. Quantized types, per segment of S values in
+// order: s_q = q_0·x_0 + q_1·x_1 + ... (std::fma, from 0), then acc = fma(d, s_q, acc) and,
+// with an offset, acc = fma(m, Σx, acc), Σx the segment's x summed in order from 0.
+float exact_dot(GgmlType t, const uint8_t* row, const float* x, int64_t n) {
+  float acc = 0.0f;
+  if (type_traits(t)->block_size == 1) {
+    for (int64_t k = 0; k < n; ++k) acc = std::fma(float_value(t, row, k), x[k], acc);
+    return acc;
+  }
+  const int S = segment_values(t);
+  for (int64_t k0 = 0; k0 < n; k0 += S) {
+    float sq = 0.0f, sx = 0.0f;
+    for (int64_t k = k0; k < k0 + S; ++k) {
+      sq = std::fma(float(kernel_q(t, row, k)), x[k], sq);
+      sx += x[k];
+    }
+    const auto [d, m] = kernel_scales(t, row, k0);
+    acc = std::fma(d, sq, acc);
+    if (has_offsets(t)) acc = std::fma(m, sx, acc);
+  }
+  return acc;
 }
 
 // The exact reference: out[t][o] by the kernels' fixed arithmetic.
 std::vector<float> exact_reference(const Matrix& m, const std::vector<float>& x, int64_t T) {
   const uint64_t rb = row_bytes(m.type, uint64_t(m.n_in));
-  std::vector<float> w(size_t(m.n_in * m.n_out));
-  for (int64_t o = 0; o < m.n_out; ++o)
-    for (int64_t k = 0; k < m.n_in; ++k)
-      w[size_t(o * m.n_in + k)] = kernel_value(m.type, m.bytes.data() + uint64_t(o) * rb, k);
   std::vector<float> out(size_t(T * m.n_out));
   for (int64_t t = 0; t < T; ++t)
-    for (int64_t o = 0; o < m.n_out; ++o) {
-      float acc = 0.0f;
-      for (int64_t k = 0; k < m.n_in; ++k)
-        acc = std::fma(w[size_t(o * m.n_in + k)], x[size_t(t * m.n_in + k)], acc);
-      out[size_t(t * m.n_out + o)] = acc;
-    }
+    for (int64_t o = 0; o < m.n_out; ++o)
+      out[size_t(t * m.n_out + o)] =
+          exact_dot(m.type, m.bytes.data() + uint64_t(o) * rb, x.data() + t * m.n_in, m.n_in);
   return out;
 }
 
@@ -337,6 +391,21 @@ TEST_F(Matmul, TheStartPathEqualsTheExactReferenceForEveryTypeAndT) {
   if (env && cpu::isa_from_name(env) && *cpu::isa_from_name(env) != isa)
     GTEST_SKIP() << "KVSCOPE_CPU_ISA=" << env << " but this CPU lacks it: ran on "
                  << cpu::isa_name(isa);
+}
+
+// The per-segment sums of x that the types with offsets share across rows: each segment
+// of 32 values summed in order from 0, per token; a tail shorter than 32 has none.
+TEST(SegmentSums, SumEachSegmentOfEachTokenInOrder) {
+  const int64_t T = 3, n = 100;  // 3 segments a token and a tail of 4
+  const auto x = random_x(T, n, 21);
+  std::vector<float> sx(size_t(T * 3), NAN);
+  cpu::segment_sums(x.data(), T, n, sx.data());
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t s = 0; s < 3; ++s) {
+      float want = 0.0f;
+      for (int64_t k = 0; k < 32; ++k) want += x[size_t(t * n + s * 32 + k)];
+      EXPECT_EQ(sx[size_t(t * 3 + s)], want) << "token " << t << " segment " << s;
+    }
 }
 
 TEST_F(Matmul, ResultsDoNotDependOnTheThreadCount) {
