@@ -483,3 +483,15 @@ Status Backend::unfused_add_rmsnorm(Tensor x, Tensor y, const Weight& w, float e
 }
 
 }  // namespace kvscope
+
+namespace kvscope {
+
+Status Backend::sample_candidates(Tensor, int, float, DeviceCandidates&) {
+  return make_error("sample_candidates: the ", kind(), " backend does not sample on the device");
+}
+
+Status Backend::sampled_row(float*) {
+  return make_error("sampled_row: the ", kind(), " backend does not sample on the device");
+}
+
+}  // namespace kvscope
