@@ -2,6 +2,7 @@
 //   cuda_backend.cpp  device setup, scratch memory, caches, downloads, step timing
 //   cuda_ops.cpp      the ops (shapes checked by Backend; kernels issued via OpLauncher)
 //   cuda_rows_ops.cpp the decode-rows ops of a batch over several sequences' paged caches
+//   cuda_sampling.cpp the device sampler (kernels/sample.cu) and non-waiting downloads
 // Memory lives in cuda_weights.* (model weights), cuda_kv_cache.* (the KV cache) and
 // cuda_util.* (buffers, status); decode-step recording in decode_graph.*.
 //
