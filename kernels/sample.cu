@@ -99,14 +99,15 @@ __global__ void sample_partial_kernel(const float* logits, int V, int n, float* 
 
 // How far the host's expf of the same argument may be from f = float(x), x = exp(t) in
 // double (1 ulp of double: far below the window): 0 when x is clearly on one side of a
-// rounding midpoint (both round to f), else two ulps (sample.h).
+// rounding midpoint (both round to f), else the spacing to the float across that midpoint
+// (expf may return either neighbour; sample.h).
 __device__ __forceinline__ double term_err(double x, float f) {
   if (x < 0x1p-151) return 0.0;         // both give 0
   if (f < FLT_MIN) return 0x1p-148;     // subnormal: a couple of the smallest ulps
   const double r = x - static_cast<double>(f);
   const double side = r >= 0 ? static_cast<double>(nextafterf(f, FLT_MAX)) - f
                              : static_cast<double>(f) - nextafterf(f, 0.0f);
-  return 0.5 * side - fabs(r) <= side * 0x1p-8 ? 2.0 * side : 0.0;
+  return 0.5 * side - fabs(r) <= side * 0x1p-8 ? side : 0.0;
 }
 
 __global__ void sample_finish_kernel(const float* logits, int V, int n, int n_part,

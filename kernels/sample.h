@@ -11,8 +11,8 @@
 //     t = (l_i - max) / T in float as on the host (IEEE subtract and divide: the same t).
 //     That is the correctly rounded expf(t) unless exp(t) lies within 2^-8 ulp of a
 //     rounding midpoint, where the host's expf (glibc: at most 0.502 ulp) may round the
-//     other way: such a term adds two ulps to sum_err. Terms under FLT_MIN add 2^-149
-//     each. The summation orders differ by at most V·2^-52·sum, added too.
+//     other way: such a term adds the spacing to that other float to sum_err. Terms
+//     under FLT_MIN add 2^-148 each. The summation orders differ by at most V·2^-52·sum, added too.
 //   - nan: how many logits are NaN (the host then takes the full row).
 // The out buffer holds a SampleHeader, then int32 ids[n], then float logits[n].
 #pragma once
