@@ -790,6 +790,50 @@ TEST_F(CudaBackendParity, DeviceSamplingSixtyFourStepsEqualCpuInBothModes) {
     }
 }
 
+// Logit shaping stays on the host: with a penalty no step samples on the device, and
+// while a minimum length holds tokens back neither do those steps; the tokens are the
+// CPU backend's either way.
+TEST_F(CudaBackendParity, ShapedStepsTakeTheWholeRow) {
+  test::TinyModelSpec spec;
+  std::shared_ptr<const Model> model = load_tiny(spec, "shaped");
+  ASSERT_TRUE(model);
+  for (int which = 0; which < 2; ++which) {
+    SCOPED_TRACE(which == 0 ? "repeat penalty" : "min_tokens 3");
+    SamplerConfig sc;
+    sc.temperature = 0.9f;
+    sc.top_k = 12;
+    sc.seed = 4;
+    if (which == 0) sc.penalties.repeat = 1.3f;
+    const auto run = [&](std::unique_ptr<Backend> be, Session::DeviceSamplingStats* st) {
+      SessionConfig cfg;
+      cfg.max_tokens = 16;
+      cfg.stop_at_eos = false;
+      cfg.min_tokens = which == 1 ? 3 : 0;
+      auto s = Session::create(model, std::move(be), cfg);
+      EXPECT_TRUE(s.ok()) << s.error().message;
+      std::vector<int32_t> ids;
+      if (!s.ok()) return ids;
+      (*s)->set_sampler(sc);
+      EXPECT_TRUE((*s)->reset_tokens({1, 40, 41, 72}).ok());
+      while (!(*s)->done()) {
+        auto t = (*s)->step();
+        EXPECT_TRUE(t.ok()) << t.error().message;
+        if (!t.ok()) break;
+        ids.push_back(t->token_id);
+      }
+      if (st) *st = (*s)->device_sampling_stats();
+      return ids;
+    };
+    auto cuda = make_cuda_backend(*model);
+    ASSERT_TRUE(cuda.ok());
+    Session::DeviceSamplingStats st;
+    const std::vector<int32_t> dev = run(std::move(cuda.value()), &st);
+    EXPECT_EQ(dev.size(), 16u);
+    EXPECT_EQ(dev, run(make_cpu_backend(1), nullptr));
+    EXPECT_EQ(st.steps, which == 0 ? 0u : 13u);
+  }
+}
+
 TEST_F(CudaBackendParity, DecodeGraphSixteenStepsEqualEagerAndCpu) {
   test::TinyModelSpec spec;
   spec.seed = 11;
