@@ -31,8 +31,7 @@ std::optional<DeviceSampleResult> device_sample_resolve(const DeviceCandidates& 
                                                         const SamplerConfig& cfg,
                                                         int top_candidates) {
   const int n = int(dc.ids.size());
-  if (n < 1 || n > V || dc.logits.size() != dc.ids.size() || dc.nan > 0 ||
-      !std::isfinite(dc.max))
+  if (n < 1 || n > V || dc.logits.size() != dc.ids.size() || dc.nan > 0 || !std::isfinite(dc.max))
     return std::nullopt;
   for (int32_t id : dc.ids)
     if (id < 0 || id >= V) return std::nullopt;

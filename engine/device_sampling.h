@@ -42,11 +42,11 @@
 namespace kvscope {
 
 struct DeviceSampleResult {
-  std::vector<int32_t> ids;     // the top_candidates best by (p descending, id ascending)
-  std::vector<float> p;         // their probabilities after temperature
-  std::vector<float> logits;    // their logits
-  std::vector<int32_t> kept;    // the ids the draw chooses from (greedy: the argmax)
-  std::vector<float> p_kept;    // their probabilities
+  std::vector<int32_t> ids;   // the top_candidates best by (p descending, id ascending)
+  std::vector<float> p;       // their probabilities after temperature
+  std::vector<float> logits;  // their logits
+  std::vector<int32_t> kept;  // the ids the draw chooses from (greedy: the argmax)
+  std::vector<float> p_kept;  // their probabilities
 };
 
 // How many candidates the device returns for this sampler and top_candidates over a

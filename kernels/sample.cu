@@ -102,8 +102,8 @@ __global__ void sample_partial_kernel(const float* logits, int V, int n, float* 
 // rounding midpoint (both round to f), else the spacing to the float across that midpoint
 // (expf may return either neighbour; sample.h).
 __device__ __forceinline__ double term_err(double x, float f) {
-  if (x < 0x1p-151) return 0.0;         // both give 0
-  if (f < FLT_MIN) return 0x1p-148;     // subnormal: a couple of the smallest ulps
+  if (x < 0x1p-151) return 0.0;      // both give 0
+  if (f < FLT_MIN) return 0x1p-148;  // subnormal: a couple of the smallest ulps
   const double r = x - static_cast<double>(f);
   const double side = r >= 0 ? static_cast<double>(nextafterf(f, FLT_MAX)) - f
                              : static_cast<double>(f) - nextafterf(f, 0.0f);
@@ -164,14 +164,18 @@ __global__ void sample_finish_kernel(const float* logits, int V, int n, int n_pa
   }
 }
 
-int n_chunks(int V) { return (V + kChunk - 1) / kChunk; }
+int n_chunks(int V) {
+  return (V + kChunk - 1) / kChunk;
+}
 
 }  // namespace
 
-size_t sample_work_bytes(int V, int n) { return size_t(n_chunks(V)) * size_t(n) * 8; }
+size_t sample_work_bytes(int V, int n) {
+  return size_t(n_chunks(V)) * size_t(n) * 8;
+}
 
-cudaError_t sample_candidates(const float* logits, int V, int n, float temperature,
-                              float* row_copy, void* work, void* out, cudaStream_t s) {
+cudaError_t sample_candidates(const float* logits, int V, int n, float temperature, float* row_copy,
+                              void* work, void* out, cudaStream_t s) {
   if (V <= 0 || n < 1 || n > kSampleMaxCandidates || !(temperature > 0))
     return cudaErrorInvalidValue;
   const int chunks = n_chunks(V);
@@ -180,12 +184,12 @@ cudaError_t sample_candidates(const float* logits, int V, int n, float temperatu
   auto* hdr = static_cast<SampleHeader*>(out);
   int* ids = reinterpret_cast<int*>(hdr + 1);
   float* out_l = reinterpret_cast<float*>(ids + n);
-  cudaError_t e = launch(sample_partial_kernel, dim3(chunks), dim3(kThreads), 0, s, logits, V,
-                         n, row_copy, part_id, part_l);
+  cudaError_t e = launch(sample_partial_kernel, dim3(chunks), dim3(kThreads), 0, s, logits, V, n,
+                         row_copy, part_id, part_l);
   if (e != cudaSuccess) return e;
   return launch(sample_finish_kernel, dim3(1), dim3(kThreads), 0, s, logits, V, n, chunks,
-                static_cast<const int*>(part_id), static_cast<const float*>(part_l),
-                temperature, hdr, ids, out_l);
+                static_cast<const int*>(part_id), static_cast<const float*>(part_l), temperature,
+                hdr, ids, out_l);
 }
 
 }  // namespace kvscope::cuda

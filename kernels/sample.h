@@ -35,13 +35,15 @@ struct SampleHeader {
 inline constexpr int kSampleMaxCandidates = 256;
 
 // Bytes of the out buffer for n candidates, and of the work buffer for a row of V.
-inline size_t sample_out_bytes(int n) { return sizeof(SampleHeader) + size_t(n) * 8; }
+inline size_t sample_out_bytes(int n) {
+  return sizeof(SampleHeader) + size_t(n) * 8;
+}
 size_t sample_work_bytes(int V, int n);
 
 // logits [V] (device), 1 <= n <= kSampleMaxCandidates, temperature > 0 (the CPU's softmax
 // uses 1 for greedy). row_copy [V] receives a copy of the row (the logits the host may
 // ask for later); work and out as sized above. Two launches.
-cudaError_t sample_candidates(const float* logits, int V, int n, float temperature,
-                              float* row_copy, void* work, void* out, cudaStream_t s);
+cudaError_t sample_candidates(const float* logits, int V, int n, float temperature, float* row_copy,
+                              void* work, void* out, cudaStream_t s);
 
 }  // namespace kvscope::cuda

@@ -34,8 +34,7 @@ Status CudaBackend::sample_candidates(Tensor logits_row, int n, float temperatur
     return make_error("sample_candidates: logits_row is ", logits_row.rows, " x ", V,
                       ", expected one row of at least one logit");
   if (n < 1 || n > kc::kSampleMaxCandidates)
-    return make_error("sample_candidates: n is ", n, ", expected 1 .. ",
-                      kc::kSampleMaxCandidates);
+    return make_error("sample_candidates: n is ", n, ", expected 1 .. ", kc::kSampleMaxCandidates);
   if (!(temperature > 0))
     return make_error("sample_candidates: temperature is ", temperature, ", expected > 0");
   KV_TRY(graph_.flush());
@@ -46,8 +45,8 @@ Status CudaBackend::sample_candidates(Tensor logits_row, int n, float temperatur
   KV_TRY(sampling_.result.ensure(kc::sample_out_bytes(n), "sampler results (host)"));
   sampling_.row_cols = 0;
   KV_TRY(cuda_check(kc::sample_candidates(logits_row.data, Vi, n, temperature,
-                                          static_cast<float*>(sampling_.row.p),
-                                          sampling_.work.p, sampling_.out.p, stream_),
+                                          static_cast<float*>(sampling_.row.p), sampling_.work.p,
+                                          sampling_.out.p, stream_),
                     "sampling on the device"));
   sampling_.row_cols = V;
   KV_TRY(cuda_check(cudaMemcpyAsync(sampling_.result.p, sampling_.out.p, kc::sample_out_bytes(n),
@@ -56,8 +55,8 @@ Status CudaBackend::sample_candidates(Tensor logits_row, int n, float temperatur
   KV_TRY(cuda_check(cudaStreamSynchronize(stream_), "waiting for the GPU"));
   kc::SampleHeader h;
   std::memcpy(&h, sampling_.result.p, sizeof h);
-  const auto* ids = reinterpret_cast<const int32_t*>(static_cast<const char*>(sampling_.result.p) +
-                                                     sizeof h);
+  const auto* ids =
+      reinterpret_cast<const int32_t*>(static_cast<const char*>(sampling_.result.p) + sizeof h);
   const auto* logits = reinterpret_cast<const float*>(ids + n);
   out.sum = h.sum;
   out.sum_err = h.sum_err;
@@ -89,9 +88,9 @@ Status CudaBackend::download_async(Tensor src, float* host) {
                                   "pinned staging memory"));
   }
   float* at = static_cast<float*>(sampling_.stage.p) + sampling_.staged;
-  KV_TRY(cuda_check(
-      cudaMemcpyAsync(at, src.data, n * sizeof(float), cudaMemcpyDeviceToHost, stream_),
-      "copying results to the host"));
+  KV_TRY(
+      cuda_check(cudaMemcpyAsync(at, src.data, n * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+                 "copying results to the host"));
   sampling_.pending.emplace_back(host, n);
   sampling_.staged += n;
   return Status::Ok();

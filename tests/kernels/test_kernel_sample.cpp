@@ -59,7 +59,8 @@ std::vector<std::pair<int32_t, float>> cpu_top(const std::vector<float>& row, fl
   const std::vector<float> p = kvscope::softmax_with_temperature(row, t);
   std::vector<int32_t> ids(row.size());
   std::iota(ids.begin(), ids.end(), 0);
-  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return p[size_t(a)] > p[size_t(b)]; });
+  std::stable_sort(ids.begin(), ids.end(),
+                   [&](int32_t a, int32_t b) { return p[size_t(a)] > p[size_t(b)]; });
   std::vector<std::pair<int32_t, float>> top;
   for (int i = 0; i < std::min<int>(k, int(ids.size())); ++i)
     top.push_back({ids[size_t(i)], p[size_t(ids[size_t(i)])]});
@@ -121,8 +122,8 @@ std::vector<SamplerConfig> test_configs() {
 
 // Runs `draws` draws per seed through both paths; returns how many (row, config) pairs the
 // device's candidates settled.
-int compare(const std::vector<float>& row, const SamplerConfig& base, int top_candidates,
-            int seeds, int draws, const std::string& what) {
+int compare(const std::vector<float>& row, const SamplerConfig& base, int top_candidates, int seeds,
+            int draws, const std::string& what) {
   const int V = int(row.size());
   const int n = kvscope::device_sample_candidates_needed(base, top_candidates, V);
   if (n == 0) return 0;
