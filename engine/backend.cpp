@@ -593,3 +593,15 @@ Status Backend::unfused_norm_ffn(const ResidualNorm& rn, const FfnWeights& w, Te
 }
 
 }  // namespace kvscope
+
+namespace kvscope {
+
+Status Backend::sample_candidates(Tensor, int, float, DeviceCandidates&) {
+  return make_error("sample_candidates: the ", kind(), " backend does not sample on the device");
+}
+
+Status Backend::sampled_row(float*) {
+  return make_error("sampled_row: the ", kind(), " backend does not sample on the device");
+}
+
+}  // namespace kvscope

@@ -19,6 +19,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "engine/kv_cache.h"
 #include "engine/kv_pool.h"
@@ -107,6 +108,16 @@ struct FfnWeights {
   const Weight* up = nullptr;      // [F][C]
   const Weight* down = nullptr;    // [C][F]
   FfnAct act = FfnAct::Silu;
+};
+
+// What Backend::sample_candidates finds on the device (kernels/sample.h).
+struct DeviceCandidates {
+  double sum = 0;      // sum of float(exp((l_i - max) / T)) over the row, in double
+  double sum_err = 0;  // bound on |sum - the CPU softmax's sum of the same terms|
+  float max = 0;       // the largest logit
+  int nan = 0;         // NaN logits in the row
+  std::vector<int32_t> ids;  // [n] by logit descending, then id ascending
+  std::vector<float> logits;  // [n] their logits
 };
 
 // The ops check shapes and arguments before a backend sees them: a bad call is an Error
@@ -228,6 +239,24 @@ class Backend {
   // into row b of out [B][H*D].
   Status attention_rows(Tensor q, const DecodeRows& rows, int layer, int n_head, float scale,
                         Tensor out);
+
+  // --- Not ops (no argument checks, no entry in kBackendOps): sampling where the logits
+  // live (engine/device_sampling.h) and copies that do not wait.
+  // Whether sample_candidates works here (the CUDA backend); the CPU backend's logits are
+  // on the host already.
+  virtual bool can_sample_on_device() const { return false; }
+  // For the logits row [1][V] (backend memory, e.g. ForwardOutput::logits_dev): the n best
+  // candidates by (logit descending, id ascending), the max and the softmax sum after
+  // `temperature` with its error bound (DeviceCandidates), and a copy of the row that
+  // sampled_row() reads until the next call. Only the candidates cross to the host.
+  virtual Status sample_candidates(Tensor logits_row, int n, float temperature,
+                                   DeviceCandidates& out);
+  // The row the last sample_candidates was given, copied to host [V].
+  virtual Status sampled_row(float* host);
+  // Starts copying src to `host` and returns; the copy is complete (and `host` written)
+  // only after download_wait(). By default a download() that waits.
+  virtual Status download_async(Tensor src, float* host) { return download(src, host); }
+  virtual Status download_wait() { return Status::Ok(); }
 
   // Step timing: the device time between begin_step and end_step, where the backend
   // can measure it (CUDA events); nullopt on the CPU (the session uses wall time).

@@ -121,6 +121,8 @@ Status forward(Backend& be, const Model& model, const int32_t* tokens, int T, in
     const bool last = t0 + kMaxBatch >= T;
     BatchSeq seq{&cache, tokens + t0, n, last, last, true, errs};
     seq.all_logits = last && out.want_all_logits;
+    seq.logits_on_device = last && out.logits_on_device && !out.want_all_logits;
+    seq.attention_copy = out.attention_copy;
     BatchSeqOutput& p = part[0];
     if (last) {  // the caller's vectors, so that their capacity is reused
       p.logits.swap(out.logits);
@@ -139,6 +141,7 @@ Status forward(Backend& be, const Model& model, const int32_t* tokens, int T, in
     if (last) {
       out.logits.swap(p.logits);
       out.attention.swap(p.attention);
+      out.logits_dev = p.logits_dev;
     }
   }
   std::vector<KvLayerRule> rules;
@@ -443,8 +446,11 @@ Status run_batch(Backend& be, const Model& model, const std::vector<BatchSeq>& s
   out.resize(N);
   for (size_t i = 0; i < N; ++i) {
     BatchSeqOutput& o = out[i];
-    o.logits.resize(size_t(rows[i].logit_rows) * size_t(V));
-    o.attention.resize(rows[i].probs_at >= 0 ? size_t(L) * H * (rows[i].pos0 + rows[i].T) : 0);
+    const bool on_device = seqs[i].logits_on_device && rows[i].logit_rows == 1;
+    o.logits.resize(on_device ? 0 : size_t(rows[i].logit_rows) * size_t(V));
+    o.logits_dev = on_device ? logits->row(rows[i].logit_row) : Tensor{};
+    const bool copy_attn = rows[i].probs_at >= 0 && seqs[i].attention_copy != RowsCopy::None;
+    o.attention.resize(copy_attn ? size_t(L) * H * (rows[i].pos0 + rows[i].T) : 0);
     o.k_norm.clear();
     o.v_norm.clear();
     o.k_err.clear();
@@ -452,19 +458,24 @@ Status run_batch(Backend& be, const Model& model, const std::vector<BatchSeq>& s
   }
   if (n_logits == 1) {
     for (size_t i = 0; i < N; ++i)
-      if (rows[i].logit_row >= 0) KV_TRY(be.download(logits->row(0), out[i].logits.data()));
+      if (rows[i].logit_row >= 0 && out[i].logits_dev.data == nullptr)
+        KV_TRY(be.download(logits->row(0), out[i].logits.data()));
   } else if (n_logits > 1) {
     std::vector<float> host(size_t(n_logits) * size_t(V));
     KV_TRY(be.download(logits->row_range(0, n_logits), host.data()));
     for (size_t i = 0; i < N; ++i)
-      if (rows[i].logit_row >= 0)
+      if (rows[i].logit_row >= 0 && out[i].logits_dev.data == nullptr)
         std::copy_n(host.begin() + int64_t(rows[i].logit_row) * V,
                     int64_t(rows[i].logit_rows) * V, out[i].logits.begin());
   }
-  for (size_t i = 0; i < N; ++i)
-    if (rows[i].probs_at >= 0)
-      KV_TRY(be.download(Tensor{probs->data + rows[i].probs_at, 1, int64_t(out[i].attention.size())},
-                         out[i].attention.data()));
+  for (size_t i = 0; i < N; ++i) {
+    if (rows[i].probs_at < 0 || seqs[i].attention_copy == RowsCopy::None) continue;
+    const Tensor rows_i{probs->data + rows[i].probs_at, 1, int64_t(out[i].attention.size())};
+    if (seqs[i].attention_copy == RowsCopy::Async)
+      KV_TRY(be.download_async(rows_i, out[i].attention.data()));
+    else
+      KV_TRY(be.download(rows_i, out[i].attention.data()));
+  }
   bool any_norms = false;
   for (const BatchSeq& s : seqs) any_norms = any_norms || s.norms || s.kv_errors;
   if (!any_norms) return Status::Ok();

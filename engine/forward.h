@@ -16,6 +16,13 @@
 
 namespace kvscope {
 
+// How a forward hands over the last query's attention rows (computed either way).
+enum class RowsCopy {
+  Wait,   // downloaded before the forward returns
+  Async,  // copy started (Backend::download_async): valid after Backend::download_wait()
+  None,   // left in backend memory, not copied (nobody asked for them)
+};
+
 struct ForwardOutput {
   std::vector<float> logits;     // [V], for the last token
   std::vector<float> attention;  // [L][H][pos0+T], last query's softmax rows
@@ -25,6 +32,13 @@ struct ForwardOutput {
   bool want_kv_errors = false;
   // In: the logits of every token, [T][V] (T at most 512), instead of the last one's.
   bool want_all_logits = false;
+  // In: leave the last token's logits in backend memory (logits_dev) instead of
+  // downloading them into `logits` (which stays empty); not with want_all_logits.
+  bool logits_on_device = false;
+  // In: how the attention rows reach `attention`.
+  RowsCopy attention_copy = RowsCopy::Wait;
+  // Out, with logits_on_device: the row [1][V] in backend memory, until the next forward.
+  Tensor logits_dev;
   std::vector<float> k_err, v_err;  // [L][T] when measured (Backend::kv_row_errors), else empty
   uint64_t flops = 0;
   uint64_t kv_rows = 0;          // T * L
@@ -55,9 +69,12 @@ struct BatchSeq {
   bool norms = false;      // the written K/V rows' norms
   bool kv_errors = false;  // and their quantization error (where the backend measures it)
   bool all_logits = false;  // every token's logits instead, [T][V] (speculative verification)
+  bool logits_on_device = false;        // the last token's logits left in backend memory
+  RowsCopy attention_copy = RowsCopy::Wait;  // how the attention rows are handed over
 };
 struct BatchSeqOutput {
   std::vector<float> logits;         // [V] when asked ([T][V] with all_logits)
+  Tensor logits_dev;                 // [1][V] in backend memory, with logits_on_device
   std::vector<float> attention;      // [L][H][pos0+T] when asked
   std::vector<float> k_norm, v_norm;  // [L][T] when asked
   std::vector<float> k_err, v_err;    // [L][T] when asked and measured

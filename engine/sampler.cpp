@@ -83,7 +83,7 @@ std::vector<float> softmax_with_temperature(const std::vector<float>& logits, fl
   const float mx = *std::max_element(logits.begin(), logits.end());
   double sum = 0;
   for (size_t i = 0; i < logits.size(); ++i) {
-    p[i] = std::exp((logits[i] - mx) / temp);
+    p[i] = softmax_term(logits[i], mx, temp);
     sum += p[i];
   }
   const float inv = float(1.0 / sum);
@@ -137,14 +137,21 @@ int32_t Sampler::sample(const std::vector<float>& logits) {
   }
   std::vector<float> p = softmax_with_temperature(logits, cfg_.temperature);
   const std::vector<int32_t> ids = sampler_kept_ids(p, cfg_);
+  std::vector<float> p_kept(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) p_kept[i] = p[size_t(ids[i])];
+  return draw(ids, p_kept);
+}
+
+int32_t Sampler::draw(const std::vector<int32_t>& ids, const std::vector<float>& p_kept) {
+  if (ids.empty() || p_kept.size() != ids.size()) return -1;
   double total = 0;
-  for (int32_t id : ids) total += p[size_t(id)];
+  for (float v : p_kept) total += v;
   // A uniform draw in [0, total) from 53 random bits: reproducible across platforms.
   const double u = double(rng_() >> 11) * (1.0 / 9007199254740992.0) * total;
   double cum = 0;
-  for (int32_t id : ids) {
-    cum += p[size_t(id)];
-    if (u < cum) return id;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    cum += p_kept[i];
+    if (u < cum) return ids[i];
   }
   return ids.back();
 }

@@ -14,6 +14,7 @@
 //   - logit bias: a fixed amount added to a token's logit (OpenAI's -100 .. 100).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -62,7 +63,13 @@ struct SamplerConfig {
   PenaltyConfig penalties;
 };
 
-// Probabilities over the whole vocabulary after temperature (temperature <= 0 uses 1).
+// One term of the softmax before it is normalised, exp((l - max) / temp) in float: what
+// softmax_with_temperature computes for every logit (and the device sampler's host side,
+// engine/device_sampling.h, for its candidates: the same bits).
+inline float softmax_term(float l, float mx, float temp) { return std::exp((l - mx) / temp); }
+
+// Probabilities over the whole vocabulary after temperature (temperature <= 0 uses 1): each
+// softmax_term times float(1 / sum), the sum taken in double in index order.
 std::vector<float> softmax_with_temperature(const std::vector<float>& logits, float temperature);
 
 // The ids temperature sampling draws from, most probable first (ties: lower id): `p` (the
@@ -74,6 +81,9 @@ class Sampler {
   explicit Sampler(SamplerConfig cfg = {}) { configure(cfg); }
   void configure(const SamplerConfig& cfg);  // also reseeds
   int32_t sample(const std::vector<float>& logits);
+  // The seeded draw of sample() over the kept ids (sampler_kept_ids), p_kept[i] the
+  // probability of ids[i]: one number from the generator, the same id sample() returns.
+  int32_t draw(const std::vector<int32_t>& ids, const std::vector<float>& p_kept);
   const SamplerConfig& config() const { return cfg_; }
 
  private:

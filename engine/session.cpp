@@ -5,6 +5,7 @@
 #include <chrono>
 #include <limits>
 
+#include "engine/device_sampling.h"
 #include "engine/forward.h"
 
 namespace kvscope {
@@ -140,6 +141,7 @@ Status Session::reset_tokens(std::vector<int32_t> seq) {
   steps_ = 0;
   stop_ = StopReason::None;
   logits_.clear();
+  logits_on_device_ = false;
   gen_bytes_.clear();
   stream_ = Utf8Stream();
   flops_total_ = kv_rows_total_ = 0;
@@ -220,6 +222,15 @@ Status Session::ensure_pool(const KvCacheConfig& cfg) {
   return Status::Ok();
 }
 
+const std::vector<float>& Session::last_logits() const {
+  if (logits_on_device_) {
+    logits_on_device_ = false;
+    logits_.resize(size_t(model_->config().n_vocab));
+    if (!backend_->sampled_row(logits_.data()).ok()) logits_.clear();
+  }
+  return logits_;
+}
+
 uint64_t Session::kv_bytes() const { return cache_ ? cache_->bytes_used() : 0; }
 
 std::string Session::generated_text() const { return display_text(gen_bytes_); }
@@ -248,6 +259,14 @@ Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
   int pos0 = 0, T = 0;
   ForwardOutput fo;
   fo.want_kv_errors = config_.kv_errors;
+  fo.attention_copy = config_.attention_rows ? RowsCopy::Async : RowsCopy::None;
+  // The attention rows' copy lands in fo.attention: waited for before fo goes, whatever
+  // path leaves this function (a no-op when nothing is pending).
+  struct CopyWait {
+    Backend& be;
+    ~CopyWait() { (void)be.download_wait(); }
+  } copy_wait{*backend_};
+  std::optional<DeviceSampleResult> ds;  // set when this step sampled on the device
   std::optional<double> device_ms;
   int32_t id = 0;
   bool shaped = false;
@@ -263,6 +282,7 @@ Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
     queue_.pop_front();
     id = qd.id;
     logits_ = std::move(qd.raw);
+    logits_on_device_ = false;
     shaped = !qd.shaped.empty();
     if (shaped) shaped_ = std::move(qd.shaped);
     pos0 = qd.pos;
@@ -299,6 +319,15 @@ Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
       if (int(drafted.size()) > room) drafted.resize(size_t(room));
     }
   }
+
+  // Sampling on the device: a plain step (no draft, not forced) with no logit shaping
+  // (penalties, bias, held-back tokens), on a backend that can, with a sampler whose kept
+  // ids the candidates can settle (dev_n > 0, device_sampling.h).
+  int dev_n = 0;
+  if (!forced && drafted.empty() && config_.device_sampling && backend_->can_sample_on_device() &&
+      !sampler_cfg_.penalties.active() && generated() >= config_.min_tokens)
+    dev_n = device_sample_candidates_needed(sampler_cfg_, config_.top_candidates, V);
+  fo.logits_on_device = dev_n > 0;
 
   // Which tokens go through the forward, and into which cache.
   Status fs = Status::Ok();
@@ -349,8 +378,31 @@ Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
                  hold_back ? end_ids_ : std::vector<int32_t>{}, out);
     return true;
   };
-  if (drafted.empty()) {
+  if (drafted.empty() && fo.logits_dev.data) {
+    // On the device: the candidates come back; the row stays there (last_logits fetches
+    // it). When they cannot settle the step, the row comes back and the CPU path runs.
+    DeviceCandidates dc;
+    const float temp = sampler_cfg_.temperature > 0 ? sampler_cfg_.temperature : 1.0f;
+    Status ss = backend_->sample_candidates(fo.logits_dev, dev_n, temp, dc);
+    if (ss.ok()) ds = device_sample_resolve(dc, V, sampler_cfg_, config_.top_candidates);
+    ++device_stats_.steps;
+    if (ss.ok() && !ds) {
+      ++device_stats_.fallbacks;
+      fo.logits.resize(size_t(V));
+      ss = backend_->sampled_row(fo.logits.data());
+    }
+    if (!ss.ok()) {
+      cache_.reset();  // holds a position the sequence does not: the next step rebuilds it
+      return ss.error();
+    }
+  }
+  if (ds) {
+    logits_on_device_ = true;
+    shaped = false;
+    id = sampler_cfg_.temperature <= 0 ? ds->kept[0] : sampler_.draw(ds->kept, ds->p_kept);
+  } else if (drafted.empty()) {
     logits_ = std::move(fo.logits);
+    logits_on_device_ = false;
     shaped = shape_row(logits_.data(), 0, shaped_);
     id = forced ? *forced : sampler_.sample(shaped ? shaped_ : logits_);
   } else {
@@ -393,6 +445,7 @@ Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
     }
     id = accepted > 0 ? drafted[0] : v.next;
     logits_ = std::move(rows_raw[0]);
+    logits_on_device_ = false;
     shaped = !rows_shaped[0].empty();
     if (shaped) shaped_ = std::move(rows_shaped[0]);
     fo.k_norm = column(fo.k_norm, 0);
@@ -404,6 +457,7 @@ Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
     spec_.accepted += uint64_t(accepted);
     ++spec_.verify_forwards;
   }
+  KV_TRY(backend_->download_wait());  // the attention rows, read below
   device_ms = backend_->end_step();
   }  // a step with a forward of its own
   const std::vector<float>& seen = shaped ? shaped_ : logits_;
@@ -425,9 +479,18 @@ Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
     prompt_reported_ = true;
   }
 
+  if (ds) {  // the device's candidates: the same list, order and numbers (device_sampling.h)
+    for (size_t i = 0; i < ds->ids.size(); ++i) {
+      const int32_t cid = ds->ids[i];
+      tr.top.push_back({cid, display_text(tok.token_bytes(cid)), ds->p[i], ds->logits[i],
+                        ds->logits[i]});
+      if (cid == id) tr.sampled_rank = int(i);
+    }
+  }
   // Candidates by probability after temperature, of what the sampler saw.
-  const std::vector<float> p = softmax_with_temperature(seen, sampler_cfg_.temperature);
-  const int k = std::min<int>(config_.top_candidates, int(p.size()));
+  const std::vector<float> p =
+      ds ? std::vector<float>() : softmax_with_temperature(seen, sampler_cfg_.temperature);
+  const int k = ds ? 0 : std::min<int>(config_.top_candidates, int(p.size()));
   // The k best by (probability, then lower id) in one pass over the vocabulary, kept sorted
   // in a short list: a token enters only if it beats the list's last.
   auto better = [&](int32_t a, int32_t b) {
@@ -452,8 +515,8 @@ Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
   // A verification's attention rows are those of its last query, not this token's: left
   // out, as for a token emitted from the queue.
   const bool speculative = queued || !drafted.empty();
-  tr.n_attn = speculative ? 0 : seq;
-  if (!speculative) tr.attention = std::move(fo.attention);
+  tr.n_attn = speculative || !config_.attention_rows ? 0 : seq;
+  if (tr.n_attn > 0) tr.attention = std::move(fo.attention);
   tr.kv_first_pos = pos0;
   tr.kv_written = speculative ? 1 : T;
   tr.drafted = drafted;

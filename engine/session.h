@@ -81,6 +81,15 @@ struct SessionConfig {
   // Measure the quantization error of every K/V row written (StepTrace::k_err, v_err).
   // Off by default: a normal run pays nothing for it.
   bool kv_errors = false;
+  // Sample on the device where the backend can (Backend::can_sample_on_device, the CUDA
+  // backend): a plain decode step then sends only the candidates to the host, not the V
+  // logits (engine/device_sampling.h); steps the candidates cannot settle, steps with
+  // logit shaping, teacher-forced and speculative steps take the whole row as before.
+  // The tokens and candidates are the same either way.
+  bool device_sampling = true;
+  // Copy each step's attention rows (StepTrace::attention) to the host: what the scene
+  // draws. Off, they stay in the backend's memory and the trace carries none (n_attn 0).
+  bool attention_rows = true;
 };
 
 struct Candidate {
@@ -221,7 +230,14 @@ class Session {
   int context_limit() const;  // the most tokens a sequence may hold
   std::string generated_text() const;
   // Raw logits [V] of the last step, before any penalty (for tests and tools).
-  const std::vector<float>& last_logits() const { return logits_; }
+  // After a step sampled on the device the row is fetched from it here, on first use.
+  const std::vector<float>& last_logits() const;
+  // Steps that sampled on the device, and those of them the candidates could not settle
+  // (they downloaded the row): for tests and tools.
+  struct DeviceSamplingStats {
+    uint64_t steps = 0, fallbacks = 0;
+  };
+  const DeviceSamplingStats& device_sampling_stats() const { return device_stats_; }
   uint64_t kv_bytes() const;
 
  private:
@@ -253,7 +269,10 @@ class Session {
   int steps_ = 0;
   bool prompt_reported_ = false;
   StopReason stop_ = StopReason::None;
-  std::vector<float> logits_;
+  // logits_ is filled on demand (last_logits) after a step sampled on the device.
+  mutable std::vector<float> logits_;
+  mutable bool logits_on_device_ = false;
+  DeviceSamplingStats device_stats_;
   std::vector<float> shaped_;          // logits_ after the penalties and the minimum length
   // Speculation.
   struct Queued {  // a verified token not emitted yet

@@ -3,6 +3,7 @@
 //   cuda_ops.cpp      the ops (shapes checked by Backend; kernels issued via OpLauncher)
 //   cuda_fused_ops.cpp the fused layer halves of a decode step (norm_qkv_kv_write, norm_ffn)
 //   cuda_rows_ops.cpp the decode-rows ops of a batch over several sequences' paged caches
+//   cuda_sampling.cpp the device sampler (kernels/sample.cu) and non-waiting downloads
 // Memory lives in cuda_weights.* (model weights), cuda_kv_cache.* (the KV cache) and
 // cuda_util.* (buffers, status); decode-step recording in decode_graph.*.
 //
@@ -62,6 +63,13 @@ class CudaBackend final : public Backend {
                                                            std::shared_ptr<KvPool> pool) override;
   void begin_step() override;
   std::optional<double> end_step() override;
+  // cuda_sampling.cpp
+  bool can_sample_on_device() const override { return true; }
+  Status sample_candidates(Tensor logits_row, int n, float temperature,
+                           DeviceCandidates& out) override;
+  Status sampled_row(float* host) override;
+  Status download_async(Tensor src, float* host) override;
+  Status download_wait() override;
 
  protected:
   // Ops, called with arguments Backend's wrappers have checked (engine/backend.cpp).
@@ -160,6 +168,27 @@ class CudaBackend final : public Backend {
     std::vector<std::pair<std::vector<int64_t>, const void*>> staged;
     uint64_t staged_serial = 0;                  // the step they belong to
   } rows_;
+  // The device sampler (cuda_sampling.cpp): its work memory, the last row it was given,
+  // its results, and pinned host memory for those results and for download_async.
+  struct PinnedBuffer {
+    void* p = nullptr;
+    size_t bytes = 0;
+    PinnedBuffer() = default;
+    PinnedBuffer(const PinnedBuffer&) = delete;
+    PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+    ~PinnedBuffer() {
+      if (p) cudaFreeHost(p);
+    }
+    Status ensure(size_t need, const char* what);
+  };
+  struct Sampling {
+    DeviceBuffer work, out, row;
+    int64_t row_cols = 0;  // floats in `row` (0: no row sampled yet)
+    PinnedBuffer result;   // the header and the candidates
+    PinnedBuffer stage;    // download_async's copies
+    std::vector<std::pair<float*, size_t>> pending;  // (host, floats) at stage offsets
+    size_t staged = 0;     // floats of stage in use
+  } sampling_;
   int n_head_ = 0;
   DecodeGraph graph_;  // the decode step's launches, replayed as a CUDA graph
   std::optional<OpLauncher> ops_;

@@ -662,6 +662,7 @@ TEST_F(CudaBackendParity, DecodeStepKernelsAndTransfers) {
   SessionConfig cfg;
   cfg.max_tokens = 16;
   cfg.stop_at_eos = false;
+  cfg.device_sampling = false;  // the whole logits row to the host (DecodeStepSamplesOnTheDevice)
   auto s = Session::create(model, std::move(cuda.value()), cfg);
   ASSERT_TRUE(s.ok()) << s.error().message;
   PromptSpec p;
@@ -689,6 +690,203 @@ TEST_F(CudaBackendParity, DecodeStepKernelsAndTransfers) {
     // The input token's id and its position: block tables and slot maps change only at a
     // block boundary (every 16 positions), not here.
     EXPECT_LE(to_dev, 64u);
+  }
+}
+
+// The same decode steps sampled on the device (the default): the two sampler kernels run
+// after the step's others, and what reaches the host is the candidates (a 32-byte header
+// and 8 bytes per candidate: top_candidates + 1 of them for greedy) and the K/V row norms —
+// plus the attention rows only when the session is asked for them, then copied without
+// waiting. Side by side with a session that takes the whole row, in lockstep, so that
+// the kernel difference does not depend on how many the forward itself launches.
+TEST_F(CudaBackendParity, DecodeStepSamplesOnTheDevice) {
+  test::TinyModelSpec spec;
+  std::shared_ptr<const Model> model = load_tiny(spec, "budget");
+  ASSERT_TRUE(model);
+  const ModelConfig& c = model->config();
+  const auto make = [&](bool device, bool attention) {
+    auto cuda = make_cuda_backend(*model);
+    EXPECT_TRUE(cuda.ok()) << cuda.error().message;
+    SessionConfig cfg;
+    cfg.max_tokens = 16;
+    cfg.stop_at_eos = false;
+    cfg.device_sampling = device;
+    cfg.attention_rows = attention;
+    auto s = Session::create(model, std::move(cuda.value()), cfg);
+    EXPECT_TRUE(s.ok()) << s.error().message;
+    PromptSpec p;
+    p.text = "hi there";
+    EXPECT_TRUE((*s)->reset(p).ok());
+    return std::move(s.value());
+  };
+  std::unique_ptr<Session> full = make(false, true), dev = make(true, false),
+                           dev_attn = make(true, true);
+  for (Session* s : {full.get(), dev.get(), dev_attn.get()})
+    for (int i = 0; i < 2; ++i) ASSERT_TRUE(s->step().ok());  // the prompt; the graph's capture
+  const uint64_t n_cand = uint64_t(SessionConfig{}.top_candidates) + 1;
+  const uint64_t norms = 4 * 2 * uint64_t(c.n_layer), candidates = 32 + 8 * n_cand;
+  for (int i = 0; i < 4; ++i) {
+    struct Cost {
+      uint64_t kernels, to_host;
+      StepTrace t;
+    };
+    const auto step = [](Session& s) {
+      const uint64_t k0 = kvscope::emu::kernels_run(), h0 = kvscope::emu::bytes_to_host();
+      auto t = s.step();
+      EXPECT_TRUE(t.ok()) << t.error().message;
+      return Cost{kvscope::emu::kernels_run() - k0, kvscope::emu::bytes_to_host() - h0,
+                  t.ok() ? std::move(t.value()) : StepTrace{}};
+    };
+    const Cost a = step(*full), b = step(*dev), d = step(*dev_attn);
+    const uint64_t keys = uint64_t(b.t.pos), attn = 4 * uint64_t(c.n_layer) * c.n_head * keys;
+    std::printf("decode step at %d: %llu B to the host with the whole row, %llu B sampled on "
+                "the device (%llu B with the attention rows)\n",
+                b.t.pos, (unsigned long long)a.to_host, (unsigned long long)b.to_host,
+                (unsigned long long)d.to_host);
+    EXPECT_EQ(b.kernels, a.kernels + 2);
+    EXPECT_EQ(d.kernels, a.kernels + 2);
+    EXPECT_EQ(b.to_host, candidates + norms);
+    EXPECT_LE(b.to_host, 4096 + 8 * n_cand);
+    EXPECT_EQ(d.to_host, candidates + norms + attn);
+    EXPECT_EQ(a.to_host, 4 * uint64_t(c.n_vocab) + norms + attn);
+    // The same token, candidates and attention rows as the whole-row path.
+    EXPECT_EQ(b.t.token_id, a.t.token_id);
+    ASSERT_EQ(b.t.top.size(), a.t.top.size());
+    for (size_t j = 0; j < a.t.top.size(); ++j) {
+      EXPECT_EQ(b.t.top[j].id, a.t.top[j].id);
+      EXPECT_EQ(b.t.top[j].p, a.t.top[j].p);
+      EXPECT_EQ(b.t.top[j].logit, a.t.top[j].logit);
+      EXPECT_EQ(b.t.top[j].raw_logit, a.t.top[j].raw_logit);
+    }
+    EXPECT_EQ(b.t.sampled_rank, a.t.sampled_rank);
+    EXPECT_TRUE(b.t.attention.empty());
+    EXPECT_EQ(b.t.n_attn, 0);
+    EXPECT_EQ(d.t.attention, a.t.attention);
+    EXPECT_EQ(d.t.n_attn, a.t.n_attn);
+  }
+  EXPECT_EQ(dev->device_sampling_stats().steps, 6u);
+  EXPECT_EQ(dev->device_sampling_stats().fallbacks, 0u);
+  // The row is still there for whoever asks: the same logits as the whole-row session's.
+  EXPECT_EQ(dev->last_logits(), full->last_logits());
+}
+
+// Sampled and greedy runs of 64 steps on the CUDA backend, sampled on the device, in both
+// cache modes: the same tokens as the CPU backend, and (CACHE, every setting) the same
+// tokens and candidates, probabilities bit for bit, as the CUDA backend taking the whole
+// row every step. NO CACHE (quadratic under the emulator) runs greedy and top-k.
+TEST_F(CudaBackendParity, DeviceSamplingSixtyFourStepsEqualCpuInBothModes) {
+  test::TinyModelSpec spec;
+  spec.seed = 5;
+  std::shared_ptr<const Model> model = load_tiny(spec, "devsample");
+  ASSERT_TRUE(model);
+  std::vector<SamplerConfig> configs(4);
+  configs[1].temperature = 0.9f;
+  configs[1].top_k = 20;
+  configs[1].seed = 7;
+  configs[2].temperature = 0.8f;
+  configs[2].top_p = 0.9f;
+  configs[2].top_k = 40;  // top-p alone on this flat tiny model needs the whole row
+  configs[2].seed = 3;
+  configs[3].temperature = 1.3f;
+  configs[3].min_p = 0.1f;
+  configs[3].top_k = 30;
+  configs[3].seed = 11;
+  for (CacheMode mode : {CacheMode::Cache, CacheMode::NoCache})
+    for (size_t ci = 0; ci < (mode == CacheMode::Cache ? configs.size() : 2); ++ci) {
+      SCOPED_TRACE(std::string(cache_mode_name(mode)) + " config " + std::to_string(ci));
+      const auto run = [&](std::unique_ptr<Backend> be, bool device, Session::DeviceSamplingStats* st) {
+        SessionConfig cfg;
+        cfg.mode = mode;
+        cfg.max_tokens = 64;
+        cfg.stop_at_eos = false;
+        cfg.device_sampling = device;
+        cfg.attention_rows = false;
+        auto s = Session::create(model, std::move(be), cfg);
+        EXPECT_TRUE(s.ok()) << s.error().message;
+        std::vector<StepTrace> out;
+        if (!s.ok()) return out;
+        (*s)->set_sampler(configs[ci]);
+        EXPECT_TRUE((*s)->reset_tokens({1, 40, 41, 72, 100}).ok());
+        for (int i = 0; i < 64 && !(*s)->done(); ++i) {
+          auto t = (*s)->step();
+          EXPECT_TRUE(t.ok()) << t.error().message;
+          if (!t.ok()) break;
+          out.push_back(std::move(t.value()));
+        }
+        if (st) *st = (*s)->device_sampling_stats();
+        return out;
+      };
+      auto cuda_a = make_cuda_backend(*model);
+      ASSERT_TRUE(cuda_a.ok());
+      Session::DeviceSamplingStats st;
+      const auto dev = run(std::move(cuda_a.value()), true, &st);
+      const auto cpu = run(make_cpu_backend(1), true, nullptr);
+      ASSERT_EQ(dev.size(), 64u);
+      ASSERT_EQ(cpu.size(), dev.size());
+      // Every step through the device sampler; the few it cannot settle (an inv on a
+      // rounding boundary: a flat 264-token distribution is the hard case) took the row.
+      EXPECT_EQ(st.steps, 64u);
+      EXPECT_LE(st.fallbacks, 8u);
+      for (size_t i = 0; i < dev.size(); ++i)
+        ASSERT_EQ(dev[i].token_id, cpu[i].token_id) << "step " << i;
+      if (mode == CacheMode::NoCache) continue;
+      auto cuda_b = make_cuda_backend(*model);
+      ASSERT_TRUE(cuda_b.ok());
+      const auto full = run(std::move(cuda_b.value()), false, nullptr);
+      ASSERT_EQ(full.size(), dev.size());
+      for (size_t i = 0; i < dev.size(); ++i) {
+        ASSERT_EQ(dev[i].token_id, full[i].token_id) << "step " << i;
+        ASSERT_EQ(dev[i].top.size(), full[i].top.size());
+        for (size_t j = 0; j < dev[i].top.size(); ++j) {
+          EXPECT_EQ(dev[i].top[j].id, full[i].top[j].id) << "step " << i << " rank " << j;
+          EXPECT_EQ(dev[i].top[j].p, full[i].top[j].p) << "step " << i << " rank " << j;
+        }
+        EXPECT_EQ(dev[i].sampled_rank, full[i].sampled_rank);
+      }
+    }
+}
+
+// Logit shaping stays on the host: with a penalty no step samples on the device, and
+// while a minimum length holds tokens back neither do those steps; the tokens are the
+// CPU backend's either way.
+TEST_F(CudaBackendParity, ShapedStepsTakeTheWholeRow) {
+  test::TinyModelSpec spec;
+  std::shared_ptr<const Model> model = load_tiny(spec, "shaped");
+  ASSERT_TRUE(model);
+  for (int which = 0; which < 2; ++which) {
+    SCOPED_TRACE(which == 0 ? "repeat penalty" : "min_tokens 3");
+    SamplerConfig sc;
+    sc.temperature = 0.9f;
+    sc.top_k = 12;
+    sc.seed = 4;
+    if (which == 0) sc.penalties.repeat = 1.3f;
+    const auto run = [&](std::unique_ptr<Backend> be, Session::DeviceSamplingStats* st) {
+      SessionConfig cfg;
+      cfg.max_tokens = 16;
+      cfg.stop_at_eos = false;
+      cfg.min_tokens = which == 1 ? 3 : 0;
+      auto s = Session::create(model, std::move(be), cfg);
+      EXPECT_TRUE(s.ok()) << s.error().message;
+      std::vector<int32_t> ids;
+      if (!s.ok()) return ids;
+      (*s)->set_sampler(sc);
+      EXPECT_TRUE((*s)->reset_tokens({1, 40, 41, 72}).ok());
+      while (!(*s)->done()) {
+        auto t = (*s)->step();
+        EXPECT_TRUE(t.ok()) << t.error().message;
+        if (!t.ok()) break;
+        ids.push_back(t->token_id);
+      }
+      if (st) *st = (*s)->device_sampling_stats();
+      return ids;
+    };
+    auto cuda = make_cuda_backend(*model);
+    ASSERT_TRUE(cuda.ok());
+    Session::DeviceSamplingStats st;
+    const std::vector<int32_t> dev = run(std::move(cuda.value()), &st);
+    EXPECT_EQ(dev.size(), 16u);
+    EXPECT_EQ(dev, run(make_cpu_backend(1), nullptr));
+    EXPECT_EQ(st.steps, which == 0 ? 0u : 13u);
   }
 }
 
