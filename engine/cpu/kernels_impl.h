@@ -274,6 +274,21 @@ struct Kernels {
     store_group(v, out, valid);
   }
 
+  // Software prefetch of the next weight blocks, kPrefetchBytes ahead in each of G group
+  // streams (b[g], block_bytes apiece); past a group's end (`end`: group 0's), the same
+  // place in the group that the next tile reads in this stream's place. Addresses as
+  // integers: the prefetch may point past the weight (it never faults).
+  template <int G>
+  static void prefetch_groups(const uint8_t* const* b, uintptr_t end, uint64_t group_bytes,
+                              uint64_t block_bytes) {
+    for (int g = 0; g < G; ++g) {
+      uintptr_t pf = reinterpret_cast<uintptr_t>(b[g]) + kPrefetchBytes;
+      if (pf >= end + g * group_bytes) pf += (G - 1) * group_bytes;
+      for (uint64_t off = 0; off < block_bytes; off += 64)
+        __builtin_prefetch(reinterpret_cast<const void*>(pf + off));
+    }
+  }
+
   // The float types: G groups × NT tokens, weights decoded in registers, one vector (8 or 16 rows
   // of a group) at a time: each vector's accumulator chains stay in registers and the G·H chains of
   // one token overlap.
@@ -290,17 +305,9 @@ struct Kernels {
     alignas(64) float sc[G][NS * 16];
     const uint8_t* b[G];
     for (int g = 0; g < G; ++g) b[g] = p.group(g0 + g);
-    // Addresses as integers: the prefetch may point past the weight (it never faults).
     const uintptr_t end = reinterpret_cast<uintptr_t>(b[0]) + p.group_bytes;  // of group 0
     for (int64_t blk = 0; blk < blocks; ++blk) {
-      // Software prefetch, kPrefetchBytes ahead in each group's stream; past a group's end,
-      // the same place in the group that the next tile reads in this stream's place.
-      for (int g = 0; g < G; ++g) {
-        uintptr_t pf = reinterpret_cast<uintptr_t>(b[g]) + kPrefetchBytes;
-        if (pf >= end + g * p.group_bytes) pf += (G - 1) * p.group_bytes;
-        for (uint64_t off = 0; off < bb; off += 64)
-          __builtin_prefetch(reinterpret_cast<const void*>(pf + off));
-      }
+      prefetch_groups<G>(b, end, p.group_bytes, bb);
       for (int s = 0; s < Dec::kSegs; ++s) {
         for (int g = 0; g < G; ++g) Dec::scales(b[g], s, sc[g]);
         const float* xs = x + blk * Dec::kValues + s * Dec::kSegValues;
@@ -351,12 +358,7 @@ struct Kernels {
     for (int g = 0; g < G; ++g) b[g] = p.group(g0 + g);
     const uintptr_t end = reinterpret_cast<uintptr_t>(b[0]) + p.group_bytes;  // of group 0
     for (int64_t blk = 0; blk < blocks; ++blk) {
-      for (int g = 0; g < G; ++g) {  // as gemv_tile
-        uintptr_t pf = reinterpret_cast<uintptr_t>(b[g]) + kPrefetchBytes;
-        if (pf >= end + g * p.group_bytes) pf += (G - 1) * p.group_bytes;
-        for (uint64_t off = 0; off < bb; off += 64)
-          __builtin_prefetch(reinterpret_cast<const void*>(pf + off));
-      }
+      prefetch_groups<G>(b, end, p.group_bytes, bb);
       for (int s = 0; s < Dec::kSegs; ++s) {
         for (int g = 0; g < G; ++g) Dec::scales(b[g], s, sc[g]);
         const float* xs = x + blk * Dec::kValues + s * Dec::kSegValues;

@@ -45,8 +45,17 @@
 #include "engine/cuda/cuda_weights.h"
 #include "engine/cuda/decode_graph.h"
 #include "engine/cuda/op_launcher.h"
+#include "kernels/kernels.h"
 
 namespace kvscope {
+
+// The kernels' forms of a layer's RoPE and of the gated activation.
+inline kvscope::cuda::RopeArgs rope_args(const RopeSpec& r) {
+  return {r.n_rot, r.style == RopeStyle::NeoX ? 1 : 0, r.base, r.freq_scale};
+}
+inline kvscope::cuda::GateAct gate_act(FfnAct a) {
+  return a == FfnAct::GeluTanh ? kvscope::cuda::GateAct::GeluTanh : kvscope::cuda::GateAct::Silu;
+}
 
 class CudaBackend final : public Backend {
  public:

@@ -13,14 +13,6 @@ namespace {
 
 using kvscope::cuda::QMatrix;
 
-kvscope::cuda::RopeArgs rope_args(const RopeSpec& r) {
-  return {r.n_rot, r.style == RopeStyle::NeoX ? 1 : 0, r.base, r.freq_scale};
-}
-
-kvscope::cuda::GateAct gate_act(FfnAct a) {
-  return a == FfnAct::GeluTanh ? kvscope::cuda::GateAct::GeluTanh : kvscope::cuda::GateAct::Silu;
-}
-
 }  // namespace
 
 Expected<unsigned*> CudaBackend::sync_counters(int n) {

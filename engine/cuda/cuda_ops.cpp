@@ -16,14 +16,6 @@ namespace {
 
 using kvscope::cuda::QMatrix;
 
-kvscope::cuda::RopeArgs rope_args(const RopeSpec& r) {
-  return {r.n_rot, r.style == RopeStyle::NeoX ? 1 : 0, r.base, r.freq_scale};
-}
-
-kvscope::cuda::GateAct gate_act(FfnAct a) {
-  return a == FfnAct::GeluTanh ? kvscope::cuda::GateAct::GeluTanh : kvscope::cuda::GateAct::Silu;
-}
-
 }  // namespace
 
 Status CudaBackend::do_embed(const Weight& tok_embd, const int32_t* ids, float scale,

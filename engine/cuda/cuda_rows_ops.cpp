@@ -22,10 +22,6 @@ namespace {
 using kvscope::cuda::KvLayer;
 using kvscope::cuda::KvRowRef;
 
-kvscope::cuda::RopeArgs rows_rope_args(const RopeSpec& r) {
-  return {r.n_rot, r.style == RopeStyle::NeoX ? 1 : 0, r.base, r.freq_scale};
-}
-
 // Whether two rows' layers share the fields the rows kernels take from one KvLayer.
 bool same_layout(const KvLayer& a, const KvLayer& b) {
   return a.k == b.k && a.v == b.v && a.k_type == b.k_type && a.v_type == b.v_type &&
@@ -122,7 +118,7 @@ Status CudaBackend::do_rope_kv_write_rows(Tensor q, Tensor k, Tensor v, const De
   if (!refs.ok()) return refs.error();
   if (*refs == nullptr) return Backend::do_rope_kv_write_rows(q, k, v, rows, layer, n_head, r);
   return ops_->run("rope_kv_write_rows kernel", kvscope::cuda::rope_kv_write_rows, q.data, k.data,
-                   v.data, rows.n, n_head, rows_rope_args(r), rows_.shared[size_t(layer)], *refs);
+                   v.data, rows.n, n_head, rope_args(r), rows_.shared[size_t(layer)], *refs);
 }
 
 Status CudaBackend::do_attention_rows(Tensor q, const DecodeRows& rows, int layer, int n_head,
