@@ -559,14 +559,14 @@ Status Backend::unfused_add_rmsnorm(Tensor x, Tensor y, const Weight& w, float e
   return rmsnorm(x, w, eps, out);
 }
 
-Status Backend::unfused_residual_norm(const ResidualNorm& rn) {
+Status Backend::residual_norm(const ResidualNorm& rn) {
   if (!rn.y.data) return rmsnorm(rn.x, *rn.w, rn.eps, rn.h);
   if (rn.y_norm) KV_TRY(rmsnorm(rn.y, *rn.y_norm, rn.eps, rn.y));
   return add_rmsnorm(rn.x, rn.y, *rn.w, rn.eps, rn.h);
 }
 
 Status Backend::unfused_norm_qkv_kv_write(const ResidualNorm& rn, const QkvStore& a) {
-  KV_TRY(unfused_residual_norm(rn));
+  KV_TRY(residual_norm(rn));
   KV_TRY(matmul_qkv(*a.wq, *a.wk, *a.wv, rn.h, a.q, a.k, a.v));
   if (a.bq) {
     KV_TRY(add_bias(a.q, *a.bq));
@@ -587,7 +587,7 @@ Status Backend::unfused_norm_qkv_kv_write(const ResidualNorm& rn, const QkvStore
 
 Status Backend::unfused_norm_ffn(const ResidualNorm& rn, const FfnWeights& w, Tensor gate,
                                  Tensor up, Tensor out) {
-  KV_TRY(unfused_residual_norm(rn));
+  KV_TRY(residual_norm(rn));
   KV_TRY(matmul_glu(*w.gate, *w.up, rn.h, w.act, gate, up));
   return matmul(*w.down, gate, out);
 }

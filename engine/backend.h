@@ -228,6 +228,9 @@ class Backend {
   // down products in slice order).
   Status norm_ffn(const ResidualNorm& rn, const FfnWeights& w, Tensor gate, Tensor up,
                   Tensor out);
+  // The residual step rn alone, through the ops above (rmsnorm, add_rmsnorm): not an op of
+  // its own. The fused ops' fallbacks and the forward's separate path both take it.
+  Status residual_norm(const ResidualNorm& rn);
 
   // --- Decode rows of several sequences at once (a batched decode step): the results of
   // the per-sequence op on each row, in one launch (or one split + merge pair) where the
@@ -314,7 +317,6 @@ class Backend {
   Status unfused_rope_kv_write(Tensor q, Tensor k, Tensor v, KvCache& cache, int layer,
                                int n_head, const RopeSpec& rope_spec, int pos0);
   Status unfused_add_rmsnorm(Tensor x, Tensor y, const Weight& w, float eps, Tensor out);
-  Status unfused_residual_norm(const ResidualNorm& rn);
   Status unfused_norm_qkv_kv_write(const ResidualNorm& rn, const QkvStore& a);
   Status unfused_norm_ffn(const ResidualNorm& rn, const FfnWeights& w, Tensor gate, Tensor up,
                           Tensor out);

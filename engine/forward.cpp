@@ -220,14 +220,6 @@ Status forward_batch(Backend& be, const Model& model, const std::vector<BatchSeq
 
 namespace {
 
-// The residual step of rn through the separate ops: x += RMSNorm(y)·y_norm (or y), h =
-// RMSNorm(x)·w (Backend::unfused_residual_norm, from outside the backend).
-Status residual_norm(Backend& be, const ResidualNorm& rn) {
-  if (!rn.y.data) return be.rmsnorm(rn.x, *rn.w, rn.eps, rn.h);
-  if (rn.y_norm) KV_TRY(be.rmsnorm(rn.y, *rn.y_norm, rn.eps, rn.y));
-  return be.add_rmsnorm(rn.x, rn.y, *rn.w, rn.eps, rn.h);
-}
-
 Status run_batch(Backend& be, const Model& model, const std::vector<BatchSeq>& seqs,
                  const std::vector<SeqRows>& rows, int T, std::vector<BatchSeqOutput>& out) {
   const ModelConfig& c = model.config();
@@ -353,7 +345,7 @@ Status run_batch(Backend& be, const Model& model, const std::vector<BatchSeq>& s
       }
       KV_TRY(be.norm_qkv_kv_write(attn_in, a));
     } else {
-      KV_TRY(residual_norm(be, attn_in));
+      KV_TRY(be.residual_norm(attn_in));
       KV_TRY(be.matmul_qkv(w.wq, w.wk, w.wv, *h, *q, *k, *v));
       if (c.qkv_bias) {
         KV_TRY(be.add_bias(*q, w.bq));
@@ -416,7 +408,7 @@ Status run_batch(Backend& be, const Model& model, const std::vector<BatchSeq>& s
     y = *o;
     y_norm = c.post_ffn_norm ? &w.post_ffn_norm : nullptr;
   }
-  KV_TRY(residual_norm(be, ResidualNorm{*x, y, y_norm, &model.output_norm(), c.rms_eps, *h}));
+  KV_TRY(be.residual_norm(ResidualNorm{*x, y, y_norm, &model.output_norm(), c.rms_eps, *h}));
   // The LM head on each sequence's last row; adjacent one-token sequences (decode rows,
   // consecutive in h) share one product.
   for (size_t i = 0; i < N;) {
