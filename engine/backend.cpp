@@ -565,7 +565,7 @@ Status Backend::residual_norm(const ResidualNorm& rn) {
   return add_rmsnorm(rn.x, rn.y, *rn.w, rn.eps, rn.h);
 }
 
-Status Backend::unfused_norm_qkv_kv_write(const ResidualNorm& rn, const QkvStore& a) {
+Status Backend::norm_qkv(const ResidualNorm& rn, const QkvStore& a) {
   KV_TRY(residual_norm(rn));
   KV_TRY(matmul_qkv(*a.wq, *a.wk, *a.wv, rn.h, a.q, a.k, a.v));
   if (a.bq) {
@@ -573,16 +573,24 @@ Status Backend::unfused_norm_qkv_kv_write(const ResidualNorm& rn, const QkvStore
     KV_TRY(add_bias(a.k, *a.bk));
     KV_TRY(add_bias(a.v, *a.bv));
   }
-  const KvShape& s = a.cache->shape();
-  const int64_t T = rn.x.rows;
-  if (a.q_norm) {  // each head's D values, viewed as rows of [T*heads][D]
-    const Tensor qh{a.q.data, T * a.n_head, s.head_dim}, kh{a.k.data, T * s.n_head_kv, s.head_dim};
-    KV_TRY(rmsnorm(qh, *a.q_norm, rn.eps, qh));
-    KV_TRY(rmsnorm(kh, *a.k_norm, rn.eps, kh));
-  }
+  if (!a.q_norm) return Status::Ok();
+  if (a.n_head <= 0 || a.q.cols % a.n_head != 0)
+    return make_error("norm_qkv: q has ", a.q.cols, " columns, not a multiple of ", a.n_head,
+                      " heads");
+  const int64_t T = rn.x.rows, D = a.q.cols / a.n_head;
+  if (a.k.cols % D != 0)
+    return make_error("norm_qkv: k has ", a.k.cols, " columns, not a multiple of head_dim ", D);
+  // each head's D values, viewed as rows of [T*heads][D]
+  const Tensor qh{a.q.data, T * a.n_head, D}, kh{a.k.data, T * (a.k.cols / D), D};
+  KV_TRY(rmsnorm(qh, *a.q_norm, rn.eps, qh));
+  return rmsnorm(kh, *a.k_norm, rn.eps, kh);
+}
+
+Status Backend::unfused_norm_qkv_kv_write(const ResidualNorm& rn, const QkvStore& a) {
+  KV_TRY(norm_qkv(rn, a));
   KV_TRY(rope_kv_write(a.q, a.k, a.v, *a.cache, a.layer, a.n_head, a.rope, a.pos0));
   if (!a.k_row_norm.data) return Status::Ok();
-  return kv_row_norms(*a.cache, a.layer, a.pos0, int(T), a.k_row_norm, a.v_row_norm);
+  return kv_row_norms(*a.cache, a.layer, a.pos0, int(rn.x.rows), a.k_row_norm, a.v_row_norm);
 }
 
 Status Backend::unfused_norm_ffn(const ResidualNorm& rn, const FfnWeights& w, Tensor gate,

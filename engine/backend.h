@@ -231,6 +231,11 @@ class Backend {
   // The residual step rn alone, through the ops above (rmsnorm, add_rmsnorm): not an op of
   // its own. The fused ops' fallbacks and the forward's separate path both take it.
   Status residual_norm(const ResidualNorm& rn);
+  // norm_qkv_kv_write's half before RoPE, through the ops above: the residual step, the
+  // q/k/v products, the biases and the per-head q/k norms (head_dim = a.q.cols / n_head;
+  // a.cache, layer, rope, pos0 and the row norms are not used). The fused op's fallback
+  // and the forward's separate path (several sequences, or K/V errors asked) both take it.
+  Status norm_qkv(const ResidualNorm& rn, const QkvStore& a);
 
   // --- Decode rows of several sequences at once (a batched decode step): the results of
   // the per-sequence op on each row, in one launch (or one split + merge pair) where the

@@ -317,26 +317,26 @@ Status run_batch(Backend& be, const Model& model, const std::vector<BatchSeq>& s
     const LayerConfig& lc = c.layers[size_t(l)];
     const RopeSpec rope{c.rope_style, c.n_rot, lc.rope_base, lc.rope_freq_scale};
     const ResidualNorm attn_in{*x, y, y_norm, &w.attn_norm, c.rms_eps, *h};
+    QkvStore a;
+    a.wq = &w.wq;
+    a.wk = &w.wk;
+    a.wv = &w.wv;
+    if (c.qkv_bias) {
+      a.bq = &w.bq;
+      a.bk = &w.bk;
+      a.bv = &w.bv;
+    }
+    if (c.qk_norm) {
+      a.q_norm = &w.q_norm;
+      a.k_norm = &w.k_norm;
+    }
+    a.q = *q;
+    a.k = *k;
+    a.v = *v;
+    a.n_head = H;
     if (fused_attn_in) {
-      QkvStore a;
-      a.wq = &w.wq;
-      a.wk = &w.wk;
-      a.wv = &w.wv;
-      if (c.qkv_bias) {
-        a.bq = &w.bq;
-        a.bk = &w.bk;
-        a.bv = &w.bv;
-      }
-      if (c.qk_norm) {
-        a.q_norm = &w.q_norm;
-        a.k_norm = &w.k_norm;
-      }
-      a.q = *q;
-      a.k = *k;
-      a.v = *v;
       a.cache = seqs[0].cache;
       a.layer = l;
-      a.n_head = H;
       a.rope = rope;
       a.pos0 = rows[0].pos0;
       if (seqs[0].norms) {
@@ -345,18 +345,7 @@ Status run_batch(Backend& be, const Model& model, const std::vector<BatchSeq>& s
       }
       KV_TRY(be.norm_qkv_kv_write(attn_in, a));
     } else {
-      KV_TRY(be.residual_norm(attn_in));
-      KV_TRY(be.matmul_qkv(w.wq, w.wk, w.wv, *h, *q, *k, *v));
-      if (c.qkv_bias) {
-        KV_TRY(be.add_bias(*q, w.bq));
-        KV_TRY(be.add_bias(*k, w.bk));
-        KV_TRY(be.add_bias(*v, w.bv));
-      }
-      if (c.qk_norm) {  // each head's D values, viewed as rows of [T*heads][D]
-        const Tensor qh{q->data, int64_t(T) * H, D}, kh{k->data, int64_t(T) * Hkv, D};
-        KV_TRY(be.rmsnorm(qh, w.q_norm, c.rms_eps, qh));
-        KV_TRY(be.rmsnorm(kh, w.k_norm, c.rms_eps, kh));
-      }
+      KV_TRY(be.norm_qkv(attn_in, a));  // RoPE and the store follow per sequence
     }
     size_t next_run = 0;
     for (size_t i = 0; i < N; ++i) {
@@ -448,17 +437,30 @@ Status run_batch(Backend& be, const Model& model, const std::vector<BatchSeq>& s
     o.k_err.clear();
     o.v_err.clear();
   }
-  if (n_logits == 1) {
-    for (size_t i = 0; i < N; ++i)
-      if (rows[i].logit_row >= 0 && out[i].logits_dev.data == nullptr)
-        KV_TRY(be.download(logits->row(0), out[i].logits.data()));
-  } else if (n_logits > 1) {
-    std::vector<float> host(size_t(n_logits) * size_t(V));
-    KV_TRY(be.download(logits->row_range(0, n_logits), host.data()));
-    for (size_t i = 0; i < N; ++i)
-      if (rows[i].logit_row >= 0 && out[i].logits_dev.data == nullptr)
-        std::copy_n(host.begin() + int64_t(rows[i].logit_row) * V,
-                    int64_t(rows[i].logit_rows) * V, out[i].logits.begin());
+  // The logits rows the host asked for, in runs of neighbouring sequences (their rows are
+  // in sequence order): a run of one goes straight into its vector, a longer run through
+  // one download into a staging buffer. Rows that stay on the device are not copied.
+  const auto to_host = [&](size_t i) { return rows[i].logit_row >= 0 && !out[i].logits_dev.data; };
+  std::vector<float> staging;
+  for (size_t i = 0; i < N;) {
+    if (!to_host(i)) {
+      ++i;
+      continue;
+    }
+    size_t j = i + 1;
+    while (j < N && to_host(j)) ++j;
+    const int64_t r0 = rows[i].logit_row,
+                  n = rows[j - 1].logit_row + rows[j - 1].logit_rows - r0;
+    if (j - i == 1) {
+      KV_TRY(be.download(logits->row_range(r0, n), out[i].logits.data()));
+    } else {
+      staging.resize(size_t(n) * size_t(V));
+      KV_TRY(be.download(logits->row_range(r0, n), staging.data()));
+      for (size_t m = i; m < j; ++m)
+        std::copy_n(staging.begin() + (rows[m].logit_row - r0) * V,
+                    int64_t(rows[m].logit_rows) * V, out[m].logits.begin());
+    }
+    i = j;
   }
   for (size_t i = 0; i < N; ++i) {
     if (rows[i].probs_at < 0 || seqs[i].attention_copy == RowsCopy::None) continue;

@@ -215,27 +215,39 @@ RunFile::~RunFile() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-Status RunFile::write_record(uint32_t tag, const std::vector<uint8_t>& payload) {
+namespace {
+
+// Writes one record (tag, length, payload, CRC) at byte `at` of fd. Returns the byte after
+// it, or the system's reason it could not.
+Expected<uint64_t> pwrite_record(int fd, uint64_t at, uint32_t tag,
+                                 const std::vector<uint8_t>& payload) {
   const uint64_t len = payload.size();
   const uint32_t crc = crc32(payload.data(), payload.size());
   uint8_t head[kRecordHeaderBytes];
   std::memcpy(head, &tag, 4);
   std::memcpy(head + 4, &len, 8);
-  uint64_t at = size_.load();
   for (auto [p, n] : {std::pair<const void*, size_t>{head, sizeof head},
                       std::pair<const void*, size_t>{payload.data(), payload.size()},
                       std::pair<const void*, size_t>{&crc, 4}}) {
     const auto* c = static_cast<const uint8_t*>(p);
     while (n > 0) {
-      ssize_t w = ::pwrite(fd_, c, n, off_t(at));
+      ssize_t w = ::pwrite(fd, c, n, off_t(at));
       if (w < 0 && errno == EINTR) continue;
-      if (w < 0) return make_error("cannot write run file '", name_, "': ", sys_error());
+      if (w < 0) return make_error(sys_error());
       c += w;
       n -= size_t(w);
       at += uint64_t(w);
     }
   }
-  size_.store(at);
+  return at;
+}
+
+}  // namespace
+
+Status RunFile::write_record(uint32_t tag, const std::vector<uint8_t>& payload) {
+  auto at = pwrite_record(fd_, size_.load(), tag, payload);
+  if (!at.ok()) return make_error("cannot write run file '", name_, "': ", at.error().message);
+  size_.store(at.value());
   return Status::Ok();
 }
 
@@ -361,16 +373,8 @@ Status RunFile::save_copy(const std::string& path, const RunEnd& end) const {
     }
     copied += n;
   }
-  std::vector<uint8_t> payload = encode_end(end);
-  const uint64_t len = payload.size();
-  const uint32_t crc = crc32(payload.data(), payload.size());
-  std::vector<uint8_t> rec(kRecordHeaderBytes);
-  std::memcpy(rec.data(), &kTagEnd, 4);
-  std::memcpy(rec.data() + 4, &len, 8);
-  rec.insert(rec.end(), payload.begin(), payload.end());
-  rec.resize(rec.size() + 4);
-  std::memcpy(rec.data() + rec.size() - 4, &crc, 4);
-  if (::write(out, rec.data(), rec.size()) != ssize_t(rec.size())) return fail(sys_error());
+  if (auto at = pwrite_record(out, stop, kTagEnd, encode_end(end)); !at.ok())
+    return fail(at.error().message);
   if (::fsync(out) != 0) return fail(sys_error());
   ::close(out);
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
