@@ -51,12 +51,10 @@ struct AttnCombine {
   const int32_t* chunk_n;      // [n_chunks] chunk are consecutive) and its number of keys
 };
 
-// Products of up to this many tokens stream the weights (gemv); more tokens use the
-// panel kernel, which reads x transposed by transpose_x.
-constexpr int kGemvMaxT = 4;
-// Products of kGemvMaxT + 1 up to this many rows (a batch of decode rows) run gemv over
-// slices of rows rather than the panel: at these T, decoding each weight group once per
-// slice in registers beats decoding it once into an fp32 panel and reading that back.
+// Products of up to this many rows (one decode step, or a batch of decode rows) stream
+// the weights (gemv, over tiles of a few rows); more rows use the panel kernel, which
+// reads x transposed by transpose_x. At these T, decoding each weight group once per tile
+// of rows in registers beats decoding it once into an fp32 panel and reading that back.
 constexpr int kGemvSlicesMaxT = 16;
 
 // Weight types with an offset per segment (Q4_1, Q5_1, Q4_K, Q5_K) add m·Σx once per
