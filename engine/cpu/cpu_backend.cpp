@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -155,6 +156,32 @@ class CpuBackend final : public Backend {
                       float scale, Tensor out, Tensor probs_last) override {
     return cpu::attention(pool_, q, static_cast<const cpu::CpuKvCache&>(cache), layer, pos0,
                           n_head, scale, out, probs_last, attention_scratch_);
+  }
+
+  // A batch of decode rows, one query per sequence: each sequence alone has too little
+  // attention to split over the threads (a few chunks), so the threads take whole
+  // sequences instead, one parallel region for the batch. A query's arithmetic does not
+  // depend on the split (attention.cpp), so the rows are those of attention() alone.
+  Status do_attention_rows(Tensor q, const DecodeRows& rows, int layer, int n_head, float scale,
+                           Tensor out) override {
+    if (rows.n < 2 * pool_.size())
+      return Backend::do_attention_rows(q, rows, layer, n_head, scale, out);
+    std::mutex failed_at;
+    Status failed = Status::Ok();
+    pool_.parallel_for(rows.n, [&](int64_t b, int64_t e) {
+      thread_local ThreadPool alone(1);  // runs every loop of the call on this thread
+      thread_local cpu::AttentionScratch scratch;
+      for (int64_t i = b; i < e; ++i) {
+        Status st = cpu::attention(alone, q.row(i),
+                                   static_cast<const cpu::CpuKvCache&>(*rows.caches[i]), layer,
+                                   rows.pos[i], n_head, scale, out.row(i), Tensor{}, scratch);
+        if (!st.ok()) {
+          std::lock_guard<std::mutex> lock(failed_at);
+          if (failed.ok()) failed = std::move(st);
+        }
+      }
+    });
+    return failed;
   }
 
   Status do_glu(Tensor gate, Tensor up, FfnAct act, Tensor out) override {

@@ -51,12 +51,10 @@ struct AttnCombine {
   const int32_t* chunk_n;      // [n_chunks] chunk are consecutive) and its number of keys
 };
 
-// Products of up to this many tokens stream the weights (gemv); more tokens use the
-// panel kernel, which reads x transposed by transpose_x.
-constexpr int kGemvMaxT = 4;
-// Products of kGemvMaxT + 1 up to this many rows (a batch of decode rows) run gemv over
-// slices of rows rather than the panel: at these T, decoding each weight group once per
-// slice in registers beats decoding it once into an fp32 panel and reading that back.
+// Products of up to this many rows (one decode step, or a batch of decode rows) stream
+// the weights (gemv, over tiles of a few rows); more rows use the panel kernel, which
+// reads x transposed by transpose_x. At these T, decoding each weight group once per tile
+// of rows in registers beats decoding it once into an fp32 panel and reading that back.
 constexpr int kGemvSlicesMaxT = 16;
 
 // Weight types with an offset per segment (Q4_1, Q5_1, Q4_K, Q5_K) add m·Σx once per
@@ -67,7 +65,7 @@ constexpr int kXSumValues = 32;
 // The x side of one product, shared by every call of it.
 struct MatmulX {
   const float* x;   // [T][n]
-  const float* xt;  // x as transpose_x lays it out, for T > kGemvSlicesMaxT; else unused
+  const float* xt;  // x as transpose_x lays it out, for the panel kernel; else unused
   const float* sx;  // [T][n / kXSumValues] segment sums, for the types with offsets; else unused
   int64_t T;
 };
@@ -78,6 +76,10 @@ struct IsaKernels {
   // kernels_impl.h for the fixed arithmetic.
   void (*matmul_groups)(const PackedWeight& w, int64_t g0, int64_t g1, const MatmulX& in,
                         float* out);
+  // Whether the quantized types run the gemv tiles at every T (AVX-512: 32 registers hold
+  // a tile of 2 groups × 8 rows, which beats decoding the weights into a panel even for a
+  // long prefill) rather than the panel past kGemvSlicesMaxT rows; they then read no xt.
+  bool quantized_gemv_any_t;
   // x [T][n] transposed per tile of tile_t tokens: tile i at xt + i · n · tile_t, [n][tile_t]
   // (the last tile's missing tokens are left unset); xt holds xt_floats(T, n) floats.
   int tile_t;

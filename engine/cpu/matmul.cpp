@@ -2,7 +2,7 @@
 //
 // Work split: the 16-row groups of all jobs, concatenated, are cut into chunks of a few
 // tiles that the pool's threads claim (thread_pool.h); each runs the active instruction
-// set's kernel (kernels_impl.h) on its groups. For a batch, x is transposed once here
+// set's kernel (kernels_impl.h) on its groups. For the panel kernel, x is transposed once here
 // and shared by every chunk. Every output element is computed by one kernel call with a fixed
 // arithmetic, so results do not depend on T or on the number of threads.
 #include "engine/cpu/matmul.h"
@@ -26,6 +26,9 @@ void segment_sums(const float* x, int64_t T, int64_t n, float* sx) {
 }
 
 namespace {
+bool quantized(GgmlType t) {
+  return t != GgmlType::F32 && t != GgmlType::F16 && t != GgmlType::BF16;
+}
 bool has_offsets(GgmlType t) {
   return t == GgmlType::Q4_1 || t == GgmlType::Q5_1 || t == GgmlType::Q4_K || t == GgmlType::Q5_K;
 }
@@ -40,7 +43,11 @@ void matmul_many(ThreadPool& pool, const MatmulJob* jobs, int n_jobs, const floa
   }
   // Every job reads the same x, so the jobs share one n_in.
   const float* xt = nullptr;
-  if (T > kGemvSlicesMaxT) {  // the panel path reads x transposed
+  bool panel = false;  // whether a job takes the panel path, which reads x transposed
+  for (int j = 0; j < n_jobs; ++j)
+    panel = panel ||
+            (T > kGemvSlicesMaxT && !(k.quantized_gemv_any_t && quantized(jobs[j].w->type)));
+  if (panel) {
     thread_local std::vector<float> buf;
     const int64_t n = jobs[0].w->n_in;
     if (buf.size() < size_t(k.xt_floats(T, n))) buf.resize(size_t(k.xt_floats(T, n)));

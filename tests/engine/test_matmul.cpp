@@ -1,7 +1,7 @@
 // test_matmul.cpp — the CPU matrix-product kernels on every dispatch path (AVX-512, AVX2,
 // scalar; forced with set_isa) and every weight type, against a scalar reference, on odd
-// shapes: row counts that fill no tile, T = 1, 3, 17, 64, 513, float rows whose length is
-// no multiple of anything.
+// shapes: row counts that fill no tile, T = 1, 3, 9, 13, 16, 17, 64, 513, float rows whose length
+// is no multiple of anything.
 //
 // Two references:
 //  - exact: the arithmetic the kernels promise (engine/cpu/kernels_impl.h), written out
@@ -358,8 +358,9 @@ TEST_F(Matmul, AgreesWithDequantizeAndAFloat64Dot) {
 
 // The path the process starts on (KVSCOPE_CPU_ISA; ctest runs this once with avx2 and once
 // with avx512 forced, tests/engine/CMakeLists.txt), alone: every weight type, bit for bit
-// against the exact reference at the decode step (T = 1), a few decode rows (3), the
-// batch kernels (17, 64) and a long prefill (513), over row counts that fill whole gemv
+// against the exact reference at the decode step (T = 1), a few decode rows (3), batches
+// of decode rows in tiles of 8 rows and what is left over (9, 13, 16), the panel kernels
+// (17, 64) and a long prefill (513), over row counts that fill whole gemv
 // tiles of four groups and leave single groups and a part group over (150 rows: 9 full
 // groups and 6 rows), on one thread and two (chunks split between tiles).
 TEST_F(Matmul, TheStartPathEqualsTheExactReferenceForEveryTypeAndT) {
@@ -374,7 +375,7 @@ TEST_F(Matmul, TheStartPathEqualsTheExactReferenceForEveryTypeAndT) {
         const Matrix m = random_matrix(t, n_in, n_out, uint32_t(n_in * 7 + n_out));
         auto packed = cpu::pack_weight(m.weight(), pool);
         ASSERT_TRUE(packed) << ggml_type_name(t);
-        for (int64_t T : {1, 3, 17, 64, 513}) {
+        for (int64_t T : {1, 3, 9, 13, 16, 17, 64, 513}) {
           const auto x = random_x(T, n_in, uint32_t(T * 5 + n_in));
           const auto want = exact_reference(m, x, T);
           std::vector<float> got(want.size(), NAN);
