@@ -7,6 +7,8 @@ namespace kvscope::cuda {
 namespace {
 
 __global__ void add_kernel(float* x, const float* y, int64_t n) {
+  grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
+  grid_dependents_launch();
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) x[i] += y[i];
 }

@@ -14,6 +14,8 @@ namespace {
 
 __global__ void add_rmsnorm_kernel(float* x, const float* y, const float* w, int C, float eps,
                                    float* out) {
+  grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
+  grid_dependents_launch();
   __shared__ float scratch[32];
   float* xr = x + int64_t(blockIdx.x) * C;
   const float* yr = y + int64_t(blockIdx.x) * C;

@@ -30,6 +30,8 @@ template <class KE, class VE>
 __global__ void __launch_bounds__(128)
     attention_kernel(const float* q, const uint8_t* kc, const uint8_t* vc, KvLayer kv, AttnShape sh,
                      float* out, float* probs_last, const int* pos0_dev) {
+  grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
+  grid_dependents_launch();
   KVSCOPE_DYN_SMEM(float, scores);  // [n_slots]
   __shared__ float scratch[32];
   if (pos0_dev != nullptr) {  // graph replay: the position lives in device memory

@@ -175,6 +175,8 @@ template <class KE, class VE>
 __global__ void __launch_bounds__(kThreads)
     attn_rows_partial(const float* q, const uint8_t* kc, const uint8_t* vc, KvLayer kv,
                       const KvRowRef* rows, DecodeShape sh, float* work) {
+  grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
+  grid_dependents_launch();
   __shared__ float qs[kMaxD];
   __shared__ float p[kDecodeChunk];
   __shared__ float part[kThreads];
@@ -218,6 +220,8 @@ __device__ __forceinline__ void decode_merge(const Work& wk, int h, int nc, int 
 // Pass 2 of B rows: grid (H, B); row b merges its own chunks into row b of out.
 __global__ void __launch_bounds__(kThreads)
     attn_rows_combine(const KvRowRef* rows, DecodeShape sh, int D, float* work, float* out) {
+  grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
+  grid_dependents_launch();
   __shared__ float scratch[32];
   const int h = blockIdx.x, b = blockIdx.y;
   const int count = (rows[b].n_slots + kDecodeChunk - 1) / kDecodeChunk;
@@ -251,6 +255,8 @@ __global__ void __launch_bounds__(kThreads)
     attn_decode_kernel(const float* q, const uint8_t* kc, const uint8_t* vc, KvLayer kv,
                        DecodeShape sh, Work wk, const int* pos0_dev, float* out, float* probs,
                        unsigned* counters) {
+  grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
+  grid_dependents_launch();
   __shared__ float qs[kMaxD];
   __shared__ float p[kDecodeChunk];
   __shared__ float part[kThreads];

@@ -3,7 +3,16 @@
 // With KVSCOPE_CUDA_EMU defined (the emulated build, plain C++ under g++) it pulls in
 // the CPU emulation layer from kernels/emu; otherwise NVIDIA's real headers for
 // nvcc. Kernels use only what both builds provide: the CUDA built-ins, __half,
-// warp shuffles, atomics, and the macros below.
+// warp shuffles, atomics, and the macros and helpers below.
+//
+// Programmatic dependent launch (PDL, sm_90+; kernels/launch.cuh): a kernel launched with
+// the attribute may start while the previous kernel in the stream still runs, so every
+// kernel calls grid_dependency_wait() as its first statement, before it touches global
+// memory. The wait returns once the previous grid has completed and its writes are
+// visible (that grid waited on its own predecessor first, so the whole stream before it
+// is done too). grid_dependents_launch() then lets the next kernel start launching: its
+// blocks only take free SM slots and block in their own wait, so the trigger's place does
+// not change results, only how early the next launch's setup overlaps this one.
 #pragma once
 
 #if defined(KVSCOPE_CUDA_EMU)
@@ -22,5 +31,25 @@
 namespace kvscope::cuda {
 
 inline constexpr unsigned kFullMask = 0xffffffffu;
+
+#if defined(KVSCOPE_CUDA_EMU)
+// The emulator records that the calling thread waited: a launch with the PDL attribute in
+// which some thread never called it fails (on a GPU it would be a silent race).
+inline void grid_dependency_wait() {
+  ::kvscope::emu::grid_dependency_wait();
+}
+inline void grid_dependents_launch() {}
+#else
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cudaGridDependencySynchronize();  // griddepcontrol.wait
+#endif
+}
+__device__ __forceinline__ void grid_dependents_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+#endif
 
 }  // namespace kvscope::cuda

@@ -10,6 +10,8 @@ namespace {
 
 __global__ void dequantize_f32_kernel(const uint8_t* w, QType type, int64_t row_bytes,
                                       int64_t n_in, int64_t total, float* out) {
+  grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
+  grid_dependents_launch();
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += stride) {
     const int64_t r = e / n_in, i = e % n_in;

@@ -10,6 +10,8 @@ namespace {
 
 __global__ void embed_kernel(const uint8_t* table, QType type, int64_t row_bytes, int64_t C,
                              const int32_t* ids, float scale, float* out) {
+  grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
+  grid_dependents_launch();
   const int t = blockIdx.x;
   const uint8_t* row = table + int64_t(ids[t]) * row_bytes;
   for (int64_t i = threadIdx.x; i < C; i += blockDim.x)

@@ -8,6 +8,8 @@ namespace kvscope::cuda {
 namespace {
 
 __global__ void glu_kernel(const float* gate, const float* up, int64_t n, GateAct act, float* out) {
+  grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
+  grid_dependents_launch();
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
     out[i] = gate_act(act, gate[i]) * up[i];

@@ -206,6 +206,35 @@ cudaError_t norm_ffn(ResidualArgs r, QMatrix w_gate, QMatrix w_up, QMatrix w_dow
                      float* partial, float* out, unsigned* counter, cudaStream_t s);
 // Raises the kernels' dynamic shared memory limits; call once per device.
 cudaError_t kernels_init();
+
+// --- Programmatic dependent launch (PDL, sm_90+: kernels/launch.cuh) ---
+// While a scope made with on = true lives on the calling thread, every launch carries
+// cudaLaunchAttributeProgrammaticStreamSerialization (programmatic_launch() is true);
+// scopes nest and restore the previous state. A recorded launch must open its scope
+// again when it is replayed or captured (engine/cuda/op_launcher.h does).
+namespace detail {
+inline thread_local bool t_programmatic_launch = false;
+}
+class ProgrammaticLaunchScope {
+ public:
+  explicit ProgrammaticLaunchScope(bool on) : prev_(detail::t_programmatic_launch) {
+    detail::t_programmatic_launch = on;
+  }
+  ~ProgrammaticLaunchScope() { detail::t_programmatic_launch = prev_; }
+  ProgrammaticLaunchScope(const ProgrammaticLaunchScope&) = delete;
+  ProgrammaticLaunchScope& operator=(const ProgrammaticLaunchScope&) = delete;
+
+ private:
+  bool prev_;
+};
+inline bool programmatic_launch() {
+  return detail::t_programmatic_launch;
+}
+// True when grid_dependency_wait() is the real wait in the code the current device runs:
+// that code was compiled for compute_90 or newer (SASS, or PTX the driver compiles). False
+// on older devices and when the build's architectures leave compute_90 out: launching with
+// the attribute there would race. Always true in the emulator (the wait is recorded).
+bool grid_dependency_wait_compiled();
 // out[i] = act(gate[i]) * up[i]; out may alias gate.
 cudaError_t glu(const float* gate, const float* up, int64_t n, GateAct act, float* out,
                 cudaStream_t s);

@@ -21,6 +21,8 @@ constexpr int kThreads = 128;
 template <class KE>
 __global__ void __launch_bounds__(kThreads)
     kv_rerotate_kernel(uint8_t* kc, KvLayer kv, RopeArgs r, int first, int delta) {
+  grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
+  grid_dependents_launch();
   KVSCOPE_DYN_SMEM(float, x);  // [D]
   const int slot = static_cast<int>(blockIdx.x);
   if (kv.pos[slot] < first || kv.pos[slot] < 0) return;  // the same for the whole block

@@ -17,6 +17,8 @@ template <class KE, class VE>
 __global__ void kv_row_errors_kernel(const float* k, const float* v, const uint8_t* kc,
                                      const uint8_t* vc, KvLayer kv, int pos0, const int* pos0_dev,
                                      float* k_err, float* v_err) {
+  grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
+  grid_dependents_launch();
   __shared__ float scratch[32];
   const int D = kv.head_dim, W = kv.n_head_kv * D;
   const int t = static_cast<int>(blockIdx.x);

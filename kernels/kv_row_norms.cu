@@ -12,6 +12,8 @@ namespace {
 template <class KE, class VE>
 __global__ void kv_row_norms_kernel(const uint8_t* kc, const uint8_t* vc, KvLayer kv, int pos0,
                                 const int* pos0_dev, float* k_norm, float* v_norm) {
+  grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
+  grid_dependents_launch();
   __shared__ float scratch[32];
   const int p = (pos0_dev != nullptr ? *pos0_dev : pos0) + static_cast<int>(blockIdx.x);
   kv_row_norm_block<KE, VE>(kc, vc, kv, p, k_norm + blockIdx.x, v_norm + blockIdx.x, scratch);

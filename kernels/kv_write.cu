@@ -16,6 +16,8 @@ constexpr int kThreads = 256;
 template <class KE, class VE>
 __global__ void kv_write_kernel(const float* k, const float* v, int T, KvLayer kv, int pos0,
                                  uint8_t* kc, uint8_t* vc) {
+  grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
+  grid_dependents_launch();
   const int Hkv = kv.n_head_kv, D = kv.head_dim, nch = (D + 31) / 32;
   const int64_t chunks = int64_t(T) * Hkv * nch;
   const int lane = static_cast<int>(threadIdx.x % 32);

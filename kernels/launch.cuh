@@ -6,6 +6,18 @@
 // configuration like a GPU (threads per block, grid limits, shared memory), rejects
 // pointer arguments that do not point into a cudaMalloc allocation, and runs the grid.
 // Include only from .cu files (the nvcc build parses <<< >>>).
+//
+// Programmatic dependent launch: while a ProgrammaticLaunchScope(true) is active on the
+// calling thread (kernels.h; the CUDA backend opens one around every op on an sm_90+
+// device), the kernel goes out through cudaLaunchKernelEx with
+// cudaLaunchAttributeProgrammaticStreamSerialization = 1: it may begin while the previous
+// kernel in the stream is finishing, and its grid_dependency_wait() (the first statement
+// of every kernel, cuda_compat.cuh) holds it until that kernel's writes are visible. Only
+// the dependency on a preceding *kernel* is relaxed: a memcpy, memset or event between two
+// kernels keeps full stream order, and a kernel without the attribute (cuBLAS, or one
+// launched outside a scope) waits for everything before it as usual. Captured into a
+// graph (CUDA >= 12.3) the launch becomes a programmatic edge with the same meaning. The
+// emulator records the attribute and fails a launch in which a thread did not wait.
 #pragma once
 
 #include "kernels/cuda_compat.cuh"
@@ -53,9 +65,27 @@ cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem
   spec.block = block;
   spec.smem = smem_bytes;
   spec.stream = stream;
+  spec.programmatic = programmatic_launch();
   return ::kvscope::emu::launch(
       spec, [kernel, params] { std::apply(kernel, params); }, problem);
 #else
+#if CUDART_VERSION >= 12030
+  if (programmatic_launch()) {
+    cudaLaunchAttribute attr[1] = {};
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = smem_bytes;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    const cudaError_t e = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+    const cudaError_t last = cudaGetLastError();  // clears what a failed launch recorded
+    return e != cudaSuccess ? e : last;
+  }
+#endif
   kernel<<<grid, block, smem_bytes, stream>>>(std::forward<Args>(args)...);
   return cudaGetLastError();
 #endif

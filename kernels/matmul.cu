@@ -17,6 +17,8 @@ template <QType kType>
 __global__ void __launch_bounds__(256)
     matmul_kernel(const uint8_t* w, int64_t row_bytes, int64_t n_in, int64_t n_out,
                     const float* x, int T, float* out) {
+  grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
+  grid_dependents_launch();
   const int64_t o = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (o >= n_out) return;  // whole warp leaves together
@@ -35,6 +37,8 @@ __global__ void __launch_bounds__(256)
 __global__ void __launch_bounds__(256)
     matmul_f32_kernel(const float* w, int64_t n_in, int64_t n_out, const float* x, int T,
                       float* out) {
+  grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
+  grid_dependents_launch();
   const int64_t o = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (o >= n_out) return;

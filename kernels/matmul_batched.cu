@@ -39,6 +39,8 @@ template <QType kType>
 __global__ void __launch_bounds__(kThreads)
     matmul_batched_kernel(const uint8_t* w, int64_t row_bytes, int64_t n_in, int64_t n_out,
                           const float* x, int T, float* out) {
+  grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
+  grid_dependents_launch();
   __shared__ float ws[kTileO][kChunk + 1];  // +1: the micro-tile's column reads hit distinct banks
   __shared__ float xs[kTileT][kChunk + 1];
   const int tx = threadIdx.x % kSide, ty = threadIdx.x / kSide;

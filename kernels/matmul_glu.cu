@@ -17,6 +17,8 @@ __global__ void __launch_bounds__(256)
     matmul_glu_kernel(const uint8_t* wg, QType tg, int64_t rb_g, const uint8_t* wu, QType tu,
                        int64_t rb_u, int64_t n_in, int64_t F, const float* x, int T, GateAct act,
                        float* out) {
+  grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
+  grid_dependents_launch();
   const int64_t o = int64_t(blockIdx.x) * kMatvecWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (o >= F) return;  // whole warp leaves together

@@ -24,6 +24,8 @@ struct QkvShape {
 __global__ void __launch_bounds__(256)
     matmul_qkv_kernel(const uint8_t* wq, const uint8_t* wk, const uint8_t* wv, QkvShape a,
                       const float* x, int T, float* q, float* k, float* v) {
+  grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
+  grid_dependents_launch();
   int64_t o = int64_t(blockIdx.x) * kMatvecWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   // Constant indices only (a dynamic index into the struct's arrays would put it in

@@ -41,6 +41,8 @@ __device__ __forceinline__ float slice_dot(const uint8_t* row, int64_t u0, const
 __global__ void __launch_bounds__(kThreads)
     norm_ffn_kernel(ResidualArgs r, QMatrix wg, QMatrix wu, QMatrix wd, GateAct act, float* partial,
                     float* out, unsigned* counter) {
+  grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
+  grid_dependents_launch();
   KVSCOPE_DYN_SMEM(float, xs);  // [C], then hs [C]
   float* hs = xs + r.C;
   __shared__ float g[kSlice];

@@ -42,6 +42,8 @@ template <class KE, class VE>
 __global__ void __launch_bounds__(kThreads)
     norm_qkv_kernel(ResidualArgs r, QMatrix wq, QMatrix wk, QMatrix wv, QkvPost p, float* q,
                     float* k, float* v, KvLayer kv, unsigned* counter, uint8_t* kc, uint8_t* vc) {
+  grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
+  grid_dependents_launch();
   KVSCOPE_DYN_SMEM(float, xs);  // [C], then hs [C]
   float* hs = xs + r.C;
   __shared__ float scratch[32];

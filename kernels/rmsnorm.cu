@@ -9,6 +9,8 @@ namespace kvscope::cuda {
 namespace {
 
 __global__ void rmsnorm_kernel(const float* x, const float* w, int C, float eps, float* out) {
+  grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
+  grid_dependents_launch();
   __shared__ float scratch[32];
   const float* xr = x + int64_t(blockIdx.x) * C;
   float* o = out + int64_t(blockIdx.x) * C;

@@ -10,6 +10,8 @@ namespace kvscope::cuda {
 namespace {
 
 __global__ void rope_kernel(float* x, int n_heads, int D, RopeArgs r, int pos0) {
+  grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
+  grid_dependents_launch();
   const int t = blockIdx.x;
   const int half = r.n_rot / 2;
   float* row = x + int64_t(t) * n_heads * D;

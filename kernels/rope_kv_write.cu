@@ -20,6 +20,8 @@ template <class KE, class VE>
 __global__ void rope_kv_write_kernel(float* q, float* k, const float* v, int H, RopeArgs rp,
                                      KvLayer kv, int pos0, const int* pos0_dev, uint8_t* kc,
                                      uint8_t* vc) {
+  grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
+  grid_dependents_launch();
   const int t = blockIdx.x;
   const int pos = (pos0_dev != nullptr ? *pos0_dev : pos0) + t;
   rope_kv_write_token<KE, VE>(q, k, v, H, rp, kv, t, pos, kc, vc);
@@ -31,6 +33,8 @@ template <class KE, class VE>
 __global__ void rope_kv_write_rows_kernel(float* q, float* k, const float* v, int H, RopeArgs rp,
                                           KvLayer kv, const KvRowRef* rows, uint8_t* kc,
                                           uint8_t* vc) {
+  grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
+  grid_dependents_launch();
   const int b = blockIdx.x;
   const KvRowRef r = rows[b];
   KvLayer kl = kv;

@@ -77,6 +77,8 @@ __device__ void block_select(Get get, int count, int n, int* out_id, float* out_
 
 __global__ void sample_partial_kernel(const float* logits, int V, int n, float* row_copy,
                                       int* part_id, float* part_l) {
+  grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
+  grid_dependents_launch();
   __shared__ float vals[kChunk];
   __shared__ float red_l[kThreads];
   __shared__ int red_id[kThreads];
@@ -113,6 +115,8 @@ __device__ __forceinline__ double term_err(double x, float f) {
 __global__ void sample_finish_kernel(const float* logits, int V, int n, int n_part,
                                      const int* part_id, const float* part_l, float temperature,
                                      SampleHeader* hdr, int* ids, float* out_l) {
+  grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
+  grid_dependents_launch();
   __shared__ float red_l[kThreads];
   __shared__ int red_id[kThreads];
   __shared__ double red_s[kThreads], red_e[kThreads];

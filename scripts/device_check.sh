@@ -13,9 +13,12 @@
 #   test     ctest's real-GPU and kernel labels (KVSCOPE_DEVICE_LABELS, default gpu|kernels)
 #   bench    kvscope bench --backend cuda for each model present: batch 1 (prefill 512,
 #            decode at depths 0, 512 and 2048, NO CACHE steps) on the paged pool and on
-#            contiguous caches, then batches 1, 4, 16, 64
-#   parity   greedy tokens of CPU and CUDA on each shipped prompt (prompts/*.txt), 64 each
-#            (KVSCOPE_PARITY_TOKENS), for each model present: identical or where they split
+#            contiguous caches, then batches 1, 4, 16, 64; and the first model's batch 1
+#            once more with KVSCOPE_CUDA_PDL=0: decode tokens/s with programmatic
+#            dependent launch (on by default on sm_90) against without
+#   parity   greedy tokens of CPU and CUDA (PDL as by default) on each shipped prompt
+#            (prompts/*.txt), 64 each (KVSCOPE_PARITY_TOKENS), for each model present:
+#            identical or where they split
 #   capture  the app (this build's, or the one device_stage.sh --app staged in .devapp/):
 #            1280x720 headless captures (3/4 and TOP) with the CUDA engine and NVIDIA's
 #            EGL, and bench-render's frame times
@@ -142,6 +145,23 @@ if want bench && [ -x "$kvscope" ]; then
       note "bench $m batched: FAILED: $(tail -n 3 "$out/bench-batch-$m.txt" | tr '\n' ' ')"
     fi
   done
+  # Programmatic dependent launch: the first model's batch-1 bench again with it off. The
+  # backend line names the state ("PDL on" / "PDL off"; nothing below sm_90).
+  if [ ${#models[@]} -gt 0 ]; then
+    m=${models[0]}
+    if KVSCOPE_CUDA_PDL=0 "$kvscope" bench --backend cuda --model "$m" > "$out/bench-nopdl-$m.txt" 2>&1; then
+      decode_tok_s() { sed -n 's/^ *decode .*after *\([0-9]*\):.*(\([0-9.]*\) tokens\/s).*/\1 \2/p' "$1"; }
+      on_backend=$(sed -n 's/^backend *\(.*\)  (kv.*/\1/p' "$out/bench-$m.txt" | head -n 1)
+      off_backend=$(sed -n 's/^backend *\(.*\)  (kv.*/\1/p' "$out/bench-nopdl-$m.txt" | head -n 1)
+      note "bench $m decode tokens/s, PDL on vs off (batch 1, paged; $on_backend / $off_backend):"
+      while read -r depth on off; do
+        note "  after $depth: $on vs $off"
+      done < <(paste -d ' ' <(decode_tok_s "$out/bench-$m.txt") \
+                 <(decode_tok_s "$out/bench-nopdl-$m.txt" | cut -d ' ' -f 2))
+    else
+      note "bench $m with KVSCOPE_CUDA_PDL=0: FAILED: $(tail -n 3 "$out/bench-nopdl-$m.txt" | tr '\n' ' ')"
+    fi
+  fi
 fi
 
 if want parity && [ -x "$kvscope" ]; then
@@ -150,7 +170,7 @@ if want parity && [ -x "$kvscope" ]; then
     for p in prompts/*.txt; do
       base=$(basename "$p" .txt)
       for b in cpu cuda; do
-        "$kvscope" generate --model "$m" --prompt-file "$p" --max-tokens "$n" --temp 0 --json \
+        env -u KVSCOPE_CUDA_PDL "$kvscope" generate --model "$m" --prompt-file "$p" --max-tokens "$n" --temp 0 --json \
           --backend $b > "$out/parity-$m-$base-$b.jsonl" 2> "$out/parity-$m-$base-$b.err"
       done
       if grep -q "no chat template" "$out/parity-$m-$base-cpu.err"; then

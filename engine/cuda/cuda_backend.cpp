@@ -3,14 +3,43 @@
 #include "engine/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "engine/cuda/cuda_backend_impl.h"
 #include "kernels/kernels.h"
 
 namespace kvscope {
 
+namespace {
+
+// Programmatic dependent launch on the current device (set to info's): see
+// CudaBackendOptions::programmatic_launch.
+bool use_programmatic_launch(const CudaDeviceInfo& info, const CudaBackendOptions& opt) {
+  if (!opt.programmatic_launch || info.cc_major < 9) return false;
+  const char* env = std::getenv("KVSCOPE_CUDA_PDL");
+  if (env && (std::strcmp(env, "0") == 0 || std::strcmp(env, "off") == 0)) return false;
+  // Graph capture keeps programmatic edges from CUDA 12.3 on (runtime and driver).
+  int driver = 0, runtime = 0;
+  if (cudaDriverGetVersion(&driver) != cudaSuccess ||
+      cudaRuntimeGetVersion(&runtime) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  if (driver < 12030 || runtime < 12030) return false;
+  // Kernels built without compute_90 would run without their wait: a race, not a speedup.
+  return kvscope::cuda::grid_dependency_wait_compiled();
+}
+
+}  // namespace
+
 CudaBackend::CudaBackend(CudaDeviceInfo info, CudaBackendOptions opt)
     : info_(std::move(info)), opt_(opt) {}
+
+std::string CudaBackend::name() const {
+  if (info_.cc_major < 9) return "cuda (" + info_.name + ")";
+  return "cuda (" + info_.name + (pdl_ ? ", PDL on)" : ", PDL off)");
+}
 
 CudaBackend::~CudaBackend() {
   if (weights_) weights_->clear();
@@ -31,6 +60,7 @@ Status CudaBackend::init(const Model& model) {
   KV_TRY(cublas_check(cublasCreate(&blas_), "cublasCreate"));
   KV_TRY(cublas_check(cublasSetStream(blas_, stream_), "cublasSetStream"));
   KV_TRY(cuda_check(kvscope::cuda::kernels_init(), "configuring the kernels"));
+  pdl_ = use_programmatic_launch(info_, opt_);
   // Room for a batched decode step's staged values: B token ids and the rows ops' cache
   // references of every layer, B <= kMaxStepRows (plus alignment for several runs).
   const int maxb = DecodeGraph::kMaxStepRows;
@@ -47,7 +77,7 @@ Status CudaBackend::init(const Model& model) {
   auto work = ffn_work(kvscope::cuda::norm_ffn_work_floats(mc.n_ff, mc.n_embd));
   if (!work.ok()) return work.error();
   weights_.emplace(stream_);
-  ops_.emplace(graph_, stream_);
+  ops_.emplace(graph_, stream_, pdl_);
   std::vector<const Weight*> all = {&model.tok_embd(), &model.output_norm(), &model.output()};
   for (const LayerWeights& lw : model.layers())
     for (const Weight* w : {&lw.attn_norm, &lw.wq, &lw.wk, &lw.wv, &lw.bq, &lw.bk, &lw.bv,

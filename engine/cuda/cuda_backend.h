@@ -42,6 +42,13 @@ struct CudaBackendOptions {
   // recorded and replayed as a CUDA graph (engine/cuda/decode_graph.h): one graph launch
   // instead of ~9 kernel launches per layer.
   bool decode_graph = true;
+  // Programmatic dependent launch between the kernels (engine/cuda/op_launcher.h): each
+  // kernel may start while the previous one finishes, waiting in its first statement for
+  // that kernel's results. Used where the device has compute capability 9.0 or more, the
+  // runtime and driver are CUDA 12.3 or newer (graphs capture it) and the kernels were
+  // built for compute_90 or newer; KVSCOPE_CUDA_PDL=0 in the environment turns it off.
+  // On such devices the backend's name() ends in ", PDL on" or ", PDL off".
+  bool programmatic_launch = true;
 };
 
 // Uploads every weight of `model` once and creates the stream, cuBLAS handle and timing

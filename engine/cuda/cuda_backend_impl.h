@@ -63,7 +63,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override;
   Status init(const Model& model);
 
-  std::string name() const override { return "cuda (" + info_.name + ")"; }
+  std::string name() const override;
   const char* kind() const override { return "cuda"; }
   int threads() const override { return 0; }  // the ops run on the GPU
   bool can_measure_kv_errors() const override { return true; }
@@ -145,6 +145,7 @@ class CudaBackend final : public Backend {
 
   CudaDeviceInfo info_;
   CudaBackendOptions opt_;
+  bool pdl_ = false;  // programmatic dependent launch (CudaBackendOptions::programmatic_launch)
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   cudaEvent_t ev_start_ = nullptr, ev_stop_ = nullptr;

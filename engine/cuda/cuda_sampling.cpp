@@ -2,7 +2,8 @@
 // backend.h, kernels/sample.h, engine/device_sampling.h).
 //
 // sample_candidates runs the two sampler kernels after the step's other launches (a
-// decode graph is flushed first, so they are never part of it) and copies the header and
+// decode graph is flushed first, so they are never part of it; with programmatic
+// dependent launch when the backend uses it) and copies the header and
 // the n candidates — 32 + 8n bytes — into pinned memory; the logits row stays on the
 // device, copied to a buffer of the sampler's own so that sampled_row() can still read it
 // after later forwards reused the scratch slot.
@@ -44,6 +45,9 @@ Status CudaBackend::sample_candidates(Tensor logits_row, int n, float temperatur
   KV_TRY(sampling_.row.ensure(size_t(V) * sizeof(float), "the sampled logits row"));
   KV_TRY(sampling_.result.ensure(kc::sample_out_bytes(n), "sampler results (host)"));
   sampling_.row_cols = 0;
+  // Programmatic dependent launch like the step's other kernels (op_launcher.h): the
+  // sampler's kernels wait for the LM head's logits in their first statement.
+  kc::ProgrammaticLaunchScope pdl(pdl_);
   KV_TRY(cuda_check(kc::sample_candidates(logits_row.data, Vi, n, temperature,
                                           static_cast<float*>(sampling_.row.p), sampling_.work.p,
                                           sampling_.out.p, stream_),

@@ -6,9 +6,20 @@
 // argument (pointers, shapes, scalars, the cache layout) are equal.
 //
 // Arguments must be keyable: pointers, integers, enums, floats (by bit pattern), QMatrix,
-// KvLayer, RopeArgs, ResidualArgs and QkvPost (every field); anything else is a compile error. Values that change from
-// step to step (token, position) are passed as device pointers (DecodeGraph::params), and
-// the plain value argument is then 0, so the key stays the same.
+// KvLayer, RopeArgs, ResidualArgs and QkvPost (every field); anything else is a compile error.
+// Values that change from step to step (token, position) are passed as device pointers
+// (DecodeGraph::params), and the plain value argument is then 0, so the key stays the same.
+//
+// Programmatic dependent launch (sm_90+, kernels/launch.cuh): when the backend turned it
+// on, every call runs inside a ProgrammaticLaunchScope, eagerly, at a recorded step's
+// eager flush and while the step is captured into a graph alike, so every kernel of the
+// decode path carries the attribute. That is safe because every kernel waits for the
+// previous grid first (cuda_compat.cuh); the device sampler's kernels (cuda_sampling.cpp)
+// open the same scope. What else the backend issues outside this launcher is not
+// relaxed: cuBLAS kernels (prefill GEMMs) and the weights' dequantization launch
+// without the attribute and so wait for all earlier work, and the copies, memsets and
+// event records between kernels keep full stream order; a kernel after any of them waits
+// for it too.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -26,13 +37,18 @@ namespace kvscope {
 
 class OpLauncher {
  public:
-  OpLauncher(DecodeGraph& graph, cudaStream_t stream) : graph_(graph), stream_(stream) {}
+  OpLauncher(DecodeGraph& graph, cudaStream_t stream, bool programmatic)
+      : graph_(graph), stream_(stream), programmatic_(programmatic) {}
 
   template <class... P, class... A>
   Status run(const char* what, cudaError_t (*fn)(P...), A... args) {
     static_assert(sizeof...(P) == sizeof...(A) + 1, "pass every argument but the stream");
     cudaStream_t st = stream_;
-    DecodeGraph::Launch call = [fn, args..., st] { return fn(args..., st); };
+    const bool pdl = programmatic_;
+    DecodeGraph::Launch call = [fn, args..., st, pdl] {
+      kvscope::cuda::ProgrammaticLaunchScope scope(pdl);
+      return fn(args..., st);
+    };
     if (!graph_.recording()) return cuda_check(call(), what);
     std::vector<int64_t> key{int64_t(reinterpret_cast<uintptr_t>(fn))};
     (put(key, args), ...);
@@ -93,6 +109,7 @@ class OpLauncher {
 
   DecodeGraph& graph_;
   cudaStream_t stream_;
+  bool programmatic_;
 };
 
 }  // namespace kvscope

@@ -64,6 +64,9 @@ unsigned active_mask();
 
 void syncthreads();
 int syncthreads_reduce(int predicate, int kind);  // kind 0 count, 1 and, 2 or
+// kvscope::cuda::grid_dependency_wait(): records that the calling thread waited for the
+// previous grid (the launch is synchronous here, so there is nothing to wait for).
+void grid_dependency_wait();
 
 inline int shfl_clamp(int width, bool up) {
   if (width < 1 || width > 32 || (width & (width - 1)) != 0)
@@ -251,6 +254,10 @@ struct LaunchSpec {
   dim3 grid, block;
   size_t smem = 0;
   cudaStream_t stream = nullptr;
+  // cudaLaunchAttributeProgrammaticStreamSerialization = 1 (programmatic dependent
+  // launch): on a GPU the grid may start before the previous kernel has finished, so every
+  // thread must call grid_dependency_wait() first; the launch fails when one does not.
+  bool programmatic = false;
 };
 
 // Runs body() once per CUDA thread of the grid. pointer_problem is non-empty when an
@@ -277,6 +284,18 @@ uint64_t graphs_instantiated();
 uint64_t kernels_run();
 uint64_t bytes_to_device();
 uint64_t bytes_to_host();
+// Kernels that ran with the programmatic launch attribute (each checked: every thread
+// called grid_dependency_wait), and kernels in which every thread called it (with the
+// attribute or without).
+uint64_t programmatic_kernels_run();
+uint64_t kernels_all_waited();
+
+// The compute capability cudaGetDeviceProperties reports, major * 10 + minor: 80 unless
+// KVSCOPE_EMU_CC says otherwise (e.g. KVSCOPE_EMU_CC=90 for an sm_90 device, where the
+// backend uses programmatic dependent launch). Tests may set it; it survives
+// cudaDeviceReset.
+void set_compute_capability(int cc);
+int compute_capability();
 
 // Worker threads for blocks (1 = deterministic). Default from KVSCOPE_EMU_WORKERS or 1.
 void set_workers(int n);

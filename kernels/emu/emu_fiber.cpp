@@ -107,12 +107,14 @@ struct Fiber {
   uint3 tid{};
   int linear = 0;
   FiberState state = FiberState::kReady;
+  bool grid_waited = false;         // called grid_dependency_wait()
   void* asan_fake_stack = nullptr;  // ASan's fake stack of this fiber while switched out
 };
 
 struct Block {
   int n = 0;
   int exited = 0;
+  int grid_waited = 0;  // threads that called grid_dependency_wait()
   uint64_t bar_gen = 0;
   int bar_arrived = 0;
   int bar_acc[3] = {0, 1, 0};  // count, and, or of the generation being collected
@@ -296,9 +298,22 @@ std::string deadlock_report(const Worker& w, const Block& b) {
   return o.str();
 }
 
+// The first thread of b (in launch order) that did not call grid_dependency_wait().
+std::string unwaited_report(const Worker& w, const Block& b) {
+  for (int i = 0; i < b.n; ++i)
+    if (!w.fibers[i].grid_waited)
+      return "block " + fmt_tid(blockIdx) + " thread " + fmt_tid(w.fibers[i].tid) +
+             " exited without grid_dependency_wait() in a programmatic dependent launch (" +
+             std::to_string(b.n - b.grid_waited) + " of " + std::to_string(b.n) +
+             " threads of the block did not wait): on a GPU it could read the previous "
+             "kernel's results before they are written";
+  return {};
+}
+
 // Runs one block to completion on this OS thread. Returns false on failure.
+// *all_waited: every thread of the block called grid_dependency_wait().
 bool run_block(const LaunchSpec& spec, uint3 bid, const std::function<void()>& body,
-               std::string* detail) {
+               std::string* detail, bool* all_waited) {
   Worker& w = worker();
   Block b;
   b.n = static_cast<int>(spec.block.x * spec.block.y * spec.block.z);
@@ -320,6 +335,7 @@ bool run_block(const LaunchSpec& spec, uint3 bid, const std::function<void()>& b
                   static_cast<unsigned>(i / spec.block.x % spec.block.y),
                   static_cast<unsigned>(i / (spec.block.x * spec.block.y))};
     f.state = FiberState::kReady;
+    f.grid_waited = false;
     f.asan_fake_stack = nullptr;
     // Initial frame popped by kvscope_emu_switch: FP state, six registers, return
     // address = trampoline. After the `ret`, rsp is 16-byte aligned.
@@ -349,6 +365,11 @@ bool run_block(const LaunchSpec& spec, uint3 bid, const std::function<void()>& b
   // ASan's redzones for frames that no longer exist.
   for (int i = 0; i < b.n; ++i)
     if (w.fibers[i].state != FiberState::kDone) w.stack_dirty[i] = true;
+  *all_waited = b.grid_waited == b.n;
+  if (!b.failed && spec.programmatic && !*all_waited) {
+    b.failed = true;
+    b.error = unwaited_report(w, b);
+  }
   w.cur = nullptr;
   w.blk = nullptr;
   if (b.failed) *detail = b.error;
@@ -439,6 +460,14 @@ void syncthreads() {
   w.cur->state = FiberState::kReady;
 }
 
+void grid_dependency_wait() {
+  Worker& w = *tls_worker;
+  if (!w.cur->grid_waited) {
+    w.cur->grid_waited = true;
+    ++w.blk->grid_waited;
+  }
+}
+
 int syncthreads_reduce(int predicate, int kind) {
   Block& b = *tls_worker->blk;
   b.bar_acc[0] += predicate != 0;
@@ -501,11 +530,12 @@ unsigned active_mask() {
   return w.present & ~w.exited;
 }
 
-cudaError_t run_grid(const LaunchSpec& spec, const std::function<void()>& body,
-                     std::string* detail) {
+cudaError_t run_grid(const LaunchSpec& spec, const std::function<void()>& body, std::string* detail,
+                     bool* all_waited) {
   const uint64_t total = uint64_t(spec.grid.x) * spec.grid.y * spec.grid.z;
   std::atomic<uint64_t> next{0};
   std::atomic<bool> failed{false};
+  std::atomic<bool> every_waited{true};
   std::mutex err_mu;
   std::string first_error;
   std::function<void()> job = [&] {
@@ -518,8 +548,10 @@ cudaError_t run_grid(const LaunchSpec& spec, const std::function<void()>& body,
                       static_cast<unsigned>(i / spec.grid.x % spec.grid.y),
                       static_cast<unsigned>(i / (uint64_t(spec.grid.x) * spec.grid.y))};
       bool ok;
+      bool waited = false;
       try {
-        ok = run_block(spec, bid, body, &d);
+        ok = run_block(spec, bid, body, &d, &waited);
+        if (!waited) every_waited = false;
       } catch (const DeviceFault& f) {
         ok = false;
         d = f.message;
@@ -540,6 +572,7 @@ cudaError_t run_grid(const LaunchSpec& spec, const std::function<void()>& body,
       g_pool->run(job);
     }
   }
+  *all_waited = every_waited.load();
   if (failed.load()) {
     *detail = first_error;
     return cudaErrorLaunchFailure;

@@ -20,7 +20,9 @@ bool capture_if_capturing(cudaStream_t s, std::function<cudaError_t()> op);
 size_t max_dynamic_smem(const void* func);
 
 // Runs every block of the grid; on failure returns the error and fills *detail.
-cudaError_t run_grid(const LaunchSpec& spec, const std::function<void()>& body,
-                     std::string* detail);
+// *all_waited: every thread of every block called grid_dependency_wait(). A programmatic
+// launch (spec.programmatic) in which a thread exits without it fails.
+cudaError_t run_grid(const LaunchSpec& spec, const std::function<void()>& body, std::string* detail,
+                     bool* all_waited);
 
 }  // namespace kvscope::emu

@@ -12,6 +12,7 @@
 // cudaDeviceReset.
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -206,7 +207,25 @@ bool capture_if_capturing(cudaStream_t s, std::function<cudaError_t()> op) {
 }
 
 std::atomic<uint64_t> g_direct_launches{0}, g_graph_launches{0}, g_kernels_run{0},
-    g_bytes_to_device{0}, g_bytes_to_host{0}, g_graphs_instantiated{0};
+    g_bytes_to_device{0}, g_bytes_to_host{0}, g_graphs_instantiated{0}, g_programmatic_run{0},
+    g_all_waited{0};
+
+// KVSCOPE_EMU_CC: "90" or "9.0"; anything unreadable or out of range keeps 8.0.
+std::atomic<int> g_cc{[] {
+  const char* e = std::getenv("KVSCOPE_EMU_CC");
+  if (!e || !*e) return 80;
+  int major = 0, minor = 0;
+  if (std::sscanf(e, "%d.%d", &major, &minor) == 2) return major * 10 + minor;
+  const int v = std::atoi(e);
+  return v >= 10 && v < 200 ? v : 80;
+}()};
+
+void set_compute_capability(int cc) {
+  g_cc = cc;
+}
+int compute_capability() {
+  return g_cc.load();
+}
 
 uint64_t direct_kernel_launches() { return g_direct_launches.load(); }
 uint64_t graph_launches() { return g_graph_launches.load(); }
@@ -214,6 +233,12 @@ uint64_t graphs_instantiated() { return g_graphs_instantiated.load(); }
 uint64_t kernels_run() { return g_kernels_run.load(); }
 uint64_t bytes_to_device() { return g_bytes_to_device.load(); }
 uint64_t bytes_to_host() { return g_bytes_to_host.load(); }
+uint64_t programmatic_kernels_run() {
+  return g_programmatic_run.load();
+}
+uint64_t kernels_all_waited() {
+  return g_all_waited.load();
+}
 
 // Counts a copy that runs now (check_copy accepted it).
 static void count_copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
@@ -231,10 +256,14 @@ size_t max_dynamic_smem(const void* func) {
   return it == st().func_smem.end() ? kDefaultSmem : it->second;
 }
 
-// Runs the grid, then checks that no allocation's guard bytes changed.
+// Runs the grid (counted), then checks that no allocation's guard bytes changed.
 cudaError_t run_grid_checked(const LaunchSpec& spec, const std::function<void()>& body) {
+  ++g_kernels_run;
+  if (spec.programmatic) ++g_programmatic_run;
   std::string d;
-  cudaError_t e = run_grid(spec, body, &d);
+  bool all_waited = false;
+  cudaError_t e = run_grid(spec, body, &d, &all_waited);
+  if (all_waited) ++g_all_waited;
   if (e) return record(e, d, true);
   {
     std::lock_guard<std::mutex> lk(st().mu);
@@ -266,13 +295,9 @@ cudaError_t launch(const LaunchSpec& spec, std::function<void()> body,
     return record(cudaErrorInvalidResourceHandle, "kernel launch: unknown stream");
   if (!pointer_problem.empty())
     return record(cudaErrorIllegalAddress, "kernel launch: " + pointer_problem, true);
-  if (capture_if_capturing(spec.stream, [spec, body] {
-        ++g_kernels_run;
-        return run_grid_checked(spec, body);
-      }))
+  if (capture_if_capturing(spec.stream, [spec, body] { return run_grid_checked(spec, body); }))
     return cudaSuccess;
   ++g_direct_launches;
-  ++g_kernels_run;
   return run_grid_checked(spec, body);
 }
 
@@ -429,8 +454,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   prop->maxGridSize[0] = 2147483647;
   prop->maxGridSize[1] = 65535;
   prop->maxGridSize[2] = 65535;
-  prop->major = 8;
-  prop->minor = 0;
+  prop->major = kvscope::emu::compute_capability() / 10;
+  prop->minor = kvscope::emu::compute_capability() % 10;
   prop->multiProcessorCount = 1;
   return cudaSuccess;
 }
@@ -465,6 +490,8 @@ cudaError_t cudaDeviceReset() {
   kvscope::emu::g_kernels_run = 0;
   kvscope::emu::g_bytes_to_device = 0;
   kvscope::emu::g_bytes_to_host = 0;
+  kvscope::emu::g_programmatic_run = 0;
+  kvscope::emu::g_all_waited = 0;
   st().last = st().sticky = cudaSuccess;
   st().detail.clear();
   return cudaSuccess;

@@ -1,11 +1,12 @@
 // test_emu_runtime.cpp — the emulated runtime API (allocation registry, copies, streams,
-// events, graphs, sticky errors) and the cuBLAS subset against a naive reference with
-// both transposes and leading dimensions larger than the matrices.
+// events, graphs, sticky errors, programmatic dependent launch) and the cuBLAS subset against a
+// naive reference with both transposes and leading dimensions larger than the matrices.
 #include <cublas_v2.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/launch.cuh"
@@ -129,6 +130,96 @@ TEST_F(EmuRuntime, StreamsEventsAndGraphReplay) {
   cudaGraphDestroy(g);
   EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess);
   EXPECT_EQ(cudaStreamDestroy(s), cudaErrorInvalidResourceHandle);
+}
+
+// ---- programmatic dependent launch ------------------------------------------------------
+
+__global__ void waiting_scale_kernel(float* x, float s, int n) {
+  kvscope::cuda::grid_dependency_wait();
+  kvscope::cuda::grid_dependents_launch();
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] *= s;
+}
+
+// Only the threads of block 0 wait: the rest could read x before the previous kernel wrote it.
+__global__ void partly_waiting_kernel(float* x, int n) {
+  if (blockIdx.x == 0) kvscope::cuda::grid_dependency_wait();
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] += 1.f;
+}
+
+// A launch with the PDL attribute (kernels/launch.cuh, inside a ProgrammaticLaunchScope)
+// is counted, and it fails unless every thread of every block waited for the previous
+// grid; without the attribute the same kernel runs. Captured into a graph, the check is
+// made again at every replay.
+TEST_F(EmuRuntime, ProgrammaticLaunchFailsUnlessEveryThreadWaits) {
+  float* d = nullptr;
+  const int n = 100;
+  ASSERT_EQ(cudaMalloc(&d, n * sizeof(float)), cudaSuccess);
+  std::vector<float> h(n, 1.f);
+  ASSERT_EQ(cudaMemcpy(d, h.data(), n * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  EXPECT_FALSE(kvscope::cuda::programmatic_launch());
+  ASSERT_EQ(kvscope::cuda::launch(partly_waiting_kernel, dim3(4), dim3(32), 0, nullptr, d, n),
+            cudaSuccess);
+  EXPECT_EQ(kvscope::emu::programmatic_kernels_run(), 0u);
+  EXPECT_EQ(kvscope::emu::kernels_all_waited(), 0u);
+  {
+    kvscope::cuda::ProgrammaticLaunchScope pdl(true);
+    EXPECT_TRUE(kvscope::cuda::programmatic_launch());
+    {
+      kvscope::cuda::ProgrammaticLaunchScope inner(false);  // scopes nest
+      EXPECT_FALSE(kvscope::cuda::programmatic_launch());
+    }
+    ASSERT_EQ(kvscope::cuda::launch(waiting_scale_kernel, dim3(4), dim3(32), 0, nullptr, d, 2.f, n),
+              cudaSuccess);
+    EXPECT_EQ(kvscope::emu::programmatic_kernels_run(), 1u);
+    EXPECT_EQ(kvscope::emu::kernels_all_waited(), 1u);
+
+    cudaStream_t s;
+    ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+    ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+    ASSERT_EQ(kvscope::cuda::launch(waiting_scale_kernel, dim3(4), dim3(32), 0, s, d, 3.f, n),
+              cudaSuccess);
+    cudaGraph_t g;
+    ASSERT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+    cudaGraphExec_t ge;
+    ASSERT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(ge, s), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(ge, s), cudaSuccess);
+    EXPECT_EQ(kvscope::emu::programmatic_kernels_run(), 3u);
+    EXPECT_EQ(kvscope::emu::kernels_all_waited(), 3u);
+    ASSERT_EQ(cudaMemcpy(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(h[n - 1], 2.f * 2.f * 3.f * 3.f);
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+
+    EXPECT_EQ(kvscope::cuda::launch(partly_waiting_kernel, dim3(4), dim3(32), 0, nullptr, d, n),
+              cudaErrorLaunchFailure);
+  }
+  const std::string detail = kvscope::emu::last_error_detail();
+  EXPECT_NE(detail.find("block (1,0,0) thread (0,0,0) exited without grid_dependency_wait()"),
+            std::string::npos)
+      << detail;
+  EXPECT_NE(detail.find("32 of 32 threads"), std::string::npos) << detail;
+  // Sticky, like the race it stands for would corrupt the results of every later step.
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
+}
+
+// The emulated device reports compute capability 8.0 unless a test (or KVSCOPE_EMU_CC)
+// asks for another; the setting survives cudaDeviceReset.
+TEST_F(EmuRuntime, ComputeCapabilityCanBeSet) {
+  const int before = kvscope::emu::compute_capability();
+  kvscope::emu::set_compute_capability(90);
+  cudaDeviceReset();
+  cudaDeviceProp prop;
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  EXPECT_EQ(prop.major, 9);
+  EXPECT_EQ(prop.minor, 0);
+  kvscope::emu::set_compute_capability(86);
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  EXPECT_EQ(prop.major, 8);
+  EXPECT_EQ(prop.minor, 6);
+  kvscope::emu::set_compute_capability(before);
 }
 
 // ---- cuBLAS -------------------------------------------------------------------------

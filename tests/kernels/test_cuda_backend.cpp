@@ -15,12 +15,14 @@
 //    the logit tolerance of each other (a tie the allowed noise could flip).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <numeric>
-#include <unistd.h>
+#include <string>
 
 #include <cuda_runtime.h>
 
@@ -1133,6 +1135,180 @@ TEST_F(CudaBackendParity, OutOfMemoryIsAClearError) {
   EXPECT_NE(t.error().message.find("out of GPU memory"), std::string::npos) << t.error().message;
   // Later allocations still work (out of memory is not sticky).
   EXPECT_TRUE((*cuda)->scratch(0, 4, 4).ok());
+}
+
+#endif
+
+// ---- Programmatic dependent launch (PDL) ----------------------------------------------
+
+// Sets an environment variable for its lifetime (restoring what was there).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* v = std::getenv(name)) prev_ = v, had_ = true;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_)
+      setenv(name_.c_str(), prev_.c_str(), 1);
+    else
+      unsetenv(name_.c_str());
+  }
+
+ private:
+  std::string name_, prev_;
+  bool had_ = false;
+};
+
+bool name_says(const Backend& be, const char* what) {
+  return be.name().find(what) != std::string::npos;
+}
+
+#if !defined(KVSCOPE_REAL_GPU_TEST)
+// The emulated device's compute capability for the guard's lifetime (KVSCOPE_EMU_CC sets
+// it for a whole run).
+class EmulatedComputeCapability {
+ public:
+  explicit EmulatedComputeCapability(int cc) : prev_(kvscope::emu::compute_capability()) {
+    kvscope::emu::set_compute_capability(cc);
+  }
+  ~EmulatedComputeCapability() { kvscope::emu::set_compute_capability(prev_); }
+
+ private:
+  int prev_;
+};
+
+// On an emulated sm_90 device every kernel a decode step issues carries the attribute,
+// eagerly and replayed from a CUDA graph, and every thread of each waited for the
+// previous kernel first (the emulator fails a launch where one did not).
+TEST_F(CudaBackendParity, ProgrammaticLaunchOnSm90EveryDecodeKernelWaits) {
+  EmulatedComputeCapability sm90(90);
+  test::TinyModelSpec spec;
+  auto model = load_tiny(spec, "pdl_launches");
+  ASSERT_TRUE(model);
+  const ModelConfig& c = model->config();
+  for (bool use_graph : {false, true}) {
+    SCOPED_TRACE(use_graph ? "graph" : "no graph");
+    CudaBackendOptions opt;
+    opt.decode_graph = use_graph;
+    auto cuda = make_cuda_backend(*model, opt);
+    ASSERT_TRUE(cuda.ok()) << cuda.error().message;
+    EXPECT_TRUE(name_says(**cuda, ", PDL on)")) << (*cuda)->name();
+    auto cache = (*cuda)->create_kv_cache(kv_cache_config(*model, {}, KvPolicy::Full), 32);
+    ASSERT_TRUE(cache.ok());
+    const int32_t tokens[8] = {1, 40, 41, 72, 100, 101, 102, 33};
+    ForwardOutput out;
+    ASSERT_TRUE(forward(**cuda, *model, tokens, 5, 0, **cache, out).ok());
+    for (int pos = 5; pos < 8; ++pos) {
+      const uint64_t k0 = kvscope::emu::kernels_run();
+      const uint64_t p0 = kvscope::emu::programmatic_kernels_run();
+      const uint64_t w0 = kvscope::emu::kernels_all_waited();
+      const uint64_t g0 = kvscope::emu::graph_launches();
+      Status st = forward(**cuda, *model, tokens + pos, 1, pos, **cache, out);
+      ASSERT_TRUE(st.ok()) << st.message();
+      const uint64_t kernels = kvscope::emu::kernels_run() - k0;
+      EXPECT_EQ(kernels, uint64_t(4 * c.n_layer) + 3) << "pos " << pos;
+      EXPECT_EQ(kvscope::emu::programmatic_kernels_run() - p0, kernels) << "pos " << pos;
+      EXPECT_EQ(kvscope::emu::kernels_all_waited() - w0, kernels) << "pos " << pos;
+      EXPECT_EQ(kvscope::emu::graph_launches() - g0, use_graph ? 1u : 0u) << "pos " << pos;
+    }
+  }
+}
+
+#endif
+
+// 16 greedy steps of a session (prompt, decode, device sampling) with PDL on equal the
+// same run with it off bit for bit, eager and graphed: the attribute changes when a kernel
+// may start, never what it computes. Emulated, on an sm_90 device; on a real GPU, PDL as
+// the device allows (on for sm_90 and the kernels built for it): the kernels are
+// deterministic (no float atomics), so a difference there means a missing wait.
+TEST_F(CudaBackendParity, ProgrammaticLaunchSixteenStepsEqualPdlOff) {
+#if !defined(KVSCOPE_REAL_GPU_TEST)
+  EmulatedComputeCapability sm90(90);
+#endif
+  test::TinyModelSpec spec;
+  spec.seed = 11;
+  spec.n_embd = 96;  // head_dim 24
+  std::shared_ptr<const Model> model = load_tiny(spec, "pdl_parity");
+  ASSERT_TRUE(model);
+  for (bool use_graph : {false, true}) {
+    SCOPED_TRACE(use_graph ? "graph" : "no graph");
+    std::vector<RunResult> runs;
+    for (bool pdl : {false, true}) {
+      CudaBackendOptions opt;
+      opt.decode_graph = use_graph;
+      opt.programmatic_launch = pdl;
+      auto cuda = make_cuda_backend(*model, opt);
+      ASSERT_TRUE(cuda.ok()) << cuda.error().message;
+#if defined(KVSCOPE_REAL_GPU_TEST)
+      EXPECT_FALSE(!pdl && name_says(**cuda, ", PDL on)")) << (*cuda)->name();
+      if (pdl) std::printf("[ INFO     ] %s\n", (*cuda)->name().c_str());
+      runs.push_back(run_session(model, std::move(cuda.value()), CacheMode::Cache, 16));
+#else
+      EXPECT_TRUE(name_says(**cuda, pdl ? ", PDL on)" : ", PDL off)")) << (*cuda)->name();
+      const uint64_t k0 = kvscope::emu::kernels_run();
+      const uint64_t p0 = kvscope::emu::programmatic_kernels_run();
+      const uint64_t g0 = kvscope::emu::graph_launches();
+      runs.push_back(run_session(model, std::move(cuda.value()), CacheMode::Cache, 16));
+      const uint64_t kernels = kvscope::emu::kernels_run() - k0;
+      EXPECT_GT(kernels, 16u);
+      EXPECT_EQ(kvscope::emu::programmatic_kernels_run() - p0, pdl ? kernels : 0u);
+      EXPECT_EQ(kvscope::emu::graph_launches() - g0, use_graph ? 15u : 0u);
+#endif
+    }
+    ASSERT_EQ(runs[0].steps.size(), 16u);
+    ASSERT_EQ(runs[1].steps.size(), 16u);
+    for (size_t i = 0; i < 16; ++i) {
+      EXPECT_EQ(runs[0].steps[i].token_id, runs[1].steps[i].token_id) << "step " << i;
+      EXPECT_EQ(runs[0].logits[i], runs[1].logits[i]) << "step " << i;
+      EXPECT_EQ(runs[0].steps[i].attention, runs[1].steps[i].attention) << "step " << i;
+    }
+  }
+}
+
+#if !defined(KVSCOPE_REAL_GPU_TEST)
+// PDL stays off where it must: KVSCOPE_CUDA_PDL=0 on sm_90, the option off, and any device
+// below compute capability 9.0 (whose name then says nothing about PDL).
+TEST_F(CudaBackendParity, ProgrammaticLaunchOffByEnvOptionAndBelowSm90) {
+  test::TinyModelSpec spec;
+  auto model = load_tiny(spec, "pdl_off");
+  ASSERT_TRUE(model);
+  auto decode_step = [&](Backend& be) {
+    auto cache = be.create_kv_cache(kv_cache_config(*model, {}, KvPolicy::Full), 8);
+    ASSERT_TRUE(cache.ok());
+    const int32_t tokens[3] = {1, 40, 41};
+    ForwardOutput out;
+    const uint64_t p0 = kvscope::emu::programmatic_kernels_run();
+    const uint64_t k0 = kvscope::emu::kernels_run();
+    ASSERT_TRUE(forward(be, *model, tokens, 2, 0, **cache, out).ok());
+    ASSERT_TRUE(forward(be, *model, tokens + 2, 1, 2, **cache, out).ok());
+    EXPECT_GT(kvscope::emu::kernels_run() - k0, 0u);
+    EXPECT_EQ(kvscope::emu::programmatic_kernels_run() - p0, 0u) << be.name();
+  };
+  {
+    EmulatedComputeCapability sm90(90);
+    ScopedEnv off("KVSCOPE_CUDA_PDL", "0");
+    auto cuda = make_cuda_backend(*model);
+    ASSERT_TRUE(cuda.ok()) << cuda.error().message;
+    EXPECT_TRUE(name_says(**cuda, ", PDL off)")) << (*cuda)->name();
+    decode_step(**cuda);
+  }
+  {
+    EmulatedComputeCapability sm90(90);
+    CudaBackendOptions opt;
+    opt.programmatic_launch = false;
+    auto cuda = make_cuda_backend(*model, opt);
+    ASSERT_TRUE(cuda.ok()) << cuda.error().message;
+    EXPECT_TRUE(name_says(**cuda, ", PDL off)")) << (*cuda)->name();
+    decode_step(**cuda);
+  }
+  for (int cc : {80, 86, 89}) {
+    EmulatedComputeCapability older(cc);
+    auto cuda = make_cuda_backend(*model);
+    ASSERT_TRUE(cuda.ok()) << cuda.error().message;
+    EXPECT_FALSE(name_says(**cuda, "PDL")) << (*cuda)->name();
+    decode_step(**cuda);
+  }
 }
 #endif
 
