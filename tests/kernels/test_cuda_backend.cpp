@@ -555,7 +555,25 @@ TEST_F(CudaBackendParity, BatchedDecodeOnPagedCachesEqualsEachAloneAndCpu) {
   check_batched_decode(**gemma, "gemma3 (windowed groups)");
 }
 
+// Whether the backend's name (its device line) says `what`.
+bool name_says(const Backend& be, const char* what) {
+  return be.name().find(what) != std::string::npos;
+}
+
 #if !defined(KVSCOPE_REAL_GPU_TEST)
+// The emulated device's compute capability for the guard's lifetime (KVSCOPE_EMU_CC sets
+// it for a whole run).
+class EmulatedComputeCapability {
+ public:
+  explicit EmulatedComputeCapability(int cc) : prev_(kvscope::emu::compute_capability()) {
+    kvscope::emu::set_compute_capability(cc);
+  }
+  ~EmulatedComputeCapability() { kvscope::emu::set_compute_capability(prev_); }
+
+ private:
+  int prev_;
+};
+
 // Launch counting and the decode graph, on the emulator (which counts launches).
 // Kernel launches of one decode step (T = 1) issued directly (no graph) or through the
 // decode graph: per layer norm_qkv_kv_write (residual add + RMSNorm, q/k/v products, RoPE,
@@ -564,7 +582,11 @@ TEST_F(CudaBackendParity, BatchedDecodeOnPagedCachesEqualsEachAloneAndCpu) {
 // over F and summed by the last block); plus embed, the final add + output_norm and the LM
 // head: 4 L + 3 (it was 10 L + 3). The default tiny llama has the default model's shape
 // features (SmolLM2: llama, Q4_1 matrices, no biases or q/k norms); tiny Gemma 3 (q/k
-// norms, post norms) adds only the last layer's post_ffw_norm: 4 L + 4.
+// norms, post norms) adds only the last layer's post_ffw_norm: 4 L + 4. On an emulated
+// sm_90 device every one of those kernels carries the programmatic-launch attribute,
+// eagerly and replayed from the graph (below sm_90 none does), and every thread of every
+// kernel waited for the previous kernel first (the emulator fails a programmatic launch
+// where one did not).
 TEST_F(CudaBackendParity, DecodeStepLaunchesFourPerLayerOrOneGraph) {
   test::TinyModelSpec spec;
   auto llama = load_tiny(spec, "launches");
@@ -574,15 +596,21 @@ TEST_F(CudaBackendParity, DecodeStepLaunchesFourPerLayerOrOneGraph) {
   auto gemma = Model::load(path);
   std::filesystem::remove(path);
   ASSERT_TRUE(gemma.ok()) << gemma.error().message;
+  for (int cc : {80, 90})
   for (const Model* model : {llama.get(), gemma->get()}) {
+    EmulatedComputeCapability device(cc);
     const ModelConfig& c = model->config();
     const uint64_t constant = c.post_ffn_norm ? 4 : 3;
     for (bool use_graph : {false, true}) {
-      SCOPED_TRACE(std::string(model->config().arch) + (use_graph ? " graph" : " no graph"));
+      SCOPED_TRACE(std::string(model->config().arch) + (use_graph ? " graph" : " no graph") +
+                   " sm_" + std::to_string(cc));
       CudaBackendOptions opt;
       opt.decode_graph = use_graph;
       auto cuda = make_cuda_backend(*model, opt);
       ASSERT_TRUE(cuda.ok()) << cuda.error().message;
+      if (cc == 90) {
+        EXPECT_TRUE(name_says(**cuda, ", PDL on)")) << (*cuda)->name();
+      }
       auto cache = (*cuda)->create_kv_cache(kv_cache_config(*model, {}, KvPolicy::Full), 32);
       ASSERT_TRUE(cache.ok());
       const int32_t tokens[8] = {1, 40, 41, 72, 100, 101, 102, 33};
@@ -592,11 +620,16 @@ TEST_F(CudaBackendParity, DecodeStepLaunchesFourPerLayerOrOneGraph) {
         const uint64_t direct0 = kvscope::emu::direct_kernel_launches();
         const uint64_t graphs0 = kvscope::emu::graph_launches();
         const uint64_t kernels0 = kvscope::emu::kernels_run();
+        const uint64_t pdl0 = kvscope::emu::programmatic_kernels_run();
+        const uint64_t waited0 = kvscope::emu::kernels_all_waited();
         Status st = forward(**cuda, *model, tokens + pos, 1, pos, **cache, out);
         ASSERT_TRUE(st.ok()) << st.message();
         const uint64_t direct = kvscope::emu::direct_kernel_launches() - direct0;
         const uint64_t graphs = kvscope::emu::graph_launches() - graphs0;
         const uint64_t kernels = kvscope::emu::kernels_run() - kernels0;
+        const uint64_t pdl = kvscope::emu::programmatic_kernels_run() - pdl0;
+        EXPECT_EQ(pdl, cc == 90 ? kernels : 0u) << "pos " << pos;
+        EXPECT_EQ(kvscope::emu::kernels_all_waited() - waited0, kernels) << "pos " << pos;
         // The issue's budget, and the exact figure.
         EXPECT_LE(kernels, uint64_t(4 * c.n_layer) + constant) << "pos " << pos;
         EXPECT_EQ(kernels, uint64_t(4 * c.n_layer) + constant) << "pos " << pos;
@@ -1159,63 +1192,6 @@ class ScopedEnv {
   std::string name_, prev_;
   bool had_ = false;
 };
-
-bool name_says(const Backend& be, const char* what) {
-  return be.name().find(what) != std::string::npos;
-}
-
-#if !defined(KVSCOPE_REAL_GPU_TEST)
-// The emulated device's compute capability for the guard's lifetime (KVSCOPE_EMU_CC sets
-// it for a whole run).
-class EmulatedComputeCapability {
- public:
-  explicit EmulatedComputeCapability(int cc) : prev_(kvscope::emu::compute_capability()) {
-    kvscope::emu::set_compute_capability(cc);
-  }
-  ~EmulatedComputeCapability() { kvscope::emu::set_compute_capability(prev_); }
-
- private:
-  int prev_;
-};
-
-// On an emulated sm_90 device every kernel a decode step issues carries the attribute,
-// eagerly and replayed from a CUDA graph, and every thread of each waited for the
-// previous kernel first (the emulator fails a launch where one did not).
-TEST_F(CudaBackendParity, ProgrammaticLaunchOnSm90EveryDecodeKernelWaits) {
-  EmulatedComputeCapability sm90(90);
-  test::TinyModelSpec spec;
-  auto model = load_tiny(spec, "pdl_launches");
-  ASSERT_TRUE(model);
-  const ModelConfig& c = model->config();
-  for (bool use_graph : {false, true}) {
-    SCOPED_TRACE(use_graph ? "graph" : "no graph");
-    CudaBackendOptions opt;
-    opt.decode_graph = use_graph;
-    auto cuda = make_cuda_backend(*model, opt);
-    ASSERT_TRUE(cuda.ok()) << cuda.error().message;
-    EXPECT_TRUE(name_says(**cuda, ", PDL on)")) << (*cuda)->name();
-    auto cache = (*cuda)->create_kv_cache(kv_cache_config(*model, {}, KvPolicy::Full), 32);
-    ASSERT_TRUE(cache.ok());
-    const int32_t tokens[8] = {1, 40, 41, 72, 100, 101, 102, 33};
-    ForwardOutput out;
-    ASSERT_TRUE(forward(**cuda, *model, tokens, 5, 0, **cache, out).ok());
-    for (int pos = 5; pos < 8; ++pos) {
-      const uint64_t k0 = kvscope::emu::kernels_run();
-      const uint64_t p0 = kvscope::emu::programmatic_kernels_run();
-      const uint64_t w0 = kvscope::emu::kernels_all_waited();
-      const uint64_t g0 = kvscope::emu::graph_launches();
-      Status st = forward(**cuda, *model, tokens + pos, 1, pos, **cache, out);
-      ASSERT_TRUE(st.ok()) << st.message();
-      const uint64_t kernels = kvscope::emu::kernels_run() - k0;
-      EXPECT_EQ(kernels, uint64_t(4 * c.n_layer) + 3) << "pos " << pos;
-      EXPECT_EQ(kvscope::emu::programmatic_kernels_run() - p0, kernels) << "pos " << pos;
-      EXPECT_EQ(kvscope::emu::kernels_all_waited() - w0, kernels) << "pos " << pos;
-      EXPECT_EQ(kvscope::emu::graph_launches() - g0, use_graph ? 1u : 0u) << "pos " << pos;
-    }
-  }
-}
-
-#endif
 
 // 16 greedy steps of a session (prompt, decode, device sampling) with PDL on equal the
 // same run with it off bit for bit, eager and graphed: the attribute changes when a kernel
