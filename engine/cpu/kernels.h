@@ -76,10 +76,11 @@ struct IsaKernels {
   // kernels_impl.h for the fixed arithmetic.
   void (*matmul_groups)(const PackedWeight& w, int64_t g0, int64_t g1, const MatmulX& in,
                         float* out);
-  // Whether the quantized types run the gemv tiles at every T (AVX-512: 32 registers hold
-  // a tile of 2 groups × 8 rows, which beats decoding the weights into a panel even for a
-  // long prefill) rather than the panel past kGemvSlicesMaxT rows; they then read no xt.
-  bool quantized_gemv_any_t;
+  // Whether a product of T rows of weight type t takes the panel kernel, which reads
+  // MatmulX::xt; else the gemv tiles, which read no xt. Past kGemvSlicesMaxT rows, except
+  // the quantized types on AVX-512 (32 registers hold a tile of 2 groups × 8 rows, which
+  // beats decoding the weights into a panel even for a long prefill).
+  bool (*uses_panel)(GgmlType t, int64_t T);
   // x [T][n] transposed per tile of tile_t tokens: tile i at xt + i · n · tile_t, [n][tile_t]
   // (the last tile's missing tokens are left unset); xt holds xt_floats(T, n) floats.
   int tile_t;

@@ -646,6 +646,13 @@ struct Kernels {
   // the default model's products at 64 and 512 rows). With AVX2's 1 group × 4 rows the
   // panel is faster past kGemvSlicesMaxT rows.
   static constexpr bool kQuantizedGemvAnyT = kSliceG == 2;
+  // Whether a product of T rows of weight type t takes the panel kernel (and so reads x
+  // transposed, MatmulX::xt): past kGemvSlicesMaxT rows, except the quantized types where
+  // kQuantizedGemvAnyT. The one rule for run() below and for matmul.cpp's transpose.
+  static bool uses_panel(GgmlType t, int64_t T) {
+    const bool float_type = t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16;
+    return T > kGemvSlicesMaxT && !(kQuantizedGemvAnyT && !float_type);
+  }
   template <class Dec, int G, int NT>
   static void slice_tile(const PackedWeight& p, int64_t g, const float* x, const float* sx,
                          float* out) {
@@ -691,7 +698,7 @@ struct Kernels {
       gemv<Dec>(p, g0, g1, in.x, in.sx, out);
       return;
     }
-    if (in.T <= kGemvSlicesMaxT || (kQuantizedGemvAnyT && Dec::kFactored)) {
+    if (!uses_panel(p.type, in.T)) {
       gemv_slices<Dec>(p, g0, g1, in, out);
       return;
     }

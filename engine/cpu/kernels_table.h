@@ -21,7 +21,7 @@ IsaKernels isa_kernels_table(Isa isa) {
   using R = RowKernels<V>;
   return IsaKernels{.isa = isa,
                     .matmul_groups = &K::matmul_groups,
-                    .quantized_gemv_any_t = K::kQuantizedGemvAnyT,
+                    .uses_panel = &K::uses_panel,
                     .tile_t = V::kTileT,
                     .transpose_x = &K::transpose_x,
                     .attn_chunk = &A::attn_chunk,

@@ -26,9 +26,6 @@ void segment_sums(const float* x, int64_t T, int64_t n, float* sx) {
 }
 
 namespace {
-bool quantized(GgmlType t) {
-  return t != GgmlType::F32 && t != GgmlType::F16 && t != GgmlType::BF16;
-}
 bool has_offsets(GgmlType t) {
   return t == GgmlType::Q4_1 || t == GgmlType::Q5_1 || t == GgmlType::Q4_K || t == GgmlType::Q5_K;
 }
@@ -44,9 +41,7 @@ void matmul_many(ThreadPool& pool, const MatmulJob* jobs, int n_jobs, const floa
   // Every job reads the same x, so the jobs share one n_in.
   const float* xt = nullptr;
   bool panel = false;  // whether a job takes the panel path, which reads x transposed
-  for (int j = 0; j < n_jobs; ++j)
-    panel = panel ||
-            (T > kGemvSlicesMaxT && !(k.quantized_gemv_any_t && quantized(jobs[j].w->type)));
+  for (int j = 0; j < n_jobs; ++j) panel = panel || k.uses_panel(jobs[j].w->type, T);
   if (panel) {
     thread_local std::vector<float> buf;
     const int64_t n = jobs[0].w->n_in;
