@@ -437,31 +437,28 @@ Status run_batch(Backend& be, const Model& model, const std::vector<BatchSeq>& s
     o.k_err.clear();
     o.v_err.clear();
   }
-  // The logits rows the host asked for, in runs of neighbouring sequences (their rows are
-  // in sequence order): a run of one goes straight into its vector, a longer run through
-  // one download into a staging buffer. Rows that stay on the device are not copied.
+  // The logits rows the host asked for, each sequence's straight into its vector. One
+  // sequence's: one download. Several: a copy started for each (download_async: on the
+  // CPU a copy there and then; on CUDA queued copies into the backend's pinned staging,
+  // reused from step to step) and one wait for them all, so a batched step neither
+  // allocates a staging buffer nor waits for the device once per sequence. Rows that stay
+  // on the device are not copied. (No copy is pending here: a caller that starts
+  // attention-row copies waits for them within the same step, session.cpp.)
   const auto to_host = [&](size_t i) { return rows[i].logit_row >= 0 && !out[i].logits_dev.data; };
-  std::vector<float> staging;
-  for (size_t i = 0; i < N;) {
-    if (!to_host(i)) {
-      ++i;
-      continue;
-    }
-    size_t j = i + 1;
-    while (j < N && to_host(j)) ++j;
-    const int64_t r0 = rows[i].logit_row,
-                  n = rows[j - 1].logit_row + rows[j - 1].logit_rows - r0;
-    if (j - i == 1) {
-      KV_TRY(be.download(logits->row_range(r0, n), out[i].logits.data()));
-    } else {
-      staging.resize(size_t(n) * size_t(V));
-      KV_TRY(be.download(logits->row_range(r0, n), staging.data()));
-      for (size_t m = i; m < j; ++m)
-        std::copy_n(staging.begin() + (rows[m].logit_row - r0) * V,
-                    int64_t(rows[m].logit_rows) * V, out[m].logits.begin());
-    }
-    i = j;
+  int n_to_host = 0;
+  for (size_t i = 0; i < N; ++i) n_to_host += to_host(i) ? 1 : 0;
+  Status copied = Status::Ok();
+  for (size_t i = 0; i < N && copied.ok(); ++i) {
+    if (!to_host(i)) continue;
+    const Tensor src = logits->row_range(rows[i].logit_row, rows[i].logit_rows);
+    copied = n_to_host == 1 ? be.download(src, out[i].logits.data())
+                            : be.download_async(src, out[i].logits.data());
   }
+  if (n_to_host > 1) {  // after a failed start too: no copy is left pending into `out`
+    const Status waited = be.download_wait();
+    if (copied.ok()) copied = waited;
+  }
+  KV_TRY(copied);
   for (size_t i = 0; i < N; ++i) {
     if (rows[i].probs_at < 0 || seqs[i].attention_copy == RowsCopy::None) continue;
     const Tensor rows_i{probs->data + rows[i].probs_at, 1, int64_t(out[i].attention.size())};

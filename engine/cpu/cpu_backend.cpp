@@ -6,9 +6,11 @@
 #include "engine/cpu/cpu_backend.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -30,7 +32,8 @@ namespace {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int n_threads) : pool_(n_threads) {}
+  explicit CpuBackend(int n_threads)
+      : pool_(n_threads), rows_workers_(std::make_unique<RowsWorker[]>(size_t(pool_.size()))) {}
   const std::string& start_error() const { return pool_.start_error(); }
 
   std::string name() const override {
@@ -169,17 +172,17 @@ class CpuBackend final : public Backend {
     std::mutex failed_at;
     Status failed = Status::Ok();
     pool_.parallel_for(rows.n, [&](int64_t b, int64_t e) {
-      thread_local ThreadPool alone(1);  // runs every loop of the call on this thread
-      thread_local cpu::AttentionScratch scratch;
+      RowsWorker& w = claim_rows_worker();
       for (int64_t i = b; i < e; ++i) {
-        Status st = cpu::attention(alone, q.row(i),
+        Status st = cpu::attention(w.alone, q.row(i),
                                    static_cast<const cpu::CpuKvCache&>(*rows.caches[i]), layer,
-                                   rows.pos[i], n_head, scale, out.row(i), Tensor{}, scratch);
+                                   rows.pos[i], n_head, scale, out.row(i), Tensor{}, w.scratch);
         if (!st.ok()) {
           std::lock_guard<std::mutex> lock(failed_at);
           if (failed.ok()) failed = std::move(st);
         }
       }
+      w.busy.store(false, std::memory_order_release);
     });
     return failed;
   }
@@ -348,7 +351,24 @@ class CpuBackend final : public Backend {
     });
   }
 
+  // What one chunk of do_attention_rows works with: a pool of one (every loop of the
+  // chunk's attention calls runs on the thread that runs the chunk) and its scratch. One
+  // per thread of pool_, owned by the backend (freed with it, whichever threads ran them);
+  // a chunk claims a free one, and no more chunks than pool_.size() run at once.
+  struct RowsWorker {
+    std::atomic<bool> busy{false};
+    ThreadPool alone{1};
+    cpu::AttentionScratch scratch;
+  };
+  RowsWorker& claim_rows_worker() {
+    for (;;)
+      for (int i = 0; i < pool_.size(); ++i)
+        if (!rows_workers_[size_t(i)].busy.exchange(true, std::memory_order_acquire))
+          return rows_workers_[size_t(i)];
+  }
+
   ThreadPool pool_;
+  std::unique_ptr<RowsWorker[]> rows_workers_;  // [pool_.size()]
   std::unordered_map<uint64_t, std::unique_ptr<cpu::PackedWeight>> packed_;  // by Weight::uid
   cpu::AttentionScratch attention_scratch_;
   cpu::RopeTable rope_table_;
