@@ -145,6 +145,7 @@ Status forward(Backend& be, const Model& model, const int32_t* tokens, int T, in
     }
   }
   std::vector<KvLayerRule> rules;
+  rules.reserve(size_t(L));
   for (int l = 0; l < L; ++l) rules.push_back(cache.rule(l));
   out.flops = forward_flops(model, rules, T, pos0);
   out.kv_rows = uint64_t(T) * uint64_t(L);
@@ -207,8 +208,10 @@ Status forward_batch(Backend& be, const Model& model, const std::vector<BatchSeq
     return st;
   }
   for (const BatchSeq& s : seqs) KV_TRY(s.cache->end());
+  std::vector<KvLayerRule> rules;
+  rules.reserve(size_t(L));
   for (size_t i = 0; i < seqs.size(); ++i) {
-    std::vector<KvLayerRule> rules;
+    rules.clear();
     for (int l = 0; l < L; ++l) rules.push_back(seqs[i].cache->rule(l));
     out[i].flops = forward_flops(model, rules, rows[i].T, rows[i].pos0);
     const uint64_t head = 2ull * uint64_t(c.n_embd) * uint64_t(c.n_vocab);

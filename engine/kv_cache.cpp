@@ -211,18 +211,38 @@ int KvCache::held(int layer) const {
 }
 
 std::vector<KvRange> KvCache::held_ranges(int layer) const {
-  std::vector<int32_t> ps;
-  for (int32_t x : pos_[size_t(layer)])
-    if (x >= 0) ps.push_back(x);
-  std::sort(ps.begin(), ps.end());
+  const std::vector<int32_t>& slots = pos_[size_t(layer)];
   std::vector<KvRange> out;
-  for (int32_t x : ps) {
+  const auto add = [&out](int32_t x) {
     if (!out.empty() && out.back().end == x) {
       ++out.back().end;
     } else {
       out.push_back({x, x + 1});
     }
+  };
+  // A cache filled front to back holds its positions in ascending slot order: its runs
+  // come straight from the slots. Otherwise (a window's ring, a shift) sort a copy.
+  int32_t last = -1;
+  bool ascending = true;
+  for (int32_t x : slots) {
+    if (x < 0) continue;
+    if (x <= last) {
+      ascending = false;
+      break;
+    }
+    last = x;
   }
+  if (ascending) {
+    for (int32_t x : slots)
+      if (x >= 0) add(x);
+    return out;
+  }
+  std::vector<int32_t> ps;
+  ps.reserve(slots.size());
+  for (int32_t x : slots)
+    if (x >= 0) ps.push_back(x);
+  std::sort(ps.begin(), ps.end());
+  for (int32_t x : ps) add(x);
   return out;
 }
 
