@@ -12,7 +12,8 @@
 # --isa avx2|avx512 compares one instruction set on both sides: kvscope runs with
 # KVSCOPE_CPU_ISA set to it, and llama.cpp is built for it alone (GGML_NATIVE off; for
 # avx2: AVX2, FMA, F16C, BMI2 and no AVX-512 or AVX-VNNI; for avx512: those plus AVX-512
-# F/BW/DQ/VL, VBMI, VNNI and BF16) into build/llamacpp-venv-<isa>. The run stops if the
+# F/BW/DQ/VL, and VBMI, VNNI and BF16 where the CPU has them) into
+# build/llamacpp-venv-<isa>. The run stops if the
 # llama.cpp it loads reports an AVX-512 feature on for avx2. The CPU must have the ISA.
 # kvscope must be built first (scripts/build.sh; KVSCOPE_BIN names another executable
 # to measure). --baseline names a second kvscope executable (say, a build of the
@@ -61,7 +62,11 @@ kvscope="${KVSCOPE_BIN:-$root/build/app/kvscope}"
 case "$isa" in
   "") cmake_args="" ;;
   avx2) cmake_args="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF" ;;
-  avx512) cmake_args="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON" ;;
+  avx512)
+    # AVX-512 F/BW/DQ/VL, and of VBMI, VNNI and BF16 those this CPU has (Intel's Skylake
+    # and Cascade Lake servers have no VBMI or BF16; a build with them would not run here).
+    has() { grep -qw "$1" /proc/cpuinfo && echo ON || echo OFF; }
+    cmake_args="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=$(has avx512vbmi) -DGGML_AVX512_VNNI=$(has avx512_vnni) -DGGML_AVX512_BF16=$(has avx512_bf16)" ;;
   *) echo "bench_vs_llamacpp: --isa must be avx2 or avx512, got '$isa'" >&2; exit 1 ;;
 esac
 if [ -n "$isa" ]; then
