@@ -84,7 +84,7 @@ __device__ __forceinline__ void run_layer(const DecodeLayerArgs& a, int pos, flo
   const Work wk = decode_attn::carve(a.attn_work, H, a.kv.n_slots, nc, a.kv.head_dim);
   for (int item = blockIdx.x; item < H * nc; item += gridDim.x) {
     decode_attn::decode_partial<KE, VE, true>(a.q, kc, vc, a.kv, sh, wk, pos, item % H, item / H,
-                                        att_smem);
+                                              att_smem);
     __syncthreads();  // the next item rewrites the shared rows and scores
   }
   grid_sync();
@@ -126,11 +126,13 @@ __global__ void __launch_bounds__(kThreads) decode_persistent_kernel(DecodeStepA
   const PartialSmem att_smem{qs, p, part, scratch, rows};
   const int pos = *s.pos0_dev;
   // The embedding (embed.cu: value i of the token's row times the scale).
-  const auto* row = static_cast<const uint8_t*>(s.tok_embd.data) + int64_t(*s.token) * s.tok_embd.row_bytes;
+  const auto* row =
+      static_cast<const uint8_t*>(s.tok_embd.data) + int64_t(*s.token) * s.tok_embd.row_bytes;
   for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < s.C; i += gridDim.x * blockDim.x)
     s.x[i] = dequant_value(s.tok_embd.type, row, i) * s.embd_scale;
   grid_sync();
-  for (int l = 0; l < s.n_layer; ++l) run_layer<KE, VE>(s.layers[l], pos, xs, hs, scratch, g, att_smem);
+  for (int l = 0; l < s.n_layer; ++l)
+    run_layer<KE, VE>(s.layers[l], pos, xs, hs, scratch, g, att_smem);
   // The final add + RMSNorm (one block, as add_rmsnorm's one block per row), the LM head.
   const ResidualArgs& f = s.final_norm;
   if (blockIdx.x == 0) add_rmsnorm_row_as_block(f.x, f.y, f.w, f.C, f.eps, f.h, xs, scratch);

@@ -145,7 +145,7 @@ int cooperative_grid_limit(void (*kernel)(Params...), int threads, size_t smem_b
     cudaGetLastError();
     return 0;
   }
-  return per_sm * prop.multiProcessorCount;
+  return prop.cooperativeLaunch ? per_sm * prop.multiProcessorCount : 0;
 }
 
 }  // namespace kvscope::cuda

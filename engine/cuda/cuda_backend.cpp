@@ -34,7 +34,8 @@ bool use_programmatic_launch(const CudaDeviceInfo& info, const CudaBackendOption
 // The persistent decode step's grid (0: off): CudaBackendOptions::persistent.
 int persistent_grid(const CudaBackendOptions& opt) {
   const char* env = std::getenv("KVSCOPE_CUDA_PERSISTENT");
-  const bool on = opt.persistent || (env && (std::strcmp(env, "1") == 0 || std::strcmp(env, "on") == 0));
+  const bool on =
+      opt.persistent || (env && (std::strcmp(env, "1") == 0 || std::strcmp(env, "on") == 0));
   if (!on || !opt.decode_graph) return 0;  // it replaces a recorded step
   const int limit = kvscope::cuda::decode_persistent_max_blocks();
   return opt.persistent_blocks > 0 ? std::min(limit, opt.persistent_blocks) : limit;

@@ -77,11 +77,12 @@ void CudaBackend::persist_qkv(const kvscope::cuda::ResidualArgs& r, const kvscop
   if (!persist_active()) return;
   kvscope::cuda::DecodeStepArgs& s = persist_.args;
   const bool first = persist_.layers.empty();
-  const bool ok = (persist_.next == PersistentStep::Next::kQkv || persist_.next == PersistentStep::Next::kQkvOrFinal) &&
+  const bool ok = (persist_.next == PersistentStep::Next::kQkv ||
+                   persist_.next == PersistentStep::Next::kQkvOrFinal) &&
                   r.x == s.x && (first ? r.y == nullptr : r.y == persist_.layers.back().ffn_out) &&
-                  r.y_norm == nullptr && (first || r.C == s.C) &&
-                  p.pos0_dev == graph_.pos0_dev() && kv.k_type == KvElem::F16 &&
-                  kv.v_type == KvElem::F16 && kv.window == 0 && kv.sink == 0;
+                  r.y_norm == nullptr && (first || r.C == s.C) && p.pos0_dev == graph_.pos0_dev() &&
+                  kv.k_type == KvElem::F16 && kv.v_type == KvElem::F16 && kv.window == 0 &&
+                  kv.sink == 0;
   if (!ok) return persist_fail();
   kvscope::cuda::DecodeLayerArgs a{};
   a.attn_in = r;
@@ -159,7 +160,8 @@ void CudaBackend::persist_matmul(const kvscope::cuda::QMatrix& w, const float* x
     ++persist_.launches;
     return;
   }
-  if (persist_.next != PersistentStep::Next::kHead || x != s.final_norm.h || !kvscope::cuda::matmul_native(w.type))
+  if (persist_.next != PersistentStep::Next::kHead || x != s.final_norm.h ||
+      !kvscope::cuda::matmul_native(w.type))
     return persist_fail();
   s.head = w;
   s.logits = out;

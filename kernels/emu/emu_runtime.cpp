@@ -469,6 +469,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   prop->major = kvscope::emu::compute_capability() / 10;
   prop->minor = kvscope::emu::compute_capability() % 10;
   prop->multiProcessorCount = 1;
+  prop->cooperativeLaunch = 1;
   return cudaSuccess;
 }
 cudaError_t cudaDriverGetVersion(int* v) {

@@ -62,8 +62,8 @@ bool run_phases(int blocks, int threads) {
 
 TEST_F(EmuCooperative, EveryPhaseSeesWhatEveryBlockWroteBefore) {
   EXPECT_TRUE(run_phases(8, 64));
-  EXPECT_TRUE(run_phases(3, 96));   // partial warps, a grid smaller than the pool
-  EXPECT_TRUE(run_phases(16, 128)); // the largest grid of 128 threads
+  EXPECT_TRUE(run_phases(3, 96));    // partial warps, a grid smaller than the pool
+  EXPECT_TRUE(run_phases(16, 128));  // the largest grid of 128 threads
   EXPECT_TRUE(run_phases(1, 32));
   EXPECT_EQ(kvscope::emu::cooperative_kernels_run(), 4u);
 }
@@ -76,8 +76,7 @@ TEST_F(EmuCooperative, GridLimitComesFromTheOccupancyApi) {
 TEST_F(EmuCooperative, BarrierOutsideACooperativeLaunchFails) {
   int* d = device_ints(kPhases * 64);
   EXPECT_EQ(launch(phases_kernel, dim3(2), dim3(32), 0, nullptr, d, 64), cudaErrorLaunchFailure);
-  EXPECT_NE(kvscope::emu::last_error_detail().find("not launched cooperatively"),
-            std::string::npos)
+  EXPECT_NE(kvscope::emu::last_error_detail().find("not launched cooperatively"), std::string::npos)
       << kvscope::emu::last_error_detail();
   // A failed kernel is sticky, as on a GPU, until the device is reset; then all works.
   EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchFailure);

@@ -42,8 +42,8 @@ namespace kvscope {
 namespace {
 
 struct Steps {
-  std::vector<std::vector<float>> logits;  // [decode step][V]
-  std::vector<int32_t> tokens;             // greedy choice after each step
+  std::vector<std::vector<float>> logits;                      // [decode step][V]
+  std::vector<int32_t> tokens;                                 // greedy choice after each step
   std::vector<uint64_t> kernels, cooperative, direct, graphs;  // per decode step (emulator)
   std::string name;
 };
@@ -88,8 +88,8 @@ Steps decode_steps(const Model& model, const CudaBackendOptions& opt, int n, boo
   for (int i = 0; i < n && s.ok(); ++i) {
     const int pos = int(tokens.size()) - (i == 0 && prompt == 1 ? 1 : 0);
     if (i > 0 || prompt > 1)
-      tokens.push_back(int32_t(std::max_element(out.logits.begin(), out.logits.end()) -
-                               out.logits.begin()));
+      tokens.push_back(
+          int32_t(std::max_element(out.logits.begin(), out.logits.end()) - out.logits.begin()));
 #if !defined(KVSCOPE_REAL_GPU_TEST)
     const uint64_t k0 = kvscope::emu::kernels_run(), c0 = kvscope::emu::cooperative_kernels_run(),
                    d0 = kvscope::emu::direct_kernel_launches(), g0 = kvscope::emu::graph_launches();
@@ -103,8 +103,8 @@ Steps decode_steps(const Model& model, const CudaBackendOptions& opt, int n, boo
     r.graphs.push_back(kvscope::emu::graph_launches() - g0);
 #endif
     r.logits.push_back(out.logits);
-    r.tokens.push_back(int32_t(std::max_element(out.logits.begin(), out.logits.end()) -
-                               out.logits.begin()));
+    r.tokens.push_back(
+        int32_t(std::max_element(out.logits.begin(), out.logits.end()) - out.logits.begin()));
   }
   return r;
 }
