@@ -181,10 +181,11 @@ class GridSync {
     std::unique_lock<std::mutex> lk(mu_);
     if (!aborted_ && finished_ > 0) {
       aborted_ = true;
-      why_ = std::to_string(finished_) + " block(s) of the grid exited without reaching it";
+      why_ = std::to_string(finished_);
+      why_ += " block(s) of the grid exited without reaching it";
       cv_.notify_all();
     }
-    if (aborted_) throw DeviceFault{"grid barrier in block " + tid_text(bid) + ": " + why_};
+    if (aborted_) throw DeviceFault{fault(bid)};
     if (++arrived_ == blocks_) {
       arrived_ = 0;
       ++gen_;
@@ -193,7 +194,7 @@ class GridSync {
     }
     const uint64_t gen = gen_;
     cv_.wait(lk, [&] { return gen_ != gen || aborted_; });
-    if (gen_ == gen) throw DeviceFault{"grid barrier in block " + tid_text(bid) + ": " + why_};
+    if (gen_ == gen) throw DeviceFault{fault(bid)};
   }
   // A block is done: ok, or failed with `why`. Either way no barrier with blocks still
   // waiting at it can complete any more.
@@ -201,19 +202,27 @@ class GridSync {
     std::lock_guard<std::mutex> lk(mu_);
     if (ok) ++finished_;
     if (aborted_) return;
-    if (!ok) {
+    if (!ok || arrived_ > 0) {
       aborted_ = true;
-      why_ = "block " + tid_text(bid) + " failed";
-    } else if (arrived_ > 0) {
-      aborted_ = true;
-      why_ = "block " + tid_text(bid) + " exited without reaching it";
+      why_ = "block ";
+      why_ += tid_text(bid);
+      why_ += ok ? " exited without reaching it" : " failed";
     }
     if (aborted_) cv_.notify_all();
   }
 
  private:
   static std::string tid_text(uint3 t) {
-    return "(" + std::to_string(t.x) + "," + std::to_string(t.y) + "," + std::to_string(t.z) + ")";
+    std::ostringstream o;
+    o << "(" << t.x << "," << t.y << "," << t.z << ")";
+    return o.str();
+  }
+  std::string fault(uint3 bid) const {  // with mu_ held
+    std::string m = "grid barrier in block ";
+    m += tid_text(bid);
+    m += ": ";
+    m += why_;
+    return m;
   }
   std::mutex mu_;
   std::condition_variable cv_;
