@@ -26,10 +26,10 @@
 // Dynamic shared memory as a typed pointer; plain `extern __shared__` cannot be emulated.
 #define KVSCOPE_DYN_SMEM(T, name) T* name = reinterpret_cast<T*>(::kvscope::emu::dynamic_smem())
 #else
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
-#include <cooperative_groups.h>
 #define KVSCOPE_DYN_SMEM(T, name)                                   \
   extern __shared__ __align__(16) unsigned char kvscope_dyn_smem_[]; \
   T* name = reinterpret_cast<T*>(kvscope_dyn_smem_)

@@ -98,8 +98,8 @@ cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem
 }
 
 template <class... Params, class... Args>
-cudaError_t launch_cooperative(void (*kernel)(Params...), dim3 grid, dim3 block,
-                               size_t smem_bytes, cudaStream_t stream, Args&&... args) {
+cudaError_t launch_cooperative(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes,
+                               cudaStream_t stream, Args&&... args) {
   static_assert(sizeof...(Params) == sizeof...(Args), "kernel argument count mismatch");
 #if defined(KVSCOPE_CUDA_EMU)
   std::tuple<std::decay_t<Params>...> params(std::forward<Args>(args)...);
@@ -120,10 +120,12 @@ cudaError_t launch_cooperative(void (*kernel)(Params...), dim3 grid, dim3 block,
   // The arguments converted to the parameter types, and their addresses for the runtime.
   std::tuple<std::decay_t<Params>...> params(std::forward<Args>(args)...);
   void* argv[sizeof...(Params) > 0 ? sizeof...(Params) : 1] = {};
-  std::apply([&](auto&... p) {
-    int i = 0;
-    ((argv[i++] = static_cast<void*>(&p)), ...);
-  }, params);
+  std::apply(
+      [&](auto&... p) {
+        int i = 0;
+        ((argv[i++] = static_cast<void*>(&p)), ...);
+      },
+      params);
   const cudaError_t e = cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), grid,
                                                     block, argv, smem_bytes, stream);
   const cudaError_t last = cudaGetLastError();  // clears what a failed launch recorded

@@ -52,8 +52,8 @@ cudaError_t norm_ffn(ResidualArgs r, QMatrix w_gate, QMatrix w_up, QMatrix w_dow
       w_down.n_out != r.C || partial == nullptr || counter == nullptr)
     return cudaErrorInvalidValue;
   const size_t smem = size_t(2) * r.C * sizeof(float);
-  return launch(norm_ffn_kernel, dim3(static_cast<unsigned>(F / kFfnSlice)), dim3(kThreads), smem, s,
-                r, w_gate, w_up, w_down, act, partial, out, counter);
+  return launch(norm_ffn_kernel, dim3(static_cast<unsigned>(F / kFfnSlice)), dim3(kThreads), smem,
+                s, r, w_gate, w_up, w_down, act, partial, out, counter);
 }
 
 }  // namespace kvscope::cuda

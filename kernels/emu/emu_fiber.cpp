@@ -541,9 +541,10 @@ void grid_sync() {
   Worker& w = *tls_worker;
   Block& b = *w.blk;
   if (tls_grid == nullptr)
-    device_fault("grid barrier (grid_sync, cooperative_groups::this_grid().sync()) in a kernel "
-                 "that was not launched cooperatively: on a GPU it would hang or be undefined "
-                 "(launch it with launch_cooperative / cudaLaunchCooperativeKernel)");
+    device_fault(
+        "grid barrier (grid_sync, cooperative_groups::this_grid().sync()) in a kernel "
+        "that was not launched cooperatively: on a GPU it would hang or be undefined "
+        "(launch it with launch_cooperative / cudaLaunchCooperativeKernel)");
   const uint64_t gen = b.grid_gen;
   ++b.grid_arrived;
   ++b.progress;
