@@ -13,6 +13,12 @@
 // is done too). grid_dependents_launch() then lets the next kernel start launching: its
 // blocks only take free SM slots and block in their own wait, so the trigger's place does
 // not change results, only how early the next launch's setup overlaps this one.
+//
+// Grid-wide barrier (cooperative launch only, kernels/launch.cuh launch_cooperative):
+// grid_sync() returns once every thread of every block of the grid has called it, with
+// every global write made before the call visible to every thread after it. In a kernel
+// not launched cooperatively it is undefined on a GPU (a hang, typically); the emulator
+// fails such a launch with a message.
 #pragma once
 
 #if defined(KVSCOPE_CUDA_EMU)
@@ -20,6 +26,7 @@
 // Dynamic shared memory as a typed pointer; plain `extern __shared__` cannot be emulated.
 #define KVSCOPE_DYN_SMEM(T, name) T* name = reinterpret_cast<T*>(::kvscope::emu::dynamic_smem())
 #else
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -39,7 +46,13 @@ inline void grid_dependency_wait() {
   ::kvscope::emu::grid_dependency_wait();
 }
 inline void grid_dependents_launch() {}
+inline void grid_sync() {
+  ::kvscope::emu::grid_sync();
+}
 #else
+__device__ __forceinline__ void grid_sync() {
+  cooperative_groups::this_grid().sync();
+}
 __device__ __forceinline__ void grid_dependency_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   cudaGridDependencySynchronize();  // griddepcontrol.wait

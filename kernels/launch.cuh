@@ -18,15 +18,21 @@
 // launched outside a scope) waits for everything before it as usual. Captured into a
 // graph (CUDA >= 12.3) the launch becomes a programmatic edge with the same meaning. The
 // emulator records the attribute and fails a launch in which a thread did not wait.
+//
+// launch_cooperative(kernel, grid, block, smem_bytes, stream, args...): a cooperative launch
+// (cudaLaunchCooperativeKernel), the only kind in which the kernel may call grid_sync()
+// (cuda_compat.cuh). Every block must be resident at once: size the grid with
+// cooperative_grid_limit() below; a larger grid fails with
+// cudaErrorCooperativeLaunchTooLarge. Never programmatic (no PDL attribute).
 #pragma once
 
 #include "kernels/cuda_compat.cuh"
 #include "kernels/kernels.h"
 
-#if defined(KVSCOPE_CUDA_EMU)
-#include <cstdio>
 #include <tuple>
 #include <type_traits>
+#if defined(KVSCOPE_CUDA_EMU)
+#include <cstdio>
 #endif
 
 namespace kvscope::cuda {
@@ -89,6 +95,59 @@ cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem
   kernel<<<grid, block, smem_bytes, stream>>>(std::forward<Args>(args)...);
   return cudaGetLastError();
 #endif
+}
+
+template <class... Params, class... Args>
+cudaError_t launch_cooperative(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes,
+                               cudaStream_t stream, Args&&... args) {
+  static_assert(sizeof...(Params) == sizeof...(Args), "kernel argument count mismatch");
+#if defined(KVSCOPE_CUDA_EMU)
+  std::tuple<std::decay_t<Params>...> params(std::forward<Args>(args)...);
+  std::string problem;
+  int index = 0;
+  std::apply([&](const auto&... p) { (detail::check_pointer_arg(p, index++, problem), ...); },
+             params);
+  ::kvscope::emu::LaunchSpec spec;
+  spec.func = reinterpret_cast<const void*>(kernel);
+  spec.grid = grid;
+  spec.block = block;
+  spec.smem = smem_bytes;
+  spec.stream = stream;
+  spec.cooperative = true;
+  return ::kvscope::emu::launch(
+      spec, [kernel, params] { std::apply(kernel, params); }, problem);
+#else
+  // The arguments converted to the parameter types, and their addresses for the runtime.
+  std::tuple<std::decay_t<Params>...> params(std::forward<Args>(args)...);
+  void* argv[sizeof...(Params) > 0 ? sizeof...(Params) : 1] = {};
+  std::apply(
+      [&](auto&... p) {
+        int i = 0;
+        ((argv[i++] = static_cast<void*>(&p)), ...);
+      },
+      params);
+  const cudaError_t e = cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), grid,
+                                                    block, argv, smem_bytes, stream);
+  const cudaError_t last = cudaGetLastError();  // clears what a failed launch recorded
+  return e != cudaSuccess ? e : last;
+#endif
+}
+
+// The most blocks of `threads` threads with `smem_bytes` of dynamic shared memory that can
+// be resident at once on the current device (occupancy per SM times the SM count): the
+// largest grid launch_cooperative accepts for `kernel`. 0 when the runtime cannot tell.
+template <class... Params>
+int cooperative_grid_limit(void (*kernel)(Params...), int threads, size_t smem_bytes) {
+  int device = 0, per_sm = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDevice(&device) != cudaSuccess) device = 0;
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, reinterpret_cast<const void*>(kernel),
+                                                    threads, smem_bytes) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return prop.cooperativeLaunch ? per_sm * prop.multiProcessorCount : 0;
 }
 
 }  // namespace kvscope::cuda

@@ -67,6 +67,12 @@ int syncthreads_reduce(int predicate, int kind);  // kind 0 count, 1 and, 2 or
 // kvscope::cuda::grid_dependency_wait(): records that the calling thread waited for the
 // previous grid (the launch is synchronous here, so there is nothing to wait for).
 void grid_dependency_wait();
+// kvscope::cuda::grid_sync(): the grid-wide barrier of a cooperative launch. Every thread of
+// the block arrives (a block-level barrier), then the block waits at an OS-level barrier for
+// every other block of the grid; writes before it are visible to every thread after it. In a
+// launch that is not cooperative it fails the launch (on a GPU it would hang or be
+// undefined); a block that exits or fails while others wait fails the launch too.
+void grid_sync();
 
 inline int shfl_clamp(int width, bool up) {
   if (width < 1 || width > 32 || (width & (width - 1)) != 0)
@@ -258,7 +264,16 @@ struct LaunchSpec {
   // launch): on a GPU the grid may start before the previous kernel has finished, so every
   // thread must call grid_dependency_wait() first; the launch fails when one does not.
   bool programmatic = false;
+  // cudaLaunchCooperativeKernel: every block of the grid is resident at once (each on its own
+  // OS worker thread), so grid_sync() can hold them all. A grid larger than
+  // cooperative_max_blocks(threads per block) fails with cudaErrorCooperativeLaunchTooLarge.
+  bool cooperative = false;
 };
+
+// The most blocks of `threads_per_block` threads a cooperative launch may have: the emulated
+// device is one SM of 2048 resident threads (cudaOccupancyMaxActiveBlocksPerMultiprocessor
+// reports 2048 / threads_per_block, multiProcessorCount is 1).
+int cooperative_max_blocks(int threads_per_block);
 
 // Runs body() once per CUDA thread of the grid. pointer_problem is non-empty when an
 // argument check already failed; the launch then fails with it. Returns the error
@@ -289,6 +304,8 @@ uint64_t bytes_to_host();
 // attribute or without).
 uint64_t programmatic_kernels_run();
 uint64_t kernels_all_waited();
+// Cooperative launches that ran (directly or in a replayed graph).
+uint64_t cooperative_kernels_run();
 
 // The compute capability cudaGetDeviceProperties reports, major * 10 + minor: 80 unless
 // KVSCOPE_EMU_CC says otherwise (e.g. KVSCOPE_EMU_CC=90 for an sm_90 device, where the

@@ -7,6 +7,12 @@
 // fiber changed any shared state is a deadlock: the launch fails with a report of
 // what every thread waits on. Fibers never migrate between OS threads.
 //
+// A cooperative launch runs every block at once, each on its own OS thread (a pool kept
+// for them), so that grid_sync() can hold them all: the block's threads meet at a
+// block-level barrier, the last to arrive waits at an OS-level barrier (mutex + condition
+// variable: what was written before is visible after) for every other block. A block that
+// fails or finishes while others wait there aborts the barrier, and the launch fails.
+//
 // Under AddressSanitizer every switch is announced (__sanitizer_start_switch_fiber before,
 // __sanitizer_finish_switch_fiber after), so ASan knows which stack is live: without it an
 // exception thrown on a fiber stack is reported as stack-use-after-scope. A fiber left
@@ -85,7 +91,7 @@ namespace {
 constexpr size_t kStackBytes = 128 * 1024;
 constexpr size_t kGuardBytes = 4096;
 
-enum class FiberState { kReady, kBarrier, kWarp, kDone };
+enum class FiberState { kReady, kBarrier, kWarp, kGridBarrier, kDone };
 
 struct LaneSlot {
   enum { kEmpty, kDeposited, kReady } state = kEmpty;
@@ -120,6 +126,8 @@ struct Block {
   int bar_acc[3] = {0, 1, 0};  // count, and, or of the generation being collected
   int bar_result[3] = {0, 0, 0};
   uint64_t progress = 0;
+  uint64_t grid_gen = 0;  // grid barriers the block has passed
+  int grid_arrived = 0;   // threads waiting at the current grid barrier
   std::vector<Warp> warps;
   const std::function<void()>* body = nullptr;
   bool failed = false;
@@ -162,6 +170,70 @@ struct Worker {
 };
 
 thread_local Worker* tls_worker = nullptr;
+
+// The OS-level barrier of one cooperative launch, shared by the threads running its blocks.
+class GridSync {
+ public:
+  explicit GridSync(uint64_t blocks) : blocks_(blocks) {}
+  // The block's last thread to arrive at the grid barrier; returns once every block has
+  // arrived. Throws DeviceFault when the barrier can never complete.
+  void arrive_and_wait(uint3 bid) {
+    std::unique_lock<std::mutex> lk(mu_);
+    if (!aborted_ && finished_ > 0) {
+      aborted_ = true;
+      why_ = std::to_string(finished_);
+      why_ += " block(s) of the grid exited without reaching it";
+      cv_.notify_all();
+    }
+    if (aborted_) throw DeviceFault{fault(bid)};
+    if (++arrived_ == blocks_) {
+      arrived_ = 0;
+      ++gen_;
+      cv_.notify_all();
+      return;
+    }
+    const uint64_t gen = gen_;
+    cv_.wait(lk, [&] { return gen_ != gen || aborted_; });
+    if (gen_ == gen) throw DeviceFault{fault(bid)};
+  }
+  // A block is done: ok, or failed with `why`. Either way no barrier with blocks still
+  // waiting at it can complete any more.
+  void block_done(bool ok, uint3 bid) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (ok) ++finished_;
+    if (aborted_) return;
+    if (!ok || arrived_ > 0) {
+      aborted_ = true;
+      why_ = "block ";
+      why_ += tid_text(bid);
+      why_ += ok ? " exited without reaching it" : " failed";
+    }
+    if (aborted_) cv_.notify_all();
+  }
+
+ private:
+  static std::string tid_text(uint3 t) {
+    std::ostringstream o;
+    o << "(" << t.x << "," << t.y << "," << t.z << ")";
+    return o.str();
+  }
+  std::string fault(uint3 bid) const {  // with mu_ held
+    std::string m = "grid barrier in block ";
+    m += tid_text(bid);
+    m += ": ";
+    m += why_;
+    return m;
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  const uint64_t blocks_;
+  uint64_t arrived_ = 0, gen_ = 0, finished_ = 0;
+  bool aborted_ = false;
+  std::string why_;
+};
+
+// The cooperative launch the calling OS thread runs a block of (nullptr: not cooperative).
+thread_local GridSync* tls_grid = nullptr;
 
 Worker& worker() {
   if (!tls_worker) {
@@ -288,6 +360,8 @@ std::string deadlock_report(const Worker& w, const Block& b) {
     o << "; thread " << fmt_tid(f.tid);
     if (f.state == FiberState::kBarrier) {
       o << " waits at __syncthreads";
+    } else if (f.state == FiberState::kGridBarrier) {
+      o << " waits at the grid barrier";
     } else if (f.state == FiberState::kWarp) {
       const LaneSlot& s = b.warps[f.linear / 32].lane[f.linear % 32];
       o << " waits in " << op_name(s.op) << " with mask " << hex(s.mask);
@@ -439,6 +513,9 @@ int g_workers = [] {
   return std::clamp(n, 1, 64);
 }();
 std::unique_ptr<Pool> g_pool;
+// The cooperative launches' threads: one per block but the caller's (grown as needed).
+std::unique_ptr<Pool> g_coop_pool;
+uint64_t g_coop_threads = 0;
 
 }  // namespace
 
@@ -457,6 +534,29 @@ void syncthreads() {
   release_barrier_if_complete(b);
   w.cur->state = FiberState::kBarrier;
   while (b.bar_gen == gen) yield_fiber();
+  w.cur->state = FiberState::kReady;
+}
+
+void grid_sync() {
+  Worker& w = *tls_worker;
+  Block& b = *w.blk;
+  if (tls_grid == nullptr)
+    device_fault(
+        "grid barrier (grid_sync, cooperative_groups::this_grid().sync()) in a kernel "
+        "that was not launched cooperatively: on a GPU it would hang or be undefined "
+        "(launch it with launch_cooperative / cudaLaunchCooperativeKernel)");
+  const uint64_t gen = b.grid_gen;
+  ++b.grid_arrived;
+  ++b.progress;
+  w.cur->state = FiberState::kGridBarrier;
+  if (b.grid_arrived == b.n) {  // the whole block is here: now every other block
+    tls_grid->arrive_and_wait(blockIdx);
+    b.grid_arrived = 0;
+    ++b.grid_gen;
+    ++b.progress;
+  } else {
+    while (b.grid_gen == gen) yield_fiber();
+  }
   w.cur->state = FiberState::kReady;
 }
 
@@ -530,6 +630,10 @@ unsigned active_mask() {
   return w.present & ~w.exited;
 }
 
+int cooperative_max_blocks(int threads_per_block) {
+  return threads_per_block <= 0 ? 0 : std::max(1, 2048 / threads_per_block);
+}
+
 cudaError_t run_grid(const LaunchSpec& spec, const std::function<void()>& body, std::string* detail,
                      bool* all_waited) {
   const uint64_t total = uint64_t(spec.grid.x) * spec.grid.y * spec.grid.z;
@@ -538,6 +642,33 @@ cudaError_t run_grid(const LaunchSpec& spec, const std::function<void()>& body, 
   std::atomic<bool> every_waited{true};
   std::mutex err_mu;
   std::string first_error;
+  // Cooperative: each OS thread takes exactly one block (there is a thread for every
+  // block), so all of them are resident while any waits at the grid barrier.
+  GridSync grid_sync_state(total);
+  std::function<void()> coop_job = [&] {
+    const uint64_t i = next.fetch_add(1);
+    if (i >= total) return;
+    const uint3 bid{static_cast<unsigned>(i % spec.grid.x),
+                    static_cast<unsigned>(i / spec.grid.x % spec.grid.y),
+                    static_cast<unsigned>(i / (uint64_t(spec.grid.x) * spec.grid.y))};
+    std::string d;
+    bool ok, waited = false;
+    tls_grid = &grid_sync_state;
+    try {
+      ok = run_block(spec, bid, body, &d, &waited);
+    } catch (const DeviceFault& f) {
+      ok = false;
+      d = f.message;
+    }
+    tls_grid = nullptr;
+    if (!waited) every_waited = false;
+    if (!ok) {
+      std::lock_guard<std::mutex> lk(err_mu);
+      // The first failure is the cause; blocks released from the barrier by it come later.
+      if (!failed.exchange(true)) first_error = d;
+    }
+    grid_sync_state.block_done(ok, bid);
+  };
   std::function<void()> job = [&] {
     std::string d;
     for (;;) {
@@ -563,7 +694,19 @@ cudaError_t run_grid(const LaunchSpec& spec, const std::function<void()>& body, 
       }
     }
   };
-  {
+  if (spec.cooperative) {
+    std::lock_guard<std::mutex> lk(g_pool_mu);
+    if (total <= 1) {
+      coop_job();
+    } else {
+      if (!g_coop_pool || g_coop_threads < total - 1) {
+        g_coop_pool.reset();
+        g_coop_pool = std::make_unique<Pool>(static_cast<int>(total - 1));
+        g_coop_threads = total - 1;
+      }
+      g_coop_pool->run(coop_job);
+    }
+  } else {
     std::lock_guard<std::mutex> lk(g_pool_mu);
     if (g_workers <= 1 || total <= 1) {
       job();

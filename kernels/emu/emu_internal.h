@@ -21,7 +21,8 @@ size_t max_dynamic_smem(const void* func);
 
 // Runs every block of the grid; on failure returns the error and fills *detail.
 // *all_waited: every thread of every block called grid_dependency_wait(). A programmatic
-// launch (spec.programmatic) in which a thread exits without it fails.
+// launch (spec.programmatic) in which a thread exits without it fails. A cooperative launch
+// (spec.cooperative) runs every block at once, each on its own OS thread.
 cudaError_t run_grid(const LaunchSpec& spec, const std::function<void()>& body, std::string* detail,
                      bool* all_waited);
 

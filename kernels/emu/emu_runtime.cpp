@@ -208,7 +208,7 @@ bool capture_if_capturing(cudaStream_t s, std::function<cudaError_t()> op) {
 
 std::atomic<uint64_t> g_direct_launches{0}, g_graph_launches{0}, g_kernels_run{0},
     g_bytes_to_device{0}, g_bytes_to_host{0}, g_graphs_instantiated{0}, g_programmatic_run{0},
-    g_all_waited{0};
+    g_all_waited{0}, g_cooperative_run{0};
 
 // KVSCOPE_EMU_CC: "90" or "9.0"; anything unreadable or out of range keeps 8.0.
 std::atomic<int> g_cc{[] {
@@ -239,6 +239,9 @@ uint64_t programmatic_kernels_run() {
 uint64_t kernels_all_waited() {
   return g_all_waited.load();
 }
+uint64_t cooperative_kernels_run() {
+  return g_cooperative_run.load();
+}
 
 // Counts a copy that runs now (check_copy accepted it).
 static void count_copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
@@ -260,6 +263,7 @@ size_t max_dynamic_smem(const void* func) {
 cudaError_t run_grid_checked(const LaunchSpec& spec, const std::function<void()>& body) {
   ++g_kernels_run;
   if (spec.programmatic) ++g_programmatic_run;
+  if (spec.cooperative) ++g_cooperative_run;
   std::string d;
   bool all_waited = false;
   cudaError_t e = run_grid(spec, body, &d, &all_waited);
@@ -291,6 +295,14 @@ cudaError_t launch(const LaunchSpec& spec, std::function<void()> body,
           std::to_string(max_dynamic_smem(spec.func)) +
           " B (raise it with cudaFuncSetAttribute up to " + std::to_string(kOptinSmem) + ")";
   if (!why.empty()) return record(cudaErrorInvalidConfiguration, "kernel launch: " + why);
+  const uint64_t blocks = uint64_t(g.x) * g.y * g.z;
+  if (spec.cooperative && blocks > uint64_t(cooperative_max_blocks(int(threads))))
+    return record(cudaErrorCooperativeLaunchTooLarge,
+                  "cooperative kernel launch: grid of " + std::to_string(blocks) +
+                      " blocks of " + std::to_string(threads) + " threads exceeds the " +
+                      std::to_string(cooperative_max_blocks(int(threads))) +
+                      " that can be resident at once (size it with "
+                      "cudaOccupancyMaxActiveBlocksPerMultiprocessor x multiProcessorCount)");
   if (!stream_valid(spec.stream))
     return record(cudaErrorInvalidResourceHandle, "kernel launch: unknown stream");
   if (!pointer_problem.empty())
@@ -457,6 +469,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   prop->major = kvscope::emu::compute_capability() / 10;
   prop->minor = kvscope::emu::compute_capability() % 10;
   prop->multiProcessorCount = 1;
+  prop->cooperativeLaunch = 1;
   return cudaSuccess;
 }
 cudaError_t cudaDriverGetVersion(int* v) {
@@ -492,6 +505,7 @@ cudaError_t cudaDeviceReset() {
   kvscope::emu::g_bytes_to_host = 0;
   kvscope::emu::g_programmatic_run = 0;
   kvscope::emu::g_all_waited = 0;
+  kvscope::emu::g_cooperative_run = 0;
   st().last = st().sticky = cudaSuccess;
   st().detail.clear();
   return cudaSuccess;
@@ -612,6 +626,17 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
   if (!a->recorded || !b->recorded)
     return record(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: event not recorded");
   *ms = std::chrono::duration<float, std::milli>(b->t - a->t).count();
+  return cudaSuccess;
+}
+
+// The emulated device: one SM of 2048 resident threads (emu.h cooperative_max_blocks).
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* num_blocks, const void* func,
+                                                          int block_size, size_t smem) {
+  if (!num_blocks || !func || block_size <= 0 || block_size > 1024)
+    return record(cudaErrorInvalidValue, "cudaOccupancyMaxActiveBlocksPerMultiprocessor: arguments");
+  *num_blocks = smem > kvscope::emu::max_dynamic_smem(func)
+                    ? 0
+                    : kvscope::emu::cooperative_max_blocks(block_size);
   return cudaSuccess;
 }
 
