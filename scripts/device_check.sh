@@ -173,7 +173,9 @@ if want bench && [ -x "$kvscope" ]; then
   # run it; its prefill and NO CACHE lines are the default path's.
   if [ ${#models[@]} -gt 0 ]; then
     m=${models[0]}
-    if KVSCOPE_CUDA_PERSISTENT=1 "$kvscope" bench --backend cuda --model "$m" > "$out/bench-persistent-$m.txt" 2>&1; then
+    # Bounded: a grid barrier that some block never reaches would hang the step, and the
+    # device time is short (the emulated tests check that every block reaches each one).
+    if KVSCOPE_CUDA_PERSISTENT=1 timeout 120 "$kvscope" bench --backend cuda --model "$m" > "$out/bench-persistent-$m.txt" 2>&1; then
       p_backend=$(bench_backend "$out/bench-persistent-$m.txt")
       note "bench $m decode tokens/s, graphed vs persistent step (batch 1, paged; $(bench_backend "$out/bench-$m.txt") / $p_backend):"
       [[ "$p_backend" == *"persistent step"* ]] ||
