@@ -51,6 +51,27 @@ void check_pointer_arg(const T& v, int index, std::string& problem) {
     }
   }
 }
+
+// A launch on the emulator (plain, programmatic or cooperative): the arguments converted to
+// the parameter types once, as the launch would copy them, and each pointer checked.
+template <class... Params, class... Args>
+cudaError_t emu_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes,
+                       cudaStream_t stream, bool programmatic, bool cooperative, Args&&... args) {
+  std::tuple<std::decay_t<Params>...> params(std::forward<Args>(args)...);
+  std::string problem;
+  int index = 0;
+  std::apply([&](const auto&... p) { (check_pointer_arg(p, index++, problem), ...); }, params);
+  ::kvscope::emu::LaunchSpec spec;
+  spec.func = reinterpret_cast<const void*>(kernel);
+  spec.grid = grid;
+  spec.block = block;
+  spec.smem = smem_bytes;
+  spec.stream = stream;
+  spec.programmatic = programmatic;
+  spec.cooperative = cooperative;
+  return ::kvscope::emu::launch(
+      spec, [kernel, params] { std::apply(kernel, params); }, problem);
+}
 }  // namespace detail
 #endif
 
@@ -59,21 +80,8 @@ cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem
                    cudaStream_t stream, Args&&... args) {
   static_assert(sizeof...(Params) == sizeof...(Args), "kernel argument count mismatch");
 #if defined(KVSCOPE_CUDA_EMU)
-  // Arguments are converted to the parameter types once, as the launch would copy them.
-  std::tuple<std::decay_t<Params>...> params(std::forward<Args>(args)...);
-  std::string problem;
-  int index = 0;
-  std::apply([&](const auto&... p) { (detail::check_pointer_arg(p, index++, problem), ...); },
-             params);
-  ::kvscope::emu::LaunchSpec spec;
-  spec.func = reinterpret_cast<const void*>(kernel);
-  spec.grid = grid;
-  spec.block = block;
-  spec.smem = smem_bytes;
-  spec.stream = stream;
-  spec.programmatic = programmatic_launch();
-  return ::kvscope::emu::launch(
-      spec, [kernel, params] { std::apply(kernel, params); }, problem);
+  return detail::emu_launch(kernel, grid, block, smem_bytes, stream, programmatic_launch(), false,
+                            std::forward<Args>(args)...);
 #else
 #if CUDART_VERSION >= 12030
   if (programmatic_launch()) {
@@ -102,20 +110,8 @@ cudaError_t launch_cooperative(void (*kernel)(Params...), dim3 grid, dim3 block,
                                cudaStream_t stream, Args&&... args) {
   static_assert(sizeof...(Params) == sizeof...(Args), "kernel argument count mismatch");
 #if defined(KVSCOPE_CUDA_EMU)
-  std::tuple<std::decay_t<Params>...> params(std::forward<Args>(args)...);
-  std::string problem;
-  int index = 0;
-  std::apply([&](const auto&... p) { (detail::check_pointer_arg(p, index++, problem), ...); },
-             params);
-  ::kvscope::emu::LaunchSpec spec;
-  spec.func = reinterpret_cast<const void*>(kernel);
-  spec.grid = grid;
-  spec.block = block;
-  spec.smem = smem_bytes;
-  spec.stream = stream;
-  spec.cooperative = true;
-  return ::kvscope::emu::launch(
-      spec, [kernel, params] { std::apply(kernel, params); }, problem);
+  return detail::emu_launch(kernel, grid, block, smem_bytes, stream, false, true,
+                            std::forward<Args>(args)...);
 #else
   // The arguments converted to the parameter types, and their addresses for the runtime.
   std::tuple<std::decay_t<Params>...> params(std::forward<Args>(args)...);
