@@ -19,7 +19,14 @@
 #                  UndefinedBehaviorSanitizer build of everything (build-asan/, CPU
 #                  backend, the CUDA kernels and the CUDA backend on the emulator): out-of-bounds, use-after-free, leaks,
 #                  undefined behaviour, and device-buffer overruns (the emulator poisons the
-#                  bytes past every cudaMalloc). It covers the engine, the emulated kernels,
+#                  bytes past every cudaMalloc). The engine's three SIMD kernel files are
+#                  built uninstrumented into the engine (instrumented, they made every
+#                  real-model test about 7x slower); the kernel tests (test_matmul,
+#                  test_attention, test_elementwise, test_quant) link an instrumented copy
+#                  of them instead (engine/CMakeLists.txt, tests/engine/CMakeLists.txt).
+#                  Test code is built at -O0 and the app's at -O1 (the engine keeps -O3):
+#                  most of this build's compile time was theirs. It covers the engine, the
+#                  emulated kernels,
 #                  the CLI (the kvscope binary the CLI tests run is instrumented), render,
 #                  the app and the fuzz targets (fuzz_driver mutations). Tests added later
 #                  run here too, with no list to update. A UBSan finding aborts the test
@@ -31,7 +38,9 @@
 #                  `kvscope serve`'s engine thread, its inbox and per-request channels,
 #                  httplib's handler threads, disconnects and the SIGTERM shutdown; and the
 #                  serving run's worker thread (app_serving_run_threads: its play, pause,
-#                  step, destruction and error cases of test_serving_run). Only
+#                  step, destruction and error cases of test_serving_run). The SIMD kernel
+#                  files are uninstrumented here too: each thread's rows are its own, and
+#                  the hand-offs between threads are in the instrumented pool. Only
 #                  these: the rest is single-threaded or runs on that same pool, ASan
 #                  already checks it, and TSan would slow the real-model tests 10x or more;
 #                  the emulator's fibers would also need TSan fiber calls. (httplib's own
@@ -42,9 +51,8 @@
 # real-model CUDA tests named in stage 3 (their kernels run there on tiny models).
 # The fuzz targets run here through fuzz_driver (a few seconds each, in stages 1 and 3).
 # Coverage-guided libFuzzer runs need a clang build of the engine (-DKVSCOPE_FUZZ=ON, see
-# tests/fuzz/CMakeLists.txt); they are run by hand, not here, to keep CI under 30 minutes
-# on a 2-core machine: the ASan+UBSan build of everything is the expensive part (about
-# 21 CPU-minutes of compiling, against about 3 for the clang build fuzzing would add).
+# tests/fuzz/CMakeLists.txt); they are run by hand, not here, to keep CI short on a 2-core
+# machine: the ASan+UBSan build of everything is the expensive part.
 # Each stage prints its time ("== NAME: done in N s").
 # KVSCOPE_TEST_STAGES="release asan" (any of release, isa, asan, tsan) runs only those
 # stages (scripts/stress_check.sh repeats them under load); unset, all four run.
