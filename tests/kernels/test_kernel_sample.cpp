@@ -9,10 +9,12 @@
 //    cannot settle a step, as the session does) equal Sampler::sample's, draw after draw
 //    from the same generator, and the top list equals the CPU's, probabilities bit for bit.
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
+#include <string>
 
 #include "engine/device_sampling.h"
 #include "engine/sampler.h"
@@ -203,17 +205,33 @@ TEST(KernelSample, SampledIdsEqualTheCpuSamplerOverSeedsAndSettings) {
 }
 
 TEST(KernelSample, FullVocabularyRow) {
-  std::mt19937 rng(3);
-  std::normal_distribution<float> g(0.0f, 2.5f);
-  std::vector<float> row(49152);
-  for (float& x : row) x = g(rng);
-  row[40000] = row[17] = 11.0f;  // a tie for the top: the lower id wins
-  SamplerConfig greedy;
-  EXPECT_EQ(compare(row, greedy, 10, 1, 1, "greedy V=49152"), 1);
-  SamplerConfig k;
-  k.temperature = 0.9f;
-  k.top_k = 40;
-  EXPECT_EQ(compare(row, k, 10, 16, 8, "top-k V=49152"), 1);
+  // Eight random rows of the default model's vocabulary size. Whether the device's
+  // candidates settle a row depends on its values (the interval of sums can straddle a
+  // float rounding step, two candidates' probabilities can tie at the cut), and the values
+  // depend on how the test was compiled (std::normal_distribution's arithmetic), so no one
+  // row must settle: each must give the CPU's ids, and the device path must carry most.
+  int settled_greedy = 0, settled_top_k = 0;
+  for (unsigned seed = 1; seed <= 8; ++seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> g(0.0f, 2.5f);
+    std::vector<float> row(49152);
+    for (float& x : row) x = g(rng);
+    row[40000] = row[17] = 11.0f;  // a tie for the top: the lower id wins
+    const std::string what = "V=49152 row " + std::to_string(seed);
+    SamplerConfig greedy;
+    const int a = compare(row, greedy, 10, 1, 1, "greedy " + what);
+    ASSERT_GE(a, 0);
+    settled_greedy += a;
+    SamplerConfig k;
+    k.temperature = 0.9f;
+    k.top_k = 40;
+    const int b = compare(row, k, 10, 16, 8, "top-k " + what);
+    ASSERT_GE(b, 0);
+    settled_top_k += b;
+  }
+  std::printf("settled: greedy %d of 8, top-k %d of 8\n", settled_greedy, settled_top_k);
+  EXPECT_GE(settled_greedy, 6);
+  EXPECT_GE(settled_top_k, 6);
 }
 
 TEST(KernelSample, UndecidableRowsFallBackAndNaNIsRefused) {
