@@ -3,7 +3,8 @@
 # Which test runs under which sanitizer, and why:
 #
 #   1. release     every test (ctest), built the way users build it (build/; the CUDA
-#                  backend too when nvcc is there).
+#                  backend too when nvcc is there, for sm_90 on a machine without a GPU);
+#                  the tests' own code at -O1 (tests/CMakeLists.txt).
 #   2. isa-clang   the engine again, built by clang for any x86-64 CPU (build-clang/:
 #                  -DKVSCOPE_NATIVE=OFF, no app, no CUDA), and only the test binaries that
 #                  check each SIMD path against the scalar reference bit for bit (matmul,

@@ -761,6 +761,10 @@ TEST_F(CudaBackendParity, DecodeStepSamplesOnTheDevice) {
     for (int i = 0; i < 2; ++i) ASSERT_TRUE(s->step().ok());  // the prompt; the graph's capture
   const uint64_t n_cand = uint64_t(SessionConfig{}.top_candidates) + 1;
   const uint64_t norms = 4 * 2 * uint64_t(c.n_layer), candidates = 32 + 8 * n_cand;
+  // Whether a step's candidates settle it on the device depends on the logits' values and
+  // on the order the emulated blocks sum in; the two steps above may have fallen back to
+  // the whole row (a correct path), the four measured below must not have.
+  const uint64_t fallbacks_before = dev->device_sampling_stats().fallbacks;
   for (int i = 0; i < 4; ++i) {
     struct Cost {
       uint64_t kernels, to_host;
@@ -801,7 +805,7 @@ TEST_F(CudaBackendParity, DecodeStepSamplesOnTheDevice) {
     EXPECT_EQ(d.t.n_attn, a.t.n_attn);
   }
   EXPECT_EQ(dev->device_sampling_stats().steps, 6u);
-  EXPECT_EQ(dev->device_sampling_stats().fallbacks, 0u);
+  EXPECT_EQ(dev->device_sampling_stats().fallbacks, fallbacks_before);
   // The row is still there for whoever asks: the same logits as the whole-row session's.
   EXPECT_EQ(dev->last_logits(), full->last_logits());
 }
