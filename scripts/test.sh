@@ -16,7 +16,7 @@
 #                  it lacks is a skip that names it), then the per-path cases once more
 #                  under qemu-x86_64 -cpu Haswell, a CPU without AVX-512. A few minutes on
 #                  2 cores.
-#   3. asan+ubsan  every test again but five (named below) in one AddressSanitizer +
+#   3. asan+ubsan  every test again but nine (named below) in one AddressSanitizer +
 #                  UndefinedBehaviorSanitizer build of everything (build-asan/, CPU
 #                  backend, the CUDA kernels and the CUDA backend on the emulator): out-of-bounds, use-after-free, leaks,
 #                  undefined behaviour, and device-buffer overruns (the emulator poisons the
@@ -154,7 +154,10 @@ cmake --build "$root/build-asan" -j"$jobs"
 #  - the forced-ISA reruns of real-model tests (engine_session_cache_nocache_avx2,
 #    engine_forward_fp32_reference_{avx2,scalar}): each SIMD path's numbers, on test code
 #    that runs here with the default path; test_matmul still runs the scalar, AVX2 and
-#    AVX-512 kernels for every weight type here;
+#    AVX-512 kernels for every weight type here; and the forced-ISA reruns of
+#    Matmul.TheStartPathEqualsTheExactReferenceForEveryTypeAndT
+#    (engine_matmul_exact_{avx2,avx512}, 50 s each here), whose paths the
+#    Isa/MatmulPath.EveryTypeEqualsTheExactReferenceBitForBit/<path> cases run here;
 #  - CudaBackendParity.{DefaultModel,Gemma3}PromptAndTwoDecodeStepsSameTop5: the emulated
 #    CUDA backend on the two real models, three steps each (about 15% of this stage's test
 #    time): the only tests not run under any sanitizer but test_cuda_backend_gpu; every
@@ -168,7 +171,7 @@ cmake --build "$root/build-asan" -j"$jobs"
 # Two long quality tests run shorter here (tests/util/sanitizer.h): the sink + window
 # perplexity test over 120 tokens instead of 200, the KL ordering over 12 steps instead of 32;
 # and the persistent decode step's tiny-model parity over 6 decode steps instead of 16.
-asan_skip='^engine_(session_cache_nocache_avx2|forward_fp32_reference_(avx2|scalar))$'
+asan_skip='^engine_(session_cache_nocache_avx2|forward_fp32_reference_(avx2|scalar)|matmul_exact_(avx2|avx512))$'
 asan_skip+='|^CudaBackendParity\.(DefaultModel|Gemma3)PromptAndTwoDecodeStepsSameTop5$'
 asan_skip+='|^CudaBackendParity\.PersistentStepEqualsGraphedOnTheDefaultModel$'
 asan_skip+='|^app_memory_return$'
