@@ -82,6 +82,9 @@ class ShaderProgram {
 // Clears the whole bound framebuffer (width x height px) to an opaque color.
 void clear_framebuffer(int width, int height, float r, float g, float b);
 
+// Returns when every command issued to the current context has finished (glFinish).
+void finish();
+
 // Finds the shader directory: <exe_dir>/shaders if it has the files, else the source
 // tree's shaders/ (compiled in), else "". `probe` is a file name that must exist there.
 std::string find_shader_dir(const std::string& exe_dir, const std::string& probe = "block.vert");

@@ -55,7 +55,8 @@ void add_window_options(CLI::App& app, WindowArgs& o) {
   add_frames_option(app, o.frames, "Quit after N frames");
   app.add_option("--window-shot", o.window_shot, "Save the last frame as this PNG");
   app.add_option("--measure", o.measure,
-                 "Play N steps flat out, print engine step and frame times, quit")
+                 "Play N steps flat out, print engine step and frame times, quit (with "
+                 "--screenshot: drawn offscreen, no display needed; the last frame is saved)")
       ->check(Range(1, kMaxTokensOption));
   app.add_option("--ui-nice", o.ui_nice,
                  "Lower the UI thread's priority by N (default 5; 0 = off)")

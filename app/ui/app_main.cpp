@@ -251,6 +251,8 @@ int run_app(int argc, char** argv) {
   if (app.count("--max-tokens")) args.serving_settings.max_tokens = max_tokens;
   if (args.screenshot && args.serving)
     return run_serving_screenshot(args.cap, args.serving_settings, !args.scene_only);
+  if (args.screenshot && args.measure_steps > 0)
+    return run_measure_offscreen(args, args.cap.out_path);
   if (args.screenshot) return run_screenshot(args.cap, !args.scene_only);
   return run_gui(args);
 }

@@ -313,6 +313,113 @@ std::unique_ptr<render::Renderer> make_renderer(UiState& ui) {
 
 }  // namespace
 
+int run_measure_offscreen(const GuiOptions& o, const std::string& png_path) {
+  if (o.serving) return cli::fail("--measure with --screenshot measures the single view only");
+  auto gl = OffscreenContext::create();
+  if (!gl.ok()) return cli::fail(gl.error().message);
+  const int width = o.cap.width, height = o.cap.height;
+  Expected<render::OffscreenTarget> target_or = render::OffscreenTarget::create(width, height, 4);
+  if (!target_or.ok()) return cli::fail(target_or.error().message);
+  render::OffscreenTarget& target = *target_or;
+
+  UiState ui = initial_ui(o);
+  std::unique_ptr<Controller> ctl = start_controller(ui, o.cap, true);
+  lower_ui_priority(o.ui_nice);
+  IMGUI_CHECKVERSION();
+  ImGui::CreateContext();
+  ImGuiIO& io = ImGui::GetIO();
+  setup_imgui_style(1.0f);
+  ImGui_ImplOpenGL3_Init("#version 330 core");
+  std::unique_ptr<render::Renderer> renderer = make_renderer(ui);
+
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  auto seconds = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  Timeline tl;
+  SceneView view;
+  Measurement measure;
+  measure.target = o.measure_steps;
+  std::vector<Event> pending;
+  LoopState ls;
+  ls.cores = std::max(1u, std::thread::hardware_concurrency());
+  ls.last_time = seconds();
+  std::string error;
+  for (;;) {
+    // The window loop's pacing (frame_wait), with no input: a frame when an engine event
+    // came, the view animates or frames still settle, at most the cap while it computes.
+    ControllerState cs = ctl->state();
+    FramePace pace;
+    pace.changed = ls.settle > 0 || ctl->has_events();
+    pace.animating = view.animating();
+    pace.engine_busy = cs.busy || (cs.playing && cs.speed <= kSpeedMax);
+    pace.since_draw = seconds() - ls.last_draw;
+    pace.frame_ms = ls.frame_ms;
+    pace.cores = ls.cores;
+    if (const double wait = frame_wait(pace); wait > 0) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+      continue;
+    }
+    for (Event& e : ctl->poll()) pending.push_back(std::move(e));
+    const auto work_start = Clock::now();
+    ls.settle = std::max(ls.settle - 1, 0);
+    io.DisplaySize = ImVec2(float(width), float(height));
+    io.DisplayFramebufferScale = ImVec2(1.0f, 1.0f);
+    ImGui_ImplOpenGL3_NewFrame();
+    ImGui::NewFrame();
+    const double now = seconds();
+    const float dt = float(now - ls.last_time);
+    io.DeltaTime = std::max(dt, 1e-4f);
+    ls.last_time = now;
+    ls.last_draw = now;
+    take_events(ui, ctl.get(), tl, pending, now, measure);
+    sync_frame(ui, tl, now);
+    draw_frame_ui(ui, ctl.get(), cs, tl, ShownRange{view.shown_first(), view.shown_last()});
+    view.update(view_frame(ui, tl, cs, now, dt), ViewInput{});
+    ImGui::Render();
+    target.bind();
+    render::clear_framebuffer(width, height, 0.06f, 0.065f, 0.08f);
+    if (renderer) view.draw(*renderer, width, height, 1.0f);
+    ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+    // A window's buffer swap waits for the frame's drawing; here the frame is finished
+    // before the next, so the GPU's drawing is in the frame's work as on a display.
+    render::finish();
+    ++ls.frame;
+    const double work_ms =
+        std::chrono::duration<double, std::milli>(Clock::now() - work_start).count();
+    ls.frame_ms += 0.2 * (work_ms - ls.frame_ms);
+    ui.frame_work_ms = ls.frame_ms;
+    if (measure.t0 >= 0 && !measure.done()) {
+      ++measure.frames;
+      measure.frame_work_ms += work_ms;
+    }
+    if (!ui.error.empty()) {
+      error = ui.error;
+      break;
+    }
+    if (measure.done() || (tl.finished() && tl.last())) break;
+  }
+  if (error.empty()) {
+    measure.print();
+    Expected<std::vector<uint8_t>> rgba = target.read_rgba();
+    if (rgba.ok()) {
+      for (size_t i = 3; i < rgba->size(); i += 4) (*rgba)[i] = 255;  // opaque, as a screenshot
+      if (Status st = render::write_png(png_path, width, height, *rgba); !st.ok())
+        error = st.message();
+      else
+        std::printf("kvscope: wrote %s (the last frame); %s\n", png_path.c_str(),
+                    gl.value()->description().c_str());
+    } else {
+      error = rgba.error().message;
+    }
+  }
+  render::OffscreenTarget::bind_default();
+  ctl.reset();
+  renderer.reset();
+  ImGui_ImplOpenGL3_Shutdown();
+  ImGui::DestroyContext();
+  return error.empty() ? 0 : cli::fail(error);
+}
+
 int run_gui(const GuiOptions& o) {
   use_mapped_memory_for_large_blocks();  // bounded memory over thousands of steps
   UiState ui = initial_ui(o);

@@ -57,4 +57,10 @@ struct GuiOptions {
 // Opens the window and runs until it closes; returns the exit code.
 int run_gui(const GuiOptions& opts);
 
+// --measure with --screenshot PNG: the same measurement with no window or display. The
+// app's frames (panels and 3D view, paced as the window loop paces them) are drawn into an
+// offscreen framebuffer at --size while the engine plays flat out; the JSON line is the
+// window's, and the last frame is written to PNG.
+int run_measure_offscreen(const GuiOptions& opts, const std::string& png_path);
+
 }  // namespace kvscope::app

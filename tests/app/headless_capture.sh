@@ -31,3 +31,21 @@ case "$line" in
   *"kv q4_0"*"4 steps, mean KL "*) echo "headless_capture: $line" ;;
   *) echo "headless_capture: unexpected '$line'" >&2; exit 1 ;;
 esac
+
+# --measure with --screenshot: the app's frames drawn offscreen while the engine plays 6
+# decode steps; one JSON line with 6 decode steps' engine times, and the last frame as a
+# PNG of the requested size that shows the app.
+log=$2/headless_measure.log
+rm -f "$out"
+env -u DISPLAY -u WAYLAND_DISPLAY "$kvscope" --screenshot "$out" --measure 6 --size 640x400 \
+  --backend cpu >"$log"
+line=$(grep '^{"measure": "app"' "$log") || { echo "headless_capture: no measure line" >&2; cat "$log" >&2; exit 1; }
+python3 - "$line" <<'PY' || exit 1
+import json, sys
+m = json.loads(sys.argv[1])
+if m["decode_steps"] != 6 or not m["engine_ms_median"] > 0 or m["rss_peak_mb"] <= 0:
+    sys.exit("headless_capture: measure line %s" % sys.argv[1])
+PY
+python3 "$(dirname "$0")/png_content.py" "$out" 640 400 ||
+  { echo "headless_capture: the measured run's last frame does not show the app" >&2; exit 1; }
+echo "headless_capture: $line"
