@@ -23,13 +23,14 @@
 #            (prompts/*.txt), 64 each (KVSCOPE_PARITY_TOKENS), for each model present:
 #            identical or where they split
 #   capture  the app (this build's, or the one device_stage.sh --app staged in .devapp/):
-#            1280x720 headless captures (3/4 and TOP) with the CUDA engine and NVIDIA's
-#            EGL, and bench-render's frame times
+#            1280x720 headless captures (3/4, TOP and the Serving view) with the CUDA
+#            engine and NVIDIA's EGL; the engine's decode step while the app draws
+#            (offscreen) against the CLI's; and bench-render's frame times
 # KVSCOPE_DEVICE_MODELS="gemma3-270m" limits bench, parity and capture to those models.
 # Before the stages, the model pieces under .devmodel/*/ are joined into assets/models/
 # and checked against the pinned sha256 (scripts/fetch_model.sh with KVSCOPE_OFFLINE=1).
 # Logs and the summary go to build-gpu/device-check/; when $OUT is set, the summary, the
-# test log, the bench outputs and the captures are copied there (at most 8 files).
+# captures and one archive of every log (device-check-logs.tar.gz) are copied there.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -257,6 +258,39 @@ if want capture; then
         note "capture $cam: FAILED: $(tail -n 3 "$out/capture-$f.log" | tr '\n' ' ')"
       fi
     done
+    # The Serving view: several requests from one pool of KV blocks, on the CUDA engine.
+    if "$appexe" --backend cuda --model "$mpath" --view serving --requests 8 \
+        --screenshot "$out/capture-serving.png" --steps 24 --size 1280x720 \
+        > "$out/capture-serving.log" 2>&1; then
+      note "capture serving: capture-serving.png ($(grep -v '^$' "$out/capture-serving.log" | tail -n 1))"
+    else
+      note "capture serving: FAILED: $(tail -n 3 "$out/capture-serving.log" | tr '\n' ' ')"
+    fi
+    # The engine's decode step inside the app while it draws (offscreen at 1280x720, frames
+    # paced as the window paces them) against `kvscope generate` on the same prompt, same
+    # binary: the median decode step of each (the prefill step left out), twice in turn.
+    n=${KVSCOPE_MEASURE_STEPS:-256}
+    for round in 1 2; do
+      cli_ms=$("$appexe" generate --backend cuda --model "$mpath" --prompt-file prompts/01_narrative.txt \
+          --max-tokens $((n + 1)) --temp 0 --json 2> "$out/measure-cli.err" | python3 -c '
+import json, sys
+ms = sorted(o["ms"] for o in map(json.loads, filter(str.strip, sys.stdin)) if "ms" in o and o.get("step", 0) >= 2)
+print("%.3f" % ms[len(ms) // 2] if ms else "none")')
+      app_line=$("$appexe" --backend cuda --model "$mpath" --prompt-file prompts/01_narrative.txt \
+          --screenshot "$out/capture-measure.png" --measure "$n" --size 1280x720 2> "$out/measure-app.err" |
+        grep '"measure"')
+      verdict=$(python3 -c '
+import json, sys
+cli, line = sys.argv[1], sys.argv[2]
+if cli == "none" or not line:
+    print("FAILED: no figures (see measure-cli.err, measure-app.err)")
+else:
+    a = json.loads(line)
+    print("CLI %s ms, app %.3f ms (%.2fx), %d frames at %.1f/s, %.2f ms of frame work each"
+          % (cli, a["engine_ms_median"], a["engine_ms_median"] / float(cli), a["frames"],
+             a["frames_per_s"], a["frame_work_ms_mean"]))' "$cli_ms" "$app_line")
+      note "decode step while the app draws, round $round ($n steps): $verdict"
+    done
     if "$appexe" bench-render --size 1280x720 --frames 300 > "$out/bench-render.txt" 2>&1; then
       note "bench-render (1280x720, GPU renderer):"
       while read -r l; do note "  $l"; done < <(grep -v '^$' "$out/bench-render.txt" | head -n 12)
@@ -272,6 +306,7 @@ echo
 echo "==== device_check summary ($(( $(date +%s) - t_start )) s) ===="
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
-  ls "$out"/summary.txt "$out"/capture-*.png "$out"/ctest.log "$out"/bench-*.txt 2>/dev/null |
-    head -n 8 | xargs -r cp -t "$OUT"
+  # The summary, the captures and one archive of every log (at most 8 files come back).
+  ls "$out"/summary.txt "$out"/capture-*.png 2>/dev/null | head -n 7 | xargs -r cp -t "$OUT"
+  tar -czf "$OUT/device-check-logs.tar.gz" -C "$out" --exclude='*.png' . 2>/dev/null
 fi
