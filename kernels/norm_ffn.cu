@@ -1,11 +1,13 @@
 // norm_ffn.cu — a decode step's feed-forward half in one launch: the residual step
 // (residual_norm.cuh), gate/up + activation, and the down product split over F.
-// Thread mapping: 256 threads; block b owns the 32 gate values f in [32b, 32b + 32):
-// warp w computes rows w, w + 8, ... of Wgate and Wup (lanes over 16-value units,
-// matvec_row.cuh), lane 0 keeps act(g)·u in shared memory; then thread i takes down rows
-// i, i + 256, ...: the dot of that row's 32 values of the slice (two units) with the
-// slice's gate values, into partial[b][row]. The last block (last_block.cuh) sums the
-// partials in slice order (deterministic: no float atomics), writes out, x and h.
+// Thread mapping: 1024 threads; block b owns the 32 gate values f in [32b, 32b + 32):
+// warp w computes row w of Wgate and of Wup (lanes over 16-value units, matvec_row.cuh),
+// lane 0 keeps act(g)·u in shared memory; then thread i takes down rows i, i + 1024, ...:
+// the dot of that row's 32 values of the slice (two units) with the slice's gate values,
+// into partial[b][row]. The last block (last_block.cuh) sums the partials in slice order
+// (deterministic: no float atomics), writes out, x and h. A decode step's latency is this
+// chain (F/32 blocks: 48 for SmolLM2), so each block is as wide as a block can be: every
+// row's loads are in flight at once, rather than four rows one after another per warp.
 // Shapes: x, y, h, out [C]; w_gate, w_up [F][C]; w_down [C][F]; partial [F/32][C].
 // The bodies are in norm_ffn.cuh (shared with the persistent decode step).
 #include "kernels/last_block.cuh"
@@ -16,7 +18,7 @@
 namespace kvscope::cuda {
 namespace {
 
-constexpr int kThreads = 32 * kMatvecWarpsPerBlock;
+constexpr int kThreads = 1024;
 
 __global__ void __launch_bounds__(kThreads)
     norm_ffn_kernel(ResidualArgs r, QMatrix wg, QMatrix wu, QMatrix wd, GateAct act, float* partial,

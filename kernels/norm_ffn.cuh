@@ -3,9 +3,10 @@
 // slice of 32 values through gate/up + activation and its partial down product
 // (norm_ffn_slice), and one output value's sum of the partials in slice order
 // (norm_ffn_sum, deterministic: no float atomics).
-// Thread mapping: 256 threads (kMatvecWarpsPerBlock warps); warp w computes rows w, w + 8,
-// ... of the slice's Wgate and Wup rows, lane 0 keeps act(g)·u in g (32 floats of shared
-// memory); then thread i takes down rows i, i + blockDim.x, ...
+// Thread mapping: any whole number of warps (norm_ffn.cu: 32, one gate/up row pair each;
+// the persistent step: 8); warp w computes rows w, w + warps, ... of the slice's Wgate and
+// Wup rows, lane 0 keeps act(g)·u in g (32 floats of shared memory); then thread i takes
+// down rows i, i + blockDim.x, ...
 // Shapes: h [C]; w_gate, w_up [F][C]; w_down [C][F]; partial [F/32][C].
 #pragma once
 
@@ -44,8 +45,9 @@ __device__ __forceinline__ void norm_ffn_slice(const QMatrix& wg, const QMatrix&
                                                const float* hs, int64_t slice, float* g,
                                                float* partial) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int warps = static_cast<int>(blockDim.x) / 32;
   const int64_t f0 = slice * kFfnSlice;
-  for (int i = warp; i < kFfnSlice; i += kMatvecWarpsPerBlock) {
+  for (int i = warp; i < kFfnSlice; i += warps) {
     float ag[kRowsAtOnce] = {0.0f, 0.0f, 0.0f, 0.0f};
     float au[kRowsAtOnce] = {0.0f, 0.0f, 0.0f, 0.0f};
     lane_row_dots_any(wg.type, static_cast<const uint8_t*>(wg.data) + (f0 + i) * wg.row_bytes, C,
@@ -69,8 +71,17 @@ __device__ __forceinline__ void norm_ffn_slice(const QMatrix& wg, const QMatrix&
 // Output value c: the partials of the n_slices slices summed in slice order.
 __device__ __forceinline__ float norm_ffn_sum(const float* partial, unsigned n_slices, int C,
                                               int c) {
+  // Eight loads in flight at a time, added in slice order.
   float s = 0.0f;
-  for (unsigned b = 0; b < n_slices; ++b) s += partial[int64_t(b) * C + c];
+  unsigned b = 0;
+  for (; b + 8 <= n_slices; b += 8) {
+    float v[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = partial[int64_t(b + j) * C + c];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) s += v[j];
+  }
+  for (; b < n_slices; ++b) s += partial[int64_t(b) * C + c];
   return s;
 }
 

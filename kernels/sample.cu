@@ -1,11 +1,17 @@
 // sample.cu — the device sampler's reductions over one logits row (see kernels/sample.h):
 // the n best (logit, id) pairs, the max and the softmax sum with its error bound.
-// Thread mapping: sample_partial_kernel, one block of 256 threads per chunk of 4096
-// logits (held in shared memory), n rounds of a block-wide arg-best, each round taking the
-// best pair after the previous round's winner; sample_finish_kernel, one block of 256
-// threads: the same rounds over every chunk's n pairs, then one strided pass over the row
-// for the sum (double exp, so that each term is the correctly rounded expf) and a tree
-// reduction in double.
+// Three launches, each wide enough that no one block walks the whole row:
+//   sample_partial_kernel: one block of 256 threads per chunk of 4096 logits (held in
+//     shared memory), n rounds of a block-wide arg-best, each round taking the best pair
+//     after the previous round's winner; it also copies the row;
+//   sample_sum_kernel: one block of 256 threads per span of 1024 logits; the max is the
+//     best of the chunks' winners (every block finds it), then the span's sum of terms
+//     (double exp, so that each term is the correctly rounded expf), its error terms and
+//     NaN count, reduced by a fixed tree into one entry per span;
+//   sample_finish_kernel: one block, the same rounds over every chunk's n pairs, and the
+//     spans' entries summed by a fixed tree (deterministic: no float atomics).
+// An arg-best round reduces within each warp by shuffles, then over the warps' winners:
+// two barriers a round.
 #include <cfloat>
 #include <cmath>
 
@@ -17,6 +23,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kChunk = 4096;
+constexpr int kSpan = 1024;  // logits per block of sample_sum_kernel
 
 // (al, aid) comes before (bl, bid): logit descending, then id ascending; id < 0 is an
 // empty entry, after everything.
@@ -26,12 +33,28 @@ __device__ __forceinline__ bool before(float al, int aid, float bl, int bid) {
   return al > bl || (al == bl && aid < bid);
 }
 
+// The better of (l, id) and the pair `o` lanes away, for every lane (a total order:
+// ids differ, so every lane ends with the same winner whatever the tree).
+__device__ __forceinline__ void warp_best(float& l, int& id) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ol = __shfl_xor_sync(kFullMask, l, o);
+    const int oid = __shfl_xor_sync(kFullMask, id, o);
+    if (before(ol, oid, l, id)) {
+      l = ol;
+      id = oid;
+    }
+  }
+}
+
 // n rounds of a block-wide arg-best over count entries, get(j, l, id) reading entry j:
 // round r writes the r-th pair in order to out_id[r], out_l[r] (id -1 once none is left).
-// Every thread of the block calls it; red_l, red_id are kThreads entries of shared memory.
+// Every thread of the block calls it (blockDim.x a multiple of 32, at most kThreads);
+// red_l, red_id are 32 entries of shared memory.
 template <class Get>
 __device__ void block_select(Get get, int count, int n, int* out_id, float* out_l, float* red_l,
                              int* red_id) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int n_warps = static_cast<int>(blockDim.x) / 32;
   float pl = 0.0f;
   int pid = -1;  // the previous round's winner (none yet)
   for (int r = 0; r < n; ++r) {
@@ -47,19 +70,17 @@ __device__ void block_select(Get get, int count, int n, int* out_id, float* out_
         bid = id;
       }
     }
-    red_l[threadIdx.x] = bl;
-    red_id[threadIdx.x] = bid;
-    __syncthreads();
-    for (int o = static_cast<int>(blockDim.x) / 2; o > 0; o >>= 1) {
-      const int t = static_cast<int>(threadIdx.x);
-      if (t < o && before(red_l[t + o], red_id[t + o], red_l[t], red_id[t])) {
-        red_l[t] = red_l[t + o];
-        red_id[t] = red_id[t + o];
-      }
-      __syncthreads();
+    warp_best(bl, bid);
+    if (lane == 0) {
+      red_l[warp] = bl;
+      red_id[warp] = bid;
     }
-    pl = red_l[0];
-    pid = red_id[0];
+    __syncthreads();
+    bl = lane < n_warps ? red_l[lane] : 0.0f;
+    bid = lane < n_warps ? red_id[lane] : -1;
+    warp_best(bl, bid);
+    pl = bl;
+    pid = bid;
     if (threadIdx.x == 0) {
       out_id[r] = pid;
       out_l[r] = pl;
@@ -80,8 +101,8 @@ __global__ void sample_partial_kernel(const float* logits, int V, int n, float* 
   grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
   grid_dependents_launch();
   __shared__ float vals[kChunk];
-  __shared__ float red_l[kThreads];
-  __shared__ int red_id[kThreads];
+  __shared__ float red_l[32];
+  __shared__ int red_id[32];
   const int base = static_cast<int>(blockIdx.x) * kChunk;
   const int count = V - base < kChunk ? V - base : kChunk;
   for (int j = threadIdx.x; j < count; j += blockDim.x) {
@@ -112,26 +133,64 @@ __device__ __forceinline__ double term_err(double x, float f) {
   return 0.5 * side - fabs(r) <= side * 0x1p-8 ? side : 0.0;
 }
 
-__global__ void sample_finish_kernel(const float* logits, int V, int n, int n_part,
-                                     const int* part_id, const float* part_l, float temperature,
-                                     SampleHeader* hdr, int* ids, float* out_l) {
+// Where sample_sum_kernel leaves one entry per span (after the chunks' pairs).
+struct SpanSums {
+  double* sum;
+  double* err;
+  int* nan;
+};
+__host__ __device__ inline SpanSums span_sums(void* work, int chunks, int n, int spans) {
+  char* base = static_cast<char*>(work) + size_t(chunks) * size_t(n) * 8;
+  SpanSums s;
+  s.sum = reinterpret_cast<double*>(base);  // 8-byte aligned: chunks * n * 8 bytes before
+  s.err = s.sum + spans;
+  s.nan = reinterpret_cast<int*>(s.err + spans);
+  return s;
+}
+
+// Sums a double per thread over the block by a fixed tree; thread 0 gets the total.
+__device__ __forceinline__ double block_tree_sum(double v, double* red) {
+  const int tid = static_cast<int>(threadIdx.x);
+  red[tid] = v;
+  __syncthreads();
+  for (int o = static_cast<int>(blockDim.x) / 2; o > 0; o >>= 1) {
+    if (tid < o) red[tid] += red[tid + o];
+    __syncthreads();
+  }
+  const double total = red[0];
+  __syncthreads();  // red is written again by the next call
+  return total;
+}
+
+// The largest logit: the best of the chunks' first pairs (each chunk's own best), or 0
+// when every logit is NaN (as an empty selection leaves it).
+__device__ __forceinline__ float chunks_max(const int* part_id, const float* part_l, int n,
+                                            int n_part) {
+  float bl = 0.0f;
+  int bid = -1;
+  for (int c = 0; c < n_part; ++c) {
+    const float l = part_l[int64_t(c) * n];
+    const int id = part_id[int64_t(c) * n];
+    if (before(l, id, bl, bid)) {
+      bl = l;
+      bid = id;
+    }
+  }
+  return bl;
+}
+
+__global__ void __launch_bounds__(kThreads)
+    sample_sum_kernel(const float* logits, int V, int n, int n_part, const int* part_id,
+                      const float* part_l, float temperature, SpanSums out) {
   grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
   grid_dependents_launch();
-  __shared__ float red_l[kThreads];
-  __shared__ int red_id[kThreads];
-  __shared__ double red_s[kThreads], red_e[kThreads];
-  __shared__ int red_n[kThreads];
-  block_select(
-      [&](int j, float& l, int& id) {
-        l = part_l[j];
-        id = part_id[j];
-      },
-      n_part * n, n, ids, out_l, red_l, red_id);
-  __syncthreads();  // thread 0's writes of ids, out_l are visible to the block
-  const float mx = out_l[0];
+  __shared__ double red[kThreads];
+  const float mx = chunks_max(part_id, part_l, n, n_part);
+  const int base = static_cast<int>(blockIdx.x) * kSpan;
+  const int end = V - base < kSpan ? V : base + kSpan;
   double sum = 0.0, err = 0.0;
   int nan = 0;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) {
+  for (int i = base + static_cast<int>(threadIdx.x); i < end; i += blockDim.x) {
     const float l = logits[i];
     if (l != l) {
       ++nan;
@@ -143,27 +202,47 @@ __global__ void sample_finish_kernel(const float* logits, int V, int n, int n_pa
     sum += static_cast<double>(f);
     err += term_err(x, f);
   }
-  const int tid = static_cast<int>(threadIdx.x);
-  red_s[tid] = sum;
-  red_e[tid] = err;
-  red_n[tid] = nan;
-  __syncthreads();
-  for (int o = static_cast<int>(blockDim.x) / 2; o > 0; o >>= 1) {
-    if (tid < o) {
-      red_s[tid] += red_s[tid + o];
-      red_e[tid] += red_e[tid + o];
-      red_n[tid] += red_n[tid + o];
-    }
-    __syncthreads();
+  sum = block_tree_sum(sum, red);
+  err = block_tree_sum(err, red);
+  const double nans = block_tree_sum(static_cast<double>(nan), red);
+  if (threadIdx.x == 0) {
+    out.sum[blockIdx.x] = sum;
+    out.err[blockIdx.x] = err;
+    out.nan[blockIdx.x] = static_cast<int>(nans);
   }
-  if (tid == 0) {
+}
+
+__global__ void __launch_bounds__(kThreads)
+    sample_finish_kernel(int V, int n, int n_part, const int* part_id, const float* part_l,
+                         SpanSums spans, int n_spans, SampleHeader* hdr, int* ids, float* out_l) {
+  grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
+  grid_dependents_launch();
+  __shared__ float red_l[32];
+  __shared__ int red_id[32];
+  __shared__ double red[kThreads];
+  block_select(
+      [&](int j, float& l, int& id) {
+        l = part_l[j];
+        id = part_id[j];
+      },
+      n_part * n, n, ids, out_l, red_l, red_id);
+  double sum = 0.0, err = 0.0, nan = 0.0;
+  for (int b = threadIdx.x; b < n_spans; b += blockDim.x) {  // in span order per thread
+    sum += spans.sum[b];
+    err += spans.err[b];
+    nan += spans.nan[b];
+  }
+  sum = block_tree_sum(sum, red);
+  err = block_tree_sum(err, red);
+  nan = block_tree_sum(nan, red);
+  if (threadIdx.x == 0) {
     SampleHeader h;
-    h.sum = red_s[0];
+    h.sum = sum;
     // Both sums of V positive terms are within (V - 1)·2^-53·sum of the exact one.
-    h.sum_err = red_e[0] + static_cast<double>(V) * 0x1p-51 * red_s[0];
-    h.max = mx;
+    h.sum_err = err + static_cast<double>(V) * 0x1p-51 * sum;
+    h.max = out_l[0];  // thread 0 wrote it (block_select's first round)
     h.n = n < V ? n : V;
-    h.nan = red_n[0];
+    h.nan = static_cast<int>(nan);
     *hdr = h;
   }
 }
@@ -172,27 +251,36 @@ int n_chunks(int V) {
   return (V + kChunk - 1) / kChunk;
 }
 
+int n_spans(int V) {
+  return (V + kSpan - 1) / kSpan;
+}
+
 }  // namespace
 
 size_t sample_work_bytes(int V, int n) {
-  return size_t(n_chunks(V)) * size_t(n) * 8;
+  return size_t(n_chunks(V)) * size_t(n) * 8 + size_t(n_spans(V)) * (8 + 8 + 4);
 }
 
 cudaError_t sample_candidates(const float* logits, int V, int n, float temperature, float* row_copy,
                               void* work, void* out, cudaStream_t s) {
   if (V <= 0 || n < 1 || n > kSampleMaxCandidates || !(temperature > 0))
     return cudaErrorInvalidValue;
-  const int chunks = n_chunks(V);
+  const int chunks = n_chunks(V), spans = n_spans(V);
   int* part_id = static_cast<int*>(work);
   float* part_l = reinterpret_cast<float*>(part_id + int64_t(chunks) * n);
+  const SpanSums sums = span_sums(work, chunks, n, spans);
   auto* hdr = static_cast<SampleHeader*>(out);
   int* ids = reinterpret_cast<int*>(hdr + 1);
   float* out_l = reinterpret_cast<float*>(ids + n);
   cudaError_t e = launch(sample_partial_kernel, dim3(chunks), dim3(kThreads), 0, s, logits, V, n,
                          row_copy, part_id, part_l);
   if (e != cudaSuccess) return e;
-  return launch(sample_finish_kernel, dim3(1), dim3(kThreads), 0, s, logits, V, n, chunks,
-                static_cast<const int*>(part_id), static_cast<const float*>(part_l), temperature,
+  e = launch(sample_sum_kernel, dim3(spans), dim3(kThreads), 0, s, logits, V, n, chunks,
+             static_cast<const int*>(part_id), static_cast<const float*>(part_l), temperature,
+             sums);
+  if (e != cudaSuccess) return e;
+  return launch(sample_finish_kernel, dim3(1), dim3(kThreads), 0, s, V, n, chunks,
+                static_cast<const int*>(part_id), static_cast<const float*>(part_l), sums, spans,
                 hdr, ids, out_l);
 }
 

@@ -42,7 +42,7 @@ size_t sample_work_bytes(int V, int n);
 
 // logits [V] (device), 1 <= n <= kSampleMaxCandidates, temperature > 0 (the CPU's softmax
 // uses 1 for greedy). row_copy [V] receives a copy of the row (the logits the host may
-// ask for later); work and out as sized above. Two launches.
+// ask for later); work and out as sized above. Three launches.
 cudaError_t sample_candidates(const float* logits, int V, int n, float temperature, float* row_copy,
                               void* work, void* out, cudaStream_t s);
 

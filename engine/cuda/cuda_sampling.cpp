@@ -1,7 +1,7 @@
 // cuda_sampling.cpp — the CUDA backend's device sampler and non-waiting downloads (see
 // backend.h, kernels/sample.h, engine/device_sampling.h).
 //
-// sample_candidates runs the two sampler kernels after the step's other launches (a
+// sample_candidates runs the three sampler kernels after the step's other launches (a
 // decode graph is flushed first, so they are never part of it; with programmatic
 // dependent launch when the backend uses it) and copies the header and
 // the n candidates — 32 + 8n bytes — into pinned memory; the logits row stays on the

@@ -729,7 +729,7 @@ TEST_F(CudaBackendParity, DecodeStepKernelsAndTransfers) {
   }
 }
 
-// The same decode steps sampled on the device (the default): the two sampler kernels run
+// The same decode steps sampled on the device (the default): the three sampler kernels run
 // after the step's others, and what reaches the host is the candidates (a 32-byte header
 // and 8 bytes per candidate: top_candidates + 1 of them for greedy) and the K/V row norms —
 // plus the attention rows only when the session is asked for them, then copied without
@@ -783,8 +783,8 @@ TEST_F(CudaBackendParity, DecodeStepSamplesOnTheDevice) {
                 "the device (%llu B with the attention rows)\n",
                 b.t.pos, (unsigned long long)a.to_host, (unsigned long long)b.to_host,
                 (unsigned long long)d.to_host);
-    EXPECT_EQ(b.kernels, a.kernels + 2);
-    EXPECT_EQ(d.kernels, a.kernels + 2);
+    EXPECT_EQ(b.kernels, a.kernels + 3);
+    EXPECT_EQ(d.kernels, a.kernels + 3);
     EXPECT_EQ(b.to_host, candidates + norms);
     EXPECT_LE(b.to_host, 4096 + 8 * n_cand);
     EXPECT_EQ(d.to_host, candidates + norms + attn);
