@@ -68,10 +68,19 @@ cudaError_t matmul_f32(const float* w32, int64_t n_in, int64_t n_out, const floa
                        float* out, cudaStream_t s);
 // out [T][n_out] = x [T][n_in] · Wᵀ for any type the kernels decode (qtype_supported), read
 // in its stored form: tiles of 64 W rows decoded once into shared memory serve 64 rows of
-// x (matmul_batched.cu). fp32 activations and accumulation; each output sums in input
-// order, so a row's result does not depend on T. n_in must be whole blocks of the type.
-// For batched decode steps (T of about 9..64); any T works.
-cudaError_t matmul_batched(QMatrix w, const float* x, int T, float* out, cudaStream_t s);
+// x (matmul_batched.cu). fp32 activations and accumulation. n_in must be whole blocks of
+// the type. For batched decode steps and short prompts (T of about 9..64); any T works.
+// With work and counters (sized by the two functions below; counters zero, and left
+// zero), a matrix of few 64-row tiles splits its input over several blocks
+// (matmul_batched_splits) and the last block of each tile adds the splits' sums in split
+// order; without them (nullptr), one block per tile. Either way each output's sum order
+// depends only on the matrix's shape, so a row's result does not depend on T or on the
+// other rows.
+cudaError_t matmul_batched(QMatrix w, const float* x, int T, float* out, float* work,
+                           unsigned* counters, cudaStream_t s);
+int matmul_batched_splits(QMatrix w);
+int64_t matmul_batched_work_floats(QMatrix w, int T);
+int matmul_batched_counters(QMatrix w, int T);
 bool matmul_batched_supported(QType t);
 // One layer of the KV cache: K and V each [Hkv][n_slots] rows of D values in their element
 // type (the values are ggml type ids, as the engine's KvDtype; f32 and f16 rows are D

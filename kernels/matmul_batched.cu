@@ -10,10 +10,19 @@
 // tile serves all 64 activation rows: per step the weight bytes read are the quantized
 // bytes (once per 64 rows), where the cuBLAS path read a 4-8x larger fp32 copy.
 //
+// Split input: a block's chain of chunks is the kernel's latency, and a matrix of few
+// tiles (576 rows: 9 tiles) would leave most of the GPU idle while 9 blocks walk every
+// chunk. So such a matrix splits its chunks over grid.z = S blocks per tile
+// (matmul_batched_splits: about kTargetBlocks blocks, from the shape alone); each writes
+// its partial tile to work [S][T][n_out], and the last block of the tile to finish
+// (last_block.cuh) adds the S partials in split order and writes out.
+//
 // Numbers: weights decode exactly (dequant_value, the same as dequantize_f32), activations
-// and accumulation are fp32; each output sums its n_in products in input order, one
-// chunk after another, so a row's result does not depend on T or on the other rows.
+// and accumulation are fp32; each split sums its products in input order, one chunk after
+// another, and the splits add in order: the order depends only on the matrix's shape, so
+// a row's result does not depend on T or on the other rows.
 // Shapes: w {n_in, n_out} (n_out rows), x [T][n_in] fp32, out [T][n_out] fp32.
+#include "kernels/last_block.cuh"
 #include "kernels/launch.cuh"
 #include "kernels/quant.cuh"
 
@@ -26,6 +35,7 @@ constexpr int kChunk = 32;  // input values per shared-memory step
 constexpr int kSide = 16;   // threads per block side
 constexpr int kThreads = kSide * kSide;
 constexpr int kMicro = kTileO / kSide;  // 4 x 4 outputs per thread
+constexpr int kTargetBlocks = 128;      // enough blocks to fill a large GPU
 static_assert(kTileO == kTileT, "the micro-tile is square");
 static_assert(kTileO * kChunk % kThreads == 0, "whole decode work per thread");
 
@@ -38,11 +48,13 @@ __device__ __forceinline__ float decode_at(const uint8_t* row, int64_t i) {
 template <QType kType>
 __global__ void __launch_bounds__(kThreads)
     matmul_batched_kernel(const uint8_t* w, int64_t row_bytes, int64_t n_in, int64_t n_out,
-                          const float* x, int T, float* out) {
+                          const float* x, int T, float* out, int chunks_per_split, float* work,
+                          unsigned* counters) {
   grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
   grid_dependents_launch();
   __shared__ float ws[kTileO][kChunk + 1];  // +1: the micro-tile's column reads hit distinct banks
   __shared__ float xs[kTileT][kChunk + 1];
+  __shared__ int last;  // last_block_to_arrive's flag (split input only)
   const int tx = threadIdx.x % kSide, ty = threadIdx.x / kSide;
   const int64_t o0 = int64_t(blockIdx.x) * kTileO;
   const int t0 = int(blockIdx.y) * kTileT;
@@ -56,7 +68,10 @@ __global__ void __launch_bounds__(kThreads)
   for (int i = 0; i < kMicro; ++i)
 #pragma unroll
     for (int j = 0; j < kMicro; ++j) acc[i][j] = 0.0f;
-  for (int64_t k0 = 0; k0 < n_in; k0 += kChunk) {
+  const int64_t k_begin = int64_t(blockIdx.z) * chunks_per_split * kChunk;
+  const int64_t k_end =
+      k_begin + int64_t(chunks_per_split) * kChunk < n_in ? k_begin + int64_t(chunks_per_split) * kChunk : n_in;
+  for (int64_t k0 = k_begin; k0 < k_end; k0 += kChunk) {
 #pragma unroll
     for (int e = 0; e < kPer; ++e) {
       const int64_t i = k0 + dc + e;
@@ -83,6 +98,8 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
   }
+  const int splits = static_cast<int>(gridDim.z);
+  float* dst = splits == 1 ? out : work + int64_t(blockIdx.z) * T * n_out;
 #pragma unroll
   for (int j = 0; j < kMicro; ++j) {
     const int t = t0 + ty + kSide * j;
@@ -90,53 +107,108 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int i = 0; i < kMicro; ++i) {
       const int64_t o = o0 + tx + kSide * i;
-      if (o < n_out) out[int64_t(t) * n_out + o] = acc[i][j];
+      if (o < n_out) dst[int64_t(t) * n_out + o] = acc[i][j];
+    }
+  }
+  if (splits == 1) return;
+  const unsigned tile = blockIdx.y * gridDim.x + blockIdx.x;
+  if (!last_block_to_arrive(counters + tile, static_cast<unsigned>(splits), &last)) return;
+  // The tile's outputs: the splits' partials added in split order (this block's own
+  // included, read back like the others').
+#pragma unroll
+  for (int j = 0; j < kMicro; ++j) {
+    const int t = t0 + ty + kSide * j;
+    if (t >= T) continue;
+#pragma unroll
+    for (int i = 0; i < kMicro; ++i) {
+      const int64_t o = o0 + tx + kSide * i;
+      if (o >= n_out) continue;
+      float sum = 0.0f;
+      for (int z = 0; z < splits; ++z) sum += work[(int64_t(z) * T + t) * n_out + o];
+      out[int64_t(t) * n_out + o] = sum;
     }
   }
 }
 
+int64_t n_chunks(const QMatrix& w) {
+  return (w.n_in + kChunk - 1) / kChunk;
+}
+
+int64_t tiles_o(const QMatrix& w) {
+  return (w.n_out + kTileO - 1) / kTileO;
+}
+
+// Chunks per split for the shape: at least one, and splits that are never empty.
+int chunks_per_split(const QMatrix& w) {
+  const int64_t want = (kTargetBlocks + tiles_o(w) - 1) / tiles_o(w);
+  const int64_t splits = want < 1 ? 1 : (want > n_chunks(w) ? n_chunks(w) : want);
+  return static_cast<int>((n_chunks(w) + splits - 1) / splits);
+}
+
 template <QType kType>
-cudaError_t launch_batched(QMatrix w, const float* x, int T, float* out, cudaStream_t s) {
-  const dim3 grid(static_cast<unsigned>((w.n_out + kTileO - 1) / kTileO),
-                  static_cast<unsigned>((T + kTileT - 1) / kTileT));
+cudaError_t launch_batched(QMatrix w, const float* x, int T, float* out, float* work,
+                           unsigned* counters, cudaStream_t s) {
+  const bool split = work != nullptr && counters != nullptr;
+  const int cps = split ? chunks_per_split(w) : static_cast<int>(n_chunks(w));
+  const dim3 grid(static_cast<unsigned>(tiles_o(w)),
+                  static_cast<unsigned>((T + kTileT - 1) / kTileT),
+                  static_cast<unsigned>((n_chunks(w) + cps - 1) / cps));
   return launch(matmul_batched_kernel<kType>, grid, dim3(kThreads), 0, s,
-                static_cast<const uint8_t*>(w.data), w.row_bytes, w.n_in, w.n_out, x, T, out);
+                static_cast<const uint8_t*>(w.data), w.row_bytes, w.n_in, w.n_out, x, T, out,
+                cps, work, counters);
 }
 
 }  // namespace
+
+int matmul_batched_splits(QMatrix w) {
+  if (w.n_in <= 0 || w.n_out <= 0) return 1;
+  const int cps = chunks_per_split(w);
+  return static_cast<int>((n_chunks(w) + cps - 1) / cps);
+}
+
+int64_t matmul_batched_work_floats(QMatrix w, int T) {
+  const int splits = matmul_batched_splits(w);
+  return splits > 1 ? int64_t(splits) * T * w.n_out : 0;
+}
+
+int matmul_batched_counters(QMatrix w, int T) {
+  return matmul_batched_splits(w) > 1 ? static_cast<int>(tiles_o(w) * ((T + kTileT - 1) / kTileT))
+                                      : 0;
+}
 
 bool matmul_batched_supported(QType t) {
   return qtype_supported(int(t));
 }
 
-cudaError_t matmul_batched(QMatrix w, const float* x, int T, float* out, cudaStream_t s) {
+cudaError_t matmul_batched(QMatrix w, const float* x, int T, float* out, float* work,
+                           unsigned* counters, cudaStream_t s) {
   if (T <= 0 || w.n_out == 0) return cudaSuccess;
   const int block = qtype_block_size(int(w.type));
   if (block <= 0 || w.n_in <= 0 || w.n_in % block != 0 || w.data == nullptr)
     return cudaErrorInvalidValue;
   switch (w.type) {
     case QType::F32:
-      return launch_batched<QType::F32>(w, x, T, out, s);
+      return launch_batched<QType::F32>(w, x, T, out, work, counters, s);
     case QType::F16:
-      return launch_batched<QType::F16>(w, x, T, out, s);
+      return launch_batched<QType::F16>(w, x, T, out, work, counters, s);
     case QType::BF16:
-      return launch_batched<QType::BF16>(w, x, T, out, s);
+      return launch_batched<QType::BF16>(w, x, T, out, work, counters, s);
     case QType::Q4_0:
-      return launch_batched<QType::Q4_0>(w, x, T, out, s);
+      return launch_batched<QType::Q4_0>(w, x, T, out, work, counters, s);
     case QType::Q4_1:
-      return launch_batched<QType::Q4_1>(w, x, T, out, s);
+      return launch_batched<QType::Q4_1>(w, x, T, out, work, counters, s);
     case QType::Q5_0:
-      return launch_batched<QType::Q5_0>(w, x, T, out, s);
+      return launch_batched<QType::Q5_0>(w, x, T, out, work, counters, s);
     case QType::Q5_1:
-      return launch_batched<QType::Q5_1>(w, x, T, out, s);
+      return launch_batched<QType::Q5_1>(w, x, T, out, work, counters, s);
     case QType::Q8_0:
-      return launch_batched<QType::Q8_0>(w, x, T, out, s);
+      return launch_batched<QType::Q8_0>(w, x, T, out, work, counters, s);
     case QType::Q4_K:
-      return launch_batched<QType::Q4_K>(w, x, T, out, s);
+      return launch_batched<QType::Q4_K>(w, x, T, out, work, counters, s);
     case QType::Q5_K:
-      return launch_batched<QType::Q5_K>(w, x, T, out, s);
+      return launch_batched<QType::Q5_K>(w, x, T, out, work, counters, s);
     case QType::Q6_K:
-      return launch_batched<QType::Q6_K>(w, x, T, out, s);
+      return launch_batched<QType::Q6_K>(w, x, T, out, work, counters, s);
   }
   return cudaErrorInvalidValue;
 }

@@ -96,10 +96,23 @@ Status CudaBackend::init(const Model& model) {
                             &lw.q_norm, &lw.k_norm, &lw.wo, &lw.post_attn_norm, &lw.ffn_norm,
                             &lw.w_gate, &lw.w_up, &lw.w_down, &lw.post_ffn_norm})
       if (w->data) all.push_back(w);
+  // The batched product's split work memory and counters for the largest batch, likewise
+  // before any step is recorded.
+  int64_t split_floats = 0;
+  int split_counters = 0;
   for (const Weight* w : all) {
     auto d = weights_->get(*w);
     if (!d.ok()) return d.error();
+    const kvscope::cuda::QMatrix& q = (*d)->q;
+    split_floats =
+        std::max(split_floats, kvscope::cuda::matmul_batched_work_floats(q, opt_.batched_max_tokens));
+    split_counters =
+        std::max(split_counters, kvscope::cuda::matmul_batched_counters(q, opt_.batched_max_tokens));
   }
+  if (split_floats > 0)
+    KV_TRY(batched_work_.ensure(size_t(split_floats) * sizeof(float), "batched product work memory"));
+  auto more = sync_counters(2 + n_head_ + split_counters);
+  if (!more.ok()) return more.error();
   return cuda_check(cudaStreamSynchronize(stream_), "uploading the weights");
 }
 

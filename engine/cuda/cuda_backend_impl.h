@@ -141,6 +141,9 @@ class CudaBackend final : public Backend {
   Expected<unsigned*> sync_counters(int n);
   // At least n floats of norm_ffn's work memory (grown likewise).
   Expected<float*> ffn_work(int64_t n);
+  // matmul_batched's split partials and counters for a product of T rows (nullptr, nullptr
+  // when the matrix does not split).
+  Status batched_split(const kvscope::cuda::QMatrix& q, int T, float** work, unsigned** counters);
   // out [T][n_out] = x [T][n_in] · Wᵀ with cuBLAS on W's fp32 copy (fp32 in, fp32 out).
   Status gemm_f32(DeviceWeight& d, Tensor x, Tensor out);
 
@@ -161,6 +164,7 @@ class CudaBackend final : public Backend {
   // overlap.
   DeviceBuffer sync_;
   DeviceBuffer ffn_work_;  // norm_ffn's partial down products [F/32][C]
+  DeviceBuffer batched_work_;  // matmul_batched's split partials [S][T][n_out]
   // The rows ops' batch (cuda_rows_ops.cpp): metadata of every layer for the batch last
   // seen, uploaded in one copy when the batch (caches, positions, layouts) changes.
   struct RowsBatch {

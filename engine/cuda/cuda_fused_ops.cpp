@@ -35,6 +35,24 @@ Expected<float*> CudaBackend::ffn_work(int64_t n) {
   return static_cast<float*>(ffn_work_.p);
 }
 
+Status CudaBackend::batched_split(const QMatrix& q, int T, float** work, unsigned** counters) {
+  *work = nullptr;
+  *counters = nullptr;
+  const int n = kvscope::cuda::matmul_batched_counters(q, T);
+  if (n <= 0) return Status::Ok();
+  const size_t need = size_t(kvscope::cuda::matmul_batched_work_floats(q, T)) * sizeof(float);
+  if (need > batched_work_.bytes) {
+    KV_TRY(graph_.flush());  // recorded launches may point into the old buffer
+    KV_TRY(batched_work_.ensure(need, "batched product work memory"));
+  }
+  // Counters [2 + n_head, ...): after the fused ops' two and attention's per-head ones.
+  auto sync = sync_counters(2 + n_head_ + n);
+  if (!sync.ok()) return sync.error();
+  *work = static_cast<float*>(batched_work_.p);
+  *counters = *sync + 2 + n_head_;
+  return Status::Ok();
+}
+
 Expected<bool> CudaBackend::residual_args(const ResidualNorm& rn, kvscope::cuda::ResidualArgs* r) {
   if (rn.x.rows != 1 || rn.x.cols > kvscope::cuda::residual_norm_max_width()) return false;
   auto w = weights_->get(*rn.w);

@@ -71,9 +71,13 @@ Status CudaBackend::do_matmul(const Weight& w, Tensor x, Tensor out) {
   }
   // A batch of rows (batched decode, short prefill): the quantized GEMM, no fp32 copy.
   if (T > opt_.matvec_max_tokens && T <= opt_.batched_max_tokens &&
-      kvscope::cuda::matmul_batched_supported(d.q.type))
+      kvscope::cuda::matmul_batched_supported(d.q.type)) {
+    float* work = nullptr;
+    unsigned* counters = nullptr;
+    KV_TRY(batched_split(d.q, T, &work, &counters));
     return ops_->run("matmul_batched kernel", kvscope::cuda::matmul_batched, d.q, x.data, T,
-                     out.data);
+                     out.data, work, counters);
+  }
   // A one-time conversion, issued now: no recorded launch reads the copy before it exists.
   KV_TRY(weights_->ensure_f32(d));
   if (T <= opt_.matvec_max_tokens)
