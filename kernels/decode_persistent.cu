@@ -40,9 +40,10 @@ using decode_attn::DecodeShape;
 using decode_attn::PartialSmem;
 using decode_attn::Work;
 
-// Dynamic shared memory: xs, hs [C] each; the final norm's 1024 partials reuse it.
+// Dynamic shared memory: xs [C], hs [padded_len(C)] (residual_norm.cuh); the final
+// norm's 1024 partials reuse it.
 size_t smem_bytes(int C) {
-  const int floats = 2 * C > 1024 ? 2 * C : 1024;
+  const int64_t floats = C + padded_len(C) > 1024 ? C + padded_len(C) : 1024;
   return size_t(floats) * sizeof(float);
 }
 
@@ -115,7 +116,7 @@ __device__ __forceinline__ void run_layer(const DecodeLayerArgs& a, int pos, flo
 
 template <class KE, class VE>
 __global__ void __launch_bounds__(kThreads) decode_persistent_kernel(DecodeStepArgs s) {
-  KVSCOPE_DYN_SMEM(float, xs);  // [C], then hs [C]
+  KVSCOPE_DYN_SMEM(float, xs);  // [C], then hs [padded_len(C)]
   float* hs = xs + s.C;
   __shared__ float scratch[32];
   __shared__ float g[kFfnSlice];

@@ -16,6 +16,18 @@ namespace kvscope::cuda {
 inline constexpr int kMatvecWarpsPerBlock = 8;
 inline constexpr int kRowsAtOnce = 4;
 
+// Activations in shared memory are stored padded: one unused float after every 16 values
+// (value i at padded_index(i)). A lane reads the 16 consecutive values of its unit, so
+// unpadded, the 32 lanes' reads of value k of their units fall in 2 of the 32 banks (a
+// 16-way conflict); padded, unit u starts at 17u and every lane has a bank of its own.
+__host__ __device__ constexpr int64_t padded_index(int64_t i) {
+  return i + (i >> 4);
+}
+// Floats of a padded row of n values (n a multiple of 16 or not).
+__host__ __device__ constexpr int64_t padded_len(int64_t n) {
+  return n + (n >> 4) + 1;
+}
+
 // Decodes unit u (16 values) of a row: value k = q[k] * d + m.
 template <QType kType>
 __device__ __forceinline__ void decode_unit(const uint8_t* row, int64_t u, float* q, float* d,
@@ -67,19 +79,21 @@ __device__ __forceinline__ void decode_unit(const uint8_t* row, int64_t u, float
   }
 }
 
-// acc[tt] (tt < nt) += this lane's share of row · x[tt]; x points at row t0 of [T][n_in].
-template <QType kType>
+// acc[tt] (tt < nt) += this lane's share of row · x[tt]; x points at row t0 of [T][n_in],
+// or with kPadded, of T padded rows (padded_len(n_in) floats apart; padded_index).
+template <QType kType, bool kPadded = false>
 __device__ __forceinline__ void lane_row_dots(const uint8_t* row, int64_t n_in, const float* x,
                                               int nt, float* acc) {
   const int lane = threadIdx.x % 32;
   const int64_t units = n_in / 16;
+  const int64_t stride = kPadded ? padded_len(n_in) : n_in;
   for (int64_t u = lane; u < units; u += 32) {
     float q[16], d, m;
     decode_unit<kType>(row, u, q, &d, &m);
 #pragma unroll
     for (int tt = 0; tt < kRowsAtOnce; ++tt) {
       if (tt >= nt) break;
-      const float* xs = x + int64_t(tt) * n_in + u * 16;
+      const float* xs = x + int64_t(tt) * stride + (kPadded ? u * 17 : u * 16);
       float s = 0.0f, sx = 0.0f;
 #pragma unroll
       for (int k = 0; k < 16; ++k) {
@@ -92,12 +106,13 @@ __device__ __forceinline__ void lane_row_dots(const uint8_t* row, int64_t n_in, 
 }
 
 // The same with the type chosen at run time (warp-uniform: one row per warp).
+template <bool kPadded = false>
 __device__ __forceinline__ void lane_row_dots_any(QType type, const uint8_t* row, int64_t n_in,
                                                   const float* x, int nt, float* acc) {
   if (type == QType::Q4_1)
-    lane_row_dots<QType::Q4_1>(row, n_in, x, nt, acc);
+    lane_row_dots<QType::Q4_1, kPadded>(row, n_in, x, nt, acc);
   else
-    lane_row_dots<QType::Q8_0>(row, n_in, x, nt, acc);
+    lane_row_dots<QType::Q8_0, kPadded>(row, n_in, x, nt, acc);
 }
 
 }  // namespace kvscope::cuda

@@ -25,7 +25,7 @@ __global__ void __launch_bounds__(kThreads)
                     float* out, unsigned* counter) {
   grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
   grid_dependents_launch();
-  KVSCOPE_DYN_SMEM(float, xs);  // [C], then hs [C]
+  KVSCOPE_DYN_SMEM(float, xs);  // [C], then hs [padded_len(C)]
   float* hs = xs + r.C;
   __shared__ float g[kFfnSlice];
   __shared__ float scratch[32];
@@ -53,7 +53,7 @@ cudaError_t norm_ffn(ResidualArgs r, QMatrix w_gate, QMatrix w_up, QMatrix w_dow
       w_up.n_in != r.C || w_up.n_out != F || F <= 0 || F % kFfnSlice != 0 || w_down.n_in != F ||
       w_down.n_out != r.C || partial == nullptr || counter == nullptr)
     return cudaErrorInvalidValue;
-  const size_t smem = size_t(2) * r.C * sizeof(float);
+  const size_t smem = size_t(r.C + padded_len(r.C)) * sizeof(float);
   return launch(norm_ffn_kernel, dim3(static_cast<unsigned>(F / kFfnSlice)), dim3(kThreads), smem,
                 s, r, w_gate, w_up, w_down, act, partial, out, counter);
 }

@@ -16,7 +16,7 @@ namespace kvscope::cuda {
 namespace {
 
 constexpr int kThreads = 32 * kMatvecWarpsPerBlock;
-constexpr int kMaxWidth = 4096;  // 2 C floats of dynamic shared memory: 32 KiB
+constexpr int kMaxWidth = 4096;  // C + padded_len(C) floats of dynamic shared memory: 33 KiB
 
 template <class KE, class VE>
 __global__ void __launch_bounds__(kThreads)
@@ -24,7 +24,7 @@ __global__ void __launch_bounds__(kThreads)
                     float* k, float* v, KvLayer kv, unsigned* counter, uint8_t* kc, uint8_t* vc) {
   grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
   grid_dependents_launch();
-  KVSCOPE_DYN_SMEM(float, xs);  // [C], then hs [C]
+  KVSCOPE_DYN_SMEM(float, xs);  // [C], then hs [padded_len(C)]
   float* hs = xs + r.C;
   __shared__ float scratch[32];
   __shared__ int last;
@@ -56,7 +56,7 @@ cudaError_t norm_qkv_kv_write(ResidualArgs r, QMatrix wq, QMatrix wk, QMatrix wv
     return cudaErrorInvalidValue;
   const int64_t rows = wq.n_out + wk.n_out + wv.n_out;
   const dim3 grid(static_cast<unsigned>((rows + kMatvecWarpsPerBlock - 1) / kMatvecWarpsPerBlock));
-  const size_t smem = size_t(2) * r.C * sizeof(float);
+  const size_t smem = size_t(r.C + padded_len(r.C)) * sizeof(float);
   return kv_dispatch(kv, [&](auto kt, auto vt) {
     using KE = typename decltype(kt)::type;
     using VE = typename decltype(vt)::type;

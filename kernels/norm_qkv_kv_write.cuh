@@ -46,7 +46,7 @@ __device__ __forceinline__ void norm_qkv_row(const QMatrix& wq, const QMatrix& w
   const QType type = m == 0 ? wq.type : (m == 1 ? wk.type : wv.type);
   if (o < n_out) {  // warp-uniform
     float acc[kRowsAtOnce] = {0.0f, 0.0f, 0.0f, 0.0f};
-    lane_row_dots_any(type, wd + o * row_bytes, C, hs, 1, acc);
+    lane_row_dots_any<true>(type, wd + o * row_bytes, C, hs, 1, acc);  // hs padded
     const float sum = warp_sum(acc[0]);
     if (threadIdx.x % 32 == 0) (m == 0 ? q : (m == 1 ? k : v))[o] = sum;
   }

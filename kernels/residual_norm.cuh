@@ -1,7 +1,8 @@
 // residual_norm.cuh — the residual step that opens the fused decode-step kernels
 // (norm_qkv_kv_write.cu, norm_ffn.cu), done by every block on its own so that no block
 // waits for another: xs = x + y' (y' = RMSNorm(y)·y_norm, or y, or nothing), hs =
-// RMSNorm(xs)·w, both in the block's shared memory. The products then read hs; the last
+// RMSNorm(xs)·w, both in the block's shared memory: xs [C], hs padded (matvec_row.cuh:
+// padded_len(C) floats, value i at padded_index(i)), for the products' row dots. The products then read hs; the last
 // block writes xs and hs back (residual_norm_store), after every block has read x and y.
 // Each thread handles the same strided values in every loop (no barrier between them but
 // the reductions'); all threads must call it; blockDim.x a multiple of 32. Threads past
@@ -9,6 +10,7 @@
 #pragma once
 
 #include "kernels/kernels.h"
+#include "kernels/matvec_row.cuh"
 #include "kernels/reduce.cuh"
 
 namespace kvscope::cuda {
@@ -43,7 +45,7 @@ __device__ __forceinline__ void residual_norm_block(const ResidualArgs& r, float
   float ss = 0.0f;
   for (int i = first; i < C; i += stride) ss += xs[i] * xs[i];
   const float scale = rsqrtf(block_sum(ss, scratch) * inv_c + r.eps);
-  for (int i = first; i < C; i += stride) hs[i] = xs[i] * scale * r.w[i];
+  for (int i = first; i < C; i += stride) hs[padded_index(i)] = xs[i] * scale * r.w[i];
   __syncthreads();  // hs complete for every warp's products
 }
 
@@ -52,7 +54,7 @@ __device__ __forceinline__ void residual_norm_store(const ResidualArgs& r, const
                                                     const float* hs) {
   for (int i = threadIdx.x; i < r.C; i += blockDim.x) {
     r.x[i] = xs[i];
-    r.h[i] = hs[i];
+    r.h[i] = hs[padded_index(i)];
   }
 }
 
