@@ -213,54 +213,6 @@ cudaError_t norm_qkv_kv_write(ResidualArgs r, QMatrix wq, QMatrix wk, QMatrix wv
 int64_t norm_ffn_work_floats(int64_t F, int64_t C);
 cudaError_t norm_ffn(ResidualArgs r, QMatrix w_gate, QMatrix w_up, QMatrix w_down, GateAct act,
                      float* partial, float* out, unsigned* counter, cudaStream_t s);
-// --- The persistent decode step (an experiment, off by default: engine/cuda/cuda_backend.h
-// CudaBackendOptions::persistent). One cooperative launch runs a whole decode step of one
-// token: the embedding, every layer's phases (norm_qkv_kv_write's residual step, q/k/v
-// products and epilogue; attention_decode's split and merge; the Wo matvec; norm_ffn's
-// slices and sum), the final add + RMSNorm and the LM head, with a grid-wide barrier
-// between phases and grid-stride loops over each phase's work items, so any resident grid
-// computes the same. Every phase runs the same device bodies as those kernels.
-// One layer's arguments, as the fused kernels take them (device memory, [L] of them).
-struct DecodeLayerArgs {
-  ResidualArgs attn_in;  // x, y (null at layer 0), y_norm (null), attn_norm, h
-  QMatrix wq, wk, wv;    // native types
-  QkvPost post;          // pos0_dev set
-  float *q, *k, *v;      // [H*D], [Hkv*D], [Hkv*D]
-  KvLayer kv;            // f16 K and V, no window, no sink
-  float attn_scale = 0.0f;
-  float* attn_work = nullptr;  // attention_decode_work_floats(H, kv)
-  float* att = nullptr;        // [H*D] attention out
-  // The probability rows (attention_decode's graph form): row h of the layer at row
-  // probs_row0 + h, rows pos0 + 1 apart; null: none kept.
-  float* probs = nullptr;
-  int64_t probs_row0 = 0;
-  QMatrix wo;                  // native
-  float* o = nullptr;          // [C] = Wo · att
-  ResidualArgs ffn_in;         // x, y = o, y_norm (null), ffn_norm, h
-  QMatrix w_gate, w_up, w_down;
-  GateAct act = GateAct::Silu;
-  float* ffn_work = nullptr;  // norm_ffn_work_floats(F, C)
-  float* ffn_out = nullptr;   // [C] (aliases ffn_in.y)
-};
-struct DecodeStepArgs {
-  QMatrix tok_embd;
-  const int32_t* token = nullptr;  // device: the step's token id
-  const int* pos0_dev = nullptr;   // device: the step's position
-  float embd_scale = 1.0f;
-  float* x = nullptr;  // [C] the embedding, then the residual
-  int C = 0, n_layer = 0, n_head = 0, F = 0;
-  const DecodeLayerArgs* layers = nullptr;  // device memory [n_layer]
-  ResidualArgs final_norm;                  // add_rmsnorm(x, y, w) into h (y_norm null)
-  QMatrix head;                             // native
-  float* logits = nullptr;                  // [V]
-};
-// The most blocks decode_persistent may use on the current device (all resident at once:
-// occupancy per SM times the SM count); 0 when a cooperative launch is not possible.
-int decode_persistent_max_blocks();
-// The whole step in one cooperative launch of `blocks` blocks (1 .. max blocks). The
-// caller has checked every layer against DecodeLayerArgs' conditions (the layers are in
-// device memory; this checks what it can read on the host).
-cudaError_t decode_persistent(DecodeStepArgs s, int blocks, cudaStream_t st);
 // Raises the kernels' dynamic shared memory limits; call once per device.
 cudaError_t kernels_init();
 

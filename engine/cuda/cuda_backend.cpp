@@ -31,25 +31,14 @@ bool use_programmatic_launch(const CudaDeviceInfo& info, const CudaBackendOption
   return kvscope::cuda::grid_dependency_wait_compiled();
 }
 
-// The persistent decode step's grid (0: off): CudaBackendOptions::persistent.
-int persistent_grid(const CudaBackendOptions& opt) {
-  const char* env = std::getenv("KVSCOPE_CUDA_PERSISTENT");
-  const bool on =
-      opt.persistent || (env && (std::strcmp(env, "1") == 0 || std::strcmp(env, "on") == 0));
-  if (!on || !opt.decode_graph) return 0;  // it replaces a recorded step
-  const int limit = kvscope::cuda::decode_persistent_max_blocks();
-  return opt.persistent_blocks > 0 ? std::min(limit, opt.persistent_blocks) : limit;
-}
-
 }  // namespace
 
 CudaBackend::CudaBackend(CudaDeviceInfo info, CudaBackendOptions opt)
     : info_(std::move(info)), opt_(opt) {}
 
 std::string CudaBackend::name() const {
-  const std::string base = "cuda (" + info_.name + (persist_.blocks > 0 ? ", persistent step" : "");
-  if (info_.cc_major < 9) return base + ")";
-  return base + (pdl_ ? ", PDL on)" : ", PDL off)");
+  if (info_.cc_major < 9) return "cuda (" + info_.name + ")";
+  return "cuda (" + info_.name + (pdl_ ? ", PDL on)" : ", PDL off)");
 }
 
 CudaBackend::~CudaBackend() {
@@ -72,7 +61,6 @@ Status CudaBackend::init(const Model& model) {
   KV_TRY(cublas_check(cublasSetStream(blas_, stream_), "cublasSetStream"));
   KV_TRY(cuda_check(kvscope::cuda::kernels_init(), "configuring the kernels"));
   pdl_ = use_programmatic_launch(info_, opt_);
-  persist_.blocks = persistent_grid(opt_);
   // Room for a batched decode step's staged values: B token ids and the rows ops' cache
   // references of every layer, B <= kMaxStepRows (plus alignment for several runs).
   const int maxb = DecodeGraph::kMaxStepRows;

@@ -49,17 +49,6 @@ struct CudaBackendOptions {
   // built for compute_90 or newer; KVSCOPE_CUDA_PDL=0 in the environment turns it off.
   // On such devices the backend's name() ends in ", PDL on" or ", PDL off".
   bool programmatic_launch = true;
-  // An experiment, off by default and not yet measured against the graphed path: each decode
-  // step of one sequence (T = 1, llama-like layers, native Q4_1/Q8_0 weights, f16 K and V,
-  // no window or sink) runs as ONE cooperative kernel launch
-  // (kernels/decode_persistent.cu: the whole stack, grid-wide barriers between phases)
-  // instead of a graph of ~4 launches per layer. Any other step takes the usual path,
-  // per step, with the same results. KVSCOPE_CUDA_PERSISTENT=1 in the environment turns it
-  // on too. Where the device can run it, the backend's name() says ", persistent step".
-  bool persistent = false;
-  // The persistent kernel's grid: 0 = every block that can be resident at once; else at
-  // most this many (the results do not depend on it).
-  int persistent_blocks = 0;
 };
 
 // Uploads every weight of `model` once and creates the stream, cuBLAS handle and timing

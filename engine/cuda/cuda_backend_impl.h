@@ -4,7 +4,6 @@
 //   cuda_fused_ops.cpp the fused layer halves of a decode step (norm_qkv_kv_write, norm_ffn)
 //   cuda_rows_ops.cpp the decode-rows ops of a batch over several sequences' paged caches
 //   cuda_sampling.cpp the device sampler (kernels/sample.cu) and non-waiting downloads
-//   cuda_persistent.cpp the persistent decode step (an experiment, off by default)
 // Memory lives in cuda_weights.* (model weights), cuda_kv_cache.* (the KV cache) and
 // cuda_util.* (buffers, status); decode-step recording in decode_graph.*.
 //
@@ -205,37 +204,6 @@ class CudaBackend final : public Backend {
     size_t staged = 0;     // floats of stage in use
   } sampling_;
   int n_head_ = 0;
-  // The persistent decode step (CudaBackendOptions::persistent; cuda_persistent.cpp): while
-  // a decode step is recorded, each op that has a phase in the persistent kernel also
-  // writes its arguments here, in the forward's order; at the LM head the plan is whole and
-  // graph_ is asked to run the one kernel instead of the step's launches. Anything else in
-  // the step (another op, another order, a flush) leaves the plan incomplete, and the step
-  // runs as usual.
-  struct PersistentStep {
-    enum class Next { kQkv, kAttention, kWo, kFfn, kQkvOrFinal, kHead, kDone };
-    int blocks = 0;        // the kernel's grid; 0: off
-    uint64_t serial = 0;   // graph_.step_serial() of the step the plan belongs to
-    bool ok = false;
-    Next next = Next::kQkv;
-    size_t launches = 0;   // the recorded launches the plan stands for
-    kvscope::cuda::DecodeStepArgs args;
-    std::vector<kvscope::cuda::DecodeLayerArgs> layers;    // this step's
-    std::vector<kvscope::cuda::DecodeLayerArgs> uploaded;  // what dev holds
-    DeviceBuffer dev;
-  } persist_;
-  // The plan's ops (no-ops unless a plan is being recorded; a mismatch drops the plan).
-  bool persist_active();
-  void persist_fail() { persist_.ok = false; }
-  void persist_embed(kvscope::cuda::QMatrix table, float scale, float* x);
-  void persist_qkv(const kvscope::cuda::ResidualArgs& r, const kvscope::cuda::QMatrix* w,
-                   const kvscope::cuda::QkvPost& p, float* q, float* k, float* v,
-                   const kvscope::cuda::KvLayer& kv);
-  void persist_attention(const float* q, const kvscope::cuda::KvLayer& kv, int n_head,
-                         float scale, float* out, float* work, float* probs, int64_t probs_row0);
-  void persist_matmul(const kvscope::cuda::QMatrix& w, const float* x, float* out);
-  void persist_ffn(const kvscope::cuda::ResidualArgs& r, const kvscope::cuda::QMatrix* w,
-                   kvscope::cuda::GateAct act, float* work, float* out);
-  void persist_final(float* x, const float* y, const float* w, int C, float eps, float* h);
   DecodeGraph graph_;  // the decode step's launches, replayed as a CUDA graph
   std::optional<OpLauncher> ops_;
 };

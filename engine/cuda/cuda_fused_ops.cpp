@@ -104,7 +104,6 @@ Status CudaBackend::do_norm_qkv_kv_write(const ResidualNorm& rn, const QkvStore&
   auto& c = static_cast<CudaKvCache&>(*a.cache);
   auto sync = sync_counters(2);
   if (!sync.ok()) return sync.error();
-  persist_qkv(r, m, p, a.q.data, a.k.data, a.v.data, c.layer(a.layer));
   return ops_->run("norm_qkv_kv_write kernel", kvscope::cuda::norm_qkv_kv_write, r, m[0], m[1],
                    m[2], p, a.q.data, a.k.data, a.v.data, c.layer(a.layer), *sync + 0);
 }
@@ -128,7 +127,6 @@ Status CudaBackend::do_norm_ffn(const ResidualNorm& rn, const FfnWeights& w, Ten
   if (!work.ok()) return work.error();
   auto sync = sync_counters(2);
   if (!sync.ok()) return sync.error();
-  persist_ffn(r, m, gate_act(w.act), *work, out.data);
   return ops_->run("norm_ffn kernel", kvscope::cuda::norm_ffn, r, m[0], m[1], m[2], gate_act(w.act),
                    *work, out.data, *sync + 1);
 }

@@ -29,7 +29,6 @@ Status CudaBackend::do_embed(const Weight& tok_embd, const int32_t* ids, float s
     // A decode step starts: record its launches; the token goes in with the step's
     // parameters (DecodeGraph::flush).
     graph_.begin(ids[0]);
-    persist_embed((*w)->q, scale, out.data);
     return ops_->run("embed kernel", kvscope::cuda::embed, (*w)->q, graph_.token_dev(), 1, scale,
                      out.data);
   }
@@ -65,10 +64,8 @@ Status CudaBackend::do_matmul(const Weight& w, Tensor x, Tensor out) {
   if (!dw.ok()) return dw.error();
   DeviceWeight& d = **dw;
   const int T = int(x.rows);
-  if (T <= opt_.matvec_max_tokens && kvscope::cuda::matmul_native(d.q.type)) {
-    if (T == 1) persist_matmul(d.q, x.data, out.data);
+  if (T <= opt_.matvec_max_tokens && kvscope::cuda::matmul_native(d.q.type))
     return ops_->run("matmul kernel", kvscope::cuda::matmul, d.q, x.data, T, out.data);
-  }
   // A batch of rows (batched decode, short prefill): the quantized GEMM, no fp32 copy.
   if (T > opt_.matvec_max_tokens && T <= opt_.batched_max_tokens &&
       kvscope::cuda::matmul_batched_supported(d.q.type)) {
@@ -139,12 +136,10 @@ Status CudaBackend::do_attention(Tensor q, const KvCache& cache, int layer, int 
       int64_t row0 = 0;
       float* base = probs_last.data ? slot_base(probs_last, &row0) : nullptr;
       if (probs_last.cols == n_keys && (probs_last.data == nullptr || base != nullptr) &&
-          graph_.use_pos0(pos0)) {
-        persist_attention(q.data, kl, n_head, scale, out.data, work, base, row0);
+          graph_.use_pos0(pos0))
         return ops_->run("attention kernel", kvscope::cuda::attention_decode, q.data, kl, 0,
                          graph_.pos0_dev(), n_head, scale, out.data, base, int64_t(-1), row0,
                          work, counters);
-      }
       graph_.not_graphable();
     }
     return ops_->run("attention kernel", kvscope::cuda::attention_decode, q.data, kl, pos0,
@@ -250,7 +245,6 @@ Status CudaBackend::do_add_rmsnorm(Tensor x, Tensor y, const Weight& w, float ep
   if (out.data == x.data || out.data == y.data) return unfused_add_rmsnorm(x, y, w, eps, out);
   auto d = weights_->get(w);
   if (!d.ok()) return d.error();
-  if (x.rows == 1) persist_final(x.data, y.data, (*d)->vec(), int(x.cols), eps, out.data);
   return ops_->run("add_rmsnorm kernel", kvscope::cuda::add_rmsnorm, x.data, y.data,
                    (*d)->vec(), int(x.rows), int(x.cols), eps, out.data);
 }

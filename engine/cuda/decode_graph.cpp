@@ -47,13 +47,6 @@ void DecodeGraph::begin(int32_t token) {
   ++serial_;
   key_.clear();
   launches_.clear();
-  substitute_ = nullptr;
-  substitute_covers_ = 0;
-}
-
-void DecodeGraph::substitute(size_t covers, Launch launch) {
-  substitute_covers_ = covers;
-  substitute_ = std::move(launch);
 }
 
 const void* DecodeGraph::stage(const void* src, size_t bytes) {
@@ -98,12 +91,6 @@ Status DecodeGraph::flush() {
   const size_t bytes = used_ > 0 ? kParamsBytes + used_ : sizeof(Params);
   KV_TRY(check(cudaMemcpyAsync(params_dev_, staged_.data(), bytes, cudaMemcpyHostToDevice, stream_),
                "copying the decode step parameters"));
-  Launch whole = std::move(substitute_);
-  substitute_ = nullptr;
-  if (whole && graphable_ && launches_.size() == substitute_covers_) {
-    ++substituted_steps_;
-    return check(whole(), "the persistent decode step kernel");
-  }
   if (!graphable_ || launches_.empty()) return run_eagerly();
   for (size_t i = 0; i < graphs_.size(); ++i) {
     if (graphs_[i].key != key_) continue;

@@ -27,12 +27,6 @@
 // batch size met; kMaxGraphs = 16 keeps the single-sequence graph and a working set of
 // batch sizes as sequences come and go (least recently used evicted).
 //
-// A whole-step substitute (the persistent decode step, CudaBackendOptions::persistent):
-// substitute(covers, launch) says that one launch computes what the step's recorded
-// launches compute when there are exactly `covers` of them; flush() then runs it once, on
-// the stream, instead of them (eagerly: no graph) — unless more launches were recorded
-// after it, or the step is not graphable (its launches need different positions).
-//
 // Ownership: owns its graphs (at most kMaxGraphs, oldest evicted) and the device params.
 #pragma once
 
@@ -79,9 +73,6 @@ class DecodeGraph {
   void add(std::vector<int64_t> key, Launch launch);
   // Marks the step as one that must run without a graph (still correct, just eager).
   void not_graphable() { graphable_ = false; }
-  // Runs `launch` instead of the step's launches when exactly `covers` were recorded.
-  void substitute(size_t covers, Launch launch);
-  size_t recorded() const { return launches_.size(); }
   Status flush();
 
   const int32_t* token_dev() const { return &params_dev_->token; }
@@ -91,7 +82,6 @@ class DecodeGraph {
   int captures() const { return captures_; }
   int replays() const { return replays_; }
   int eager_steps() const { return eager_steps_; }
-  int substituted_steps() const { return substituted_steps_; }
 
  private:
   static constexpr size_t kMaxGraphs = 16;
@@ -113,9 +103,7 @@ class DecodeGraph {
   std::vector<int64_t> key_;
   std::vector<Launch> launches_;
   std::vector<Cached> graphs_;  // most recently used last
-  Launch substitute_;
-  size_t substitute_covers_ = 0;
-  int captures_ = 0, replays_ = 0, eager_steps_ = 0, substituted_steps_ = 0;
+  int captures_ = 0, replays_ = 0, eager_steps_ = 0;
 };
 
 }  // namespace kvscope
