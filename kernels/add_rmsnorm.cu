@@ -6,8 +6,8 @@
 // shuffles + 32 floats of shared memory) gives the scale, and the same thread scales
 // the values it wrote itself (no other thread's writes are read).
 // Shapes: x, y, out [T][C] fp32 (out distinct from x and y), w [C] fp32.
-#include "kernels/add_rmsnorm.cuh"
 #include "kernels/launch.cuh"
+#include "kernels/reduce.cuh"
 
 namespace kvscope::cuda {
 namespace {
@@ -37,7 +37,7 @@ cudaError_t add_rmsnorm(float* x, const float* y, const float* w, int T, int C, 
                         float* out, cudaStream_t s) {
   if (T <= 0) return cudaSuccess;
   if (C <= 0) return cudaErrorInvalidValue;
-  const int threads = add_rmsnorm_threads(C);
+  const int threads = C >= 1024 ? 1024 : (C + 31) / 32 * 32;
   return launch(add_rmsnorm_kernel, dim3(T), dim3(threads), 0, s, x, y, w, C, eps, out);
 }
 

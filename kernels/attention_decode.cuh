@@ -1,13 +1,8 @@
-// attention_decode.cuh — the bodies of the split decode attention (attention_decode.cu),
-// shared with the persistent decode step (decode_persistent.cu) so both compute the same.
+// attention_decode.cuh — the bodies of the split decode attention (attention_decode.cu):
 // decode_partial scores one chunk of kDecodeChunk slots of one head and keeps its max, sum
 // and partial output; decode_merge / decode_combine merge a head's chunks in chunk order.
-// Thread mapping: written for kThreads = 128 threads (slots over the warps, lanes split D).
-// With kWide = true a larger block (the persistent kernel's 256) runs them too: its
-// threads past kThreads take every barrier and reduction but add nothing (identity
-// values), so the results are bit-identical to a 128-thread block's. (kWide = false, the
-// split kernel's own 128-thread blocks, compiles without those guards.) Every thread of
-// the block must call them.
+// Thread mapping: kThreads = 128 threads (slots over the warps, lanes split D). Every
+// thread of the block must call them.
 // Work layout (floats): scores [H][n_slots], m [H][nc], l [H][nc], o [H][nc][D].
 #pragma once
 
@@ -50,7 +45,7 @@ struct PartialSmem {
 
 // Pass 1 for head h, chunk c of one query row at position qp (sh.nc: the chunk stride of
 // m, l, o; wk.scores may be null: no raw scores kept).
-template <class KE, class VE, bool kWide = false>
+template <class KE, class VE>
 __device__ __forceinline__ void decode_partial(const float* q, const uint8_t* kc, const uint8_t* vc,
                                                const KvLayer& kv, const DecodeShape& sh,
                                                const Work& wk, int qp, int h, int c,
@@ -77,8 +72,7 @@ __device__ __forceinline__ void decode_partial(const float* q, const uint8_t* kc
   float acc[kPerWarp];
 #pragma unroll
   for (int i = 0; i < kPerWarp; ++i) acc[i] = 0.0f;
-  const bool scoring = !kWide || warp < kWarps;  // warp-uniform: false only past kThreads
-  for (int d = scoring ? lane : D; d < D; d += 32) {
+  for (int d = lane; d < D; d += 32) {
     const float qd = qs[d];
 #pragma unroll
     for (int i = 0; i < kPerWarp; ++i) {
@@ -86,17 +80,15 @@ __device__ __forceinline__ void decode_partial(const float* q, const uint8_t* kc
       acc[i] += qd * KE::load(kc + rows[jl] * krb, d);
     }
   }
-  if (scoring) {
 #pragma unroll
-    for (int i = 0; i < kPerWarp; ++i) {
-      const int jl = warp + i * kWarps;
-      const float dot = warp_sum(acc[i]);
-      if (lane == 0) {
-        const bool seen = jl < len && kv_visible(kv, kv.pos[j0 + jl], qp);
-        const float s = seen ? dot * sh.scale : -INFINITY;
-        p[jl] = s;
-        if (jl < len && wk.scores != nullptr) wk.scores[int64_t(h) * n + j0 + jl] = s;
-      }
+  for (int i = 0; i < kPerWarp; ++i) {
+    const int jl = warp + i * kWarps;
+    const float dot = warp_sum(acc[i]);
+    if (lane == 0) {
+      const bool seen = jl < len && kv_visible(kv, kv.pos[j0 + jl], qp);
+      const float s = seen ? dot * sh.scale : -INFINITY;
+      p[jl] = s;
+      if (jl < len && wk.scores != nullptr) wk.scores[int64_t(h) * n + j0 + jl] = s;
     }
   }
   __syncthreads();
@@ -130,11 +122,10 @@ __device__ __forceinline__ void decode_partial(const float* q, const uint8_t* kc
       }
     }
     const float mine = (a[0] + a[1]) + (a[2] + a[3]);
-    const bool mapped = !kWide || threadIdx.x < kThreads;  // (g >= G past it: a[] stayed 0)
     if (G == 1) {
-      if (mapped) o[d] = mine;
+      o[d] = mine;
     } else {
-      if (mapped) part[threadIdx.x] = mine;
+      part[threadIdx.x] = mine;
       __syncthreads();
       if (g == 0) {
         float t = mine;
@@ -151,7 +142,6 @@ __device__ __forceinline__ void decode_partial(const float* q, const uint8_t* kc
 
 // Pass 2's merge for head h: the first `count` chunks of m, l, o (chunk stride nc) into
 // out [H*D]; the global max and 1/sum for the probability row.
-template <bool kWide = false>
 __device__ __forceinline__ void decode_merge(const Work& wk, int h, int nc, int count, int D,
                                              float* out, float* scratch, float* mx_out,
                                              float* inv_out) {
@@ -160,16 +150,9 @@ __device__ __forceinline__ void decode_merge(const Work& wk, int h, int nc, int 
   float mx = -INFINITY;
   for (int c = threadIdx.x; c < count; c += blockDim.x) mx = fmaxf(mx, m[c]);
   mx = block_max(mx, scratch);
-  // Each of the first kThreads threads sums its chunks in the same order whatever the block
-  // size (kWide: threads past kThreads add nothing), so the sum does not depend on it.
   float sum = 0.0f;
-  if constexpr (kWide) {
-    for (int c = threadIdx.x < kThreads ? int(threadIdx.x) : count; c < count; c += kThreads)
-      if (m[c] != -INFINITY) sum += l[c] * __expf(m[c] - mx);
-  } else {
-    for (int c = threadIdx.x; c < count; c += blockDim.x)
-      if (m[c] != -INFINITY) sum += l[c] * __expf(m[c] - mx);
-  }
+  for (int c = threadIdx.x; c < count; c += blockDim.x)
+    if (m[c] != -INFINITY) sum += l[c] * __expf(m[c] - mx);
   sum = block_sum(sum, scratch);
   const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
   const float* o = wk.o + int64_t(h) * nc * D;
@@ -184,7 +167,6 @@ __device__ __forceinline__ void decode_merge(const Work& wk, int h, int nc, int 
 }
 
 // The merge of head h into out and its probability row (the block that finished last).
-template <bool kWide = false>
 __device__ __forceinline__ void decode_combine(const KvLayer& kv, DecodeShape sh, const Work& wk,
                                                int h, int qp, float* out, float* probs,
                                                float* scratch) {
@@ -194,7 +176,7 @@ __device__ __forceinline__ void decode_combine(const KvLayer& kv, DecodeShape sh
     if (probs != nullptr) probs += sh.probs_row0 * sh.probs_stride;
   }
   float mx, inv;
-  decode_merge<kWide>(wk, h, sh.nc, sh.nc, kv.head_dim, out, scratch, &mx, &inv);
+  decode_merge(wk, h, sh.nc, sh.nc, kv.head_dim, out, scratch, &mx, &inv);
   if (probs == nullptr) return;  // the same for the whole block
   float* row = probs + h * sh.probs_stride;
   for (int j = threadIdx.x; j <= qp; j += blockDim.x) row[j] = 0.0f;
