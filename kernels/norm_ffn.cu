@@ -9,7 +9,7 @@
 // chain (F/32 blocks: 48 for SmolLM2), so each block is as wide as a block can be: every
 // row's loads are in flight at once, rather than four rows one after another per warp.
 // Shapes: x, y, h, out [C]; w_gate, w_up [F][C]; w_down [C][F]; partial [F/32][C].
-// The bodies are in norm_ffn.cuh (shared with the persistent decode step).
+// The bodies are in norm_ffn.cuh.
 #include "kernels/last_block.cuh"
 #include "kernels/launch.cuh"
 #include "kernels/norm_ffn.cuh"

@@ -1,12 +1,11 @@
-// norm_ffn.cuh — the bodies of the fused feed-forward half (norm_ffn.cu), shared with the
-// persistent decode step (decode_persistent.cu) so that both compute the same: one gate
-// slice of 32 values through gate/up + activation and its partial down product
+// norm_ffn.cuh — the bodies of the fused feed-forward half (norm_ffn.cu): one gate slice
+// of 32 values through gate/up + activation and its partial down product
 // (norm_ffn_slice), and one output value's sum of the partials in slice order
 // (norm_ffn_sum, deterministic: no float atomics).
-// Thread mapping: any whole number of warps (norm_ffn.cu: 32, one gate/up row pair each;
-// the persistent step: 8); warp w computes rows w, w + warps, ... of the slice's Wgate and
-// Wup rows, lane 0 keeps act(g)·u in g (32 floats of shared memory); then thread i takes
-// down rows i, i + blockDim.x, ...
+// Thread mapping: any whole number of warps (norm_ffn.cu: 32, one gate/up row pair each);
+// warp w computes rows w, w + warps, ... of the slice's Wgate and Wup rows, lane 0 keeps
+// act(g)·u in g (32 floats of shared memory); then thread i takes down rows i,
+// i + blockDim.x, ...
 // Shapes: h [C] (hs padded: residual_norm.cuh); w_gate, w_up [F][C]; w_down [C][F];
 // partial [F/32][C].
 #pragma once

@@ -6,7 +6,7 @@
 // matmul_qkv.cu; lane 0 stores). The last block (last_block.cuh) writes x and h back,
 // then runs rope_kv_write's one-token body (rope_kv_write.cuh) and kv_row_norms' body
 // (kv_row_norms.cuh), so the results equal the unfused ops'. The bodies are in
-// norm_qkv_kv_write.cuh (shared with the persistent decode step).
+// norm_qkv_kv_write.cuh.
 // Shapes: x, y, h [C]; q [H*D], k, v [Hkv*D]; cache K, V rows at the position's slot.
 #include "kernels/last_block.cuh"
 #include "kernels/launch.cuh"

@@ -1,6 +1,5 @@
 // norm_qkv_kv_write.cuh — the bodies of the fused way in to attention
-// (norm_qkv_kv_write.cu), shared with the persistent decode step (decode_persistent.cu) so
-// that both compute the same: one warp's q/k/v product row over h (norm_qkv_row), and the
+// (norm_qkv_kv_write.cu): one warp's q/k/v product row over h (norm_qkv_row), and the
 // epilogue one block runs once every row is done (norm_qkv_epilogue: x and h written back,
 // biases, per-head q/k norms, RoPE, the K/V store, the stored rows' norms).
 // Shapes: x, y, h [C]; q [H*D], k, v [Hkv*D]; cache K, V rows at the position's slot.

@@ -16,8 +16,8 @@
 namespace kvscope::cuda {
 
 // The threads that take part in the residual step: at most this many, so that a wider
-// block (norm_ffn.cu's 1024) sums the squares in the same order as the 256-thread ones
-// (norm_qkv_kv_write.cu, the persistent step) and every fused kernel sees the same h.
+// block (norm_ffn.cu's 1024) sums the squares in the same order as the 256-thread one
+// (norm_qkv_kv_write.cu) and every fused kernel sees the same h.
 inline constexpr int kResidualNormThreads = 256;
 
 __device__ __forceinline__ void residual_norm_block(const ResidualArgs& r, float* xs, float* hs,
