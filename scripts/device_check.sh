@@ -15,10 +15,7 @@
 #            decode at depths 0, 512 and 2048, NO CACHE steps) on the paged pool and on
 #            contiguous caches, then batches 1, 4, 16, 64; and the first model's batch 1
 #            once more with KVSCOPE_CUDA_PDL=0: decode tokens/s with programmatic
-#            dependent launch (on by default on sm_90) against without; and once more
-#            with KVSCOPE_CUDA_PERSISTENT=1: decode tokens/s of the persistent decode step
-#            (one cooperative launch per step, an experiment that is off by default)
-#            against the graphed step of the default run
+#            dependent launch (on by default on sm_90) against without
 #   parity   greedy tokens of CPU and CUDA (PDL as by default) on each shipped prompt
 #            (prompts/*.txt), 64 each (KVSCOPE_PARITY_TOKENS), for each model present:
 #            identical or where they split
@@ -150,7 +147,6 @@ if want bench && [ -x "$kvscope" ]; then
     fi
   done
   decode_tok_s() { sed -n 's/^ *decode .*after *\([0-9]*\):.*(\([0-9.]*\) tokens\/s).*/\1 \2/p' "$1"; }
-  bench_backend() { sed -n 's/^backend *\(.*\)  (kv.*/\1/p' "$1" | head -n 1; }
   # Programmatic dependent launch: the first model's batch-1 bench again with it off. The
   # backend line names the state ("PDL on" / "PDL off"; nothing below sm_90).
   if [ ${#models[@]} -gt 0 ]; then
@@ -165,28 +161,6 @@ if want bench && [ -x "$kvscope" ]; then
                  <(decode_tok_s "$out/bench-nopdl-$m.txt" | cut -d ' ' -f 2))
     else
       note "bench $m with KVSCOPE_CUDA_PDL=0: FAILED: $(tail -n 3 "$out/bench-nopdl-$m.txt" | tr '\n' ' ')"
-    fi
-  fi
-  # The persistent decode step (CudaBackendOptions::persistent, off by default; keep it
-  # only if it wins here): the first model's batch-1 bench again with it on, against the
-  # default (graphed) run above, on this machine in this run. One more batch-1 bench of the
-  # first model (seconds). Its backend line says ", persistent step" when the device could
-  # run it; its prefill and NO CACHE lines are the default path's.
-  if [ ${#models[@]} -gt 0 ]; then
-    m=${models[0]}
-    # Bounded: a grid barrier that some block never reaches would hang the step, and the
-    # device time is short (the emulated tests check that every block reaches each one).
-    if KVSCOPE_CUDA_PERSISTENT=1 timeout 120 "$kvscope" bench --backend cuda --model "$m" > "$out/bench-persistent-$m.txt" 2>&1; then
-      p_backend=$(bench_backend "$out/bench-persistent-$m.txt")
-      note "bench $m decode tokens/s, graphed vs persistent step (batch 1, paged; $(bench_backend "$out/bench-$m.txt") / $p_backend):"
-      [[ "$p_backend" == *"persistent step"* ]] ||
-        note "  (the persistent step was not used: no cooperative launch on this device)"
-      while read -r depth graphed persistent; do
-        note "  after $depth: $graphed vs $persistent"
-      done < <(paste -d ' ' <(decode_tok_s "$out/bench-$m.txt") \
-                 <(decode_tok_s "$out/bench-persistent-$m.txt" | cut -d ' ' -f 2))
-    else
-      note "bench $m with KVSCOPE_CUDA_PERSISTENT=1: FAILED: $(tail -n 3 "$out/bench-persistent-$m.txt" | tr '\n' ' ')"
     fi
   fi
 fi

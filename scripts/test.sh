@@ -16,7 +16,7 @@
 #                  it lacks is a skip that names it), then the per-path cases once more
 #                  under qemu-x86_64 -cpu Haswell, a CPU without AVX-512. A few minutes on
 #                  2 cores.
-#   3. asan+ubsan  every test again but nine (named below) in one AddressSanitizer +
+#   3. asan+ubsan  every test again but eight (named below) in one AddressSanitizer +
 #                  UndefinedBehaviorSanitizer build of everything (build-asan/, CPU
 #                  backend, the CUDA kernels and the CUDA backend on the emulator): out-of-bounds, use-after-free, leaks,
 #                  undefined behaviour, and device-buffer overruns (the emulator poisons the
@@ -162,18 +162,13 @@ cmake --build "$root/build-asan" -j"$jobs"
 #    CUDA backend on the two real models, three steps each (about 15% of this stage's test
 #    time): the only tests not run under any sanitizer but test_cuda_backend_gpu; every
 #    kernel and cache layout they use (rings, batches, graphs) runs here in the tiny-model
-#    parity tests of the same file; likewise
-#    CudaBackendParity.PersistentStepEqualsGraphedOnTheDefaultModel (the persistent decode
-#    step on the default model, ~25 s in a release build), whose kernel runs here on the
-#    tiny models of test_cuda_backend_persistent;
+#    parity tests of the same file;
 #  - app_memory_return: resident memory after Reset and a model switch, which means nothing
 #    under ASan's allocator (the controller code it drives runs here in app_controller).
 # Two long quality tests run shorter here (tests/util/sanitizer.h): the sink + window
-# perplexity test over 120 tokens instead of 200, the KL ordering over 12 steps instead of 32;
-# and the persistent decode step's tiny-model parity over 6 decode steps instead of 16.
+# perplexity test over 120 tokens instead of 200, the KL ordering over 12 steps instead of 32.
 asan_skip='^engine_(session_cache_nocache_avx2|forward_fp32_reference_(avx2|scalar)|matmul_exact_(avx2|avx512))$'
 asan_skip+='|^CudaBackendParity\.(DefaultModel|Gemma3)PromptAndTwoDecodeStepsSameTop5$'
-asan_skip+='|^CudaBackendParity\.PersistentStepEqualsGraphedOnTheDefaultModel$'
 asan_skip+='|^app_memory_return$'
 run_ctest "$root/build-asan" --timeout 1800 -E "$asan_skip"
 check_skips asan+ubsan "$root/build-asan"
