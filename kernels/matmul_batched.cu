@@ -45,6 +45,23 @@ __device__ __forceinline__ float decode_at(const uint8_t* row, int64_t i) {
   return dequant_value(kType, row, i);
 }
 
+// f(i, j, t, o) for each output of the thread's micro-tile (o = o0 + tx + 16 i, t = t0 +
+// ty + 16 j) that lies inside out [T][n_out].
+template <class F>
+__device__ __forceinline__ void micro_tile_outputs(int t0, int64_t o0, int tx, int ty, int T,
+                                                   int64_t n_out, F f) {
+#pragma unroll
+  for (int j = 0; j < kMicro; ++j) {
+    const int t = t0 + ty + kSide * j;
+    if (t >= T) continue;
+#pragma unroll
+    for (int i = 0; i < kMicro; ++i) {
+      const int64_t o = o0 + tx + kSide * i;
+      if (o < n_out) f(i, j, t, o);
+    }
+  }
+}
+
 template <QType kType>
 __global__ void __launch_bounds__(kThreads)
     matmul_batched_kernel(const uint8_t* w, int64_t row_bytes, int64_t n_in, int64_t n_out,
@@ -100,34 +117,18 @@ __global__ void __launch_bounds__(kThreads)
   }
   const int splits = static_cast<int>(gridDim.z);
   float* dst = splits == 1 ? out : work + int64_t(blockIdx.z) * T * n_out;
-#pragma unroll
-  for (int j = 0; j < kMicro; ++j) {
-    const int t = t0 + ty + kSide * j;
-    if (t >= T) continue;
-#pragma unroll
-    for (int i = 0; i < kMicro; ++i) {
-      const int64_t o = o0 + tx + kSide * i;
-      if (o < n_out) dst[int64_t(t) * n_out + o] = acc[i][j];
-    }
-  }
+  micro_tile_outputs(t0, o0, tx, ty, T, n_out,
+                     [&](int i, int j, int t, int64_t o) { dst[int64_t(t) * n_out + o] = acc[i][j]; });
   if (splits == 1) return;
   const unsigned tile = blockIdx.y * gridDim.x + blockIdx.x;
   if (!last_block_to_arrive(counters + tile, static_cast<unsigned>(splits), &last)) return;
   // The tile's outputs: the splits' partials added in split order (this block's own
   // included, read back like the others').
-#pragma unroll
-  for (int j = 0; j < kMicro; ++j) {
-    const int t = t0 + ty + kSide * j;
-    if (t >= T) continue;
-#pragma unroll
-    for (int i = 0; i < kMicro; ++i) {
-      const int64_t o = o0 + tx + kSide * i;
-      if (o >= n_out) continue;
-      float sum = 0.0f;
-      for (int z = 0; z < splits; ++z) sum += work[(int64_t(z) * T + t) * n_out + o];
-      out[int64_t(t) * n_out + o] = sum;
-    }
-  }
+  micro_tile_outputs(t0, o0, tx, ty, T, n_out, [&](int, int, int t, int64_t o) {
+    float sum = 0.0f;
+    for (int z = 0; z < splits; ++z) sum += work[(int64_t(z) * T + t) * n_out + o];
+    out[int64_t(t) * n_out + o] = sum;
+  });
 }
 
 int64_t n_chunks(const QMatrix& w) {
