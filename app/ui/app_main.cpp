@@ -249,6 +249,8 @@ int run_app(int argc, char** argv) {
     return cli::fail(st.message());
   if (Status st = check_serving_only(app, args.serving); !st.ok()) return cli::fail(st.message());
   if (app.count("--max-tokens")) args.serving_settings.max_tokens = max_tokens;
+  if (args.screenshot && args.serving && args.measure_steps > 0)
+    return cli::fail("--measure with --screenshot measures the single view, not --view serving");
   if (args.screenshot && args.serving)
     return run_serving_screenshot(args.cap, args.serving_settings, !args.scene_only);
   if (args.screenshot && args.measure_steps > 0)

@@ -314,7 +314,6 @@ std::unique_ptr<render::Renderer> make_renderer(UiState& ui) {
 }  // namespace
 
 int run_measure_offscreen(const GuiOptions& o, const std::string& png_path) {
-  if (o.serving) return cli::fail("--measure with --screenshot measures the single view only");
   auto gl = OffscreenContext::create();
   if (!gl.ok()) return cli::fail(gl.error().message);
   const int width = o.cap.width, height = o.cap.height;

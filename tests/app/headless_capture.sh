@@ -49,3 +49,12 @@ PY
 python3 "$(dirname "$0")/png_content.py" "$out" 640 400 ||
   { echo "headless_capture: the measured run's last frame does not show the app" >&2; exit 1; }
 echo "headless_capture: $line"
+# ... of the single view only: with --view serving it is refused, in one line.
+if msg=$(env -u DISPLAY -u WAYLAND_DISPLAY "$kvscope" --screenshot "$out" --measure 2 \
+    --view serving --backend cpu 2>&1); then
+  echo "headless_capture: --measure with --view serving was not refused" >&2; exit 1
+fi
+case "$msg" in
+  *"--measure with --screenshot measures the single view"*) ;;
+  *) echo "headless_capture: unexpected refusal '$msg'" >&2; exit 1 ;;
+esac
