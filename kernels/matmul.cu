@@ -19,8 +19,8 @@ constexpr size_t kStagedMaxBytes = 48 * 1024;
 
 template <QType kType, bool kStaged>
 __global__ void __launch_bounds__(256)
-    matmul_kernel(const uint8_t* w, int64_t row_bytes, int64_t n_in, int64_t n_out,
-                    const float* x, int T, float* out) {
+    matmul_kernel(const uint8_t* w, int64_t row_bytes, int64_t n_in, int64_t n_out, const float* x,
+                  int T, float* out) {
   grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
   grid_dependents_launch();
   const float* xr = x;  // the activations the lanes read: global, or staged and padded
@@ -96,8 +96,10 @@ cudaError_t matmul(QMatrix w, const float* x, int T, float* out, cudaStream_t s)
   if (T <= 0 || w.n_out == 0) return cudaSuccess;
   if (w.n_in % 32 != 0) return cudaErrorInvalidValue;
   switch (w.type) {
-    case QType::Q4_1: return launch_matmul<QType::Q4_1>(w, x, T, out, s);
-    case QType::Q8_0: return launch_matmul<QType::Q8_0>(w, x, T, out, s);
+    case QType::Q4_1:
+      return launch_matmul<QType::Q4_1>(w, x, T, out, s);
+    case QType::Q8_0:
+      return launch_matmul<QType::Q8_0>(w, x, T, out, s);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -86,8 +86,9 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int j = 0; j < kMicro; ++j) acc[i][j] = 0.0f;
   const int64_t k_begin = int64_t(blockIdx.z) * chunks_per_split * kChunk;
-  const int64_t k_end =
-      k_begin + int64_t(chunks_per_split) * kChunk < n_in ? k_begin + int64_t(chunks_per_split) * kChunk : n_in;
+  const int64_t k_end = k_begin + int64_t(chunks_per_split) * kChunk < n_in
+                            ? k_begin + int64_t(chunks_per_split) * kChunk
+                            : n_in;
   for (int64_t k0 = k_begin; k0 < k_end; k0 += kChunk) {
 #pragma unroll
     for (int e = 0; e < kPer; ++e) {
@@ -117,8 +118,9 @@ __global__ void __launch_bounds__(kThreads)
   }
   const int splits = static_cast<int>(gridDim.z);
   float* dst = splits == 1 ? out : work + int64_t(blockIdx.z) * T * n_out;
-  micro_tile_outputs(t0, o0, tx, ty, T, n_out,
-                     [&](int i, int j, int t, int64_t o) { dst[int64_t(t) * n_out + o] = acc[i][j]; });
+  micro_tile_outputs(t0, o0, tx, ty, T, n_out, [&](int i, int j, int t, int64_t o) {
+    dst[int64_t(t) * n_out + o] = acc[i][j];
+  });
   if (splits == 1) return;
   const unsigned tile = blockIdx.y * gridDim.x + blockIdx.x;
   if (!last_block_to_arrive(counters + tile, static_cast<unsigned>(splits), &last)) return;
@@ -155,8 +157,8 @@ cudaError_t launch_batched(QMatrix w, const float* x, int T, float* out, float* 
                   static_cast<unsigned>((T + kTileT - 1) / kTileT),
                   static_cast<unsigned>((n_chunks(w) + cps - 1) / cps));
   return launch(matmul_batched_kernel<kType>, grid, dim3(kThreads), 0, s,
-                static_cast<const uint8_t*>(w.data), w.row_bytes, w.n_in, w.n_out, x, T, out,
-                cps, work, counters);
+                static_cast<const uint8_t*>(w.data), w.row_bytes, w.n_in, w.n_out, x, T, out, cps,
+                work, counters);
 }
 
 }  // namespace

@@ -50,12 +50,10 @@ __device__ __forceinline__ void norm_ffn_slice(const QMatrix& wg, const QMatrix&
   for (int i = warp; i < kFfnSlice; i += warps) {
     float ag[kRowsAtOnce] = {0.0f, 0.0f, 0.0f, 0.0f};
     float au[kRowsAtOnce] = {0.0f, 0.0f, 0.0f, 0.0f};
-    lane_row_dots_any<true>(wg.type,
-                            static_cast<const uint8_t*>(wg.data) + (f0 + i) * wg.row_bytes, C,
-                            hs, 1, ag);
-    lane_row_dots_any<true>(wu.type,
-                            static_cast<const uint8_t*>(wu.data) + (f0 + i) * wu.row_bytes, C,
-                            hs, 1, au);
+    lane_row_dots_any<true>(wg.type, static_cast<const uint8_t*>(wg.data) + (f0 + i) * wg.row_bytes,
+                            C, hs, 1, ag);
+    lane_row_dots_any<true>(wu.type, static_cast<const uint8_t*>(wu.data) + (f0 + i) * wu.row_bytes,
+                            C, hs, 1, au);
     const float gs = warp_sum(ag[0]);
     const float us = warp_sum(au[0]);
     if (lane == 0) g[i] = gate_act(act, gs) * us;

@@ -1,12 +1,13 @@
 // residual_norm.cuh — the residual step that opens the fused decode-step kernels
 // (norm_qkv_kv_write.cu, norm_ffn.cu), done by every block on its own so that no block
 // waits for another: xs = x + y' (y' = RMSNorm(y)·y_norm, or y, or nothing), hs =
-// RMSNorm(xs)·w, both in the block's shared memory: xs [C], hs padded (matvec_row.cuh:
-// padded_len(C) floats, value i at padded_index(i)), for the products' row dots. The products then read hs; the last
-// block writes xs and hs back (residual_norm_store), after every block has read x and y.
-// Each thread handles the same strided values in every loop (no barrier between them but
-// the reductions'); all threads must call it; blockDim.x a multiple of 32. Threads past
-// kResidualNormThreads take the barriers and add nothing.
+// RMSNorm(xs)·w, both in the block's shared memory: xs [C], and hs padded for the
+// products' row dots (matvec_row.cuh: padded_len(C) floats, value i at padded_index(i)).
+// The products then read hs; the last block writes xs and hs back (residual_norm_store),
+// after every block has read x and y. Each thread handles the same strided values in
+// every loop (no barrier between them but the reductions'); all threads must call it;
+// blockDim.x a multiple of 32. Threads past kResidualNormThreads take the barriers and
+// add nothing.
 #pragma once
 
 #include "kernels/kernels.h"

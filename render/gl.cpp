@@ -151,7 +151,9 @@ void clear_framebuffer(int width, int height, float r, float g, float b) {
   glClear(GL_COLOR_BUFFER_BIT | GL_DEPTH_BUFFER_BIT);
 }
 
-void finish() { glFinish(); }
+void finish() {
+  glFinish();
+}
 
 std::string find_shader_dir(const std::string& exe_dir, const std::string& probe) {
   namespace fs = std::filesystem;

@@ -92,13 +92,14 @@ Status CudaBackend::init(const Model& model) {
     auto d = weights_->get(*w);
     if (!d.ok()) return d.error();
     const kvscope::cuda::QMatrix& q = (*d)->q;
-    split_floats =
-        std::max(split_floats, kvscope::cuda::matmul_batched_work_floats(q, opt_.batched_max_tokens));
-    split_counters =
-        std::max(split_counters, kvscope::cuda::matmul_batched_counters(q, opt_.batched_max_tokens));
+    split_floats = std::max(split_floats,
+                            kvscope::cuda::matmul_batched_work_floats(q, opt_.batched_max_tokens));
+    split_counters = std::max(split_counters,
+                              kvscope::cuda::matmul_batched_counters(q, opt_.batched_max_tokens));
   }
   if (split_floats > 0)
-    KV_TRY(batched_work_.ensure(size_t(split_floats) * sizeof(float), "batched product work memory"));
+    KV_TRY(
+        batched_work_.ensure(size_t(split_floats) * sizeof(float), "batched product work memory"));
   auto more = sync_counters(2 + n_head_ + split_counters);
   if (!more.ok()) return more.error();
   return cuda_check(cudaStreamSynchronize(stream_), "uploading the weights");

@@ -138,8 +138,8 @@ Status CudaBackend::do_attention(Tensor q, const KvCache& cache, int layer, int 
       if (probs_last.cols == n_keys && (probs_last.data == nullptr || base != nullptr) &&
           graph_.use_pos0(pos0))
         return ops_->run("attention kernel", kvscope::cuda::attention_decode, q.data, kl, 0,
-                         graph_.pos0_dev(), n_head, scale, out.data, base, int64_t(-1), row0,
-                         work, counters);
+                         graph_.pos0_dev(), n_head, scale, out.data, base, int64_t(-1), row0, work,
+                         counters);
       graph_.not_graphable();
     }
     return ops_->run("attention kernel", kvscope::cuda::attention_decode, q.data, kl, pos0,

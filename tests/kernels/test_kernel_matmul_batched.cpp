@@ -121,11 +121,11 @@ TEST_F(KernelMatmulBatched, SplitsComeFromTheShapeAlone) {
   const auto q = [](int64_t n_in, int64_t n_out) {
     return QMatrix{nullptr, QType::Q4_1, n_in, n_out, n_in / 32 * 20};
   };
-  EXPECT_EQ(kvscope::cuda::matmul_batched_splits(q(576, 576)), 9);     // 9 tiles x 9 = 81
-  EXPECT_EQ(kvscope::cuda::matmul_batched_splits(q(576, 1536)), 6);    // 24 tiles x 6
-  EXPECT_EQ(kvscope::cuda::matmul_batched_splits(q(1536, 576)), 12);   // 9 tiles x 12
-  EXPECT_EQ(kvscope::cuda::matmul_batched_splits(q(576, 192)), 18);    // 3 tiles, 18 chunks
-  EXPECT_EQ(kvscope::cuda::matmul_batched_splits(q(576, 49152)), 1);   // 768 tiles
+  EXPECT_EQ(kvscope::cuda::matmul_batched_splits(q(576, 576)), 9);    // 9 tiles x 9 = 81
+  EXPECT_EQ(kvscope::cuda::matmul_batched_splits(q(576, 1536)), 6);   // 24 tiles x 6
+  EXPECT_EQ(kvscope::cuda::matmul_batched_splits(q(1536, 576)), 12);  // 9 tiles x 12
+  EXPECT_EQ(kvscope::cuda::matmul_batched_splits(q(576, 192)), 18);   // 3 tiles, 18 chunks
+  EXPECT_EQ(kvscope::cuda::matmul_batched_splits(q(576, 49152)), 1);  // 768 tiles
   EXPECT_EQ(kvscope::cuda::matmul_batched_work_floats(q(576, 49152), 64), 0);
   EXPECT_EQ(kvscope::cuda::matmul_batched_work_floats(q(576, 576), 16), 9 * 16 * 576);
   EXPECT_EQ(kvscope::cuda::matmul_batched_counters(q(576, 576), 65), 9 * 2);
@@ -135,17 +135,15 @@ TEST_F(KernelMatmulBatched, RejectsPartialBlocksAndUnknownTypes) {
   DevVec<uint8_t> w(4096);
   DevVec<float> x(16 * 512), out(16 * 8);
   // 48 values are not whole Q8_0 blocks; 300 not whole Q4_K super-blocks.
-  EXPECT_EQ(
-      kvscope::cuda::matmul_batched(QMatrix{w.p, QType::Q8_0, 48, 2, 51}, x.p, 16, out.p, nullptr,
-                                    nullptr, nullptr),
-      cudaErrorInvalidValue);
+  EXPECT_EQ(kvscope::cuda::matmul_batched(QMatrix{w.p, QType::Q8_0, 48, 2, 51}, x.p, 16, out.p,
+                                          nullptr, nullptr, nullptr),
+            cudaErrorInvalidValue);
   EXPECT_EQ(kvscope::cuda::matmul_batched(QMatrix{w.p, QType::Q4_K, 300, 2, 170}, x.p, 16, out.p,
                                           nullptr, nullptr, nullptr),
             cudaErrorInvalidValue);
-  EXPECT_EQ(
-      kvscope::cuda::matmul_batched(QMatrix{w.p, QType(99), 256, 2, 144}, x.p, 16, out.p, nullptr,
-                                    nullptr, nullptr),
-      cudaErrorInvalidValue);
+  EXPECT_EQ(kvscope::cuda::matmul_batched(QMatrix{w.p, QType(99), 256, 2, 144}, x.p, 16, out.p,
+                                          nullptr, nullptr, nullptr),
+            cudaErrorInvalidValue);
   EXPECT_TRUE(kvscope::cuda::matmul_batched_supported(QType::Q6_K));
   EXPECT_FALSE(kvscope::cuda::matmul_batched_supported(QType(99)));
 }
