@@ -69,11 +69,10 @@ Status CudaBackend::init(const Model& model) {
                                       sizeof(kvscope::cuda::KvRowRef) +
                                   size_t(maxb) * 16));
   n_head_ = model.config().n_head;
-  // The fused decode kernels' counters and work memory for this model, before any step is
-  // recorded (growing them later flushes the recording).
+  // The fused decode kernels' work memory for this model, before any step is recorded
+  // (growing it later flushes the recording); their counters below, with the batched
+  // product's.
   const ModelConfig& mc = model.config();
-  auto sync = sync_counters(2 + n_head_);
-  if (!sync.ok()) return sync.error();
   auto work = ffn_work(kvscope::cuda::norm_ffn_work_floats(mc.n_ff, mc.n_embd));
   if (!work.ok()) return work.error();
   weights_.emplace(stream_);
@@ -84,8 +83,9 @@ Status CudaBackend::init(const Model& model) {
                             &lw.q_norm, &lw.k_norm, &lw.wo, &lw.post_attn_norm, &lw.ffn_norm,
                             &lw.w_gate, &lw.w_up, &lw.w_down, &lw.post_ffn_norm})
       if (w->data) all.push_back(w);
-  // The batched product's split work memory and counters for the largest batch, likewise
-  // before any step is recorded.
+  // The batched product's split work memory for the largest batch, likewise before any step
+  // is recorded, and the counters: the fused kernels' two, attention's per head, then the
+  // batched product's.
   int64_t split_floats = 0;
   int split_counters = 0;
   for (const Weight* w : all) {
@@ -97,11 +97,12 @@ Status CudaBackend::init(const Model& model) {
     split_counters = std::max(split_counters,
                               kvscope::cuda::matmul_batched_counters(q, opt_.batched_max_tokens));
   }
-  if (split_floats > 0)
-    KV_TRY(
-        batched_work_.ensure(size_t(split_floats) * sizeof(float), "batched product work memory"));
-  auto more = sync_counters(2 + n_head_ + split_counters);
-  if (!more.ok()) return more.error();
+  if (split_floats > 0) {
+    auto split_work = work_buffer(batched_work_, split_floats, "batched product work memory");
+    if (!split_work.ok()) return split_work.error();
+  }
+  auto sync = sync_counters(2 + n_head_ + split_counters);
+  if (!sync.ok()) return sync.error();
   return cuda_check(cudaStreamSynchronize(stream_), "uploading the weights");
 }
 

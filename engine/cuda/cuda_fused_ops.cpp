@@ -26,13 +26,17 @@ Expected<unsigned*> CudaBackend::sync_counters(int n) {
   return static_cast<unsigned*>(sync_.p);
 }
 
-Expected<float*> CudaBackend::ffn_work(int64_t n) {
-  const size_t need = size_t(std::max<int64_t>(n, 1)) * sizeof(float);
-  if (need > ffn_work_.bytes) {
+Expected<float*> CudaBackend::work_buffer(DeviceBuffer& b, int64_t floats, const char* what) {
+  const size_t need = size_t(std::max<int64_t>(floats, 1)) * sizeof(float);
+  if (need > b.bytes) {
     KV_TRY(graph_.flush());  // recorded launches may point into the old buffer
-    KV_TRY(ffn_work_.ensure(need, "feed-forward work memory"));
+    KV_TRY(b.ensure(need, what));
   }
-  return static_cast<float*>(ffn_work_.p);
+  return static_cast<float*>(b.p);
+}
+
+Expected<float*> CudaBackend::ffn_work(int64_t n) {
+  return work_buffer(ffn_work_, n, "feed-forward work memory");
 }
 
 Status CudaBackend::batched_split(const QMatrix& q, int T, float** work, unsigned** counters) {
@@ -40,15 +44,13 @@ Status CudaBackend::batched_split(const QMatrix& q, int T, float** work, unsigne
   *counters = nullptr;
   const int n = kvscope::cuda::matmul_batched_counters(q, T);
   if (n <= 0) return Status::Ok();
-  const size_t need = size_t(kvscope::cuda::matmul_batched_work_floats(q, T)) * sizeof(float);
-  if (need > batched_work_.bytes) {
-    KV_TRY(graph_.flush());  // recorded launches may point into the old buffer
-    KV_TRY(batched_work_.ensure(need, "batched product work memory"));
-  }
+  auto w = work_buffer(batched_work_, kvscope::cuda::matmul_batched_work_floats(q, T),
+                       "batched product work memory");
+  if (!w.ok()) return w.error();
   // Counters [2 + n_head, ...): after the fused ops' two and attention's per-head ones.
   auto sync = sync_counters(2 + n_head_ + n);
   if (!sync.ok()) return sync.error();
-  *work = static_cast<float*>(batched_work_.p);
+  *work = *w;
   *counters = *sync + 2 + n_head_;
   return Status::Ok();
 }
