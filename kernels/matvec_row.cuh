@@ -49,16 +49,16 @@ __device__ __forceinline__ void decode_unit(const uint8_t* row, int64_t u, float
     *d = ld_f16(b);
     *m = 0.0f;
     // The 16 bytes in four words rather than sixteen byte loads (a warp's byte loads
-    // cost as many memory transactions as its word loads). 34-byte blocks leave them
-    // 4-aligned or 2 past that (every other block): then two half-words and three words.
+    // cost as many memory transactions as its word loads). Rows start on an even address
+    // (a device allocation, rows of 34-byte blocks), so the bytes are 4-aligned or 2 past
+    // that (every other block): then two half-words and three words.
     const uint8_t* p = b + 2 + (u & 1) * 16;
-    const auto at = reinterpret_cast<uintptr_t>(p);
     uint32_t w[4];
-    if ((at & 3) == 0) {
+    if ((reinterpret_cast<uintptr_t>(p) & 3) == 0) {
       const uint32_t* a = reinterpret_cast<const uint32_t*>(p);
 #pragma unroll
       for (int k = 0; k < 4; ++k) w[k] = a[k];
-    } else if ((at & 1) == 0) {
+    } else {
       const uint32_t lo = *reinterpret_cast<const uint16_t*>(p);
       const uint32_t* a = reinterpret_cast<const uint32_t*>(p + 2);
       const uint32_t a0 = a[0], a1 = a[1], a2 = a[2];
@@ -67,11 +67,6 @@ __device__ __forceinline__ void decode_unit(const uint8_t* row, int64_t u, float
       w[1] = (a0 >> 16) | (a1 << 16);
       w[2] = (a1 >> 16) | (a2 << 16);
       w[3] = (a2 >> 16) | (hi << 16);
-    } else {  // an odd address (a row that does not start on an even byte)
-#pragma unroll
-      for (int k = 0; k < 4; ++k)
-        w[k] = uint32_t(p[4 * k]) | uint32_t(p[4 * k + 1]) << 8 | uint32_t(p[4 * k + 2]) << 16 |
-               uint32_t(p[4 * k + 3]) << 24;
     }
 #pragma unroll
     for (int k = 0; k < 16; ++k)
