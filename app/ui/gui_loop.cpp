@@ -233,6 +233,21 @@ void take_events(UiState& ui, Controller* ctl, Timeline& tl, std::vector<Event>&
   pending.clear();
 }
 
+// A drawn frame's work since work_start: the moving average that paces frames (and the
+// panel shows), and --measure's count of frames while the decode steps it times ran.
+void note_frame_work(std::chrono::steady_clock::time_point work_start, LoopState& ls, UiState& ui,
+                     Measurement& measure) {
+  const double work_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - work_start)
+          .count();
+  ls.frame_ms += 0.2 * (work_ms - ls.frame_ms);
+  ui.frame_work_ms = ls.frame_ms;
+  if (measure.t0 >= 0 && !measure.done()) {
+    ++measure.frames;
+    measure.frame_work_ms += work_ms;
+  }
+}
+
 // The pointer, for the camera: only over the view and when ImGui does not want it.
 ViewInput read_pointer(GLFWwindow* win, const UiState& ui, LoopState& ls) {
   const ImGuiIO& io = ImGui::GetIO();
@@ -383,14 +398,7 @@ int run_measure_offscreen(const GuiOptions& o, const std::string& png_path) {
     // before the next, so the GPU's drawing is in the frame's work as on a display.
     render::finish();
     ++ls.frame;
-    const double work_ms =
-        std::chrono::duration<double, std::milli>(Clock::now() - work_start).count();
-    ls.frame_ms += 0.2 * (work_ms - ls.frame_ms);
-    ui.frame_work_ms = ls.frame_ms;
-    if (measure.t0 >= 0 && !measure.done()) {
-      ++measure.frames;
-      measure.frame_work_ms += work_ms;
-    }
+    note_frame_work(work_start, ls, ui, measure);
     if (!ui.error.empty()) {
       error = ui.error;
       break;
@@ -534,15 +542,7 @@ int run_gui(const GuiOptions& o) {
                       (measure.target > 0 && tl.finished() && tl.last());
     if (last_frame && !o.window_shot.empty()) save_window_shot(o.window_shot, fbw, fbh);
     glfwSwapBuffers(win);
-    const double work_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - work_start)
-            .count();
-    ls.frame_ms += 0.2 * (work_ms - ls.frame_ms);
-    ui.frame_work_ms = ls.frame_ms;
-    if (measure.t0 >= 0 && !measure.done()) {
-      ++measure.frames;
-      measure.frame_work_ms += work_ms;
-    }
+    note_frame_work(work_start, ls, ui, measure);
     if (last_frame) glfwSetWindowShouldClose(win, GLFW_TRUE);
   }
   if (measure.target > 0) measure.print();
