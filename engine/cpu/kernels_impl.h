@@ -13,8 +13,8 @@
 //    per segment, s_q starts at 0 and adds q_k·x[t][k] in order with fused multiply-adds,
 //    then acc = fma(d, s_q, acc) and, for the types with an offset, acc = fma(m, Σx, acc)
 //    with Σx the segment's sum of x (segment_sums, matmul.h; made once per product). So
-//    the hot loop is one convert and one multiply-add per value, and the scales cost two
-//    multiply-adds per segment;
+//    the hot loop is one convert (for 4-bit fields on AVX-512, a table lookup: nibbles)
+//    and one multiply-add per value, and the scales cost two multiply-adds per segment;
 //  - every q, d and m comes from the same decoder (Pack*<V>::qstep / scales below).
 // Kernels:
 //  - gemv (T = 1, the decode step): each packed group is streamed once, with
@@ -140,6 +140,32 @@ struct PackQ8_0 : Lanes<V> {
   }
 };
 
+// The two nibbles of u (one byte per lane, widened), each minus kBias, as exact fp32
+// into q[0] (low) and q[1] (high). Where the vector has a 16-entry table lookup (lut16,
+// AVX-512) a nibble's value comes from a table of the 16 results: the lookup reads only
+// the index's low 4 bits, so the low nibble needs no mask, and it replaces the convert
+// (and the bias): two values of 16 rows take four instructions with the widening load
+// instead of five (seven with kBias). The same values either way. In the batched tiles
+// the decode shares the vector ports with the multiply-adds: 10% faster at 16 rows.
+alignas(64) constexpr float kNibbleValues[2][16] = {
+    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},
+    {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7}};
+template <class V, int kBias>
+void nibbles(typename V::I u, typename V::F (&q)[2]) {
+  static_assert(kBias == 0 || kBias == 8);
+  if constexpr (requires(typename V::I a, typename V::F t) { V::lut16(a, t); }) {
+    const typename V::F table = V::load(kNibbleValues[kBias / 8]);
+    q[0] = V::lut16(u, table);
+    q[1] = V::lut16(V::srl(u, 4), table);
+  } else if constexpr (kBias == 0) {
+    q[0] = V::cvt(V::and_(u, 15));
+    q[1] = V::cvt(V::srl(u, 4));
+  } else {
+    q[0] = V::cvt(V::sub_i(V::and_(u, 15), kBias));
+    q[1] = V::cvt(V::sub_i(V::srl(u, 4), kBias));
+  }
+}
+
 // Q4_0 / Q4_1: a step is one byte per row: value 2j in the low nibble, 2j+1 in the high.
 // q is the nibble − 8 (Q4_0) or the nibble with the offset m (Q4_1).
 template <class V, bool kMin>
@@ -150,14 +176,7 @@ struct PackQ4 : Lanes<V> {
   static constexpr int kScales = kMin ? 2 : 1;
   static void scales(const uint8_t* b, int, float* sc) { f16_scales<V, kMin>(b, sc); }
   static void qstep(const uint8_t* b, int, int j, int h, F (&q)[2]) {
-    const auto u = V::u8(b + (kMin ? 64 : 32) + 16 * j + h * V::N);
-    if constexpr (kMin) {
-      q[0] = V::cvt(V::and_(u, 15));
-      q[1] = V::cvt(V::srl(u, 4));
-    } else {
-      q[0] = V::cvt(V::sub_i(V::and_(u, 15), 8));
-      q[1] = V::cvt(V::sub_i(V::srl(u, 4), 8));
-    }
+    nibbles<V, kMin ? 0 : 8>(V::u8(b + (kMin ? 64 : 32) + 16 * j + h * V::N), q);
   }
 };
 
@@ -203,9 +222,7 @@ struct PackQ4_K : Lanes<V> {
     }
   }
   static void qstep(const uint8_t* b, int s, int j, int h, F (&q)[2]) {
-    const auto u = V::u8(b + 320 + 16 * (16 * s + j) + h * V::N);
-    q[0] = V::cvt(V::and_(u, 15));
-    q[1] = V::cvt(V::srl(u, 4));
+    nibbles<V, 0>(V::u8(b + 320 + 16 * (16 * s + j) + h * V::N), q);
   }
 };
 

@@ -54,6 +54,10 @@ struct VecAvx512 {
   static I srl(I a, unsigned s) { return _mm512_srli_epi32(a, s); }
   static I sub_i(I a, int v) { return _mm512_sub_epi32(a, _mm512_set1_epi32(v)); }
   static F cvt(I a) { return _mm512_cvtepi32_ps(a); }
+  // Lane i = table[a[i] & 15] (table: 16 fp32 lanes): one vpermps, which reads only the
+  // low 4 bits of each index, widens and converts a 4-bit field at once (kernels_impl.h,
+  // nibbles). AVX2's vpermps indexes 8 lanes, so the other paths have no lut16.
+  static F lut16(I a, F table) { return _mm512_permutexvar_ps(a, table); }
   // Lane i = 16 where bit (first + i) of h is set, else 0 (a Q5 value's fifth bit).
   static I bit4(uint32_t h, int first) {
     return _mm512_maskz_set1_epi32(__mmask16(h >> first), 16);
