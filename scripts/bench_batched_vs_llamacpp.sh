@@ -50,7 +50,7 @@ if [ ! -x "$bb" ]; then
   echo "bench_batched_vs_llamacpp: building llama-batched-bench from llama-cpp-python==$version ..."
   mkdir -p "$src"
   tarball="$src/llama_cpp_python-$version.tar.gz"
-  if ! echo "$sha  $tarball" | sha256sum --quiet -c - 2>/dev/null; then
+  if ! echo "$sha  $tarball" | sha256sum --quiet -c - >/dev/null 2>&1; then
     python3 -m pip download --quiet --no-deps --no-binary :all: -d "$src" "llama-cpp-python==$version"
     echo "$sha  $tarball" | sha256sum --quiet -c - ||
       { echo "bench_batched_vs_llamacpp: $tarball does not match the pinned sha256" >&2; exit 1; }
