@@ -138,10 +138,10 @@ class CudaBackend final : public Backend {
   // At least n zeroed counters of sync_ (grown, and the recorded launches flushed, first
   // when fewer).
   Expected<unsigned*> sync_counters(int n);
-  // At least n floats of norm_ffn's work memory (grown likewise).
   // b grown to at least `floats` floats (a recording is flushed first: its launches may
   // point into the old buffer).
   Expected<float*> work_buffer(DeviceBuffer& b, int64_t floats, const char* what);
+  // At least n floats of norm_ffn's work memory (work_buffer on ffn_work_).
   Expected<float*> ffn_work(int64_t n);
   // matmul_batched's split partials and counters for a product of T rows (nullptr, nullptr
   // when the matrix does not split).
