@@ -19,6 +19,9 @@
 #   parity   greedy tokens of CPU and CUDA (PDL as by default) on each shipped prompt
 #            (prompts/*.txt), 64 each (KVSCOPE_PARITY_TOKENS), for each model present:
 #            identical or where they split
+#   profile  (only when named) Nsight Compute over a batched decode: `kvscope batch` serving
+#            KVSCOPE_PROFILE_BATCH prompts (64) at once; each kernel's GPU time per decode
+#            step, each step graph's GPU time, and the step's wall time without the profiler
 #   capture  the app (this build's, or the one device_stage.sh --app staged in .devapp/):
 #            1280x720 headless captures (3/4, TOP and the Serving view) with the CUDA
 #            engine and NVIDIA's EGL; the engine's decode step while the app draws
@@ -202,6 +205,76 @@ PY
       note "parity $m $base: $verdict"
     done
   done
+fi
+
+if want profile && [ -x "$kvscope" ] && [ ${#models[@]} -gt 0 ]; then
+  # Where a batched decode step's time goes: Nsight Compute over `kvscope batch` serving
+  # B prompts at once (KVSCOPE_PROFILE_BATCH, default 64) that all fit one prefill step,
+  # then a few decode steps of B rows each (caches and clocks left as they are). Per
+  # kernel: launches and GPU time; then each step's whole graph as one result, against
+  # the step's wall time (`batch --json`, the same run without the profiler).
+  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
+  B=${KVSCOPE_PROFILE_BATCH:-64}
+  m=${models[0]}
+  pf=$out/profile-prompts.txt
+  for i in $(seq 1 "$B"); do echo "Once upon a time, in a town with $i bridges, there lived"; done > "$pf"
+  args=(batch --backend cuda --model "$m" --prompts-file "$pf" --max-tokens 6 --min-tokens 6 --temp 0
+        --max-seqs "$B" --max-batch-tokens 4096 --json)
+  "$kvscope" "${args[@]}" > "$out/profile-batch.jsonl" 2> "$out/profile-batch.err"
+  wall=$(python3 - "$out/profile-batch.jsonl" "$B" <<'PY' 2>&1
+import json, sys
+ms = [o["ms"] for o in map(json.loads, filter(str.strip, open(sys.argv[1])))
+      if "ms" in o and len(o.get("sequences", [])) == int(sys.argv[2])
+      and not any(s.get("is_prompt") for s in o["sequences"])]
+print("%d decode steps of %s rows, median %.2f ms wall" % (len(ms), sys.argv[2], sorted(ms)[len(ms) // 2])
+      if ms else "no decode step of that size")
+PY
+)
+  note "profile $m, batch $B (kvscope batch): $wall"
+  if [ -z "$ncu" ]; then
+    note "profile: no ncu on this machine"
+  else
+    # node: each kernel of every step; graph: each replayed step graph as one result.
+    for mode in node graph; do
+      timeout 300 "$ncu" --cache-control none --clock-control none --graph-profiling "$mode" \
+        --metrics gpu__time_duration.sum --csv --log-file "$out/ncu-batch-$mode.csv" \
+        "$kvscope" "${args[@]}" > /dev/null 2> "$out/ncu-batch-$mode.err"
+      note "profile batch $B, ncu --graph-profiling $mode (GPU time per name):"
+      while read -r l; do note "  $l"; done < <(python3 - "$out/ncu-batch-$mode.csv" "$mode" <<'PY' 2>&1
+import collections, csv, sys
+rows = [r for r in csv.DictReader(l for l in open(sys.argv[1]) if l.startswith('"'))]
+scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
+def name(r):
+    return r["Kernel Name"].replace("(anonymous namespace)::", "").split("(")[0]
+def us(r):
+    return float(r["Metric Value"].replace(",", "")) * scale.get(r["Metric Unit"], 1.0)
+if sys.argv[2] == "graph":  # one result per replayed graph (the decode steps), eager kernels apart
+    g = [us(r) for r in rows if "graph" in r["Kernel Name"].lower()]
+    print(f"{len(rows)} results; {len(g)} graphs: " + ", ".join(f"{x:.1f}" for x in g) + " us")
+    sys.exit()
+# Steps begin at the embed kernel; the decode steps are those after the first (prefill).
+steps = []
+for r in rows:
+    if "embed" in name(r) or not steps:
+        steps.append([])
+    steps[-1].append(r)
+print(f"{len(rows)} kernels in {len(steps)} steps: " +
+      ", ".join(f"{len(s)} kernels {sum(map(us, s)):.0f} us" for s in steps))
+dec = steps[1:]
+if not dec:
+    sys.exit()
+by = collections.defaultdict(list)
+for s in dec:
+    for r in s:
+        by[name(r)].append(us(r))
+n = len(dec)
+print(f"per decode step (mean of {n}): {sum(sum(v) for v in by.values()) / n:.1f} us")
+for k, v in sorted(by.items(), key=lambda x: -sum(x[1]))[:16]:
+    print(f"{len(v) / n:5.0f} x {sum(v) / len(v):8.2f} us = {sum(v) / n:8.1f} us  {k[-60:]}")
+PY
+)
+    done
+  fi
 fi
 
 if want capture; then
