@@ -125,11 +125,31 @@ __global__ void __launch_bounds__(kThreads)
   const unsigned tile = blockIdx.y * gridDim.x + blockIdx.x;
   if (!last_block_to_arrive(counters + tile, static_cast<unsigned>(splits), &last)) return;
   // The tile's outputs: the splits' partials added in split order (this block's own
-  // included, read back like the others').
-  micro_tile_outputs(t0, o0, tx, ty, T, n_out, [&](int, int, int t, int64_t o) {
-    float sum = 0.0f;
-    for (int z = 0; z < splits; ++z) sum += work[(int64_t(z) * T + t) * n_out + o];
-    out[int64_t(t) * n_out + o] = sum;
+  // included, read back like the others'). Each output's sum is ((0 + p0) + p1) + ...;
+  // the loads of kZGroup splits are all issued before their adds, so a thread has 16 x
+  // kZGroup loads in flight rather than one: this epilogue is one block reading every
+  // partial of its tile, and one load at a time it cost more than the products.
+  constexpr int kZGroup = 4;
+  float sum[kMicro][kMicro];
+#pragma unroll
+  for (int i = 0; i < kMicro; ++i)
+#pragma unroll
+    for (int j = 0; j < kMicro; ++j) sum[i][j] = 0.0f;
+  for (int z0 = 0; z0 < splits; z0 += kZGroup) {
+    float p[kZGroup][kMicro][kMicro];
+#pragma unroll
+    for (int g = 0; g < kZGroup; ++g)
+      micro_tile_outputs(t0, o0, tx, ty, T, n_out, [&](int i, int j, int t, int64_t o) {
+        p[g][i][j] = z0 + g < splits ? work[(int64_t(z0 + g) * T + t) * n_out + o] : 0.0f;
+      });
+#pragma unroll
+    for (int g = 0; g < kZGroup; ++g)
+      if (z0 + g < splits)
+        micro_tile_outputs(t0, o0, tx, ty, T, n_out,
+                           [&](int i, int j, int, int64_t) { sum[i][j] += p[g][i][j]; });
+  }
+  micro_tile_outputs(t0, o0, tx, ty, T, n_out, [&](int i, int j, int t, int64_t o) {
+    out[int64_t(t) * n_out + o] = sum[i][j];
   });
 }
 
