@@ -14,6 +14,7 @@
 // two barriers a round.
 #include <cfloat>
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/launch.cuh"
 #include "kernels/sample.h"
@@ -96,10 +97,26 @@ __device__ void block_select(Get get, int count, int n, int* out_id, float* out_
   }
 }
 
+// Rows: blockIdx.y is the row; logits (and row_copy) advance V floats a row, work
+// row_work bytes (RowPtrs).
+struct RowPtrs {
+  int64_t V = 0;
+  int64_t work_bytes = 0;  // row_work_bytes
+  int64_t out_bytes = 0;   // sample_out_bytes
+};
+template <class P>
+__device__ __forceinline__ P* at_row(P* base, int64_t bytes) {
+  using B = typename std::conditional<std::is_const<P>::value, const char, char>::type;
+  return reinterpret_cast<P*>(reinterpret_cast<B*>(base) + bytes * blockIdx.y);
+}
+
 __global__ void sample_partial_kernel(const float* logits, int V, int n, float* row_copy,
-                                      int* part_id, float* part_l) {
+                                      int* part_id, float* part_l, RowPtrs rp) {
   grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
   grid_dependents_launch();
+  logits += rp.V * blockIdx.y;
+  part_id = at_row(part_id, rp.work_bytes);
+  part_l = at_row(part_l, rp.work_bytes);
   __shared__ float vals[kChunk];
   __shared__ float red_l[32];
   __shared__ int red_id[32];
@@ -108,7 +125,7 @@ __global__ void sample_partial_kernel(const float* logits, int V, int n, float* 
   for (int j = threadIdx.x; j < count; j += blockDim.x) {
     const float v = logits[base + j];
     vals[j] = v;
-    row_copy[base + j] = v;
+    if (row_copy) row_copy[base + j] = v;
   }
   __syncthreads();
   block_select(
@@ -181,9 +198,15 @@ __device__ __forceinline__ float chunks_max(const int* part_id, const float* par
 
 __global__ void __launch_bounds__(kThreads)
     sample_sum_kernel(const float* logits, int V, int n, int n_part, const int* part_id,
-                      const float* part_l, float temperature, SpanSums out) {
+                      const float* part_l, float temperature, SpanSums out, RowPtrs rp) {
   grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
   grid_dependents_launch();
+  logits += rp.V * blockIdx.y;
+  part_id = at_row(part_id, rp.work_bytes);
+  part_l = at_row(part_l, rp.work_bytes);
+  out.sum = at_row(out.sum, rp.work_bytes);
+  out.err = at_row(out.err, rp.work_bytes);
+  out.nan = at_row(out.nan, rp.work_bytes);
   __shared__ double red[kThreads];
   const float mx = chunks_max(part_id, part_l, n, n_part);
   const int base = static_cast<int>(blockIdx.x) * kSpan;
@@ -214,9 +237,18 @@ __global__ void __launch_bounds__(kThreads)
 
 __global__ void __launch_bounds__(kThreads)
     sample_finish_kernel(int V, int n, int n_part, const int* part_id, const float* part_l,
-                         SpanSums spans, int n_spans, SampleHeader* hdr, int* ids, float* out_l) {
+                         SpanSums spans, int n_spans, SampleHeader* hdr, int* ids, float* out_l,
+                         RowPtrs rp) {
   grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
   grid_dependents_launch();
+  part_id = at_row(part_id, rp.work_bytes);
+  part_l = at_row(part_l, rp.work_bytes);
+  spans.sum = at_row(spans.sum, rp.work_bytes);
+  spans.err = at_row(spans.err, rp.work_bytes);
+  spans.nan = at_row(spans.nan, rp.work_bytes);
+  hdr = at_row(hdr, rp.out_bytes);
+  ids = at_row(ids, rp.out_bytes);
+  out_l = at_row(out_l, rp.out_bytes);
   __shared__ float red_l[32];
   __shared__ int red_id[32];
   __shared__ double red[kThreads];
@@ -261,9 +293,14 @@ size_t sample_work_bytes(int V, int n) {
   return size_t(n_chunks(V)) * size_t(n) * 8 + size_t(n_spans(V)) * (8 + 8 + 4);
 }
 
-cudaError_t sample_candidates(const float* logits, int V, int n, float temperature, float* row_copy,
-                              void* work, void* out, cudaStream_t s) {
-  if (V <= 0 || n < 1 || n > kSampleMaxCandidates || !(temperature > 0))
+size_t sample_row_work_bytes(int V, int n) {
+  return (sample_work_bytes(V, n) + 7) / 8 * 8;  // each row's doubles 8-byte aligned
+}
+
+cudaError_t sample_candidates_rows(const float* logits, int rows, int V, int n, float temperature,
+                                   float* row_copy, void* work, void* out, cudaStream_t s) {
+  if (V <= 0 || rows < 1 || rows > 65535 || n < 1 || n > kSampleMaxCandidates ||
+      !(temperature > 0) || (row_copy && rows != 1))
     return cudaErrorInvalidValue;
   const int chunks = n_chunks(V), spans = n_spans(V);
   int* part_id = static_cast<int*>(work);
@@ -272,16 +309,24 @@ cudaError_t sample_candidates(const float* logits, int V, int n, float temperatu
   auto* hdr = static_cast<SampleHeader*>(out);
   int* ids = reinterpret_cast<int*>(hdr + 1);
   float* out_l = reinterpret_cast<float*>(ids + n);
-  cudaError_t e = launch(sample_partial_kernel, dim3(chunks), dim3(kThreads), 0, s, logits, V, n,
-                         row_copy, part_id, part_l);
+  const RowPtrs rp{V, int64_t(sample_row_work_bytes(V, n)), int64_t(sample_out_bytes(n))};
+  const unsigned R = static_cast<unsigned>(rows);
+  cudaError_t e = launch(sample_partial_kernel, dim3(chunks, R), dim3(kThreads), 0, s, logits, V,
+                         n, row_copy, part_id, part_l, rp);
   if (e != cudaSuccess) return e;
-  e = launch(sample_sum_kernel, dim3(spans), dim3(kThreads), 0, s, logits, V, n, chunks,
+  e = launch(sample_sum_kernel, dim3(spans, R), dim3(kThreads), 0, s, logits, V, n, chunks,
              static_cast<const int*>(part_id), static_cast<const float*>(part_l), temperature,
-             sums);
+             sums, rp);
   if (e != cudaSuccess) return e;
-  return launch(sample_finish_kernel, dim3(1), dim3(kThreads), 0, s, V, n, chunks,
+  return launch(sample_finish_kernel, dim3(1, R), dim3(kThreads), 0, s, V, n, chunks,
                 static_cast<const int*>(part_id), static_cast<const float*>(part_l), sums, spans,
-                hdr, ids, out_l);
+                hdr, ids, out_l, rp);
+}
+
+cudaError_t sample_candidates(const float* logits, int V, int n, float temperature, float* row_copy,
+                              void* work, void* out, cudaStream_t s) {
+  if (!row_copy) return cudaErrorInvalidValue;
+  return sample_candidates_rows(logits, 1, V, n, temperature, row_copy, work, out, s);
 }
 
 }  // namespace kvscope::cuda

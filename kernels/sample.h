@@ -46,4 +46,12 @@ size_t sample_work_bytes(int V, int n);
 cudaError_t sample_candidates(const float* logits, int V, int n, float temperature, float* row_copy,
                               void* work, void* out, cudaStream_t s);
 
+// The same for `rows` rows of logits [rows][V] at once (one grid row of blocks each, still
+// three launches): row r's results at out + r * sample_out_bytes(n), its work at work + r *
+// sample_row_work_bytes(V, n); no row copy (row_copy must be null unless rows is 1). Each
+// row's results are those sample_candidates gives for that row alone, bit for bit.
+size_t sample_row_work_bytes(int V, int n);
+cudaError_t sample_candidates_rows(const float* logits, int rows, int V, int n, float temperature,
+                                   float* row_copy, void* work, void* out, cudaStream_t s);
+
 }  // namespace kvscope::cuda

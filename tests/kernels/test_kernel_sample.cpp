@@ -253,3 +253,51 @@ TEST(KernelSample, UndecidableRowsFallBackAndNaNIsRefused) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(KernelSample, RowsAtOnceEqualEachRowAlone) {
+  // A batched step's rows go through one pass (sample_candidates_rows): each row's header,
+  // ids and logits must be what sample_candidates gives for that row alone, bit for bit.
+  // Rows of different content (normal, ties, -inf, peaked, a NaN), V spanning several
+  // chunks and spans and not a multiple of either.
+  const int V = 9001, R = 5, n = 7;
+  const float t = 0.8f;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> g(0.0f, 2.0f);
+  std::vector<float> all(size_t(R) * V);
+  for (float& x : all) x = g(rng);
+  for (int i = 0; i < V; ++i) all[size_t(V) + size_t(i)] = std::round(all[size_t(i)]);  // ties
+  for (int i = 0; i < V; i += 3) all[size_t(2 * V) + size_t(i)] = -kInf;
+  all[size_t(3 * V) + 8999] = 30.0f;
+  all[size_t(4 * V) + 17] = std::numeric_limits<float>::quiet_NaN();
+  DevVec<float> logits(all);
+  DevVec<char> work(kvscope::cuda::sample_row_work_bytes(V, n) * R);
+  DevVec<char> out(kvscope::cuda::sample_out_bytes(n) * R);
+  ASSERT_EQ(kvscope::cuda::sample_candidates_rows(logits.p, R, V, n, t, nullptr, work.p, out.p,
+                                                  nullptr),
+            cudaSuccess);
+  const std::vector<char> got = out.get();
+  for (int r = 0; r < R; ++r) {
+    const std::vector<float> row(all.begin() + int64_t(r) * V, all.begin() + int64_t(r + 1) * V);
+    DevVec<float> one(row), copy(row.size());
+    DevVec<char> w1(kvscope::cuda::sample_work_bytes(V, n)), o1(kvscope::cuda::sample_out_bytes(n));
+    ASSERT_EQ(kvscope::cuda::sample_candidates(one.p, V, n, t, copy.p, w1.p, o1.p, nullptr),
+              cudaSuccess);
+    const std::vector<char> want = o1.get();
+    const size_t bytes = kvscope::cuda::sample_out_bytes(n);
+    EXPECT_EQ(std::memcmp(got.data() + size_t(r) * bytes, want.data(), bytes), 0) << "row " << r;
+  }
+  kvscope::cuda::SampleHeader h;
+  std::memcpy(&h, got.data() + 4 * kvscope::cuda::sample_out_bytes(n), sizeof h);
+  EXPECT_EQ(h.nan, 1) << "the NaN row";
+  std::memcpy(&h, got.data() + 3 * kvscope::cuda::sample_out_bytes(n), sizeof h);
+  EXPECT_EQ(h.max, 30.0f) << "the peaked row";
+  // A row copy is for one row only.
+  DevVec<float> copy(all.size());
+  EXPECT_EQ(kvscope::cuda::sample_candidates_rows(logits.p, R, V, n, t, copy.p, work.p, out.p,
+                                                  nullptr),
+            cudaErrorInvalidValue);
+}
+
+}  // namespace
