@@ -608,6 +608,11 @@ Status Backend::sample_candidates(Tensor, int, float, DeviceCandidates&) {
   return make_error("sample_candidates: the ", kind(), " backend does not sample on the device");
 }
 
+Status Backend::sample_candidates_rows(Tensor, int, float, std::vector<DeviceCandidates>&) {
+  return make_error("sample_candidates_rows: the ", kind(),
+                    " backend does not sample on the device");
+}
+
 Status Backend::sampled_row(float*) {
   return make_error("sampled_row: the ", kind(), " backend does not sample on the device");
 }

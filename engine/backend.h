@@ -261,6 +261,12 @@ class Backend {
                                    DeviceCandidates& out);
   // The row the last sample_candidates was given, copied to host [V].
   virtual Status sampled_row(float* host);
+  // sample_candidates for each row of `rows` [R][V] (backend memory, e.g. a batched step's
+  // consecutive logits rows), into out[0 .. R): the same results row by row, in one pass
+  // where the backend can (CUDA: three launches and one copy for every row). No row copy:
+  // sampled_row() is not changed.
+  virtual Status sample_candidates_rows(Tensor rows, int n, float temperature,
+                                        std::vector<DeviceCandidates>& out);
   // Starts copying src to `host` and returns; the copy is complete (and `host` written)
   // only after download_wait(). By default a download() that waits.
   virtual Status download_async(Tensor src, float* host) { return download(src, host); }

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "engine/beam_search.h"
+#include "engine/device_sampling.h"
 #include "engine/forward.h"
 
 namespace kvscope {
@@ -665,12 +666,15 @@ Status Scheduler::run_step(BatchStep& out) {
       b.tokens = p.s->tokens.data() + len;
       b.logits = len + p.n == int(p.s->tokens.size());
       b.attention = cfg_.attention && b.logits;
+      b.logits_on_device = b.logits && device_sample_n(*p.s) > 0;
     }
     batch.push_back(b);
     out.batch_tokens += p.n;
   }
   std::vector<BatchSeqOutput> fo;
   KV_TRY(forward_batch(*backend_, *model_, batch, fo));
+  std::vector<int32_t> dev_token;
+  KV_TRY(sample_on_device(plan, fo, dev_token));
   for (size_t i = 0; i < plan.size(); ++i) {
     Seq& s = *plan[i].s;
     StepRow row;
@@ -702,7 +706,10 @@ Status Scheduler::run_step(BatchStep& out) {
       } else {
         // A request's samples fork off now: the same prompt blocks, the same logits.
         if (!s.samples.empty()) KV_TRY(fork_samples(s, out));
-        sample_next(s, row);
+        if (dev_token[i] >= 0)
+          emit(s, dev_token[i], row);  // settled by the device's candidates
+        else
+          sample_next(s, row);
         note_first_token(s);
       }
     }
@@ -751,6 +758,60 @@ void token_logprobs(const std::vector<float>& logits, int32_t t, int k, StepRow&
 }
 
 }  // namespace
+
+int Scheduler::device_sample_n(const Seq& s) const {
+  // As the session decides (session.cpp): no logit shaping (penalties, held-back end and
+  // stop ids), nothing that needs the whole row on the host (log-probabilities, a beam's
+  // selection, samples forked with these logits).
+  if (!cfg_.device_sampling || !backend_->can_sample_on_device() || s.beam >= 0 ||
+      !s.samples.empty() || s.req.logprobs >= 0 || s.req.sampler.penalties.active() ||
+      int(s.gen.size()) < s.req.min_tokens)
+    return 0;
+  return device_sample_candidates_needed(s.req.sampler, 0, model_->config().n_vocab);
+}
+
+Status Scheduler::sample_on_device(const std::vector<Planned>& plan,
+                                   std::vector<BatchSeqOutput>& fo, std::vector<int32_t>& token) {
+  const int V = model_->config().n_vocab;
+  token.assign(plan.size(), -1);
+  const auto temp = [&](size_t i) {
+    const float t = plan[i].s->req.sampler.temperature;
+    return t > 0 ? t : 1.0f;  // the CPU's softmax uses 1 for greedy
+  };
+  std::vector<DeviceCandidates> dc;
+  for (size_t i = 0; i < plan.size();) {
+    if (!fo[i].logits_dev.data) {
+      ++i;
+      continue;
+    }
+    // Consecutive rows of the logits (the step's one-token sequences share one LM-head
+    // product) at one temperature: one pass over all of them, with the most candidates
+    // any of them needs (more only lengthen what the host can verify).
+    size_t j = i + 1;
+    int n = device_sample_n(*plan[i].s);
+    while (j < plan.size() && fo[j].logits_dev.data == fo[j - 1].logits_dev.data + V &&
+           temp(j) == temp(i)) {
+      n = std::max(n, device_sample_n(*plan[j].s));
+      ++j;
+    }
+    const Tensor rows{fo[i].logits_dev.data, int64_t(j - i), V};
+    KV_TRY(backend_->sample_candidates_rows(rows, n, temp(i), dc));
+    for (size_t r = i; r < j; ++r) {
+      Seq& s = *plan[r].s;
+      const auto ds = device_sample_resolve(dc[r - i], V, s.req.sampler, 0);
+      ++stats_.device_sampled;
+      if (ds) {
+        token[r] = s.req.sampler.temperature <= 0 ? ds->kept[0] : s.sampler.draw(ds->kept, ds->p_kept);
+      } else {  // the candidates cannot settle it: the row comes back, the CPU path runs
+        ++stats_.device_fallbacks;
+        fo[r].logits.resize(size_t(V));
+        KV_TRY(backend_->download(fo[r].logits_dev, fo[r].logits.data()));
+      }
+    }
+    i = j;
+  }
+  return Status::Ok();
+}
 
 void Scheduler::sample_next(Seq& s, StepRow& row) {
   const Tokenizer& tok = model_->tokenizer();

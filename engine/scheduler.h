@@ -67,6 +67,7 @@
 
 #include "common/status.h"
 #include "engine/backend.h"
+#include "engine/forward.h"
 #include "engine/kv_pool.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
@@ -92,6 +93,11 @@ struct SchedulerConfig {
   // draft model given to create(), same vocabulary, a cache of its own per sequence);
   // draft_max tokens at most per step (1..15).
   SpeculativeConfig speculation;
+  // Sample on the device where the backend can (the CUDA backend; engine/device_sampling.h)
+  // and the sequence's step allows it (no penalties, held-back tokens, log-probabilities,
+  // beams or samples to fork): the logits rows stay there, only the candidates come back,
+  // and the tokens are the CPU path's. Rows the candidates cannot settle come back whole.
+  bool device_sampling = true;
 };
 
 struct Request {
@@ -213,6 +219,9 @@ struct SchedulerStats {
   // emitted. Tokens per target forward = decode_row_tokens / decode_rows.
   uint64_t drafted = 0, accepted = 0;
   uint64_t decode_rows = 0, decode_row_tokens = 0, verify_rows = 0;
+  // Rows sampled on the device (SchedulerConfig::device_sampling), and those of them whose
+  // candidates could not settle the token (their logits row came back to the host).
+  uint64_t device_sampled = 0, device_fallbacks = 0;
   double ms = 0;                     // total step time
   // Time to first token (from the start of the step a request arrived in to the end of
   // the step that sampled its first token), mean over requests whose first admission
@@ -279,17 +288,24 @@ class Scheduler {
   void preempt(Seq& s, BatchStep& out);
   void finish(Seq& s, StopReason r, BatchStep& out);
   void publish_full_blocks(Seq& s);
+  struct Planned {
+    Seq* s;
+    int n;  // tokens through the forward (a draft's rows included)
+  };
   // Samples s's next token from s.logits (penalties, minimum length) into s and `row`.
   void sample_next(Seq& s, StepRow& row);
+  // Candidates a sequence's next token needs from the device, 0 when its step samples on
+  // the host (see SchedulerConfig::device_sampling).
+  int device_sample_n(const Seq& s) const;
+  // Samples the plan's rows whose logits stayed on the device (token[i], else -1; a row
+  // whose candidates could not settle it comes back into fo[i].logits).
+  Status sample_on_device(const std::vector<Planned>& plan, std::vector<BatchSeqOutput>& fo,
+                          std::vector<int32_t>& token);
   // Finishes s when its last token ends it.
   void check_stop(Seq& s, BatchStep& out);
   // Why s's last token ends it (None: it goes on).
   StopReason stop_for(const Seq& s) const;
   // Drafts for the planned decode rows with what the step left (tokens, free blocks).
-  struct Planned {
-    Seq* s;
-    int n;  // tokens through the forward (a draft's rows included)
-  };
   Status plan_drafts(std::vector<Planned>& plan, int& budget, int& reserved);
   // Blocks s needs from the pool to write n more tokens: new blocks, plus a copy of a
   // shared or published last block it would write into.

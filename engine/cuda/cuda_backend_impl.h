@@ -77,6 +77,8 @@ class CudaBackend final : public Backend {
   Status sample_candidates(Tensor logits_row, int n, float temperature,
                            DeviceCandidates& out) override;
   Status sampled_row(float* host) override;
+  Status sample_candidates_rows(Tensor rows, int n, float temperature,
+                                std::vector<DeviceCandidates>& out) override;
   Status download_async(Tensor src, float* host) override;
   Status download_wait() override;
 
@@ -200,6 +202,8 @@ class CudaBackend final : public Backend {
   };
   struct Sampling {
     DeviceBuffer work, out, row;
+    DeviceBuffer rows_work, rows_out;  // sample_candidates_rows'
+    PinnedBuffer rows_result;
     int64_t row_cols = 0;  // floats in `row` (0: no row sampled yet)
     PinnedBuffer result;   // the header and the candidates
     PinnedBuffer stage;    // download_async's copies

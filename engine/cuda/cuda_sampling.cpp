@@ -27,6 +27,24 @@ Status CudaBackend::PinnedBuffer::ensure(size_t need, const char* what) {
   return Status::Ok();
 }
 
+namespace {
+
+// One row's results as sample_candidates_rows / sample_candidates leave them (sample.h).
+void read_candidates(const char* p, int n, DeviceCandidates& out) {
+  kvscope::cuda::SampleHeader h;
+  std::memcpy(&h, p, sizeof h);
+  const auto* ids = reinterpret_cast<const int32_t*>(p + sizeof h);
+  const auto* logits = reinterpret_cast<const float*>(ids + n);
+  out.sum = h.sum;
+  out.sum_err = h.sum_err;
+  out.max = h.max;
+  out.nan = h.nan;
+  out.ids.assign(ids, ids + h.n);
+  out.logits.assign(logits, logits + h.n);
+}
+
+}  // namespace
+
 Status CudaBackend::sample_candidates(Tensor logits_row, int n, float temperature,
                                       DeviceCandidates& out) {
   namespace kc = kvscope::cuda;
@@ -57,17 +75,42 @@ Status CudaBackend::sample_candidates(Tensor logits_row, int n, float temperatur
                                     cudaMemcpyDeviceToHost, stream_),
                     "copying the sampled candidates to the host"));
   KV_TRY(cuda_check(cudaStreamSynchronize(stream_), "waiting for the GPU"));
-  kc::SampleHeader h;
-  std::memcpy(&h, sampling_.result.p, sizeof h);
-  const auto* ids =
-      reinterpret_cast<const int32_t*>(static_cast<const char*>(sampling_.result.p) + sizeof h);
-  const auto* logits = reinterpret_cast<const float*>(ids + n);
-  out.sum = h.sum;
-  out.sum_err = h.sum_err;
-  out.max = h.max;
-  out.nan = h.nan;
-  out.ids.assign(ids, ids + h.n);
-  out.logits.assign(logits, logits + h.n);
+  read_candidates(static_cast<const char*>(sampling_.result.p), n, out);
+  return Status::Ok();
+}
+
+Status CudaBackend::sample_candidates_rows(Tensor rows, int n, float temperature,
+                                           std::vector<DeviceCandidates>& out) {
+  namespace kc = kvscope::cuda;
+  const int64_t V = rows.cols, R = rows.rows;
+  if (R < 1 || R > 65535 || V <= 0 || V > int64_t(1) << 30 || !rows.data)
+    return make_error("sample_candidates_rows: rows is ", R, " x ", V,
+                      ", expected 1 .. 65535 rows of at least one logit");
+  if (n < 1 || n > kc::kSampleMaxCandidates)
+    return make_error("sample_candidates_rows: n is ", n, ", expected 1 .. ",
+                      kc::kSampleMaxCandidates);
+  if (!(temperature > 0))
+    return make_error("sample_candidates_rows: temperature is ", temperature, ", expected > 0");
+  KV_TRY(graph_.flush());
+  const int Vi = int(V), Ri = int(R);
+  const size_t out_bytes = kc::sample_out_bytes(n);
+  KV_TRY(sampling_.rows_work.ensure(kc::sample_row_work_bytes(Vi, n) * size_t(R),
+                                    "sampler work memory"));
+  KV_TRY(sampling_.rows_out.ensure(out_bytes * size_t(R), "sampler results"));
+  KV_TRY(sampling_.rows_result.ensure(out_bytes * size_t(R), "sampler results (host)"));
+  kc::ProgrammaticLaunchScope pdl(pdl_);
+  KV_TRY(cuda_check(kc::sample_candidates_rows(rows.data, Ri, Vi, n, temperature, nullptr,
+                                               sampling_.rows_work.p, sampling_.rows_out.p,
+                                               stream_),
+                    "sampling on the device"));
+  KV_TRY(cuda_check(cudaMemcpyAsync(sampling_.rows_result.p, sampling_.rows_out.p,
+                                    out_bytes * size_t(R), cudaMemcpyDeviceToHost, stream_),
+                    "copying the sampled candidates to the host"));
+  KV_TRY(cuda_check(cudaStreamSynchronize(stream_), "waiting for the GPU"));
+  out.resize(size_t(R));
+  for (int r = 0; r < Ri; ++r)
+    read_candidates(static_cast<const char*>(sampling_.rows_result.p) + size_t(r) * out_bytes, n,
+                    out[size_t(r)]);
   return Status::Ok();
 }
 
