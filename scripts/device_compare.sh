@@ -13,7 +13,8 @@
 #            build at once.
 #   bench    `kvscope bench --backend cuda` of each model present, base and change in turn,
 #            twice (KVSCOPE_COMPARE_ROUNDS), and the change's decode tokens/s over the
-#            base's per depth and round
+#            base's per depth and round; then the same for batched decode (`--batch`,
+#            KVSCOPE_COMPARE_BATCHES, default 1,16,64), aggregate tokens/s per batch size
 #   profile  the GPU time of each kernel of a short greedy generation (Nsight Compute,
 #            caches and clocks left as they are), base and change: where a step's time goes
 # Output goes to build-gpu/device-compare/ (and, when $OUT is set, its summary and logs
@@ -90,6 +91,14 @@ if want bench && [ -x "$change" ] && [ -x "$base" ]; then
       while read -r depth b c; do
         note "  decode after $depth: base $b, change $c tokens/s ($(python3 -c "print('%.2fx' % ($c / $b))" 2>/dev/null))"
       done < <(paste -d ' ' <(tok_s "$out/bench-base-$m-$r.txt") <(tok_s "$out/bench-change-$m-$r.txt" | cut -d ' ' -f 2))
+      # Batched decode (KVSCOPE_COMPARE_BATCHES, default 1,16,64): aggregate tokens/s.
+      batches=${KVSCOPE_COMPARE_BATCHES:-1,16,64}
+      "$base" bench --backend cuda --model "$(model_path "$m")" --batch "$batches" > "$out/batch-base-$m-$r.txt" 2>&1
+      "$change" bench --backend cuda --model "$(model_path "$m")" --batch "$batches" > "$out/batch-change-$m-$r.txt" 2>&1
+      batch_tok_s() { sed -n 's/^ *batch *\([0-9]*\): *\([0-9.]*\) tokens\/s.*/\1 \2/p' "$1"; }
+      while read -r n b c; do
+        note "  batch $n: base $b, change $c tokens/s ($(python3 -c "print('%.2fx' % ($c / $b))" 2>/dev/null))"
+      done < <(paste -d ' ' <(batch_tok_s "$out/batch-base-$m-$r.txt") <(batch_tok_s "$out/batch-change-$m-$r.txt" | cut -d ' ' -f 2))
     done
   done
 fi

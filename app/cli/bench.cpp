@@ -20,7 +20,10 @@
 //          context's few MB) can beat it; at long contexts it is the ceiling.
 // --batch 1,4,16,64 measures batched decode instead: for each batch size B, B sequences
 // with different 32-token prompts in paged caches on one block pool, then 32 steps that
-// each run one token of every sequence through one forward pass (forward_batch). It
+// each run one token of every sequence through one forward pass (forward_batch) and pick
+// each row's greedy token as the scheduler does (kvscope batch): on the device where the
+// backend samples there (the logits rows stay on the GPU, their candidates come back),
+// else from the logits on the host. It
 // prints the aggregate decode tokens/s, the step time, the speed-up over batch 1 and the
 // pool's KV bytes against contiguous caches reserving the model's context per sequence.
 // The prompt tokens are real text (a short story, repeated) so attention is realistic.
@@ -41,6 +44,7 @@
 #include "app/options/kv_options.h"
 #include "app/cli/json_writer.h"
 #include "engine/cpu/thread_pool.h"
+#include "engine/device_sampling.h"
 #include "engine/forward.h"
 
 namespace kvscope::cli {
@@ -146,6 +150,11 @@ struct BatchRun {
 };
 constexpr int kBatchPrompt = 32, kBatchSteps = 32;
 
+// The first index of the largest value (std::max_element, as the greedy sampler picks).
+int32_t argmax_id(const std::vector<float>& v) {
+  return int32_t(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
 // Batched decode at each size in `sizes` (see the top).
 Expected<std::vector<BatchRun>> measure_batch(Backend& backend, const Model& m,
                                               const std::vector<int32_t>& tokens, KvTypes types,
@@ -174,17 +183,43 @@ Expected<std::vector<BatchRun>> measure_batch(Backend& backend, const Model& m,
       KV_TRY(forward_batch(backend, m,
                            {BatchSeq{caches.back().get(), tokens.data() + at, kBatchPrompt}}, res));
     }
+    // Greedy, as the scheduler samples it (engine/scheduler.cpp): the candidates the
+    // device sampler needs for it, 0 where the logits come to the host. The tokens fed
+    // stay the text's, so every batch size runs the same sequences.
+    const int dev_n = backend.can_sample_on_device()
+                          ? device_sample_candidates_needed(SamplerConfig{}, 0, c.n_vocab)
+                          : 0;
+    std::vector<DeviceCandidates> dc;
+    int64_t picked = 0;  // a sum of the chosen ids, so that the choice is not optimized away
     double t0 = 0;
     for (int g = -1; g < kBatchSteps; ++g) {  // step -1 warms up
       if (g == 0) t0 = now_ms();
       seqs.clear();
       for (int i = 0; i < B; ++i) {
         const size_t at = size_t(7 * i) % (tokens.size() - per_seq);
-        seqs.push_back(BatchSeq{caches[size_t(i)].get(),
-                                tokens.data() + at + caches[size_t(i)]->length(), 1});
+        BatchSeq s{caches[size_t(i)].get(), tokens.data() + at + caches[size_t(i)]->length(), 1};
+        s.logits_on_device = dev_n > 0;
+        seqs.push_back(s);
       }
       KV_TRY(forward_batch(backend, m, seqs, res));
+      if (dev_n > 0) {  // the rows are consecutive: one LM-head product, one sampler pass
+        KV_TRY(backend.sample_candidates_rows(Tensor{res[0].logits_dev.data, B, c.n_vocab}, dev_n,
+                                              1.0f, dc));
+        for (int i = 0; i < B; ++i) {
+          const auto ds = device_sample_resolve(dc[size_t(i)], c.n_vocab, SamplerConfig{}, 0);
+          if (ds) {
+            picked += ds->kept[0];
+          } else {  // not settled by the candidates: the row comes back, as in the scheduler
+            res[size_t(i)].logits.resize(size_t(c.n_vocab));
+            KV_TRY(backend.download(res[size_t(i)].logits_dev, res[size_t(i)].logits.data()));
+            picked += argmax_id(res[size_t(i)].logits);
+          }
+        }
+      } else {
+        for (const BatchSeqOutput& o : res) picked += argmax_id(o.logits);
+      }
     }
+    if (picked < 0) return make_error("bench: a negative token id");
     BatchRun r;
     r.batch = B;
     r.step_ms = (now_ms() - t0) / kBatchSteps;
