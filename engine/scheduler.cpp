@@ -801,7 +801,8 @@ Status Scheduler::sample_on_device(const std::vector<Planned>& plan,
       const auto ds = device_sample_resolve(dc[r - i], V, s.req.sampler, 0);
       ++stats_.device_sampled;
       if (ds) {
-        token[r] = s.req.sampler.temperature <= 0 ? ds->kept[0] : s.sampler.draw(ds->kept, ds->p_kept);
+        token[r] =
+            s.req.sampler.temperature <= 0 ? ds->kept[0] : s.sampler.draw(ds->kept, ds->p_kept);
       } else {  // the candidates cannot settle it: the row comes back, the CPU path runs
         ++stats_.device_fallbacks;
         fo[r].logits.resize(size_t(V));

@@ -311,12 +311,12 @@ cudaError_t sample_candidates_rows(const float* logits, int rows, int V, int n, 
   float* out_l = reinterpret_cast<float*>(ids + n);
   const RowPtrs rp{V, int64_t(sample_row_work_bytes(V, n)), int64_t(sample_out_bytes(n))};
   const unsigned R = static_cast<unsigned>(rows);
-  cudaError_t e = launch(sample_partial_kernel, dim3(chunks, R), dim3(kThreads), 0, s, logits, V,
-                         n, row_copy, part_id, part_l, rp);
+  cudaError_t e = launch(sample_partial_kernel, dim3(chunks, R), dim3(kThreads), 0, s, logits, V, n,
+                         row_copy, part_id, part_l, rp);
   if (e != cudaSuccess) return e;
   e = launch(sample_sum_kernel, dim3(spans, R), dim3(kThreads), 0, s, logits, V, n, chunks,
-             static_cast<const int*>(part_id), static_cast<const float*>(part_l), temperature,
-             sums, rp);
+             static_cast<const int*>(part_id), static_cast<const float*>(part_l), temperature, sums,
+             rp);
   if (e != cudaSuccess) return e;
   return launch(sample_finish_kernel, dim3(1, R), dim3(kThreads), 0, s, V, n, chunks,
                 static_cast<const int*>(part_id), static_cast<const float*>(part_l), sums, spans,

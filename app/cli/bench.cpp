@@ -37,12 +37,12 @@
 #include <thread>
 #include <vector>
 
-#include "engine/bootstrap/bootstrap.h"
-#include "app/options/options.h"
 #include "app/cli/commands.h"
+#include "app/cli/json_writer.h"
 #include "app/options/engine_options.h"
 #include "app/options/kv_options.h"
-#include "app/cli/json_writer.h"
+#include "app/options/options.h"
+#include "engine/bootstrap/bootstrap.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/device_sampling.h"
 #include "engine/forward.h"

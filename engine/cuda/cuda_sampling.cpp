@@ -99,10 +99,10 @@ Status CudaBackend::sample_candidates_rows(Tensor rows, int n, float temperature
   KV_TRY(sampling_.rows_out.ensure(out_bytes * size_t(R), "sampler results"));
   KV_TRY(sampling_.rows_result.ensure(out_bytes * size_t(R), "sampler results (host)"));
   kc::ProgrammaticLaunchScope pdl(pdl_);
-  KV_TRY(cuda_check(kc::sample_candidates_rows(rows.data, Ri, Vi, n, temperature, nullptr,
-                                               sampling_.rows_work.p, sampling_.rows_out.p,
-                                               stream_),
-                    "sampling on the device"));
+  KV_TRY(
+      cuda_check(kc::sample_candidates_rows(rows.data, Ri, Vi, n, temperature, nullptr,
+                                            sampling_.rows_work.p, sampling_.rows_out.p, stream_),
+                 "sampling on the device"));
   KV_TRY(cuda_check(cudaMemcpyAsync(sampling_.rows_result.p, sampling_.rows_out.p,
                                     out_bytes * size_t(R), cudaMemcpyDeviceToHost, stream_),
                     "copying the sampled candidates to the host"));

@@ -273,7 +273,6 @@ TEST_F(CudaBatchedDecode, JoiningAndLeavingSwitchGraphsAndStayExact) {
 }
 #endif
 
-
 // The scheduler on CUDA samples where the logits live: a step's decode rows go through one
 // pass of the device sampler and only their candidates come back. Its tokens must be the
 // host path's, token for token, for greedy and for seeded temperature / top-k / top-p /
@@ -305,12 +304,26 @@ TEST_F(CudaBatchedDecode, SchedulerSamplesOnTheDeviceWithTheHostsTokens) {
       r.max_tokens = 8;
       r.sampler.seed = uint64_t(100 + i);
       switch (i % 6) {
-        case 0: break;  // greedy
-        case 1: r.sampler.temperature = 0.8f; r.sampler.top_k = 20; break;
-        case 2: r.sampler.temperature = 0.8f; r.sampler.top_p = 0.9f; break;
-        case 3: r.sampler.temperature = 0.8f; r.sampler.min_p = 0.05f; break;
-        case 4: r.min_tokens = 3; break;  // held back for 3 tokens: the host path
-        case 5: r.logprobs = 2; break;    // the whole row: the host path
+        case 0:
+          break;  // greedy
+        case 1:
+          r.sampler.temperature = 0.8f;
+          r.sampler.top_k = 20;
+          break;
+        case 2:
+          r.sampler.temperature = 0.8f;
+          r.sampler.top_p = 0.9f;
+          break;
+        case 3:
+          r.sampler.temperature = 0.8f;
+          r.sampler.min_p = 0.05f;
+          break;
+        case 4:
+          r.min_tokens = 3;
+          break;  // held back for 3 tokens: the host path
+        case 5:
+          r.logprobs = 2;
+          break;  // the whole row: the host path
       }
       auto id = (*s)->add(r);
       EXPECT_TRUE(id.ok()) << (id.ok() ? "" : id.error().message);

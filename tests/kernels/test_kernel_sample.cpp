@@ -274,9 +274,9 @@ TEST(KernelSample, RowsAtOnceEqualEachRowAlone) {
   DevVec<float> logits(all);
   DevVec<char> work(kvscope::cuda::sample_row_work_bytes(V, n) * R);
   DevVec<char> out(kvscope::cuda::sample_out_bytes(n) * R);
-  ASSERT_EQ(kvscope::cuda::sample_candidates_rows(logits.p, R, V, n, t, nullptr, work.p, out.p,
-                                                  nullptr),
-            cudaSuccess);
+  ASSERT_EQ(
+      kvscope::cuda::sample_candidates_rows(logits.p, R, V, n, t, nullptr, work.p, out.p, nullptr),
+      cudaSuccess);
   const std::vector<char> got = out.get();
   for (int r = 0; r < R; ++r) {
     const std::vector<float> row(all.begin() + int64_t(r) * V, all.begin() + int64_t(r + 1) * V);
@@ -295,9 +295,9 @@ TEST(KernelSample, RowsAtOnceEqualEachRowAlone) {
   EXPECT_EQ(h.max, 30.0f) << "the peaked row";
   // A row copy is for one row only.
   DevVec<float> copy(all.size());
-  EXPECT_EQ(kvscope::cuda::sample_candidates_rows(logits.p, R, V, n, t, copy.p, work.p, out.p,
-                                                  nullptr),
-            cudaErrorInvalidValue);
+  EXPECT_EQ(
+      kvscope::cuda::sample_candidates_rows(logits.p, R, V, n, t, copy.p, work.p, out.p, nullptr),
+      cudaErrorInvalidValue);
 }
 
 }  // namespace
