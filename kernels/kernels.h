@@ -76,11 +76,14 @@ cudaError_t matmul_f32(const float* w32, int64_t n_in, int64_t n_out, const floa
 // order; without them (nullptr), one block per tile. Either way each output's sum order
 // depends only on the matrix's shape, so a row's result does not depend on T or on the
 // other rows.
+// target_blocks: the blocks a matrix of few tiles is split towards (about that many, from
+// the shape and it alone; CudaBackendOptions::batched_target_blocks).
+inline constexpr int kBatchedTargetBlocks = 128;
 cudaError_t matmul_batched(QMatrix w, const float* x, int T, float* out, float* work,
-                           unsigned* counters, cudaStream_t s);
-int matmul_batched_splits(QMatrix w);
-int64_t matmul_batched_work_floats(QMatrix w, int T);
-int matmul_batched_counters(QMatrix w, int T);
+                           unsigned* counters, int target_blocks, cudaStream_t s);
+int matmul_batched_splits(QMatrix w, int target_blocks = kBatchedTargetBlocks);
+int64_t matmul_batched_work_floats(QMatrix w, int T, int target_blocks = kBatchedTargetBlocks);
+int matmul_batched_counters(QMatrix w, int T, int target_blocks = kBatchedTargetBlocks);
 bool matmul_batched_supported(QType t);
 // One layer of the KV cache: K and V each [Hkv][n_slots] rows of D values in their element
 // type (the values are ggml type ids, as the engine's KvDtype; f32 and f16 rows are D

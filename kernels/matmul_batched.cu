@@ -13,7 +13,7 @@
 // Split input: a block's chain of chunks is the kernel's latency, and a matrix of few
 // tiles (576 rows: 9 tiles) would leave most of the GPU idle while 9 blocks walk every
 // chunk. So such a matrix splits its chunks over grid.z = S blocks per tile
-// (matmul_batched_splits: about kTargetBlocks blocks, from the shape alone); each writes
+// (matmul_batched_splits: about target_blocks blocks, from the shape alone); each writes
 // its partial tile to work [S][T][n_out], and the last block of the tile to finish
 // (last_block.cuh) adds the S partials in split order and writes out.
 //
@@ -35,9 +35,9 @@ constexpr int kChunk = 32;  // input values per shared-memory step
 constexpr int kSide = 16;   // threads per block side
 constexpr int kThreads = kSide * kSide;
 constexpr int kMicro = kTileO / kSide;  // 4 x 4 outputs per thread
-constexpr int kTargetBlocks = 128;      // enough blocks to fill a large GPU
 static_assert(kTileO == kTileT, "the micro-tile is square");
 static_assert(kTileO * kChunk % kThreads == 0, "whole decode work per thread");
+static_assert(kTileT * kChunk % kThreads == 0, "whole activation loads per thread");
 
 // dequant_value with the type fixed at compile time (the switch folds away).
 template <QType kType>
@@ -89,19 +89,37 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t k_end = k_begin + int64_t(chunks_per_split) * kChunk < n_in
                             ? k_begin + int64_t(chunks_per_split) * kChunk
                             : n_in;
-  for (int64_t k0 = k_begin; k0 < k_end; k0 += kChunk) {
+  // Software pipelined: the next chunk's weights (decoded) and activations are loaded into
+  // registers before this chunk's products, so their memory latency overlaps the
+  // arithmetic instead of preceding it; they go to shared memory after the barrier.
+  // Activations: consecutive threads read consecutive values of a row (coalesced).
+  constexpr int kXPer = kTileT * kChunk / kThreads;
+  float wn[kPer], xn[kXPer];
+  const auto load_chunk = [&](int64_t k0) {
 #pragma unroll
     for (int e = 0; e < kPer; ++e) {
       const int64_t i = k0 + dc + e;
-      ws[dr][dc + e] = d_row_ok && i < n_in ? decode_at<kType>(d_row, i) : 0.0f;
+      wn[e] = d_row_ok && i < n_in ? decode_at<kType>(d_row, i) : 0.0f;
     }
-    // Activations: consecutive threads read consecutive values of a row (coalesced).
-    for (int idx = threadIdx.x; idx < kTileT * kChunk; idx += kThreads) {
+#pragma unroll
+    for (int e = 0; e < kXPer; ++e) {
+      const int idx = static_cast<int>(threadIdx.x) + e * kThreads;
       const int r = idx / kChunk, c = idx % kChunk;
       const int64_t i = k0 + c;
-      xs[r][c] = t0 + r < T && i < n_in ? x[int64_t(t0 + r) * n_in + i] : 0.0f;
+      xn[e] = t0 + r < T && i < n_in ? x[int64_t(t0 + r) * n_in + i] : 0.0f;
+    }
+  };
+  if (k_begin < k_end) load_chunk(k_begin);
+  for (int64_t k0 = k_begin; k0 < k_end; k0 += kChunk) {
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) ws[dr][dc + e] = wn[e];
+#pragma unroll
+    for (int e = 0; e < kXPer; ++e) {
+      const int idx = static_cast<int>(threadIdx.x) + e * kThreads;
+      xs[idx / kChunk][idx % kChunk] = xn[e];
     }
     __syncthreads();
+    if (k0 + kChunk < k_end) load_chunk(k0 + kChunk);
 #pragma unroll 4
     for (int c = 0; c < kChunk; ++c) {
       float wv[kMicro], xv[kMicro];
@@ -162,17 +180,18 @@ int64_t tiles_o(const QMatrix& w) {
 }
 
 // Chunks per split for the shape: at least one, and splits that are never empty.
-int chunks_per_split(const QMatrix& w) {
-  const int64_t want = (kTargetBlocks + tiles_o(w) - 1) / tiles_o(w);
+int chunks_per_split(const QMatrix& w, int target_blocks) {
+  const int64_t target = target_blocks < 1 ? 1 : target_blocks;
+  const int64_t want = (target + tiles_o(w) - 1) / tiles_o(w);
   const int64_t splits = want < 1 ? 1 : (want > n_chunks(w) ? n_chunks(w) : want);
   return static_cast<int>((n_chunks(w) + splits - 1) / splits);
 }
 
 template <QType kType>
 cudaError_t launch_batched(QMatrix w, const float* x, int T, float* out, float* work,
-                           unsigned* counters, cudaStream_t s) {
+                           unsigned* counters, cudaStream_t s, int target_blocks) {
   const bool split = work != nullptr && counters != nullptr;
-  const int cps = split ? chunks_per_split(w) : static_cast<int>(n_chunks(w));
+  const int cps = split ? chunks_per_split(w, target_blocks) : static_cast<int>(n_chunks(w));
   const dim3 grid(static_cast<unsigned>(tiles_o(w)),
                   static_cast<unsigned>((T + kTileT - 1) / kTileT),
                   static_cast<unsigned>((n_chunks(w) + cps - 1) / cps));
@@ -183,20 +202,21 @@ cudaError_t launch_batched(QMatrix w, const float* x, int T, float* out, float* 
 
 }  // namespace
 
-int matmul_batched_splits(QMatrix w) {
+int matmul_batched_splits(QMatrix w, int target_blocks) {
   if (w.n_in <= 0 || w.n_out <= 0) return 1;
-  const int cps = chunks_per_split(w);
+  const int cps = chunks_per_split(w, target_blocks);
   return static_cast<int>((n_chunks(w) + cps - 1) / cps);
 }
 
-int64_t matmul_batched_work_floats(QMatrix w, int T) {
-  const int splits = matmul_batched_splits(w);
+int64_t matmul_batched_work_floats(QMatrix w, int T, int target_blocks) {
+  const int splits = matmul_batched_splits(w, target_blocks);
   return splits > 1 ? int64_t(splits) * T * w.n_out : 0;
 }
 
-int matmul_batched_counters(QMatrix w, int T) {
-  return matmul_batched_splits(w) > 1 ? static_cast<int>(tiles_o(w) * ((T + kTileT - 1) / kTileT))
-                                      : 0;
+int matmul_batched_counters(QMatrix w, int T, int target_blocks) {
+  return matmul_batched_splits(w, target_blocks) > 1
+             ? static_cast<int>(tiles_o(w) * ((T + kTileT - 1) / kTileT))
+             : 0;
 }
 
 bool matmul_batched_supported(QType t) {
@@ -204,34 +224,34 @@ bool matmul_batched_supported(QType t) {
 }
 
 cudaError_t matmul_batched(QMatrix w, const float* x, int T, float* out, float* work,
-                           unsigned* counters, cudaStream_t s) {
+                           unsigned* counters, int target_blocks, cudaStream_t s) {
   if (T <= 0 || w.n_out == 0) return cudaSuccess;
   const int block = qtype_block_size(int(w.type));
   if (block <= 0 || w.n_in <= 0 || w.n_in % block != 0 || w.data == nullptr)
     return cudaErrorInvalidValue;
   switch (w.type) {
     case QType::F32:
-      return launch_batched<QType::F32>(w, x, T, out, work, counters, s);
+      return launch_batched<QType::F32>(w, x, T, out, work, counters, s, target_blocks);
     case QType::F16:
-      return launch_batched<QType::F16>(w, x, T, out, work, counters, s);
+      return launch_batched<QType::F16>(w, x, T, out, work, counters, s, target_blocks);
     case QType::BF16:
-      return launch_batched<QType::BF16>(w, x, T, out, work, counters, s);
+      return launch_batched<QType::BF16>(w, x, T, out, work, counters, s, target_blocks);
     case QType::Q4_0:
-      return launch_batched<QType::Q4_0>(w, x, T, out, work, counters, s);
+      return launch_batched<QType::Q4_0>(w, x, T, out, work, counters, s, target_blocks);
     case QType::Q4_1:
-      return launch_batched<QType::Q4_1>(w, x, T, out, work, counters, s);
+      return launch_batched<QType::Q4_1>(w, x, T, out, work, counters, s, target_blocks);
     case QType::Q5_0:
-      return launch_batched<QType::Q5_0>(w, x, T, out, work, counters, s);
+      return launch_batched<QType::Q5_0>(w, x, T, out, work, counters, s, target_blocks);
     case QType::Q5_1:
-      return launch_batched<QType::Q5_1>(w, x, T, out, work, counters, s);
+      return launch_batched<QType::Q5_1>(w, x, T, out, work, counters, s, target_blocks);
     case QType::Q8_0:
-      return launch_batched<QType::Q8_0>(w, x, T, out, work, counters, s);
+      return launch_batched<QType::Q8_0>(w, x, T, out, work, counters, s, target_blocks);
     case QType::Q4_K:
-      return launch_batched<QType::Q4_K>(w, x, T, out, work, counters, s);
+      return launch_batched<QType::Q4_K>(w, x, T, out, work, counters, s, target_blocks);
     case QType::Q5_K:
-      return launch_batched<QType::Q5_K>(w, x, T, out, work, counters, s);
+      return launch_batched<QType::Q5_K>(w, x, T, out, work, counters, s, target_blocks);
     case QType::Q6_K:
-      return launch_batched<QType::Q6_K>(w, x, T, out, work, counters, s);
+      return launch_batched<QType::Q6_K>(w, x, T, out, work, counters, s, target_blocks);
   }
   return cudaErrorInvalidValue;
 }

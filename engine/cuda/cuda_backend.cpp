@@ -34,7 +34,12 @@ bool use_programmatic_launch(const CudaDeviceInfo& info, const CudaBackendOption
 }  // namespace
 
 CudaBackend::CudaBackend(CudaDeviceInfo info, CudaBackendOptions opt)
-    : info_(std::move(info)), opt_(opt) {}
+    : info_(std::move(info)), opt_(opt) {
+  if (const char* env = std::getenv("KVSCOPE_CUDA_GEMM_BLOCKS")) {
+    const int n = std::atoi(env);
+    if (n >= 1 && n <= 4096) opt_.batched_target_blocks = n;
+  }
+}
 
 std::string CudaBackend::name() const {
   if (info_.cc_major < 9) return "cuda (" + info_.name + ")";
@@ -93,9 +98,11 @@ Status CudaBackend::init(const Model& model) {
     if (!d.ok()) return d.error();
     const kvscope::cuda::QMatrix& q = (*d)->q;
     split_floats = std::max(split_floats,
-                            kvscope::cuda::matmul_batched_work_floats(q, opt_.batched_max_tokens));
+                            kvscope::cuda::matmul_batched_work_floats(
+                                                q, opt_.batched_max_tokens, opt_.batched_target_blocks));
     split_counters = std::max(split_counters,
-                              kvscope::cuda::matmul_batched_counters(q, opt_.batched_max_tokens));
+                              kvscope::cuda::matmul_batched_counters(
+                                                  q, opt_.batched_max_tokens, opt_.batched_target_blocks));
   }
   if (split_floats > 0) {
     auto split_work = work_buffer(batched_work_, split_floats, "batched product work memory");

@@ -38,6 +38,10 @@ struct CudaBackendOptions {
   // rows; past it each further 64 rows decode W again, and long prefills (compute-bound)
   // are better served by cuBLAS on the fp32 copy. It is also the largest graphed batch.
   int batched_max_tokens = 64;
+  // The batched GEMM splits a matrix of few 64-row tiles over about this many blocks
+  // (matmul_batched_splits); KVSCOPE_CUDA_GEMM_BLOCKS=N in the environment sets it, for
+  // measuring the choice on a GPU (scripts/device_check.sh's bench stage).
+  int batched_target_blocks = 128;
   // Decode steps (T = 1, and batched decode steps of up to batched_max_tokens rows) are
   // recorded and replayed as a CUDA graph (engine/cuda/decode_graph.h): one graph launch
   // instead of ~9 kernel launches per layer.

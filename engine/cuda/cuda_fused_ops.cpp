@@ -42,9 +42,10 @@ Expected<float*> CudaBackend::ffn_work(int64_t n) {
 Status CudaBackend::batched_split(const QMatrix& q, int T, float** work, unsigned** counters) {
   *work = nullptr;
   *counters = nullptr;
-  const int n = kvscope::cuda::matmul_batched_counters(q, T);
+  const int n = kvscope::cuda::matmul_batched_counters(q, T, opt_.batched_target_blocks);
   if (n <= 0) return Status::Ok();
-  auto w = work_buffer(batched_work_, kvscope::cuda::matmul_batched_work_floats(q, T),
+  auto w = work_buffer(batched_work_,
+                       kvscope::cuda::matmul_batched_work_floats(q, T, opt_.batched_target_blocks),
                        "batched product work memory");
   if (!w.ok()) return w.error();
   // Counters [2 + n_head, ...): after the fused ops' two and attention's per-head ones.

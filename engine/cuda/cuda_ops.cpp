@@ -73,7 +73,7 @@ Status CudaBackend::do_matmul(const Weight& w, Tensor x, Tensor out) {
     unsigned* counters = nullptr;
     KV_TRY(batched_split(d.q, T, &work, &counters));
     return ops_->run("matmul_batched kernel", kvscope::cuda::matmul_batched, d.q, x.data, T,
-                     out.data, work, counters);
+                     out.data, work, counters, opt_.batched_target_blocks);
   }
   // A one-time conversion, issued now: no recorded launch reads the copy before it exists.
   KV_TRY(weights_->ensure_f32(d));

@@ -56,11 +56,11 @@ std::vector<double> reference(const std::vector<float>& W, const std::vector<flo
 
 // matmul_batched with or without the split input; the counters must be left zero.
 cudaError_t run_batched(QMatrix w, const float* x, int T, float* out, bool split) {
-  if (!split) return kvscope::cuda::matmul_batched(w, x, T, out, nullptr, nullptr, nullptr);
+  if (!split) return kvscope::cuda::matmul_batched(w, x, T, out, nullptr, nullptr, kvscope::cuda::kBatchedTargetBlocks, nullptr);
   DevVec<float> work(size_t(std::max<int64_t>(kvscope::cuda::matmul_batched_work_floats(w, T), 1)));
   const int n = std::max(kvscope::cuda::matmul_batched_counters(w, T), 1);
   DevVec<unsigned> counters(std::vector<unsigned>(size_t(n), 0u));
-  const cudaError_t e = kvscope::cuda::matmul_batched(w, x, T, out, work.p, counters.p, nullptr);
+  const cudaError_t e = kvscope::cuda::matmul_batched(w, x, T, out, work.p, counters.p, kvscope::cuda::kBatchedTargetBlocks, nullptr);
   if (e == cudaSuccess) {
     for (unsigned c : counters.get()) EXPECT_EQ(c, 0u) << "a counter was not put back to zero";
   }
@@ -129,6 +129,11 @@ TEST_F(KernelMatmulBatched, SplitsComeFromTheShapeAlone) {
   EXPECT_EQ(kvscope::cuda::matmul_batched_work_floats(q(576, 49152), 64), 0);
   EXPECT_EQ(kvscope::cuda::matmul_batched_work_floats(q(576, 576), 16), 9 * 16 * 576);
   EXPECT_EQ(kvscope::cuda::matmul_batched_counters(q(576, 576), 65), 9 * 2);
+  // Another target (CudaBackendOptions::batched_target_blocks): 256 blocks.
+  EXPECT_EQ(kvscope::cuda::matmul_batched_splits(q(576, 576), 256), 18);   // 29 wanted, 18 chunks
+  EXPECT_EQ(kvscope::cuda::matmul_batched_splits(q(576, 1536), 256), 9);   // 11 wanted: 2 chunks each
+  EXPECT_EQ(kvscope::cuda::matmul_batched_splits(q(576, 49152), 256), 1);
+  EXPECT_EQ(kvscope::cuda::matmul_batched_work_floats(q(576, 576), 16, 256), 18 * 16 * 576);
 }
 
 TEST_F(KernelMatmulBatched, RejectsPartialBlocksAndUnknownTypes) {
@@ -136,13 +141,13 @@ TEST_F(KernelMatmulBatched, RejectsPartialBlocksAndUnknownTypes) {
   DevVec<float> x(16 * 512), out(16 * 8);
   // 48 values are not whole Q8_0 blocks; 300 not whole Q4_K super-blocks.
   EXPECT_EQ(kvscope::cuda::matmul_batched(QMatrix{w.p, QType::Q8_0, 48, 2, 51}, x.p, 16, out.p,
-                                          nullptr, nullptr, nullptr),
+                                          nullptr, nullptr, kvscope::cuda::kBatchedTargetBlocks, nullptr),
             cudaErrorInvalidValue);
   EXPECT_EQ(kvscope::cuda::matmul_batched(QMatrix{w.p, QType::Q4_K, 300, 2, 170}, x.p, 16, out.p,
-                                          nullptr, nullptr, nullptr),
+                                          nullptr, nullptr, kvscope::cuda::kBatchedTargetBlocks, nullptr),
             cudaErrorInvalidValue);
   EXPECT_EQ(kvscope::cuda::matmul_batched(QMatrix{w.p, QType(99), 256, 2, 144}, x.p, 16, out.p,
-                                          nullptr, nullptr, nullptr),
+                                          nullptr, nullptr, kvscope::cuda::kBatchedTargetBlocks, nullptr),
             cudaErrorInvalidValue);
   EXPECT_TRUE(kvscope::cuda::matmul_batched_supported(QType::Q6_K));
   EXPECT_FALSE(kvscope::cuda::matmul_batched_supported(QType(99)));
