@@ -78,7 +78,7 @@ cudaError_t matmul_f32(const float* w32, int64_t n_in, int64_t n_out, const floa
 // other rows.
 // target_blocks: the blocks a matrix of few tiles is split towards (about that many, from
 // the shape and it alone; CudaBackendOptions::batched_target_blocks).
-inline constexpr int kBatchedTargetBlocks = 128;
+inline constexpr int kBatchedTargetBlocks = 256;
 cudaError_t matmul_batched(QMatrix w, const float* x, int T, float* out, float* work,
                            unsigned* counters, int target_blocks, cudaStream_t s);
 int matmul_batched_splits(QMatrix w, int target_blocks = kBatchedTargetBlocks);

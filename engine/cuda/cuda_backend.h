@@ -40,8 +40,9 @@ struct CudaBackendOptions {
   int batched_max_tokens = 64;
   // The batched GEMM splits a matrix of few 64-row tiles over about this many blocks
   // (matmul_batched_splits); KVSCOPE_CUDA_GEMM_BLOCKS=N in the environment sets it, for
-  // measuring the choice on a GPU (scripts/device_check.sh's bench stage).
-  int batched_target_blocks = 128;
+  // measuring the choice on a GPU. 256 (two blocks per multiprocessor of an H100) beat
+  // 128 and 64 there at batch 16 and 64 (docs/performance.md).
+  int batched_target_blocks = 256;
   // Decode steps (T = 1, and batched decode steps of up to batched_max_tokens rows) are
   // recorded and replayed as a CUDA graph (engine/cuda/decode_graph.h): one graph launch
   // instead of ~9 kernel launches per layer.

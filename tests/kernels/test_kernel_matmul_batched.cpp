@@ -116,24 +116,24 @@ TEST_F(KernelMatmulBatched, RowResultDoesNotDependOnTheBatch) {
 }
 
 TEST_F(KernelMatmulBatched, SplitsComeFromTheShapeAlone) {
-  // About 128 blocks for a matrix of few row tiles, never more splits than 32-value
-  // chunks, and one block per tile once the tiles alone fill the GPU.
+  // About 256 blocks (the default target) for a matrix of few row tiles, never more splits
+  // than 32-value chunks, and one block per tile once the tiles alone fill the GPU.
   const auto q = [](int64_t n_in, int64_t n_out) {
     return QMatrix{nullptr, QType::Q4_1, n_in, n_out, n_in / 32 * 20};
   };
-  EXPECT_EQ(kvscope::cuda::matmul_batched_splits(q(576, 576)), 9);    // 9 tiles x 9 = 81
-  EXPECT_EQ(kvscope::cuda::matmul_batched_splits(q(576, 1536)), 6);   // 24 tiles x 6
-  EXPECT_EQ(kvscope::cuda::matmul_batched_splits(q(1536, 576)), 12);  // 9 tiles x 12
+  EXPECT_EQ(kvscope::cuda::matmul_batched_splits(q(576, 576)), 18);   // 29 wanted, 18 chunks
+  EXPECT_EQ(kvscope::cuda::matmul_batched_splits(q(576, 1536)), 9);   // 24 tiles x 9, 2 chunks
+  EXPECT_EQ(kvscope::cuda::matmul_batched_splits(q(1536, 576)), 24);  // 9 tiles x 24
   EXPECT_EQ(kvscope::cuda::matmul_batched_splits(q(576, 192)), 18);   // 3 tiles, 18 chunks
   EXPECT_EQ(kvscope::cuda::matmul_batched_splits(q(576, 49152)), 1);  // 768 tiles
   EXPECT_EQ(kvscope::cuda::matmul_batched_work_floats(q(576, 49152), 64), 0);
-  EXPECT_EQ(kvscope::cuda::matmul_batched_work_floats(q(576, 576), 16), 9 * 16 * 576);
+  EXPECT_EQ(kvscope::cuda::matmul_batched_work_floats(q(576, 576), 16), 18 * 16 * 576);
   EXPECT_EQ(kvscope::cuda::matmul_batched_counters(q(576, 576), 65), 9 * 2);
-  // Another target (CudaBackendOptions::batched_target_blocks): 256 blocks.
-  EXPECT_EQ(kvscope::cuda::matmul_batched_splits(q(576, 576), 256), 18);   // 29 wanted, 18 chunks
-  EXPECT_EQ(kvscope::cuda::matmul_batched_splits(q(576, 1536), 256), 9);   // 11 wanted: 2 chunks each
-  EXPECT_EQ(kvscope::cuda::matmul_batched_splits(q(576, 49152), 256), 1);
-  EXPECT_EQ(kvscope::cuda::matmul_batched_work_floats(q(576, 576), 16, 256), 18 * 16 * 576);
+  // Another target (CudaBackendOptions::batched_target_blocks): 64 blocks.
+  EXPECT_EQ(kvscope::cuda::matmul_batched_splits(q(576, 576), 64), 6);  // 8 wanted: 3 chunks each
+  EXPECT_EQ(kvscope::cuda::matmul_batched_splits(q(576, 1536), 64), 3);
+  EXPECT_EQ(kvscope::cuda::matmul_batched_splits(q(576, 49152), 64), 1);
+  EXPECT_EQ(kvscope::cuda::matmul_batched_work_floats(q(576, 576), 16, 64), 6 * 16 * 576);
 }
 
 TEST_F(KernelMatmulBatched, RejectsPartialBlocksAndUnknownTypes) {
