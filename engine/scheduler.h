@@ -270,7 +270,8 @@ class Scheduler {
   StopReason stop_reason(int seq) const;
   const std::vector<int32_t>& generated(int seq) const;
   std::string text(int seq) const;  // the generated text so far
-  // Logits of the sequence's last sampled token (tests).
+  // Logits of the sequence's last sampled token (tests); empty when that token was sampled
+  // on the device (SchedulerConfig::device_sampling: the row stayed there).
   const std::vector<float>& last_logits(int seq) const;
   // A beam request's hypotheses so far (first: the id add() returned), best score first,
   // at most K; empty for a request without beams. Final once the request's beams ended.
