@@ -10,6 +10,8 @@
 //     NaN count, reduced by a fixed tree into one entry per span;
 //   sample_finish_kernel: one block, the same rounds over every chunk's n pairs, and the
 //     spans' entries summed by a fixed tree (deterministic: no float atomics).
+// Several rows at once (sample_candidates_rows): each kernel's grid has a row of blocks per
+// logits row, each row with its own work and results; a row's arithmetic is its own.
 // An arg-best round reduces within each warp by shuffles, then over the warps' winners:
 // two barriers a round.
 #include <cfloat>
@@ -97,8 +99,8 @@ __device__ void block_select(Get get, int count, int n, int* out_id, float* out_
   }
 }
 
-// Rows: blockIdx.y is the row; logits (and row_copy) advance V floats a row, work
-// row_work bytes (RowPtrs).
+// Rows: blockIdx.y is the row; logits advance V floats a row, the work sample_row_work_bytes
+// and the results sample_out_bytes (RowPtrs). row_copy is for a single row.
 struct RowPtrs {
   int64_t V = 0;
   int64_t work_bytes = 0;  // row_work_bytes

@@ -97,12 +97,9 @@ Status CudaBackend::init(const Model& model) {
     auto d = weights_->get(*w);
     if (!d.ok()) return d.error();
     const kvscope::cuda::QMatrix& q = (*d)->q;
-    split_floats = std::max(split_floats,
-                            kvscope::cuda::matmul_batched_work_floats(
-                                                q, opt_.batched_max_tokens, opt_.batched_target_blocks));
-    split_counters = std::max(split_counters,
-                              kvscope::cuda::matmul_batched_counters(
-                                                  q, opt_.batched_max_tokens, opt_.batched_target_blocks));
+    const int T = opt_.batched_max_tokens, target = opt_.batched_target_blocks;
+    split_floats = std::max(split_floats, kvscope::cuda::matmul_batched_work_floats(q, T, target));
+    split_counters = std::max(split_counters, kvscope::cuda::matmul_batched_counters(q, T, target));
   }
   if (split_floats > 0) {
     auto split_work = work_buffer(batched_work_, split_floats, "batched product work memory");

@@ -145,6 +145,10 @@ class CudaBackend final : public Backend {
   Expected<float*> work_buffer(DeviceBuffer& b, int64_t floats, const char* what);
   // At least n floats of norm_ffn's work memory (work_buffer on ffn_work_).
   Expected<float*> ffn_work(int64_t n);
+  // The device sampler over rows [R][V] into out[0 .. R) (cuda_sampling.cpp), with a copy
+  // of the row when row_copy is given (R = 1); `what` names the op in errors.
+  Status run_sampler(const char* what, Tensor rows, int n, float temperature, float* row_copy,
+                     DeviceCandidates* out);
   // matmul_batched's split partials and counters for a product of T rows (nullptr, nullptr
   // when the matrix does not split).
   Status batched_split(const kvscope::cuda::QMatrix& q, int T, float** work, unsigned** counters);
@@ -202,8 +206,6 @@ class CudaBackend final : public Backend {
   };
   struct Sampling {
     DeviceBuffer work, out, row;
-    DeviceBuffer rows_work, rows_out;  // sample_candidates_rows'
-    PinnedBuffer rows_result;
     int64_t row_cols = 0;  // floats in `row` (0: no row sampled yet)
     PinnedBuffer result;   // the header and the candidates
     PinnedBuffer stage;    // download_async's copies

@@ -1,12 +1,13 @@
 // cuda_sampling.cpp — the CUDA backend's device sampler and non-waiting downloads (see
 // backend.h, kernels/sample.h, engine/device_sampling.h).
 //
-// sample_candidates runs the three sampler kernels after the step's other launches (a
+// sample_candidates (one row) and sample_candidates_rows (several, one grid row of blocks
+// each) share run_sampler: the three sampler kernels after the step's other launches (a
 // decode graph is flushed first, so they are never part of it; with programmatic
-// dependent launch when the backend uses it) and copies the header and
-// the n candidates — 32 + 8n bytes — into pinned memory; the logits row stays on the
-// device, copied to a buffer of the sampler's own so that sampled_row() can still read it
-// after later forwards reused the scratch slot.
+// dependent launch when the backend uses it), then a copy of each row's header and n
+// candidates — 32 + 8n bytes — into pinned memory. The logits stay on the device;
+// sample_candidates also copies its row to a buffer of the sampler's own, so that
+// sampled_row() can still read it after later forwards reused the scratch slot.
 // download_async copies into pinned staging memory with cudaMemcpyAsync; download_wait
 // synchronises the stream and moves each staged copy to its destination.
 #include <algorithm>
@@ -45,73 +46,58 @@ void read_candidates(const char* p, int n, DeviceCandidates& out) {
 
 }  // namespace
 
+Status CudaBackend::run_sampler(const char* what, Tensor rows, int n, float temperature,
+                                float* row_copy, DeviceCandidates* out) {
+  namespace kc = kvscope::cuda;
+  const int64_t V = rows.cols, R = rows.rows;
+  if (R < 1 || R > 65535 || V <= 0 || V > int64_t(1) << 30 || !rows.data)
+    return make_error(what, ": rows is ", R, " x ", V,
+                      ", expected 1 .. 65535 rows of at least one logit");
+  if (n < 1 || n > kc::kSampleMaxCandidates)
+    return make_error(what, ": n is ", n, ", expected 1 .. ", kc::kSampleMaxCandidates);
+  if (!(temperature > 0))
+    return make_error(what, ": temperature is ", temperature, ", expected > 0");
+  KV_TRY(graph_.flush());
+  const int Vi = int(V), Ri = int(R);
+  const size_t out_bytes = kc::sample_out_bytes(n);
+  KV_TRY(
+      sampling_.work.ensure(kc::sample_row_work_bytes(Vi, n) * size_t(R), "sampler work memory"));
+  KV_TRY(sampling_.out.ensure(out_bytes * size_t(R), "sampler results"));
+  KV_TRY(sampling_.result.ensure(out_bytes * size_t(R), "sampler results (host)"));
+  // Programmatic dependent launch like the step's other kernels (op_launcher.h): the
+  // sampler's kernels wait for the LM head's logits in their first statement.
+  kc::ProgrammaticLaunchScope pdl(pdl_);
+  KV_TRY(cuda_check(kc::sample_candidates_rows(rows.data, Ri, Vi, n, temperature, row_copy,
+                                               sampling_.work.p, sampling_.out.p, stream_),
+                    "sampling on the device"));
+  KV_TRY(cuda_check(cudaMemcpyAsync(sampling_.result.p, sampling_.out.p, out_bytes * size_t(R),
+                                    cudaMemcpyDeviceToHost, stream_),
+                    "copying the sampled candidates to the host"));
+  KV_TRY(cuda_check(cudaStreamSynchronize(stream_), "waiting for the GPU"));
+  for (int r = 0; r < Ri; ++r)
+    read_candidates(static_cast<const char*>(sampling_.result.p) + size_t(r) * out_bytes, n,
+                    out[r]);
+  return Status::Ok();
+}
+
 Status CudaBackend::sample_candidates(Tensor logits_row, int n, float temperature,
                                       DeviceCandidates& out) {
-  namespace kc = kvscope::cuda;
   const int64_t V = logits_row.cols;
   if (logits_row.rows != 1 || V <= 0 || V > int64_t(1) << 30 || !logits_row.data)
     return make_error("sample_candidates: logits_row is ", logits_row.rows, " x ", V,
                       ", expected one row of at least one logit");
-  if (n < 1 || n > kc::kSampleMaxCandidates)
-    return make_error("sample_candidates: n is ", n, ", expected 1 .. ", kc::kSampleMaxCandidates);
-  if (!(temperature > 0))
-    return make_error("sample_candidates: temperature is ", temperature, ", expected > 0");
-  KV_TRY(graph_.flush());
-  const int Vi = int(V);
-  KV_TRY(sampling_.work.ensure(kc::sample_work_bytes(Vi, n), "sampler work memory"));
-  KV_TRY(sampling_.out.ensure(kc::sample_out_bytes(n), "sampler results"));
   KV_TRY(sampling_.row.ensure(size_t(V) * sizeof(float), "the sampled logits row"));
-  KV_TRY(sampling_.result.ensure(kc::sample_out_bytes(n), "sampler results (host)"));
   sampling_.row_cols = 0;
-  // Programmatic dependent launch like the step's other kernels (op_launcher.h): the
-  // sampler's kernels wait for the LM head's logits in their first statement.
-  kc::ProgrammaticLaunchScope pdl(pdl_);
-  KV_TRY(cuda_check(kc::sample_candidates(logits_row.data, Vi, n, temperature,
-                                          static_cast<float*>(sampling_.row.p), sampling_.work.p,
-                                          sampling_.out.p, stream_),
-                    "sampling on the device"));
+  KV_TRY(run_sampler("sample_candidates", logits_row, n, temperature,
+                     static_cast<float*>(sampling_.row.p), &out));
   sampling_.row_cols = V;
-  KV_TRY(cuda_check(cudaMemcpyAsync(sampling_.result.p, sampling_.out.p, kc::sample_out_bytes(n),
-                                    cudaMemcpyDeviceToHost, stream_),
-                    "copying the sampled candidates to the host"));
-  KV_TRY(cuda_check(cudaStreamSynchronize(stream_), "waiting for the GPU"));
-  read_candidates(static_cast<const char*>(sampling_.result.p), n, out);
   return Status::Ok();
 }
 
 Status CudaBackend::sample_candidates_rows(Tensor rows, int n, float temperature,
                                            std::vector<DeviceCandidates>& out) {
-  namespace kc = kvscope::cuda;
-  const int64_t V = rows.cols, R = rows.rows;
-  if (R < 1 || R > 65535 || V <= 0 || V > int64_t(1) << 30 || !rows.data)
-    return make_error("sample_candidates_rows: rows is ", R, " x ", V,
-                      ", expected 1 .. 65535 rows of at least one logit");
-  if (n < 1 || n > kc::kSampleMaxCandidates)
-    return make_error("sample_candidates_rows: n is ", n, ", expected 1 .. ",
-                      kc::kSampleMaxCandidates);
-  if (!(temperature > 0))
-    return make_error("sample_candidates_rows: temperature is ", temperature, ", expected > 0");
-  KV_TRY(graph_.flush());
-  const int Vi = int(V), Ri = int(R);
-  const size_t out_bytes = kc::sample_out_bytes(n);
-  KV_TRY(sampling_.rows_work.ensure(kc::sample_row_work_bytes(Vi, n) * size_t(R),
-                                    "sampler work memory"));
-  KV_TRY(sampling_.rows_out.ensure(out_bytes * size_t(R), "sampler results"));
-  KV_TRY(sampling_.rows_result.ensure(out_bytes * size_t(R), "sampler results (host)"));
-  kc::ProgrammaticLaunchScope pdl(pdl_);
-  KV_TRY(
-      cuda_check(kc::sample_candidates_rows(rows.data, Ri, Vi, n, temperature, nullptr,
-                                            sampling_.rows_work.p, sampling_.rows_out.p, stream_),
-                 "sampling on the device"));
-  KV_TRY(cuda_check(cudaMemcpyAsync(sampling_.rows_result.p, sampling_.rows_out.p,
-                                    out_bytes * size_t(R), cudaMemcpyDeviceToHost, stream_),
-                    "copying the sampled candidates to the host"));
-  KV_TRY(cuda_check(cudaStreamSynchronize(stream_), "waiting for the GPU"));
-  out.resize(size_t(R));
-  for (int r = 0; r < Ri; ++r)
-    read_candidates(static_cast<const char*>(sampling_.rows_result.p) + size_t(r) * out_bytes, n,
-                    out[size_t(r)]);
-  return Status::Ok();
+  out.resize(size_t(std::max<int64_t>(rows.rows, 0)));
+  return run_sampler("sample_candidates_rows", rows, n, temperature, nullptr, out.data());
 }
 
 Status CudaBackend::sampled_row(float* host) {
