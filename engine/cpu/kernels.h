@@ -68,6 +68,8 @@ struct MatmulX {
   const float* xt;  // x as transpose_x lays it out, for the panel kernel; else unused
   const float* sx;  // [T][n / kXSumValues] segment sums, for the types with offsets; else unused
   int64_t T;
+  const float*
+      xi;  // x as interleave_x lays it out (slice_t rows), for the rows kernel; else unused
 };
 
 struct IsaKernels {
@@ -81,6 +83,11 @@ struct IsaKernels {
   // the quantized types on AVX-512 (32 registers hold a tile of 2 groups × 8 rows, which
   // beats decoding the weights into a panel even for a long prefill).
   bool (*uses_panel)(GgmlType t, int64_t T);
+  // Whether it takes the rows kernel (the quantized types past one slice of rows, when not
+  // the panel), which reads MatmulX::xi: x [T][n] interleaved by slices of slice_t rows,
+  // slice i at xi + i · n · slice_t, [n][slice_t] (interleave_x in matmul.cpp).
+  bool (*uses_rows)(GgmlType t, int64_t T);
+  int slice_t;
   // x [T][n] transposed per tile of tile_t tokens: tile i at xt + i · n · tile_t, [n][tile_t]
   // (the last tile's missing tokens are left unset); xt holds xt_floats(T, n) floats.
   int tile_t;

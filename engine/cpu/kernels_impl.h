@@ -148,16 +148,27 @@ struct PackQ8_0 : Lanes<V> {
 // instead of five (seven with kBias). The same values either way. The decode shares the
 // vector ports with the multiply-adds: with the lookup a product of 16 rows takes 5% less
 // time on one thread, and of one row (weights in cache) 22% less.
+// kSplit (rows_q's decoding, with no multiply-adds beside it): the high nibble is
+// converted instead of looked up. The lookups and the widening load all issue on one
+// vector port (port 5 on Intel cores) and the shift and convert on the other, so two
+// values take two cycles rather than three: 3-4% less time for products of 16 to 512
+// rows on one thread. Interleaved with the single-token product's multiply-adds, which
+// use both ports, the lookups are faster (16% in cache).
 alignas(64) constexpr float kNibbleValues[2][16] = {
     {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},
     {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7}};
-template <class V, int kBias>
+template <class V, int kBias, bool kSplit = false>
 void nibbles(typename V::I u, typename V::F (&q)[2]) {
   static_assert(kBias == 0 || kBias == 8);
   if constexpr (requires(typename V::I a, typename V::F t) { V::lut16(a, t); }) {
     const typename V::F table = V::load(kNibbleValues[kBias / 8]);
     q[0] = V::lut16(u, table);
-    q[1] = V::lut16(V::srl(u, 4), table);
+    if constexpr (!kSplit)
+      q[1] = V::lut16(V::srl(u, 4), table);
+    else if constexpr (kBias == 0)
+      q[1] = V::cvt(V::srl(u, 4));
+    else
+      q[1] = V::cvt(V::sub_i(V::srl(u, 4), kBias));
   } else if constexpr (kBias == 0) {
     q[0] = V::cvt(V::and_(u, 15));
     q[1] = V::cvt(V::srl(u, 4));
@@ -176,8 +187,9 @@ struct PackQ4 : Lanes<V> {
   static constexpr int kValues = 32, kSegs = 1, kSegValues = 32, kStep = 2;
   static constexpr int kScales = kMin ? 2 : 1;
   static void scales(const uint8_t* b, int, float* sc) { f16_scales<V, kMin>(b, sc); }
+  template <bool kSplit = false>
   static void qstep(const uint8_t* b, int, int j, int h, F (&q)[2]) {
-    nibbles<V, kMin ? 0 : 8>(V::u8(b + (kMin ? 64 : 32) + 16 * j + h * V::N), q);
+    nibbles<V, kMin ? 0 : 8, kSplit>(V::u8(b + (kMin ? 64 : 32) + 16 * j + h * V::N), q);
   }
 };
 
@@ -222,8 +234,9 @@ struct PackQ4_K : Lanes<V> {
                V::neg(V::mul(dmin, V::cvt(V::u8(b + 192 + 16 * s + h * V::N)))));
     }
   }
+  template <bool kSplit = false>
   static void qstep(const uint8_t* b, int s, int j, int h, F (&q)[2]) {
-    nibbles<V, 0>(V::u8(b + 320 + 16 * (16 * s + j) + h * V::N), q);
+    nibbles<V, 0, kSplit>(V::u8(b + 320 + 16 * (16 * s + j) + h * V::N), q);
   }
 };
 
@@ -425,6 +438,132 @@ struct Kernels {
     for (int g = 0; g < G; ++g)
       for (int t = 0; t < NT; ++t)
         store_floats(acc[g][t], out + t * ldo + (g0 + g) * 16, p.n_out - (g0 + g) * 16);
+  }
+
+  // T rows (a batch of decode rows) as gemv tiles of kSliceG groups × kSliceT rows (then
+  // 4 or fewer rows), groups outer and rows inner. Two groups per tile on AVX-512 (32
+  // registers: 2 × 8 accumulator chains and the decoded weights) make every broadcast of
+  // x serve two multiply-adds. The arithmetic per output is gemv's (and panel's), so the
+  // tiling changes no bit. Up to kSliceT rows a tile decodes its weights in registers
+  // (gemv_tile_q); past that, the quantized types decode each segment once for all the
+  // slices (rows_q).
+  static constexpr int kSliceG = H == 1 ? 2 : 1;
+  static constexpr int kSliceT = H == 1 ? 8 : 4;
+
+  // The quantized types over more rows than one tile holds (a batch of decode rows, a
+  // prefill): per segment, G groups' q are decoded once into qb (in L1), then every
+  // slice of NT rows runs its s_q chains over qb. So a weight is decoded once per
+  // kRowsMax rows instead of once per NT, which frees the vector ports the multiply-adds
+  // share with the decoding. The same arithmetic per output as gemv_tile_q: the q are
+  // the same exact fp32 values, each s_q adds k in order from 0, then d·s_q and m·Σx.
+  static constexpr int64_t kRowsMax = 64;
+  // One slice of NT rows of rows_q, over the segment's q decoded in qb.
+  // xs: the segment's x interleaved, value k of row t at xs[k · kSliceT + t].
+  template <class Dec, int G, int NT, bool kDecode>
+  static void rows_slice_q(const uint8_t* const*, int, float (&qb)[G][Dec::kSegValues][16],
+                           const float (&sc)[G][32], const float* xs, const float* sxs, int64_t nsx,
+                           float (*acc)[16]) {
+    constexpr int NS = Dec::kScales;
+    F sq[G][NT][H];
+    for (int g = 0; g < G; ++g)
+      for (int t = 0; t < NT; ++t)
+        for (int h = 0; h < H; ++h) sq[g][t][h] = V::zero();
+    for (int k = 0; k < Dec::kSegValues; ++k) {
+      F w[G][H];
+      for (int g = 0; g < G; ++g)
+        for (int h = 0; h < H; ++h) w[g][h] = V::load(qb[g][k] + h * N);
+      for (int t = 0; t < NT; ++t) {
+        const F xb = V::bcast(xs + k * kSliceT + t);
+        for (int g = 0; g < G; ++g)
+          for (int h = 0; h < H; ++h) sq[g][t][h] = V::fma(w[g][h], xb, sq[g][t][h]);
+      }
+    }
+    for (int g = 0; g < G; ++g)
+      for (int t = 0; t < NT; ++t) {
+        float* a = acc[g * kRowsMax + t];
+        for (int h = 0; h < H; ++h) {
+          F v = V::fma(V::load(sc[g] + h * N), sq[g][t][h], V::load(a + h * N));
+          if constexpr (NS == 2)
+            v = V::fma(V::load(sc[g] + 16 + h * N), V::bcast(sxs + t * nsx), v);
+          V::store(a + h * N, v);
+        }
+      }
+  }
+  template <class Dec, int G, bool kDecode>
+  static int64_t rows_slice_any(const uint8_t* const* b, int s, float (&qb)[G][Dec::kSegValues][16],
+                                const float (&sc)[G][32], const float* xs, const float* sxs,
+                                int64_t nsx, float (*acc)[16], int64_t left) {
+    if (left >= kSliceT) {
+      rows_slice_q<Dec, G, kSliceT, kDecode>(b, s, qb, sc, xs, sxs, nsx, acc);
+      return kSliceT;
+    }
+    if (left >= 4) {
+      rows_slice_q<Dec, G, 4, kDecode>(b, s, qb, sc, xs, sxs, nsx, acc);
+      return 4;
+    }
+    if (left == 3) {
+      rows_slice_q<Dec, G, 3, kDecode>(b, s, qb, sc, xs, sxs, nsx, acc);
+      return 3;
+    }
+    if (left == 2) {
+      rows_slice_q<Dec, G, 2, kDecode>(b, s, qb, sc, xs, sxs, nsx, acc);
+      return 2;
+    }
+    rows_slice_q<Dec, G, 1, kDecode>(b, s, qb, sc, xs, sxs, nsx, acc);
+    return 1;
+  }
+  // T rows (kSliceT < T <= kRowsMax) of G groups, slices of kSliceT rows then 4 or fewer;
+  // xi: the rows' x interleaved (MatmulX::xi), row t in slice t / kSliceT, lane t % kSliceT.
+  static_assert(kRowsMax % kSliceT == 0);
+  template <class Dec, int G>
+  static void rows_q(const PackedWeight& p, int64_t g0, const float* xi, const float* sx, int64_t T,
+                     float* out) {
+    constexpr int SV = Dec::kSegValues;
+    static_assert(Dec::kScales <= 2);
+    alignas(64) float acc[G * kRowsMax][16];
+    for (int g = 0; g < G; ++g)
+      for (int64_t t = 0; t < T; ++t)
+        for (int h = 0; h < H; ++h) V::store(acc[g * kRowsMax + t] + h * N, V::zero());
+    alignas(64) float qb[G][SV][16];
+    alignas(64) float sc[G][32];
+    const uint64_t bb = packed_layout(p.type).block_bytes;
+    const int64_t n = p.n_in, blocks = n / Dec::kValues, nsx = n / kXSumValues;
+    const uint8_t* b[G];
+    for (int g = 0; g < G; ++g) b[g] = p.group(g0 + g);
+    const uintptr_t end = reinterpret_cast<uintptr_t>(b[0]) + p.group_bytes;  // of group 0
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      prefetch_groups<G>(b, end, p.group_bytes, bb);
+      for (int s = 0; s < Dec::kSegs; ++s) {
+        for (int g = 0; g < G; ++g) {
+          Dec::scales(b[g], s, sc[g]);
+          for (int j = 0; j < SV / Dec::kStep; ++j)
+            for (int h = 0; h < H; ++h) {
+              F q[Dec::kStep];
+              if constexpr (requires { Dec::template qstep<true>(b[g], s, j, h, q); })
+                Dec::template qstep<true>(b[g], s, j, h, q);  // the 4-bit types (nibbles)
+              else
+                Dec::qstep(b[g], s, j, h, q);
+              for (int u = 0; u < Dec::kStep; ++u)
+                V::store(qb[g][j * Dec::kStep + u] + h * N, q[u]);
+            }
+        }
+        const int64_t seg = blk * Dec::kSegs + s;
+        // The types with offsets have segments of kXSumValues, as gemv_tile_q reads sx.
+        const float* sxs = Dec::kScales == 2 ? sx + seg : nullptr;
+        auto xs = [&](int64_t t0) {
+          return xi + (t0 / kSliceT) * n * kSliceT + seg * SV * kSliceT + t0 % kSliceT;
+        };
+        int64_t t0 = rows_slice_any<Dec, G, true>(b, s, qb, sc, xs(0), sxs, nsx, acc, T);
+        while (t0 < T)
+          t0 += rows_slice_any<Dec, G, false>(b, s, qb, sc, xs(t0), sxs ? sxs + t0 * nsx : nullptr,
+                                              nsx, acc + t0, T - t0);
+      }
+      for (int g = 0; g < G; ++g) b[g] += bb;
+    }
+    for (int g = 0; g < G; ++g)
+      for (int64_t t = 0; t < T; ++t)
+        store_floats(acc[g * kRowsMax + t], out + t * p.n_out + (g0 + g) * 16,
+                     p.n_out - (g0 + g) * 16);
   }
 
   // The decode step (one token; sx: its segment sums): kGemvG groups at a time.
@@ -650,14 +789,6 @@ struct Kernels {
     }
   }
 
-  // T rows (a batch of decode rows) as gemv tiles of kSliceG groups × kSliceT rows (then
-  // 4 or fewer rows), groups outer and rows inner: a tile's weights, decoded in
-  // registers once per slice of rows, are read from memory once and from L1 for the
-  // other slices. Two groups per tile on AVX-512 (32 registers: 2 × 8 accumulator chains
-  // and the decoded weights) make every broadcast of x serve two multiply-adds. The
-  // arithmetic per output is gemv's (and panel's), so the tiling changes no bit.
-  static constexpr int kSliceG = H == 1 ? 2 : 1;
-  static constexpr int kSliceT = H == 1 ? 8 : 4;
   // With 2 groups × 8 rows a tile (AVX-512), the quantized types take these tiles at
   // every T: the tiles' weights stay in L1 while the rows stream past, and decoding them
   // again for each 8 rows costs less than the panel's fp32 copy (12% less CPU time for
@@ -667,9 +798,15 @@ struct Kernels {
   // Whether a product of T rows of weight type t takes the panel kernel (and so reads x
   // transposed, MatmulX::xt): past kGemvSlicesMaxT rows, except the quantized types where
   // kQuantizedGemvAnyT. The one rule for run() below and for matmul.cpp's transpose.
+  static bool is_float_type(GgmlType t) {
+    return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16;
+  }
   static bool uses_panel(GgmlType t, int64_t T) {
-    const bool float_type = t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16;
-    return T > kGemvSlicesMaxT && !(kQuantizedGemvAnyT && !float_type);
+    return T > kGemvSlicesMaxT && !(kQuantizedGemvAnyT && !is_float_type(t));
+  }
+  // Whether it takes rows_q, which reads MatmulX::xi: the quantized types past one slice.
+  static bool uses_rows(GgmlType t, int64_t T) {
+    return T > kSliceT && !is_float_type(t) && !uses_panel(t, T);
   }
   template <class Dec, int G, int NT>
   static void slice_tile(const PackedWeight& p, int64_t g, const float* x, const float* sx,
@@ -683,6 +820,14 @@ struct Kernels {
   template <class Dec, int G>
   static void slices(const PackedWeight& p, int64_t g, const MatmulX& in, float* out) {
     const int64_t nsx = p.n_in / kXSumValues;
+    if constexpr (Dec::kFactored) {
+      if (in.T > kSliceT) {  // uses_rows: each segment decoded once for up to kRowsMax rows
+        for (int64_t t0 = 0; t0 < in.T; t0 += kRowsMax)
+          rows_q<Dec, G>(p, g, in.xi + t0 * p.n_in, in.sx ? in.sx + t0 * nsx : nullptr,
+                         std::min<int64_t>(kRowsMax, in.T - t0), out + t0 * p.n_out);
+        return;
+      }
+    }
     for (int64_t t0 = 0; t0 < in.T;) {
       const float* xs = in.x + t0 * p.n_in;
       const float* ss = in.sx ? in.sx + t0 * nsx : nullptr;

@@ -22,6 +22,8 @@ IsaKernels isa_kernels_table(Isa isa) {
   return IsaKernels{.isa = isa,
                     .matmul_groups = &K::matmul_groups,
                     .uses_panel = &K::uses_panel,
+                    .uses_rows = &K::uses_rows,
+                    .slice_t = K::kSliceT,
                     .tile_t = V::kTileT,
                     .transpose_x = &K::transpose_x,
                     .attn_chunk = &A::attn_chunk,

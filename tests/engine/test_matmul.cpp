@@ -1,6 +1,6 @@
 // test_matmul.cpp — the CPU matrix-product kernels on every dispatch path (AVX-512, AVX2,
 // scalar; forced with set_isa) and every weight type, against a scalar reference, on odd
-// shapes: row counts that fill no tile, T = 1, 3, 9, 13, 16, 17, 64, 513, float rows whose length
+// shapes: row counts that fill no tile, T = 1 to 17, 64, 70, 130, 513, float rows whose length
 // is no multiple of anything.
 //
 // Two references:
@@ -278,8 +278,11 @@ TEST_P(MatmulPath, EveryTypeEqualsTheExactReferenceBitForBit) {
         const Matrix m = random_matrix(t, n_in, n_out, uint32_t(n_in * 131 + n_out));
         auto packed = cpu::pack_weight(m.weight(), pool);
         ASSERT_TRUE(packed) << ggml_type_name(t);
-        // 5..16: a batch of decode rows, gemv over slices of 16, 8 and up to 4 rows.
-        for (int64_t T : {1, 3, 5, 8, 12, 16, 17, 64, 513}) {
+        // 5..16: a batch of decode rows, gemv over slices of 8 (AVX-512) or 4 rows and what
+        // is left over (1 to 4 rows); past one slice the quantized types decode each segment
+        // once for up to 64 rows (10, 11, 70, 130: a last slice of 2 or 3 rows, a last
+        // block of rows shorter than a slice).
+        for (int64_t T : {1, 3, 5, 8, 10, 11, 12, 16, 17, 64, 70, 130, 513}) {
           const auto x = random_x(T, n_in, uint32_t(T + n_in));
           const auto want = exact_reference(m, x, T);
           std::vector<float> got(want.size(), NAN);
