@@ -88,6 +88,9 @@ struct IsaKernels {
   // slice i at xi + i · n · slice_t, [n][slice_t] (interleave_x in matmul.cpp).
   bool (*uses_rows)(GgmlType t, int64_t T);
   int slice_t;
+  // Lays x [T][n] out as MatmulX::xi (xi holds ceil(T / slice_t) · slice_t · n floats) and,
+  // where sx is not null, writes the segment sums of x as segment_sums does, bit for bit.
+  void (*interleave_x)(const float* x, int64_t T, int64_t n, float* xi, float* sx);
   // x [T][n] transposed per tile of tile_t tokens: tile i at xt + i · n · tile_t, [n][tile_t]
   // (the last tile's missing tokens are left unset); xt holds xt_floats(T, n) floats.
   int tile_t;

@@ -726,6 +726,50 @@ struct Kernels {
                     std::make_integer_sequence<int, V::kTileT>{});
   }
 
+  // The rows kernel's x (MatmulX::xi): x [T][n] interleaved by slices of kSliceT rows,
+  // slice i at xi + i · n · kSliceT, [n][kSliceT] (a last slice's missing rows left
+  // unset); and, where sx, the rows' segment sums, bit for bit segment_sums' (matmul.h):
+  // each row's 32 values added in order from 0, here kSliceT rows side by side from xi.
+  static void interleave_x(const float* x, int64_t T, int64_t n, float* xi, float* sx) {
+    constexpr int ST = kSliceT, SV = kXSumValues;  // kSliceT: declared below
+    const int64_t segs = n / SV;
+    for (int64_t t0 = 0; t0 < T; t0 += ST) {
+      float* dst = xi + t0 * n;
+      const float* src = x + t0 * n;
+      const int nt = int(std::min<int64_t>(ST, T - t0));
+      int64_t k = 0;
+      if constexpr (requires { V::transpose(x, n, xi); }) {
+        static_assert(V::kTransposeT == ST);
+        if (nt == ST)
+          for (; k + ST <= n; k += ST) V::transpose(src + k, n, dst + k * ST);
+      }
+      for (; k < n; ++k)
+        for (int t = 0; t < nt; ++t) dst[k * ST + t] = src[t * n + k];
+      if (!sx) continue;
+      if (nt < ST) {
+        for (int t = 0; t < nt; ++t)
+          for (int64_t s = 0; s < segs; ++s) {
+            float sum = 0.0f;
+            for (int j = 0; j < SV; ++j) sum += src[t * n + s * SV + j];
+            sx[(t0 + t) * segs + s] = sum;
+          }
+        continue;
+      }
+      constexpr int B = 4;  // segments summed side by side (independent chains)
+      int64_t s = 0;
+      for (; s < segs; s += B) {
+        const int nb = int(std::min<int64_t>(B, segs - s));
+        float sum[B][ST] = {};
+        for (int j = 0; j < SV; ++j)
+          for (int b = 0; b < B; ++b)
+            if (b < nb)
+              for (int t = 0; t < ST; ++t) sum[b][t] += dst[((s + b) * SV + j) * ST + t];
+        for (int b = 0; b < nb; ++b)
+          for (int t = 0; t < ST; ++t) sx[(t0 + t) * segs + s + b] = sum[b][t];
+      }
+    }
+  }
+
   // x [T][n] transposed per tile of kTileT tokens: tile i at xt + i·n·kTileT, [n][kTileT]
   // (one base pointer for all the broadcasts of a tile).
   static void transpose_x(const float* x, int64_t T, int64_t n, float* xt) {

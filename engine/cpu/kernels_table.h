@@ -24,6 +24,7 @@ IsaKernels isa_kernels_table(Isa isa) {
                     .uses_panel = &K::uses_panel,
                     .uses_rows = &K::uses_rows,
                     .slice_t = K::kSliceT,
+                    .interleave_x = &K::interleave_x,
                     .tile_t = V::kTileT,
                     .transpose_x = &K::transpose_x,
                     .attn_chunk = &A::attn_chunk,

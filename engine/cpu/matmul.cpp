@@ -26,17 +26,6 @@ void segment_sums(const float* x, int64_t T, int64_t n, float* sx) {
 }
 
 namespace {
-// x [T][n] interleaved by slices of st rows: row t's value k at xi[(t / st) · n · st + k · st
-// + t % st] (the last slice's missing rows left unset).
-void interleave_x(const float* x, int64_t T, int64_t n, int st, float* xi) {
-  for (int64_t t0 = 0; t0 < T; t0 += st) {
-    float* dst = xi + t0 * n;
-    const int nt = int(std::min<int64_t>(st, T - t0));
-    for (int64_t k = 0; k < n; ++k)
-      for (int t = 0; t < nt; ++t) dst[k * st + t] = x[(t0 + t) * n + k];
-  }
-}
-
 bool has_offsets(GgmlType t) {
   return t == GgmlType::Q4_1 || t == GgmlType::Q5_1 || t == GgmlType::Q4_K || t == GgmlType::Q5_K;
 }
@@ -71,28 +60,30 @@ void matmul_many(ThreadPool& pool, const MatmulJob* jobs, int n_jobs, const floa
     }
     xt = buf.data();
   }
-  // x interleaved for the rows kernel, where a job takes it.
-  const float* xi = nullptr;
-  bool rows = false;
-  for (int j = 0; j < n_jobs; ++j) rows = rows || k.uses_rows(jobs[j].w->type, T);
-  if (rows) {
-    thread_local std::vector<float> ibuf;
-    const int64_t n = jobs[0].w->n_in, st = k.slice_t;
-    const size_t want = size_t((T + st - 1) / st * st * n);
-    if (ibuf.size() < want) ibuf.resize(want);
-    interleave_x(x, T, n, k.slice_t, ibuf.data());
-    xi = ibuf.data();
+  // The segment sums, where a job's type has offsets (every job reads the same x), and x
+  // interleaved for the rows kernel, where a job takes it (which makes the sums too).
+  bool offsets = false, rows = false;
+  for (int j = 0; j < n_jobs; ++j) {
+    offsets = offsets || has_offsets(jobs[j].w->type);
+    rows = rows || k.uses_rows(jobs[j].w->type, T);
   }
-  // The segment sums, where a job's type has offsets (every job reads the same x).
-  const float* sx = nullptr;
-  bool offsets = false;
-  for (int j = 0; j < n_jobs; ++j) offsets = offsets || has_offsets(jobs[j].w->type);
+  const int64_t n_in = jobs[0].w->n_in;
+  float* sx = nullptr;
   if (offsets) {
     thread_local std::vector<float> sbuf;
-    const int64_t n = jobs[0].w->n_in, want = T * (n / kXSumValues);
+    const int64_t want = T * (n_in / kXSumValues);
     if (sbuf.size() < size_t(want)) sbuf.resize(size_t(want));
-    segment_sums(x, T, n, sbuf.data());
     sx = sbuf.data();
+  }
+  const float* xi = nullptr;
+  if (rows) {
+    thread_local std::vector<float> ibuf;
+    const size_t want = size_t((T + k.slice_t - 1) / k.slice_t * k.slice_t * n_in);
+    if (ibuf.size() < want) ibuf.resize(want);
+    k.interleave_x(x, T, n_in, ibuf.data(), sx);
+    xi = ibuf.data();
+  } else if (sx) {
+    segment_sums(x, T, n_in, sx);
   }
   const MatmulX in{x, xt, sx, T, xi};
   auto run = [&](int64_t b, int64_t e) {

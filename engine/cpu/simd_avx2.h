@@ -51,6 +51,19 @@ struct VecAvx2 {
   static I srl(I a, unsigned s) { return _mm256_srli_epi32(a, int(s)); }
   static I sub_i(I a, int v) { return _mm256_sub_epi32(a, _mm256_set1_epi32(v)); }
   static F cvt(I a) { return _mm256_cvtepi32_ps(a); }
+
+  // Rows t < 4 of x (row t at x + t·ld), values [0, 4), to dst[i·4 + t]: the interleaved x
+  // of the rows kernel (kernels_impl.h, interleave_x), a 4 × 4 transpose.
+  static constexpr int kTransposeT = 4;
+  static void transpose(const float* x, int64_t ld, float* dst) {
+    __m128 r0 = _mm_loadu_ps(x), r1 = _mm_loadu_ps(x + ld), r2 = _mm_loadu_ps(x + 2 * ld),
+           r3 = _mm_loadu_ps(x + 3 * ld);
+    _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+    _mm_storeu_ps(dst, r0);
+    _mm_storeu_ps(dst + 4, r1);
+    _mm_storeu_ps(dst + 8, r2);
+    _mm_storeu_ps(dst + 12, r3);
+  }
   static I bit4(uint32_t h, int first) {
     const I bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
     const I set =

@@ -54,6 +54,27 @@ struct VecAvx512 {
   static I srl(I a, unsigned s) { return _mm512_srli_epi32(a, s); }
   static I sub_i(I a, int v) { return _mm512_sub_epi32(a, _mm512_set1_epi32(v)); }
   static F cvt(I a) { return _mm512_cvtepi32_ps(a); }
+
+  // Rows t < 8 of x (row t at x + t·ld), values [0, 8), to dst[i·8 + t]: the interleaved x
+  // of the rows kernel (kernels_impl.h, interleave_x), an 8 × 8 transpose.
+  static constexpr int kTransposeT = 8;
+  static void transpose(const float* x, int64_t ld, float* dst) {
+    __m256 r[8], u[8];
+    for (int t = 0; t < 8; ++t) r[t] = _mm256_loadu_ps(x + t * ld);
+    for (int t = 0; t < 8; t += 2) {
+      u[t] = _mm256_unpacklo_ps(r[t], r[t + 1]);
+      u[t + 1] = _mm256_unpackhi_ps(r[t], r[t + 1]);
+    }
+    for (int t = 0; t < 8; t += 4)
+      for (int h = 0; h < 2; ++h) {
+        r[t + 2 * h] = _mm256_shuffle_ps(u[t + h], u[t + 2 + h], _MM_SHUFFLE(1, 0, 1, 0));
+        r[t + 2 * h + 1] = _mm256_shuffle_ps(u[t + h], u[t + 2 + h], _MM_SHUFFLE(3, 2, 3, 2));
+      }
+    for (int i = 0; i < 4; ++i) {
+      _mm256_storeu_ps(dst + i * 8, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+      _mm256_storeu_ps(dst + (i + 4) * 8, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+    }
+  }
   // Lane i = table[a[i] & 15] (table: 16 fp32 lanes): one vpermps, which reads only the
   // low 4 bits of each index, widens and converts a 4-bit field at once (kernels_impl.h,
   // nibbles). AVX2's vpermps indexes 8 lanes, so the other paths have no lut16.
