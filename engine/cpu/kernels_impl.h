@@ -760,18 +760,21 @@ struct Kernels {
           }
         continue;
       }
-      constexpr int B = 4;  // segments summed side by side (independent chains)
-      int64_t s = 0;
-      for (; s < segs; s += B) {
-        const int nb = int(std::min<int64_t>(B, segs - s));
-        float sum[B][ST] = {};
-        for (int j = 0; j < SV; ++j)
-          for (int b = 0; b < B; ++b)
-            if (b < nb)
-              for (int t = 0; t < ST; ++t) sum[b][t] += dst[((s + b) * SV + j) * ST + t];
-        for (int b = 0; b < nb; ++b)
-          for (int t = 0; t < ST; ++t) sx[(t0 + t) * segs + s + b] = sum[b][t];
+      thread_local ScratchFloats sum_buf;  // [segs][ST]
+      sum_buf.reserve(size_t(segs) * ST);
+      float* sums = sum_buf.data();
+      if constexpr (requires { V::transposed_sums(dst, segs, sums); }) {
+        V::transposed_sums(dst, segs, sums);
+      } else {
+        for (int64_t s = 0; s < segs; ++s)
+          for (int t = 0; t < ST; ++t) {
+            float sum = 0.0f;
+            for (int j = 0; j < SV; ++j) sum += dst[(s * SV + j) * ST + t];
+            sums[s * ST + t] = sum;
+          }
       }
+      for (int t = 0; t < ST; ++t)
+        for (int64_t s = 0; s < segs; ++s) sx[(t0 + t) * segs + s] = sums[s * ST + t];
     }
   }
 

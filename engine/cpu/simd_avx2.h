@@ -55,6 +55,25 @@ struct VecAvx2 {
   // Rows t < 4 of x (row t at x + t·ld), values [0, 4), to dst[i·4 + t]: the interleaved x
   // of the rows kernel (kernels_impl.h, interleave_x), a 4 × 4 transpose.
   static constexpr int kTransposeT = 4;
+  // For nseg segments of the transposed x (segment i at src + i · 128: 32 values of 4
+  // rows), out[i · 4 + t] = row t's 32 values added in order from 0 (four segments' chains
+  // side by side): segment_sums' sums, bit for bit.
+  static void transposed_sums(const float* src, int64_t nseg, float* out) {
+    int64_t i = 0;
+    for (; i + 4 <= nseg; i += 4) {
+      __m128 a[4];
+      for (int b = 0; b < 4; ++b) a[b] = _mm_setzero_ps();
+      for (int j = 0; j < 32; ++j)
+        for (int b = 0; b < 4; ++b)
+          a[b] = _mm_add_ps(a[b], _mm_loadu_ps(src + ((i + b) * 32 + j) * 4));
+      for (int b = 0; b < 4; ++b) _mm_storeu_ps(out + (i + b) * 4, a[b]);
+    }
+    for (; i < nseg; ++i) {
+      __m128 a = _mm_setzero_ps();
+      for (int j = 0; j < 32; ++j) a = _mm_add_ps(a, _mm_loadu_ps(src + (i * 32 + j) * 4));
+      _mm_storeu_ps(out + i * 4, a);
+    }
+  }
   static void transpose(const float* x, int64_t ld, float* dst) {
     __m128 r0 = _mm_loadu_ps(x), r1 = _mm_loadu_ps(x + ld), r2 = _mm_loadu_ps(x + 2 * ld),
            r3 = _mm_loadu_ps(x + 3 * ld);

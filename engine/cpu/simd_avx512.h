@@ -58,6 +58,25 @@ struct VecAvx512 {
   // Rows t < 8 of x (row t at x + t·ld), values [0, 8), to dst[i·8 + t]: the interleaved x
   // of the rows kernel (kernels_impl.h, interleave_x), an 8 × 8 transpose.
   static constexpr int kTransposeT = 8;
+  // For nseg segments of the transposed x (segment i at src + i · 256: 32 values of 8
+  // rows), out[i · 8 + t] = row t's 32 values added in order from 0 (four segments' chains
+  // side by side): segment_sums' sums, bit for bit.
+  static void transposed_sums(const float* src, int64_t nseg, float* out) {
+    int64_t i = 0;
+    for (; i + 4 <= nseg; i += 4) {
+      __m256 a[4];
+      for (int b = 0; b < 4; ++b) a[b] = _mm256_setzero_ps();
+      for (int j = 0; j < 32; ++j)
+        for (int b = 0; b < 4; ++b)
+          a[b] = _mm256_add_ps(a[b], _mm256_loadu_ps(src + ((i + b) * 32 + j) * 8));
+      for (int b = 0; b < 4; ++b) _mm256_storeu_ps(out + (i + b) * 8, a[b]);
+    }
+    for (; i < nseg; ++i) {
+      __m256 a = _mm256_setzero_ps();
+      for (int j = 0; j < 32; ++j) a = _mm256_add_ps(a, _mm256_loadu_ps(src + (i * 32 + j) * 8));
+      _mm256_storeu_ps(out + i * 8, a);
+    }
+  }
   static void transpose(const float* x, int64_t ld, float* dst) {
     __m256 r[8], u[8];
     for (int t = 0; t < 8; ++t) r[t] = _mm256_loadu_ps(x + t * ld);
