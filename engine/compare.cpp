@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/sampler.h"
+
 namespace kvscope {
 namespace {
 
@@ -20,7 +22,7 @@ std::vector<double> log_softmax(const std::vector<float>& logits) {
 }
 
 int32_t argmax(const std::vector<float>& v) {
-  return int32_t(std::max_element(v.begin(), v.end()) - v.begin());
+  return argmax_first(v);
 }
 
 }  // namespace

@@ -76,11 +76,40 @@ void shape_logits(const PenaltyConfig& p, const int32_t* seq, size_t n,
       logits[size_t(id)] = -std::numeric_limits<float>::infinity();
 }
 
+int32_t argmax_first(const float* v, int64_t n) {
+  if (n <= 0) return -1;
+  if (std::isnan(v[0])) return 0;  // nothing compares above it
+  // The largest value: NaNs never pass the comparison, so they are skipped as in
+  // max_element; 16 independent lanes, which the compiler turns into vector maxima.
+  constexpr int L = 16;
+  float m[L];
+  for (int j = 0; j < L; ++j) m[j] = -INFINITY;
+  int64_t i = 0;
+  for (; i + L <= n; i += L)
+    for (int j = 0; j < L; ++j) m[j] = v[i + j] > m[j] ? v[i + j] : m[j];
+  float mx = v[0];
+  for (int j = 0; j < L; ++j) mx = m[j] > mx ? m[j] : mx;
+  for (; i < n; ++i) mx = v[i] > mx ? v[i] : mx;
+  // Its first index (+0 and -0 compare equal, as they do for max_element, which keeps
+  // the first of them).
+  int64_t k = 0;
+  for (; k + L <= n; k += L) {
+    int any = 0;
+    for (int j = 0; j < L; ++j) any |= v[k + j] == mx;
+    if (any)
+      for (int j = 0; j < L; ++j)
+        if (v[k + j] == mx) return int32_t(k + j);
+  }
+  for (; k < n; ++k)
+    if (v[k] == mx) return int32_t(k);
+  return 0;  // not reached: mx is one of the values
+}
+
 std::vector<float> softmax_with_temperature(const std::vector<float>& logits, float temperature) {
   const float temp = temperature > 0 ? temperature : 1.0f;
   std::vector<float> p(logits.size());
   if (logits.empty()) return p;
-  const float mx = *std::max_element(logits.begin(), logits.end());
+  const float mx = logits[size_t(argmax_first(logits))];
   double sum = 0;
   for (size_t i = 0; i < logits.size(); ++i) {
     p[i] = softmax_term(logits[i], mx, temp);
@@ -133,7 +162,7 @@ int32_t Sampler::sample(const std::vector<float>& logits) {
   if (logits.empty()) return -1;
   if (cfg_.temperature <= 0) {
     // Greedy: argmax, lowest id on ties.
-    return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    return argmax_first(logits);
   }
   std::vector<float> p = softmax_with_temperature(logits, cfg_.temperature);
   const std::vector<int32_t> ids = sampler_kept_ids(p, cfg_);

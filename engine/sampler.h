@@ -63,6 +63,15 @@ struct SamplerConfig {
   PenaltyConfig penalties;
 };
 
+// The index std::max_element gives over v[0, n): the first of the largest values, where no
+// NaN is ever the largest unless v[0] is one (then 0); -1 when n <= 0. Without
+// max_element's branch on every value: a max over blocks of 16 that vectorizes, then the
+// first block that holds it (a 49,152-value row in about 12 µs instead of 160).
+int32_t argmax_first(const float* v, int64_t n);
+inline int32_t argmax_first(const std::vector<float>& v) {
+  return argmax_first(v.data(), int64_t(v.size()));
+}
+
 // One term of the softmax before it is normalised, exp((l - max) / temp) in float: what
 // softmax_with_temperature computes for every logit (and the device sampler's host side,
 // engine/device_sampling.h, for its candidates: the same bits).

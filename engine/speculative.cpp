@@ -8,12 +8,13 @@
 
 #include "engine/forward.h"
 #include "engine/kv_pool.h"
+#include "engine/sampler.h"
 
 namespace kvscope {
 namespace {
 
 int32_t argmax(const std::vector<float>& v) {
-  return int32_t(std::max_element(v.begin(), v.end()) - v.begin());
+  return argmax_first(v);
 }
 
 double uniform(std::mt19937_64& rng) { return double(rng() >> 11) * (1.0 / 9007199254740992.0); }

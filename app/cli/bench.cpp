@@ -46,6 +46,7 @@
 #include "engine/cpu/thread_pool.h"
 #include "engine/device_sampling.h"
 #include "engine/forward.h"
+#include "engine/sampler.h"
 
 namespace kvscope::cli {
 namespace {
@@ -150,9 +151,9 @@ struct BatchRun {
 };
 constexpr int kBatchPrompt = 32, kBatchSteps = 32;
 
-// The first index of the largest value (std::max_element, as the greedy sampler picks).
+// The first index of the largest value, as the greedy sampler picks it.
 int32_t argmax_id(const std::vector<float>& v) {
-  return int32_t(std::max_element(v.begin(), v.end()) - v.begin());
+  return argmax_first(v);
 }
 
 // Batched decode at each size in `sizes` (see the top).

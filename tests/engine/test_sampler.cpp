@@ -7,8 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <unistd.h>
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <random>
 
 #include "engine/cpu/cpu_backend.h"
 #include "engine/sampler.h"
@@ -25,6 +27,52 @@ std::vector<float> penalized(const PenaltyConfig& p, const std::vector<int32_t>&
   std::vector<float> l = kLogits;
   apply_penalties(p, seq.data(), seq.size(), l);
   return l;
+}
+
+// The greedy pick (argmax_first) is exactly std::max_element's index on every kind of row:
+// random rows of every length around its blocks of 16, ties (the first wins), +0 and -0,
+// NaNs anywhere (never picked, except a NaN first, which max_element keeps), infinities,
+// and a row of 49,152 values (a vocabulary) with its largest at a random place.
+TEST(Greedy, ArgmaxFirstIsMaxElementsIndexOnEveryRow) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-4.0f, 4.0f);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = INFINITY;
+  auto want = [](const std::vector<float>& v) {
+    return int32_t(std::max_element(v.begin(), v.end()) - v.begin());
+  };
+  std::vector<std::vector<float>> rows = {
+      {1.0f},
+      {nan},
+      {nan, 3.0f, 5.0f},
+      {2.0f, nan, 7.0f, nan},
+      {-inf, nan, -inf},
+      {-0.0f, 0.0f, -1.0f},
+      {0.0f, -0.0f},
+      {-inf, -inf, -inf},
+      {1.0f, inf, 2.0f, inf},
+  };
+  for (int n : {1, 2, 15, 16, 17, 31, 32, 33, 100, 49152}) {
+    for (int trial = 0; trial < 6; ++trial) {
+      std::vector<float> v(static_cast<size_t>(n));
+      for (float& x : v) x = u(rng);
+      if (trial == 1) v[rng() % v.size()] = 9.0f;  // one clear largest
+      if (trial == 2) {                            // ties: the same largest value at three places
+        for (int k = 0; k < 3; ++k) v[rng() % v.size()] = 9.0f;
+      }
+      if (trial == 3) {  // NaNs scattered, none first
+        for (int k = 0; k < 4 && n > 1; ++k) v[1 + rng() % (v.size() - 1)] = nan;
+      }
+      if (trial == 4) v[0] = nan;
+      if (trial == 5) {  // all the same but a -0 / +0 pair on top
+        std::fill(v.begin(), v.end(), -1.0f);
+        v[rng() % v.size()] = 0.0f;
+        v[rng() % v.size()] = -0.0f;
+      }
+      rows.push_back(v);
+    }
+  }
+  for (const auto& v : rows) ASSERT_EQ(argmax_first(v), want(v)) << "n=" << v.size();
+  EXPECT_EQ(argmax_first(std::vector<float>{}), -1);
 }
 
 TEST(Penalties, RepetitionDividesPositiveAndMultipliesNegativeLogitsOfSeenTokens) {
