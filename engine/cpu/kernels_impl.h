@@ -467,7 +467,8 @@ struct Kernels {
   // xs[k · kSliceT + t]; sxs: row 0's sum of the segment, row t's nsx further on.
   template <class Dec, int G, int NT>
   static void rows_slice_q(const float (&qb)[G][Dec::kSegValues][16], const float (&sc)[G][32],
-                           const float* xs, const float* sxs, int64_t nsx, float (*acc)[16]) {
+                           const float* xs, const float* sxs, int64_t nsx, float (*acc)[16],
+                           bool first) {
     constexpr int NS = Dec::kScales;
     F sq[G][NT][H];
     for (int g = 0; g < G; ++g)
@@ -487,7 +488,10 @@ struct Kernels {
       for (int t = 0; t < NT; ++t) {
         float* a = acc[g * kRowsMax + t];
         for (int h = 0; h < H; ++h) {
-          F v = V::fma(V::load(sc[g] + h * N), sq[g][t][h], V::load(a + h * N));
+          // The first segment starts from 0: the same sum as adding to a zeroed
+          // accumulator, without zeroing one.
+          const F prev = first ? V::zero() : V::load(a + h * N);
+          F v = V::fma(V::load(sc[g] + h * N), sq[g][t][h], prev);
           if constexpr (NS == 2)
             v = V::fma(V::load(sc[g] + 16 + h * N), V::bcast(sxs + t * nsx), v);
           V::store(a + h * N, v);
@@ -498,24 +502,24 @@ struct Kernels {
   template <class Dec, int G>
   static int64_t rows_slice_any(const float (&qb)[G][Dec::kSegValues][16], const float (&sc)[G][32],
                                 const float* xs, const float* sxs, int64_t nsx, float (*acc)[16],
-                                int64_t left) {
+                                int64_t left, bool first) {
     if (left >= kSliceT) {
-      rows_slice_q<Dec, G, kSliceT>(qb, sc, xs, sxs, nsx, acc);
+      rows_slice_q<Dec, G, kSliceT>(qb, sc, xs, sxs, nsx, acc, first);
       return kSliceT;
     }
     if (left >= 4) {
-      rows_slice_q<Dec, G, 4>(qb, sc, xs, sxs, nsx, acc);
+      rows_slice_q<Dec, G, 4>(qb, sc, xs, sxs, nsx, acc, first);
       return 4;
     }
     if (left == 3) {
-      rows_slice_q<Dec, G, 3>(qb, sc, xs, sxs, nsx, acc);
+      rows_slice_q<Dec, G, 3>(qb, sc, xs, sxs, nsx, acc, first);
       return 3;
     }
     if (left == 2) {
-      rows_slice_q<Dec, G, 2>(qb, sc, xs, sxs, nsx, acc);
+      rows_slice_q<Dec, G, 2>(qb, sc, xs, sxs, nsx, acc, first);
       return 2;
     }
-    rows_slice_q<Dec, G, 1>(qb, sc, xs, sxs, nsx, acc);
+    rows_slice_q<Dec, G, 1>(qb, sc, xs, sxs, nsx, acc, first);
     return 1;
   }
   // T rows (kSliceT < T <= kRowsMax) of G groups, slices of kSliceT rows then 4 or fewer;
@@ -526,10 +530,7 @@ struct Kernels {
                      float* out) {
     constexpr int SV = Dec::kSegValues;
     static_assert(Dec::kScales <= 2);
-    alignas(64) float acc[G * kRowsMax][16];
-    for (int g = 0; g < G; ++g)
-      for (int64_t t = 0; t < T; ++t)
-        for (int h = 0; h < H; ++h) V::store(acc[g * kRowsMax + t] + h * N, V::zero());
+    alignas(64) float acc[G * kRowsMax][16];  // set by the first segment's slices
     alignas(64) float qb[G][SV][16];
     alignas(64) float sc[G][32];
     const uint64_t bb = packed_layout(p.type).block_bytes;
@@ -561,7 +562,7 @@ struct Kernels {
         };
         for (int64_t t0 = 0; t0 < T;)
           t0 += rows_slice_any<Dec, G>(qb, sc, xs(t0), sxs ? sxs + t0 * nsx : nullptr, nsx,
-                                       acc + t0, T - t0);
+                                       acc + t0, T - t0, seg == 0);
       }
       for (int g = 0; g < G; ++g) b[g] += bb;
     }
