@@ -68,8 +68,7 @@ struct MatmulX {
   const float* xt;  // x as transpose_x lays it out, for the panel kernel; else unused
   const float* sx;  // [T][n / kXSumValues] segment sums, for the types with offsets; else unused
   int64_t T;
-  const float*
-      xi;  // x as interleave_x lays it out (slice_t rows), for the rows kernel; else unused
+  const float* xi;  // x as interleave_x lays it out, for the rows kernel; else unused
 };
 
 struct IsaKernels {
@@ -85,7 +84,7 @@ struct IsaKernels {
   bool (*uses_panel)(GgmlType t, int64_t T);
   // Whether it takes the rows kernel (the quantized types past one slice of rows, when not
   // the panel), which reads MatmulX::xi: x [T][n] interleaved by slices of slice_t rows,
-  // slice i at xi + i · n · slice_t, [n][slice_t] (interleave_x in matmul.cpp).
+  // slice i at xi + i · n · slice_t, [n][slice_t] (interleave_x below).
   bool (*uses_rows)(GgmlType t, int64_t T);
   int slice_t;
   // Lays x [T][n] out as MatmulX::xi (xi holds ceil(T / slice_t) · slice_t · n floats) and,

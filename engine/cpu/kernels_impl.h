@@ -737,7 +737,7 @@ struct Kernels {
   // unset); and, where sx, the rows' segment sums, bit for bit segment_sums' (matmul.h):
   // each row's 32 values added in order from 0, here kSliceT rows side by side from xi.
   static void interleave_x(const float* x, int64_t T, int64_t n, float* xi, float* sx) {
-    constexpr int ST = kSliceT, SV = kXSumValues;  // kSliceT: declared below
+    constexpr int ST = kSliceT, SV = kXSumValues;
     const int64_t segs = n / SV;
     for (int64_t t0 = 0; t0 < T; t0 += ST) {
       float* dst = xi + t0 * n;
