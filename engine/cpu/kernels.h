@@ -59,8 +59,14 @@ constexpr int kGemvSlicesMaxT = 16;
 
 // Weight types with an offset per segment (Q4_1, Q5_1, Q4_K, Q5_K) add m·Σx once per
 // segment of this many values rather than m·x per value: the sums of x over each segment,
-// per token (segment_sums, matmul.h), made once per product and shared by every row.
+// per token (segment_sums, below), made once per product and shared by every row.
 constexpr int kXSumValues = 32;
+
+// sx[t][s] = x[t][32s] + x[t][32s + 1] + ... + x[t][32s + 31], added in that order from
+// 0 in fp32, for s < n / 32 (kXSumValues): the per-segment sums of x that the products of
+// the weight types with offsets use (kernels_impl.h). sx holds T · (n / 32) floats.
+// Defined in matmul.cpp, outside the per-instruction-set files, which call it too.
+void segment_sums(const float* x, int64_t T, int64_t n, float* sx);
 
 // The x side of one product, shared by every call of it.
 struct MatmulX {

@@ -12,7 +12,7 @@
 //  - quantized weights, value q·d + m with d and m per segment (kSegValues values):
 //    per segment, s_q starts at 0 and adds q_k·x[t][k] in order with fused multiply-adds,
 //    then acc = fma(d, s_q, acc) and, for the types with an offset, acc = fma(m, Σx, acc)
-//    with Σx the segment's sum of x (segment_sums, matmul.h; made once per product). So
+//    with Σx the segment's sum of x (segment_sums, kernels.h; made once per product). So
 //    the hot loop is one convert (for 4-bit fields on AVX-512, a table lookup: nibbles)
 //    and one multiply-add per value, and the scales cost two multiply-adds per segment;
 //  - every q, d and m comes from the same decoder (Pack*<V>::qstep / scales below).
@@ -734,7 +734,7 @@ struct Kernels {
 
   // The rows kernel's x (MatmulX::xi): x [T][n] interleaved by slices of kSliceT rows,
   // slice i at xi + i · n · kSliceT, [n][kSliceT] (a last slice's missing rows left
-  // unset); and, where sx, the rows' segment sums, bit for bit segment_sums' (matmul.h):
+  // unset); and, where sx, the rows' segment sums, bit for bit segment_sums' (kernels.h):
   // each row's 32 values added in order from 0, here kSliceT rows side by side from xi.
   static void interleave_x(const float* x, int64_t T, int64_t n, float* xi, float* sx) {
     constexpr int ST = kSliceT, SV = kXSumValues;
@@ -753,12 +753,7 @@ struct Kernels {
         for (int t = 0; t < nt; ++t) dst[k * ST + t] = src[t * n + k];
       if (!sx) continue;
       if (nt < ST) {
-        for (int t = 0; t < nt; ++t)
-          for (int64_t s = 0; s < segs; ++s) {
-            float sum = 0.0f;
-            for (int j = 0; j < SV; ++j) sum += src[t * n + s * SV + j];
-            sx[(t0 + t) * segs + s] = sum;
-          }
+        segment_sums(src, nt, n, sx + t0 * segs);
         continue;
       }
       thread_local ScratchFloats sum_buf;  // [segs][ST]

@@ -17,11 +17,6 @@
 
 namespace kvscope::cpu {
 
-// sx[t][s] = x[t][32s] + x[t][32s + 1] + ... + x[t][32s + 31], added in that order from
-// 0 in fp32, for s < n / 32 (kXSumValues): the per-segment sums of x that the products of
-// the weight types with offsets use (kernels_impl.h). sx holds T · (n / 32) floats.
-void segment_sums(const float* x, int64_t T, int64_t n, float* sx);
-
 void matmul(ThreadPool& pool, const PackedWeight& w, const float* x, int64_t T, float* out);
 
 // Several products of the same x [T][n_in] in one parallel region: out_j = x · W_jᵀ.

@@ -25,6 +25,7 @@
 
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cpu/cpu_isa.h"
+#include "engine/cpu/kernels.h"
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/packed_weight.h"
 #include "engine/model.h"
