@@ -24,7 +24,8 @@
 #                  built uninstrumented into the engine (instrumented, they made every
 #                  real-model test about 7x slower); the kernel tests (test_matmul,
 #                  test_attention, test_elementwise, test_quant) link an instrumented copy
-#                  of them instead (engine/CMakeLists.txt, tests/engine/CMakeLists.txt).
+#                  of them instead, built at -O2, a third of -O3's compile time for the same
+#                  test time (engine/CMakeLists.txt, tests/engine/CMakeLists.txt).
 #                  Test code is built at -O0 and the app's at -O1 (the engine keeps -O3):
 #                  most of this build's compile time was theirs. It covers the engine, the
 #                  emulated kernels,
