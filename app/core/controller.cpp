@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "app/core/clock.h"
 #include "app/core/replay_source.h"
 
 #ifndef KVSCOPE_VERSION
@@ -17,10 +18,6 @@ namespace kvscope::app {
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
-}
 
 template <class T>
 bool is(const Command& c) {
@@ -153,10 +150,7 @@ ControllerState Controller::state() const {
   s.save_bytes = a_save_bytes_.load();
   if (s.busy) {
     s.computing_step = s.steps + 1;
-    int64_t now =
-        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
-            .count();
-    s.busy_seconds = std::max<int64_t>(0, now - a_busy_since_ns_.load()) * 1e-9;
+    s.busy_seconds = std::max<int64_t>(0, now_ns() - a_busy_since_ns_.load()) * 1e-9;
   }
   return s;
 }
@@ -413,8 +407,7 @@ void Controller::handle(Command& c) {
 }
 
 void Controller::do_step() {
-  a_busy_since_ns_ =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+  a_busy_since_ns_ = now_ns();
   a_busy_ = true;
   Expected<StepTrace> tr = source_->step();
   a_busy_ = false;

@@ -1,19 +1,12 @@
 // controller_compare.cpp — the controller's worker as the host of compare modes
 // (compare_run.h): the comparison's runs are this worker's runs, its NO CACHE steps of an
 // interleaved comparison arrive as CompareStep events (see CmdCompare in controller.h).
-#include <chrono>
 #include <string>
 
+#include "app/core/clock.h"
 #include "app/core/controller.h"
 
 namespace kvscope::app {
-
-namespace {
-using Clock = std::chrono::steady_clock;
-double now_s() {
-  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
-}
-}  // namespace
 
 bool Controller::compare_start(const PromptSpec& prompt, ComparePhase phase) {
   return start_run(prompt, true, phase);
@@ -31,8 +24,7 @@ void Controller::compare_twin_step(StepTrace trace) {
 }
 
 void Controller::do_twin_step() {
-  a_busy_since_ns_ =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+  a_busy_since_ns_ = now_ns();
   a_busy_ = true;
   compare_.step_twin();
   a_busy_ = false;

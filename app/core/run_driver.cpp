@@ -5,15 +5,12 @@
 #include <string>
 #include <utility>
 
+#include "app/core/clock.h"
 #include "app/core/compare_run.h"
 
 namespace kvscope::app {
 
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // Runs `src` on the calling thread, one run after another, as the controller's worker would:
 // the same events, in the same order; the host of a CompareRun.

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "app/scene/easing.h"
 #include "app/scene/scene_kv.h"
 #include "app/scene/scene_shift.h"
 #include "render/glyph_atlas.h"
@@ -65,11 +66,6 @@ std::vector<float> beam_weights(const StepTrace& t, const ViewOptions& opts) {
 }
 
 namespace {
-
-float smooth01(float x) {
-  x = std::clamp(x, 0.0f, 1.0f);
-  return x * x * (3.0f - 2.0f * x);
-}
 
 }  // namespace
 

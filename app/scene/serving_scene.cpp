@@ -11,6 +11,7 @@
 #include <cmath>
 #include <functional>
 
+#include "app/scene/easing.h"
 #include "render/glyph_atlas.h"
 #include "render/synthetic_scene.h"
 
@@ -133,11 +134,6 @@ constexpr float kTokenSize = 0.72f;
 constexpr float kTileDepth = 0.3f;
 constexpr float kHatch = 2.9f;  // stripes per tile width on a shared tile
 constexpr int kLabelChars = 7;  // a lane's labels are cut to this many characters
-
-float smooth01(float x) {
-  x = std::clamp(x, 0.0f, 1.0f);
-  return x * x * (3.0f - 2.0f * x);
-}
 
 // How a lane's state dims its tokens: waiting ones have computed nothing yet, finished
 // ones are done, preempted ones lost their cache (grey, see lane_token).

@@ -89,7 +89,7 @@ namespace kvscope::emu {
 namespace {
 
 constexpr size_t kStackBytes = 128 * 1024;
-constexpr size_t kGuardBytes = 4096;
+constexpr size_t kStackGuardBytes = 4096;
 
 enum class FiberState { kReady, kBarrier, kWarp, kGridBarrier, kDone };
 
@@ -149,24 +149,24 @@ struct Worker {
   size_t sched_stack_size = 0;
 
   ~Worker() {
-    for (unsigned char* s : stacks) munmap(s, kStackBytes + kGuardBytes);
+    for (unsigned char* s : stacks) munmap(s, kStackBytes + kStackGuardBytes);
   }
   unsigned char* stack_top(size_t i) {
     while (stacks.size() <= i) {
-      void* m = mmap(nullptr, kStackBytes + kGuardBytes, PROT_READ | PROT_WRITE,
+      void* m = mmap(nullptr, kStackBytes + kStackGuardBytes, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
       if (m == MAP_FAILED) throw DeviceFault{"emulator: cannot allocate a fiber stack"};
-      mprotect(m, kGuardBytes, PROT_NONE);  // overflow faults instead of corrupting
+      mprotect(m, kStackGuardBytes, PROT_NONE);  // overflow faults instead of corrupting
       stacks.push_back(static_cast<unsigned char*>(m));
       stack_dirty.push_back(false);
     }
     if (stack_dirty[i]) {
-      emu_unpoison(stacks[i] + kGuardBytes, kStackBytes);
+      emu_unpoison(stacks[i] + kStackGuardBytes, kStackBytes);
       stack_dirty[i] = false;
     }
-    return stacks[i] + kStackBytes + kGuardBytes;
+    return stacks[i] + kStackBytes + kStackGuardBytes;
   }
-  const void* stack_bottom(size_t i) const { return stacks[i] + kGuardBytes; }
+  const void* stack_bottom(size_t i) const { return stacks[i] + kStackGuardBytes; }
 };
 
 thread_local Worker* tls_worker = nullptr;

@@ -45,7 +45,7 @@ constexpr size_t kDeviceBytes = size_t(8) << 30;  // what the emulated device re
 constexpr size_t kDefaultSmem = 48 * 1024;
 constexpr size_t kOptinSmem = 227 * 1024;
 constexpr size_t kAllocAlign = 256;     // what cudaMalloc guarantees
-constexpr size_t kGuardBytes = 256;     // past the 256-byte rounding, at least
+constexpr size_t kAllocGuardBytes = 256;  // past the 256-byte rounding, at least
 
 struct State {
   std::mutex mu;
@@ -90,7 +90,7 @@ std::string ptr_str(const void* p) {
 
 // Bytes held for a `size`-byte allocation: the 256-byte rounding plus the guard.
 size_t padded_bytes(size_t size) {
-  return (size + kAllocAlign - 1) / kAllocAlign * kAllocAlign + kGuardBytes;
+  return (size + kAllocAlign - 1) / kAllocAlign * kAllocAlign + kAllocGuardBytes;
 }
 // Guard byte k past the end of an allocation: varies with k, so a kernel that stores a
 // constant past the end cannot restore it by accident.
