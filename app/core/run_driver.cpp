@@ -1,7 +1,6 @@
 // run_driver.cpp — see run_driver.h.
 #include "app/core/run_driver.h"
 
-#include <chrono>
 #include <string>
 #include <utility>
 

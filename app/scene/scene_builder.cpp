@@ -65,10 +65,6 @@ std::vector<float> beam_weights(const StepTrace& t, const ViewOptions& opts) {
   return w;
 }
 
-namespace {
-
-}  // namespace
-
 float beam_brightness(float w, float max_w) {
   if (!(w > 0.0f) || !(max_w > 0.0f)) return 0.0f;
   return std::clamp(1.0f + std::log10(w / max_w) / kBrightnessDecades, 0.0f, 1.0f);
