@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -27,6 +28,17 @@ class IsaPathTest : public ::testing::TestWithParam<cpu::Isa> {
  private:
   const cpu::Isa saved_ = cpu::isa_active();
 };
+
+// Whether the binary runs under a CPU emulator: KVSCOPE_TEST_EMULATED_CPU set (and not
+// "0"), as scripts/test.sh sets it for its run under qemu-x86_64 -cpu Haswell, where an
+// instruction costs about a hundred times its native time. The per-path tests then take
+// fewer and smaller shapes, still one of each kernel branch (gemv, slices, rows, panel,
+// ring, window): that run looks for an instruction the emulated CPU lacks and for a path
+// that differs there; the native run checks every shape.
+inline bool emulated_cpu() {
+  const char* e = std::getenv("KVSCOPE_TEST_EMULATED_CPU");
+  return e != nullptr && *e != '\0' && std::strcmp(e, "0") != 0;
+}
 
 // A float's bits: the per-path tests compare results bit for bit.
 inline uint32_t bits(float f) {
