@@ -813,8 +813,8 @@ TEST_F(CudaBackendParity, DecodeStepSamplesOnTheDevice) {
 // Sampled and greedy runs of 64 steps on the CUDA backend, sampled on the device, in both
 // cache modes: the same tokens as the CPU backend, and (CACHE, every setting) the same
 // tokens and candidates, probabilities bit for bit, as the CUDA backend taking the whole
-// row every step. NO CACHE (quadratic under the emulator) runs greedy and top-k, and under
-// AddressSanitizer 24 steps (the same code; the release stage runs all 64).
+// row every step. NO CACHE (quadratic under the emulator) runs greedy and top-k. Under
+// AddressSanitizer both modes run 24 steps (the same code; the release stage runs all 64).
 TEST_F(CudaBackendParity, DeviceSamplingSixtyFourStepsEqualCpuInBothModes) {
   test::TinyModelSpec spec;
   spec.seed = 5;
@@ -835,7 +835,7 @@ TEST_F(CudaBackendParity, DeviceSamplingSixtyFourStepsEqualCpuInBothModes) {
   for (CacheMode mode : {CacheMode::Cache, CacheMode::NoCache})
     for (size_t ci = 0; ci < (mode == CacheMode::Cache ? configs.size() : 2); ++ci) {
       SCOPED_TRACE(std::string(cache_mode_name(mode)) + " config " + std::to_string(ci));
-      const int steps = mode == CacheMode::NoCache && test::kAddressSanitizer ? 24 : 64;
+      const int steps = test::kAddressSanitizer ? 24 : 64;
       const auto run = [&](std::unique_ptr<Backend> be, bool device, Session::DeviceSamplingStats* st) {
         SessionConfig cfg;
         cfg.mode = mode;

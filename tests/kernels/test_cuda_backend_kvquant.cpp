@@ -32,6 +32,7 @@
 #include "engine/cuda/cuda_backend.h"
 #include "engine/kv_cache.h"
 #include "tests/kernels/cuda_parity_util.h"
+#include "tests/util/sanitizer.h"
 #include "tests/util/tiny_model.h"
 #if !defined(KVSCOPE_REAL_GPU_TEST)
 #include "kernels/emu/emu.h"
@@ -143,11 +144,11 @@ TEST_F(CudaKvQuantParity, Q8_0KeysF16ValuesMatchCpuInBothModes) {
 
 // The fused decode step (4 launches per layer: the residual steps fused into
 // norm_qkv_kv_write and norm_ffn, attention merged in its own launch) against the CPU over
-// 16 steps, for the tiny llama (the default model's features) and the tiny Gemma 3 (q/k
-// norms, post norms, windows, GELU), f16 and q8_0 caches, CACHE (the fused kernels, one
-// graph per step) and NO CACHE (the unfused composition over the whole sequence): the
-// CPU's tokens, logits and attention rows within this file's tolerances, and CUDA's two
-// modes agree on the tokens.
+// 16 steps (8 under ASan), for the tiny llama (the default model's features) and the tiny Gemma 3
+// (q/k norms, post norms, windows, GELU), f16 and q8_0 caches, CACHE (the fused kernels, one graph
+// per step) and NO CACHE (the unfused composition over the whole sequence): the CPU's tokens,
+// logits and attention rows within this file's tolerances, and CUDA's two modes agree on the
+// tokens.
 TEST_F(CudaKvQuantParity, FusedDecodeStepsMatchCpuForLlamaAndGemma3) {
   test::TinyModelSpec gspec = test::tiny_family("gemma3", 41);
   gspec.head_dim = 32;
@@ -158,6 +159,8 @@ TEST_F(CudaKvQuantParity, FusedDecodeStepsMatchCpuForLlamaAndGemma3) {
   ASSERT_TRUE(g.ok()) << g.error().message;
   const std::shared_ptr<const Model> models[2] = {load_tiny(llama32(13), "fused_llama"),
                                                   std::move(g.value())};
+  // 8 steps under ASan (tests/util/sanitizer.h): the same kernels, half the steps.
+  const int n = test::kAddressSanitizer ? 8 : 16;
   for (const std::shared_ptr<const Model>& model : models) {
     ASSERT_TRUE(model);
     for (KvDtype dt : {KvDtype::F16, KvDtype::Q8_0}) {
@@ -168,15 +171,15 @@ TEST_F(CudaKvQuantParity, FusedDecodeStepsMatchCpuForLlamaAndGemma3) {
                      cache_mode_name(mode));
         auto cuda = make_cuda_backend(*model);
         ASSERT_TRUE(cuda.ok()) << cuda.error().message;
-        RunResult a = run_session(model, make_cpu_backend(1), mode, 16, types);
-        RunResult b = run_session(model, std::move(cuda.value()), mode, 16, types);
-        ASSERT_EQ(a.steps.size(), 16u);
-        ASSERT_EQ(b.steps.size(), 16u);
+        RunResult a = run_session(model, make_cpu_backend(1), mode, n, types);
+        RunResult b = run_session(model, std::move(cuda.value()), mode, n, types);
+        ASSERT_EQ(a.steps.size(), size_t(n));
+        ASSERT_EQ(b.steps.size(), size_t(n));
         const bool full = model->config().arch == "llama";  // Gemma 3's windows free blocks
-        EXPECT_EQ(compare_runs(a, b, *model, types, mode, full), 16u);
+        EXPECT_EQ(compare_runs(a, b, *model, types, mode, full), size_t(n));
         gpu.push_back(std::move(b));
       }
-      for (size_t i = 0; i < 16; ++i)
+      for (size_t i = 0; i < size_t(n); ++i)
         EXPECT_EQ(gpu[0].steps[i].token_id, gpu[1].steps[i].token_id)
             << model->config().arch << " " << types_name(types) << ": CACHE vs NO CACHE step "
             << i;
