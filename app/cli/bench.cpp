@@ -31,7 +31,6 @@
 // so decode speed can be compared across cache types on one backend.
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <thread>
@@ -39,6 +38,7 @@
 
 #include "app/cli/commands.h"
 #include "app/cli/json_writer.h"
+#include "app/core/clock.h"
 #include "app/options/engine_options.h"
 #include "app/options/kv_options.h"
 #include "app/options/options.h"
@@ -51,6 +51,8 @@
 namespace kvscope::cli {
 namespace {
 
+using app::now_ms;
+
 std::string cpu_model_name() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
@@ -60,12 +62,6 @@ std::string cpu_model_name() {
       if (p != std::string::npos) return line.substr(p + 2);
     }
   return "unknown";
-}
-
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
 }
 
 const char* kBenchText =
