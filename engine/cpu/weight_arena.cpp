@@ -1,6 +1,7 @@
 // weight_arena.cpp — see weight_arena.h.
 #include "engine/cpu/weight_arena.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #if defined(__linux__)
@@ -15,8 +16,8 @@ uint64_t round_up(uint64_t n, uint64_t to) {
 }
 }  // namespace
 
-WeightArena::WeightArena(uint64_t chunk_bytes)
-    : chunk_bytes_(round_up(chunk_bytes == 0 ? kHugePage : chunk_bytes, kHugePage)) {}
+WeightArena::WeightArena(uint64_t max_chunk_bytes)
+    : max_chunk_bytes_(round_up(max_chunk_bytes == 0 ? kHugePage : max_chunk_bytes, kHugePage)) {}
 
 WeightArena::~WeightArena() {
   for (Chunk& c : chunks_) std::free(c.base);
@@ -31,7 +32,8 @@ uint8_t* WeightArena::allocate(uint64_t n) {
       return p;
     }
   Chunk c;
-  c.size = n > chunk_bytes_ ? round_up(n, kHugePage) : chunk_bytes_;
+  const uint64_t next = std::min(next_chunk_bytes_, max_chunk_bytes_);
+  c.size = n > next ? round_up(n, kHugePage) : next;
   c.base = static_cast<uint8_t*>(std::aligned_alloc(kHugePage, c.size));
   if (!c.base) return nullptr;
 #if defined(MADV_HUGEPAGE)
@@ -41,6 +43,7 @@ uint8_t* WeightArena::allocate(uint64_t n) {
 #endif
   c.used = n;
   chunks_.push_back(c);
+  next_chunk_bytes_ = std::min(next * 2, max_chunk_bytes_);
   return c.base;
 }
 

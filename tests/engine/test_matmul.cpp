@@ -491,6 +491,12 @@ TEST_F(Matmul, WeightsPackedIntoAnArenaEqualWeightsPackedAlone) {
   // One chunk of 2 MiB holds the three small ones (the F16 one in the first chunk's room,
   // after the Q6_K weight); the Q6_K weight has a chunk of its own, in whole huge pages.
   EXPECT_EQ(arena.reserved_bytes(), uint64_t(6) << 20);
+  // Chunks grow from 2 MiB, doubling: a small model reserves little.
+  cpu::WeightArena grows;
+  ASSERT_NE(grows.allocate(1000), nullptr);
+  EXPECT_EQ(grows.reserved_bytes(), uint64_t(2) << 20);
+  ASSERT_NE(grows.allocate(uint64_t(2) << 20), nullptr);  // not in the first: a second of 4
+  EXPECT_EQ(grows.reserved_bytes(), uint64_t(6) << 20);
 }
 
 // The backend packs a weight without a uid (built by hand) for the call alone, and
