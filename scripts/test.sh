@@ -171,7 +171,7 @@ cmake --build "$root/build-asan" -j"$jobs"
 #    parity tests of the same file;
 #  - app_memory_return: resident memory after Reset and a model switch, which means nothing
 #    under ASan's allocator (the controller code it drives runs here in app_controller).
-# Four long tests run shorter here (tests/util/sanitizer.h): the sink + window perplexity
+# Long tests that run shorter here (tests/util/sanitizer.h) include: the sink + window perplexity
 # test over 120 tokens instead of 200, the KL ordering over 12 steps instead of 32, the
 # emulated CUDA device-sampling parity over 24 steps instead of 64 and the fused
 # quantized-cache parity over 8 instead of 16.

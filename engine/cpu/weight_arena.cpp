@@ -32,7 +32,7 @@ uint8_t* WeightArena::allocate(uint64_t n) {
       return p;
     }
   Chunk c;
-  const uint64_t next = std::min(next_chunk_bytes_, max_chunk_bytes_);
+  const uint64_t next = next_chunk_bytes_;  // never above max_chunk_bytes_
   c.size = n > next ? round_up(n, kHugePage) : next;
   c.base = static_cast<uint8_t*>(std::aligned_alloc(kHugePage, c.size));
   if (!c.base) return nullptr;
