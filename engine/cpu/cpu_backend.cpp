@@ -334,8 +334,7 @@ class CpuBackend final : public Backend {
                                             std::unique_ptr<cpu::PackedWeight>& temp) {
     if (w.uid != 0)
       if (auto it = packed_.find(w.uid); it != packed_.end()) return it->second.get();
-    // Kept weights go to the arena (2 MiB pages where the system gives them).
-    auto p = cpu::pack_weight(w, pool_, w.uid != 0 ? &weight_arena_ : nullptr);
+    auto p = cpu::pack_weight(w, pool_);
     if (!p)
       return make_error("cpu: cannot pack weight '", w.name, "' (type ", ggml_type_name(w.type),
                         ", ", w.n_in, " x ", w.n_out, "): out of memory or unsupported type");
@@ -394,7 +393,6 @@ class CpuBackend final : public Backend {
 
   ThreadPool pool_;
   std::unique_ptr<RowsWorker[]> rows_workers_;  // [pool_.size()]
-  cpu::WeightArena weight_arena_;               // before packed_: outlives the weights it holds
   std::unordered_map<uint64_t, std::unique_ptr<cpu::PackedWeight>> packed_;  // by Weight::uid
   cpu::AttentionScratch attention_scratch_;
   cpu::RopeTable rope_table_;

@@ -158,7 +158,7 @@ PackedLayout packed_layout(GgmlType t) {
   }
 }
 
-std::unique_ptr<PackedWeight> pack_weight(const Weight& w, ThreadPool& pool, WeightArena* arena) {
+std::unique_ptr<PackedWeight> pack_weight(const Weight& w, ThreadPool& pool) {
   const PackedLayout lay = packed_layout(w.type);
   const TypeTraits* tt = type_traits(w.type);
   if (lay.block_values == 0 || !tt || w.n_in % lay.block_values != 0) return nullptr;
@@ -171,11 +171,7 @@ std::unique_ptr<PackedWeight> pack_weight(const Weight& w, ThreadPool& pool, Wei
   p->group_bytes = uint64_t(blocks) * lay.block_bytes;
   const uint64_t total =
       std::max<uint64_t>(64, (p->group_bytes * uint64_t(p->groups) + 63) / 64 * 64);
-  if (arena) {
-    p->data = {arena->allocate(total), [](void*) {}};
-  } else {
-    p->data = {static_cast<uint8_t*>(std::aligned_alloc(64, total)), std::free};
-  }
+  p->data = {static_cast<uint8_t*>(std::aligned_alloc(64, total)), std::free};
   if (!p->data) return nullptr;
   const uint64_t src_block = tt->type_size * (uint64_t(lay.block_values) / tt->block_size);
   pool.parallel_for(p->groups, [&](int64_t g0, int64_t g1) {

@@ -27,7 +27,6 @@
 #include <memory>
 
 #include "engine/cpu/thread_pool.h"
-#include "engine/cpu/weight_arena.h"
 #include "engine/model.h"
 
 namespace kvscope::cpu {
@@ -47,16 +46,12 @@ struct PackedWeight {
   int64_t n_out = 0;   // rows
   int64_t groups = 0;  // ceil(n_out / 16)
   uint64_t group_bytes = 0;
-  // 64-byte aligned; freed with the weight, or with its arena (a deleter that does nothing)
-  std::unique_ptr<uint8_t[], void (*)(void*)> data{nullptr, nullptr};
+  std::unique_ptr<uint8_t[], void (*)(void*)> data{nullptr, nullptr};  // 64-byte aligned
   const uint8_t* group(int64_t g) const { return data.get() + uint64_t(g) * group_bytes; }
 };
 
 // Packs w (any type type_supported() accepts, n_in a multiple of its block size); the
-// groups are packed in parallel on `pool`. The bytes come from `arena` when one is given
-// (engine/cpu/weight_arena.h: the packed weight must not outlive it), else from an
-// allocation of their own. nullptr when out of memory.
-std::unique_ptr<PackedWeight> pack_weight(const Weight& w, ThreadPool& pool,
-                                          WeightArena* arena = nullptr);
+// groups are packed in parallel on `pool`. nullptr when out of memory.
+std::unique_ptr<PackedWeight> pack_weight(const Weight& w, ThreadPool& pool);
 
 }  // namespace kvscope::cpu

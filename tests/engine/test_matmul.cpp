@@ -459,46 +459,6 @@ TEST_F(Matmul, SeveralJobsInOneRegionEqualSeparateProducts) {
   }
 }
 
-// Weights packed into one arena (engine/cpu/weight_arena.h: chunks of 2 MiB pages) hold
-// the same bytes and give the same products as weights packed on their own; each sits on
-// a 64-byte boundary, apart from the others, and one larger than a chunk gets its own.
-TEST_F(Matmul, WeightsPackedIntoAnArenaEqualWeightsPackedAlone) {
-  ThreadPool pool(2);
-  cpu::WeightArena arena(uint64_t(2) << 20);  // one huge page a chunk
-  const Matrix ms[] = {random_matrix(GgmlType::Q4_1, 576, 83, 1),
-                       random_matrix(GgmlType::Q8_0, 96, 50, 2),
-                       random_matrix(GgmlType::Q6_K, 2048, 1100, 3),  // 2.3 MiB packed
-                       random_matrix(GgmlType::F16, 33, 17, 4)};
-  std::vector<std::unique_ptr<cpu::PackedWeight>> in_arena;
-  for (const Matrix& m : ms) {
-    auto alone = cpu::pack_weight(m.weight(), pool);
-    auto a = cpu::pack_weight(m.weight(), pool, &arena);
-    ASSERT_TRUE(alone && a) << ggml_type_name(m.type);
-    const uint64_t bytes = a->group_bytes * uint64_t(a->groups);
-    EXPECT_EQ(reinterpret_cast<uintptr_t>(a->data.get()) % 64, 0u);
-    EXPECT_EQ(std::memcmp(a->data.get(), alone->data.get(), bytes), 0) << ggml_type_name(m.type);
-    for (const auto& prev : in_arena) {  // no overlap with the weights packed before
-      const uint8_t *p0 = prev->data.get(), *p1 = p0 + prev->group_bytes * uint64_t(prev->groups);
-      EXPECT_TRUE(a->data.get() + bytes <= p0 || a->data.get() >= p1);
-    }
-    const auto x = random_x(5, m.n_in, 6);
-    std::vector<float> got(size_t(5 * m.n_out)), want(got.size());
-    cpu::matmul(pool, *a, x.data(), 5, got.data());
-    cpu::matmul(pool, *alone, x.data(), 5, want.data());
-    EXPECT_EQ(got, want) << ggml_type_name(m.type);
-    in_arena.push_back(std::move(a));
-  }
-  // One chunk of 2 MiB holds the three small ones (the F16 one in the first chunk's room,
-  // after the Q6_K weight); the Q6_K weight has a chunk of its own, in whole huge pages.
-  EXPECT_EQ(arena.reserved_bytes(), uint64_t(6) << 20);
-  // Chunks grow from 2 MiB, doubling: a small model reserves little.
-  cpu::WeightArena grows;
-  ASSERT_NE(grows.allocate(1000), nullptr);
-  EXPECT_EQ(grows.reserved_bytes(), uint64_t(2) << 20);
-  ASSERT_NE(grows.allocate(uint64_t(2) << 20), nullptr);  // not in the first: a second of 4
-  EXPECT_EQ(grows.reserved_bytes(), uint64_t(6) << 20);
-}
-
 // The backend packs a weight without a uid (built by hand) for the call alone, and
 // gives the same numbers as a loaded (cached) one.
 TEST_F(Matmul, BackendHandlesWeightsWithAndWithoutAUid) {
