@@ -71,6 +71,9 @@ void ServingView::update(const ServingFrame& f, const ViewInput& in) {
   const bool rebuild = !initialized_ || f.snapshot != built_snapshot_ || !(f.view == built_view_);
   if (rebuild) {
     scene_ = render::Scene{};
+    // Before the first step there is nothing being written: no head (a default one would
+    // glow at the origin, filling the empty view).
+    scene_.head.visible = false;
     geom_ = ServingGeometry{};
     if (f.snapshot) {
       // The snapshot drawn before this one (the step before, when played forward): what

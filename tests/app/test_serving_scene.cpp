@@ -8,7 +8,8 @@
 //   - the selected lane's block-table lines end at its tiles, one per logical block;
 //   - blocks a preempted lane gave back fly from its lane into their tiles;
 //   - the view: a tile's projected centre picks that tile, a token picks its lane and
-//     position; the scene is rebuilt only when the snapshot or the options change;
+//     position; the scene is rebuilt only when the snapshot or the options change; before
+//     the first step the view is empty, with no write head;
 //   - 16 sequences x 1,000 tokens: labels only where readable, markers per block.
 #include <gtest/gtest.h>
 
@@ -396,6 +397,19 @@ TEST(ServingView, RebuildsOnlyWhenTheSnapshotOrTheOptionsChange) {
   view.update(f, {});
   EXPECT_NE(view.scene().revision, rev2);
   EXPECT_FALSE(view.scene().beams.empty());
+}
+
+TEST(ServingView, BeforeTheFirstStepNothingIsDrawnAndNoWriteHeadGlows) {
+  ServingView view;
+  view.update(frame_of(nullptr), {});
+  const render::Scene& sc = view.scene();
+  EXPECT_FALSE(sc.head.visible);
+  EXPECT_TRUE(sc.tokens.empty());
+  EXPECT_TRUE(sc.kv_blocks.empty());
+  EXPECT_TRUE(sc.beams.empty());
+  // Once a run is under way, its running lane's head is drawn again.
+  view.update(frame_of(std::make_shared<const ServingSnapshot>(serving_snapshot_eight())), {});
+  EXPECT_TRUE(view.scene().head.visible);
 }
 
 TEST(ServingView, SixteenLanesOfAThousandTokensStayLight) {
