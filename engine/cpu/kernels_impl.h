@@ -516,9 +516,11 @@ struct Kernels {
   // rows, so a slice of 6 reads two blocks.
   static constexpr int kRowsSliceT = kSliceT == 4 ? 6 : kSliceT;
   // One slice of NT rows from row t0 (lane = t0 % kSliceT of its interleaved block; xs:
-  // that row's x in the segment, xs2: the next block's first row's), or, where the slice
-  // would run past the block and no split of it is compiled, the block's rows alone.
-  // Returns the rows done.
+  // that row's x in the segment, xs2: the next block's first row's). The splits compiled
+  // are the ones rows_slice_any's order of slices reaches (AVX2: from lane 0 or 2); from
+  // any other lane the slice would cross its block unsplit, so the rows left in the block
+  // go alone instead (a guard: no order of slices here starts one there). Returns the rows
+  // done.
   template <class Dec, int G, int NT>
   static int64_t rows_slice_at(const float (&qb)[G][Dec::kSegValues][16], const float (&sc)[G][32],
                                const float* xs, const float* xs2, int lane, const float* sxs,
