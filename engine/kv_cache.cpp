@@ -304,7 +304,7 @@ Status KvCache::relocate(int layer, int n_slots, To to) {
       changed_pending_ = true;
       return Status::Ok();
     }
-    return paged_changed();
+    return refresh_paged();
   }
   return relayout(layer, n_slots, from);
 }
@@ -355,7 +355,7 @@ Status KvCache::begin(int pos0, int T) {
   pending_end_ = end;
   if (changed_pending_) {
     changed_pending_ = false;
-    Status s = paged_changed();
+    Status s = refresh_paged(PagedChange::Grown);
     if (!s.ok()) {
       cancel();
       return s;
@@ -412,7 +412,7 @@ void KvCache::cancel() {
   // Paged: the blocks begin() took for the forgotten positions go back to the pool.
   if (pool_) {
     drop_blocks_past(length_);
-    (void)paged_changed();  // on the error path already; a failed refresh adds nothing
+    (void)refresh_paged();  // on the error path already; a failed refresh adds nothing
   }
 }
 
@@ -440,6 +440,14 @@ int KvCache::held_blocks() const {
   for (const auto& t : tables_)
     for (int32_t b : t) n += b >= 0;
   return n;
+}
+
+Status KvCache::refresh_paged(PagedChange change) {
+  if (!paged_synced_) change = PagedChange::Any;
+  paged_synced_ = false;
+  KV_TRY(paged_changed(change));
+  paged_synced_ = true;
+  return Status::Ok();
 }
 
 Status KvCache::ensure_blocks(int n_slots) {
@@ -472,7 +480,7 @@ Status KvCache::own_block(int g, int i, bool fill_hole) {
     ++cow_copies_;
   }
   entry = *fresh;
-  return paged_changed();
+  return refresh_paged();
 }
 
 Status KvCache::copy_shared(int pos0, int end) {
@@ -520,7 +528,7 @@ Status KvCache::shift_paged(int first, int n) {
     auto dropped = drop_outside(/*keeping_only=*/true);
     if (!dropped.ok()) return dropped.error();
   }
-  return paged_changed();
+  return refresh_paged();
 }
 
 Status KvCache::adopt(const std::vector<int32_t>& blocks, int n) {
@@ -565,7 +573,7 @@ Status KvCache::adopt_groups(const std::vector<std::vector<int32_t>>& tables, in
       if (t[size_t(p / block_)] >= 0) map[size_t(p)] = p;
   }
   length_ = n;
-  return paged_changed();
+  return refresh_paged();
 }
 
 Expected<int> KvCache::drop_outside_windows() { return drop_outside(/*keeping_only=*/false); }
@@ -586,7 +594,7 @@ Expected<int> KvCache::drop_outside(bool keeping_only) {
       ++dropped;
     }
   }
-  if (dropped > 0) KV_TRY(paged_changed());
+  if (dropped > 0) KV_TRY(refresh_paged());
   return dropped;
 }
 
@@ -599,6 +607,7 @@ Status KvCache::hold_window_drops(bool hold) {
 
 void KvCache::release() {
   if (!pool_) return;
+  paged_synced_ = false;  // the backend's copy still shows what is released here
   for (auto& t : tables_) {
     for (int32_t b : t)
       if (b >= 0) pool_->unref(b);
@@ -632,7 +641,7 @@ Status KvCache::truncate(int n) {
       if (p >= n) p = -1;
   if (pool_) {
     drop_blocks_past(n);
-    return paged_changed();
+    return refresh_paged();
   }
   return Status::Ok();
 }

@@ -192,6 +192,12 @@ class KvCache {
   Status shift(int first, int n);
 
   // --- Paged caches (the rest answer as one contiguous block, one group).
+  // What changed, for paged_changed(). Grown: begin() took new blocks at the ends of the
+  // tables for the positions it records, and nothing else changed since the last call
+  // succeeded: the slot maps differ only at those positions (which the K/V writes of this
+  // forward set) and in new empty slots. Any: anything else (the tables or maps may differ
+  // anywhere).
+  enum class PagedChange { Any, Grown };
   bool paged() const { return pool_ != nullptr; }
   KvPool* pool() const { return pool_.get(); }
   int n_groups() const { return pool_ ? int(tables_.size()) : 1; }
@@ -241,7 +247,7 @@ class KvCache {
   // Paged caches only, instead of relayout(): the block table or the slot maps changed
   // (blocks taken, copied, adopted or given back; slot_pos() and blocks() show the new
   // state). A backend that keeps its own copy of them refreshes it here.
-  virtual Status paged_changed() { return Status::Ok(); }
+  virtual Status paged_changed(PagedChange) { return Status::Ok(); }
   // Allocates every layer with `slots` empty slots (call from the subclass's factory).
   Status init_storage(int slots);
 
@@ -255,6 +261,9 @@ class KvCache {
 
   // Paged: blocks for n_slots slots in the table (taken from the pool as needed).
   Status ensure_blocks(int n_slots);
+  // Paged: paged_changed(change), or with Any when something else changed since the last
+  // refresh that succeeded.
+  Status refresh_paged(PagedChange change = PagedChange::Any);
   // Paged: makes block i of group g's table this cache's alone: a copy when another table
   // shares it or the prefix cache holds it; a fresh block for a hole when fill_hole.
   Status own_block(int g, int i, bool fill_hole);
@@ -283,6 +292,8 @@ class KvCache {
   bool hold_drops_ = false;
   bool defer_changed_ = false;  // paged, inside begin(): growth refreshes the backend once
   bool changed_pending_ = false;
+  // Paged: the last paged_changed() succeeded and only begin()'s growth came after it.
+  bool paged_synced_ = false;
 };
 
 }  // namespace kvscope

@@ -98,44 +98,60 @@ Status CudaKvPool::do_copy_block(int dst, int src) {
   return Status::Ok();
 }
 
-Status CudaKvCache::paged_changed() {
-  // The device copies have room for more slots than the cache holds (grown by half again,
-  // padded with empty slots and holes), so a sequence's new blocks rarely reallocate them:
+Status CudaKvCache::paged_changed(PagedChange change) {
+  // The device copy has room for more slots than the cache holds (grown by half again,
+  // padded with empty slots and holes), so a sequence's new blocks rarely reallocate it:
   // the kernels' arguments (pointers, slot count) then stay the same from step to step,
-  // and a decode step keeps replaying one CUDA graph.
+  // and a decode step keeps replaying one CUDA graph. Each refresh is one copy from the
+  // host, whatever the number of layers: with many sequences in a batch, a copy (and an
+  // allocation) per layer per new block was host time the GPU waited through.
   version_ = next_layout_version();
-  const int B = pool()->block_size();
-  blocks_dev_.resize(size_t(n_groups()));
-  group_slots_.resize(size_t(n_groups()), 0);
-  for (int g = 0; g < n_groups(); ++g) {
-    const auto& t = blocks(g);
+  const int B = pool()->block_size(), G = n_groups(), L = shape().n_layer;
+  group_slots_.resize(size_t(G), 0);
+  bool covered = paged_dev_.p != nullptr;  // every table fits the slots already laid out
+  for (int g = 0; g < G; ++g) {
     int& cap = group_slots_[size_t(g)];
-    const int need = int(t.size()) * B;
-    if (need > cap) cap = std::max(need, (cap + cap / 2 + B - 1) / B * B);
-    if (cap == 0) continue;
-    DeviceBuffer& dev = blocks_dev_[size_t(g)];
-    const size_t bytes = size_t(cap / B) * sizeof(int32_t);
-    if (bytes > dev.bytes) KV_TRY(dev.ensure(bytes, "the KV block table"));
-    staging_.assign(t.begin(), t.end());
-    staging_.resize(size_t(cap / B), -1);
-    KV_TRY(cuda_check(cudaMemcpyAsync(dev.p, staging_.data(), bytes, cudaMemcpyHostToDevice, stream_),
-                      "uploading the KV block table"));
+    const int need = int(blocks(g).size()) * B;
+    if (need > cap) {
+      cap = std::max(need, (cap + cap / 2 + B - 1) / B * B);
+      covered = false;
+    }
   }
-  for (int l = 0; l < shape().n_layer; ++l) {
-    const int cap = group_slots_[size_t(group_of(l))];
-    slots_[size_t(l)] = cap;
-    if (cap == 0) continue;
-    const auto& map = slot_pos(l);
-    const size_t bytes = size_t(cap) * sizeof(int32_t);
-    DeviceBuffer& dev = pos_[size_t(l)];
-    if (bytes > dev.bytes) KV_TRY(dev.ensure(bytes, "the KV cache slot map"));
-    staging_.assign(map.begin(), map.end());
-    staging_.resize(size_t(cap), -1);
-    // Pageable source: the call returns once the bytes are staged.
-    KV_TRY(cuda_check(cudaMemcpyAsync(dev.p, staging_.data(), bytes, cudaMemcpyHostToDevice, stream_),
-                      "uploading the KV cache slot map"));
+  // Growth inside the slots laid out: the maps on the device already hold what the host's
+  // do, but for the positions this forward's K/V writes set. The tables alone go up.
+  const bool tables_only = covered && change == PagedChange::Grown;
+  if (!covered) {
+    table_at_.assign(size_t(G), 0);
+    map_at_.assign(size_t(L), 0);
+    size_t at = 0;
+    for (int g = 0; g < G; ++g) {
+      table_at_[size_t(g)] = at;
+      at += size_t(group_slots_[size_t(g)] / B);
+    }
+    tables_len_ = at;
+    for (int l = 0; l < L; ++l) {
+      map_at_[size_t(l)] = at;
+      at += size_t(group_slots_[size_t(group_of(l))]);
+    }
+    paged_len_ = at;
+    if (at == 0) return Status::Ok();  // nothing held, nothing laid out yet
+    // The old copy goes: cudaFree waits for the kernels that may still read it.
+    KV_TRY(paged_dev_.ensure(at * sizeof(int32_t), "the KV block tables and slot maps"));
   }
-  return Status::Ok();
+  const size_t len = tables_only ? tables_len_ : paged_len_;
+  staging_.assign(len, -1);
+  for (int g = 0; g < G; ++g)
+    std::copy(blocks(g).begin(), blocks(g).end(),
+              staging_.begin() + ptrdiff_t(table_at_[size_t(g)]));
+  if (!tables_only)
+    for (int l = 0; l < L; ++l)
+      std::copy(slot_pos(l).begin(), slot_pos(l).end(),
+                staging_.begin() + ptrdiff_t(map_at_[size_t(l)]));
+  for (int l = 0; l < L; ++l) slots_[size_t(l)] = group_slots_[size_t(group_of(l))];
+  // Pageable source: the call returns once the bytes are staged.
+  return cuda_check(cudaMemcpyAsync(paged_dev_.p, staging_.data(), len * sizeof(int32_t),
+                                    cudaMemcpyHostToDevice, stream_),
+                    "uploading the KV block tables and slot maps");
 }
 
 kvscope::cuda::KvLayer CudaKvCache::layer(int l) const {
@@ -156,9 +172,13 @@ kvscope::cuda::KvLayer CudaKvCache::layer(int l) const {
     kl.k = cuda_pool_->k(layer_in_group(l));
     kl.v = cuda_pool_->v(layer_in_group(l));
     kl.stride = cuda_pool_->rows();
-    kl.blocks = size_t(group_of(l)) < blocks_dev_.size()
-                    ? static_cast<const int32_t*>(blocks_dev_[size_t(group_of(l))].p)
-                    : nullptr;
+    kl.pos = nullptr;
+    kl.blocks = nullptr;
+    if (kl.n_slots > 0) {
+      auto* base = static_cast<int32_t*>(paged_dev_.p);
+      kl.pos = base + map_at_[size_t(l)];
+      kl.blocks = base + table_at_[size_t(group_of(l))];
+    }
     kl.block = cuda_pool_->block_size();
     while ((1 << kl.block_shift) < kl.block) ++kl.block_shift;
   }

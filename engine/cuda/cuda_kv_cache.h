@@ -1,11 +1,11 @@
 // cuda_kv_cache.h — the KV cache in device memory (engine/kv_cache.h's storage hook).
 //
 // Per layer K and V, each [Hkv][n_slots] rows of kv_row_bytes(type, D) bytes in the K / V
-// type, and the slot -> position map [n_slots] int32: a device copy of the engine's map. The K/V store kernels write the
-// entries of the positions they store (so a replayed decode graph keeps it current);
-// relayout() moves rows between slots with device copies and uploads the whole map.
-// A paged cache (over a CudaKvPool: per layer K and V, each [Hkv][n_blocks * B] rows)
-// keeps a device copy of its block table and slot maps, refreshed by paged_changed();
+// type, and the slot -> position map [n_slots] int32: a device copy of the engine's map. The K/V
+// store kernels write the entries of the positions they store (so a replayed decode graph keeps it
+// current); relayout() moves rows between slots with device copies and uploads the whole map. A
+// paged cache (over a CudaKvPool: per layer K and V, each [Hkv][n_blocks * B] rows) keeps a device
+// copy of its block tables and slot maps in one buffer, refreshed by paged_changed() with one copy;
 // the kernels reach its rows through the table (kernels/kv_layout.cuh, kv_row).
 #pragma once
 
@@ -59,14 +59,20 @@ class CudaKvCache final : public KvCache {
 
  protected:
   Status relayout(int layer, int n_slots, const std::vector<int32_t>& from) override;
-  Status paged_changed() override;
+  Status paged_changed(PagedChange change) override;
 
  private:
   cudaStream_t stream_;
   const CudaKvPool* cuda_pool_ = nullptr;  // paged only
-  std::vector<DeviceBuffer> blocks_dev_;   // paged only: each group's block table
-  std::vector<int> group_slots_;           // paged only: slots the device copies cover
-  std::vector<int32_t> staging_;           // paged only: a padded table or map to upload
+  // Paged only: every group's block table, then every layer's slot map, each padded to
+  // the slots its group's device copy covers (group_slots_); int32 offsets in table_at_
+  // (per group) and map_at_ (per layer). The tables come first, so that growth within
+  // those slots uploads them alone.
+  DeviceBuffer paged_dev_;
+  std::vector<int> group_slots_;
+  std::vector<size_t> table_at_, map_at_;
+  size_t tables_len_ = 0, paged_len_ = 0;  // int32s of the tables, of everything
+  std::vector<int32_t> staging_;           // what is uploaded
   std::vector<DeviceBuffer> k_, v_;  // per layer [Hkv][n_slots][D]
   std::vector<DeviceBuffer> pos_;    // per layer [n_slots] int32
   std::vector<int> slots_;

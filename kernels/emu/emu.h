@@ -299,6 +299,12 @@ uint64_t graphs_instantiated();
 uint64_t kernels_run();
 uint64_t bytes_to_device();
 uint64_t bytes_to_host();
+// cudaMemcpy / cudaMemcpyAsync calls from host memory to the device that ran when the host
+// made them (not captured into a graph): on a GPU each costs the host a driver call.
+uint64_t host_copies_to_device();
+// cudaMalloc calls that succeeded (on a GPU each is a driver call; its cudaFree waits for
+// the device).
+uint64_t device_allocations();
 // Kernels that ran with the programmatic launch attribute (each checked: every thread
 // called grid_dependency_wait), and kernels in which every thread called it (with the
 // attribute or without).

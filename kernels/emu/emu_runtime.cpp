@@ -208,7 +208,7 @@ bool capture_if_capturing(cudaStream_t s, std::function<cudaError_t()> op) {
 
 std::atomic<uint64_t> g_direct_launches{0}, g_graph_launches{0}, g_kernels_run{0},
     g_bytes_to_device{0}, g_bytes_to_host{0}, g_graphs_instantiated{0}, g_programmatic_run{0},
-    g_all_waited{0}, g_cooperative_run{0};
+    g_all_waited{0}, g_cooperative_run{0}, g_host_copies_to_device{0}, g_allocations{0};
 
 // KVSCOPE_EMU_CC: "90" or "9.0"; anything unreadable or out of range keeps 8.0.
 std::atomic<int> g_cc{[] {
@@ -233,6 +233,12 @@ uint64_t graphs_instantiated() { return g_graphs_instantiated.load(); }
 uint64_t kernels_run() { return g_kernels_run.load(); }
 uint64_t bytes_to_device() { return g_bytes_to_device.load(); }
 uint64_t bytes_to_host() { return g_bytes_to_host.load(); }
+uint64_t host_copies_to_device() {
+  return g_host_copies_to_device.load();
+}
+uint64_t device_allocations() {
+  return g_allocations.load();
+}
 uint64_t programmatic_kernels_run() {
   return g_programmatic_run.load();
 }
@@ -251,6 +257,14 @@ static void count_copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind
                        (kind == cudaMemcpyDefault && is_device_any(src) && !is_device_any(dst));
   if (to_dev) g_bytes_to_device += n;
   if (to_host) g_bytes_to_host += n;
+}
+
+// Counts a copy call the host makes from host memory to the device, run now rather than
+// captured into a graph: each such call costs the host a driver round trip on a GPU.
+static void count_host_call(void* dst, const void* src, cudaMemcpyKind kind) {
+  if (kind == cudaMemcpyHostToDevice ||
+      (kind == cudaMemcpyDefault && is_device_any(dst) && !is_device_any(src)))
+    ++g_host_copies_to_device;
 }
 
 size_t max_dynamic_smem(const void* func) {
@@ -344,6 +358,7 @@ cudaError_t cudaMalloc(void** p, size_t size) {
   kvscope::emu::arm_guard(static_cast<unsigned char*>(m), size);
   st().allocs[reinterpret_cast<uintptr_t>(m)] = size;
   st().allocated += size;
+  ++kvscope::emu::g_allocations;
   *p = m;
   return cudaSuccess;
 }
@@ -385,6 +400,7 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind
   KVSCOPE_EMU_STICKY();
   if (cudaError_t e = kvscope::emu::check_copy(dst, src, n, kind)) return e;
   kvscope::emu::count_copy(dst, src, n, kind);
+  kvscope::emu::count_host_call(dst, src, kind);
   if (n) std::memmove(dst, src, n);
   return cudaSuccess;
 }
@@ -402,6 +418,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind
       }))
     return cudaSuccess;
   kvscope::emu::count_copy(dst, src, n, kind);
+  kvscope::emu::count_host_call(dst, src, kind);
   if (n) std::memmove(dst, src, n);
   return cudaSuccess;
 }
@@ -503,6 +520,8 @@ cudaError_t cudaDeviceReset() {
   kvscope::emu::g_kernels_run = 0;
   kvscope::emu::g_bytes_to_device = 0;
   kvscope::emu::g_bytes_to_host = 0;
+  kvscope::emu::g_host_copies_to_device = 0;
+  kvscope::emu::g_allocations = 0;
   kvscope::emu::g_programmatic_run = 0;
   kvscope::emu::g_all_waited = 0;
   kvscope::emu::g_cooperative_run = 0;

@@ -921,11 +921,13 @@ class CountingPagedCache final : public KvCache {
       : KvCache(std::move(c), std::move(pool)) {}
   Status init() { return init_storage(0); }
   int refreshes = 0;
+  PagedChange last = PagedChange::Any;
 
  protected:
   Status relayout(int, int, const std::vector<int32_t>&) override { return Status::Ok(); }
-  Status paged_changed() override {
+  Status paged_changed(PagedChange change) override {
     ++refreshes;
+    last = change;
     return Status::Ok();
   }
 };
@@ -933,7 +935,11 @@ class CountingPagedCache final : public KvCache {
 // begin() across a block boundary grows every layer but refreshes the backend's copy of
 // the tables and slot maps once (a GPU uploads them all on each refresh: per layer, a
 // crossing of a 30-layer model made 30 refreshes of 31 copies each); within a block, none.
+// A crossing tells the backend that only the tables grew (then a GPU uploads them alone),
+// except the first, and except after anything else changed: then the backend's copy may
+// differ anywhere.
 TEST(KvPool, BeginAcrossABlockRefreshesTheBackendOnce) {
+  using Change = KvCache::PagedChange;
   auto be = make_cpu_backend(1);
   const KvShape shape{6, 2, 64};
   auto pool = make_pool(*be, kF16, 8, 16, shape);
@@ -944,6 +950,9 @@ TEST(KvPool, BeginAcrossABlockRefreshesTheBackendOnce) {
     const int before = cache.refreshes;
     ASSERT_TRUE(cache.begin(pos, 1).ok());
     EXPECT_EQ(cache.refreshes - before, pos % 8 == 0 ? 1 : 0) << "position " << pos;
+    if (pos % 8 == 0) {
+      EXPECT_EQ(cache.last, pos == 0 ? Change::Any : Change::Grown) << "position " << pos;
+    }
     for (int l = 0; l < shape.n_layer; ++l) {
       EXPECT_EQ(cache.slot_of(l, pos), pos);
       EXPECT_EQ(cache.slot_pos(l)[size_t(pos)], pos);
@@ -951,6 +960,18 @@ TEST(KvPool, BeginAcrossABlockRefreshesTheBackendOnce) {
     ASSERT_TRUE(cache.end().ok());
   }
   EXPECT_EQ(cache.blocks().size(), 3u);
+  // After a truncation (or a release) the next crossing refreshes everything.
+  ASSERT_TRUE(cache.truncate(10).ok());
+  EXPECT_EQ(cache.last, Change::Any);
+  for (int pos = 10; pos <= 16; ++pos) {
+    ASSERT_TRUE(cache.begin(pos, 1).ok());
+    ASSERT_TRUE(cache.end().ok());
+  }
+  EXPECT_EQ(cache.last, Change::Grown);
+  cache.release();
+  ASSERT_TRUE(cache.begin(0, 1).ok());
+  EXPECT_EQ(cache.last, Change::Any);
+  ASSERT_TRUE(cache.end().ok());
   // A crossing the pool cannot serve fails, forgets the position and gives back what it took.
   auto small = make_pool(*be, kF16, 8, 1, shape);
   CountingPagedCache full(kv_config_full(shape, kF16), small);

@@ -273,6 +273,85 @@ TEST_F(CudaBatchedDecode, JoiningAndLeavingSwitchGraphsAndStayExact) {
 }
 #endif
 
+#if !defined(KVSCOPE_REAL_GPU_TEST)
+// Host work of a decode step on paged caches. On a GPU every copy from host memory is a
+// driver call, and every allocation another (its cudaFree later waits for the device):
+// with 64 sequences in a batch, a copy and an allocation per layer for each new block were
+// host time the GPU waited through. B sequences decode in lockstep over blocks of 8, so
+// on every 8th step each of them takes a new block. Then a step copies at most one table
+// refresh per sequence from the host (besides the step's parameters, its only copy on the
+// other steps) and allocates at most once per sequence (and once for the attention's work
+// memory), whatever the number of layers; a new block inside the slots already laid out on
+// the device allocates nothing. Every
+// row's logits stay the CPU backend's (within kLogitTol), so the device's tables and slot
+// maps stayed right.
+TEST_F(CudaBatchedDecode, NewBlocksCostOneCopyPerSequenceNotOnePerLayer) {
+  test::TinyModelSpec spec;
+  spec.seed = 37;
+  spec.n_layer = 6;
+  std::shared_ptr<const Model> model = load_tiny(spec, "hostcopies");
+  ASSERT_TRUE(model);
+  const KvCacheConfig cfg = kv_cache_config(*model, {}, KvPolicy::Full);
+  const int B = 4, kPrompt = 5, kLast = 32, kBlock = 8;
+  const KvPoolConfig pc{cfg.shape, cfg.types, kBlock, B * 8};
+  auto cpu = make_cpu_backend(1);
+  auto graph = cuda_backend(*model, true);
+  ASSERT_TRUE(graph);
+  Side sides[2] = {{"cuda", graph.get(), true, {}, {}}, {"cpu", cpu.get(), true, {}, {}}};
+  std::vector<std::vector<int32_t>> toks;
+  for (int i = 0; i < B; ++i) {
+    std::vector<int32_t> t;
+    for (int j = 0; j <= kLast; ++j) t.push_back(int32_t(1 + (7 * i + 11 * j) % 120));
+    toks.push_back(std::move(t));
+  }
+  std::vector<std::vector<int32_t>> prompt_toks;
+  for (const auto& t : toks) prompt_toks.emplace_back(t.begin(), t.begin() + kPrompt);
+  for (Side& side : sides) {
+    auto p = side.be->create_kv_pool(pc);
+    ASSERT_TRUE(p.ok()) << p.error().message;
+    side.pool = *p;
+    prefill(side, *model, cfg, prompt_toks);
+  }
+  std::vector<int> all(static_cast<size_t>(B));
+  for (int i = 0; i < B; ++i) all[size_t(i)] = i;
+  int new_block_steps = 0, without_allocation = 0;
+  for (int pos = kPrompt; pos <= kLast; ++pos) {
+    SCOPED_TRACE("position " + std::to_string(pos));
+    std::vector<BatchSeqOutput> out[2];
+    const uint64_t copies0 = emu::host_copies_to_device(), allocs0 = emu::device_allocations();
+    decode(sides[0], *model, toks, all, out[0]);
+    if (::testing::Test::HasFatalFailure()) return;
+    const uint64_t copies = emu::host_copies_to_device() - copies0,
+                   allocs = emu::device_allocations() - allocs0;
+    if (pos % kBlock == 0) {  // every sequence took a block
+      ++new_block_steps;
+      without_allocation += allocs == 0;
+      EXPECT_LE(copies, uint64_t(1 + B));
+      // One more when the longest cache doubles: the attention's work memory.
+      EXPECT_LE(allocs, uint64_t(B + 1));
+    } else if (pos > kPrompt) {  // the first step also sets up its graph
+      EXPECT_LE(copies, 1u);
+      EXPECT_EQ(allocs, 0u);
+    }
+    decode(sides[1], *model, toks, all, out[1]);
+    if (::testing::Test::HasFatalFailure()) return;
+    ASSERT_EQ(out[0].size(), out[1].size());
+    for (size_t i = 0; i < out[0].size(); ++i) {
+      EXPECT_LE(max_abs_diff(out[1][i].logits, out[0][i].logits), kLogitTol) << "row " << i;
+      if (top2_margin(out[1][i].logits) > 2 * kLogitTol) {
+        EXPECT_EQ(argmax(out[0][i].logits), argmax(out[1][i].logits)) << "row " << i;
+      }
+    }
+  }
+  EXPECT_EQ(new_block_steps, 4);
+  EXPECT_GE(without_allocation, 1) << "a new block inside the slots laid out allocates nothing";
+  std::vector<const std::vector<int32_t>*> tables;
+  for (auto& c : sides[0].caches) tables.push_back(&c->blocks(0));
+  Status st = sides[0].pool->check(tables);
+  EXPECT_TRUE(st.ok()) << st.message();
+}
+#endif
+
 // The scheduler on CUDA samples where the logits live: a step's decode rows go through one
 // pass of the device sampler and only their candidates come back. Its tokens must be the
 // host path's, token for token, for greedy and for seeded temperature / top-k / top-p /
