@@ -124,6 +124,20 @@ struct KvRowRef {
 // positions in kv.pos.
 cudaError_t kv_write(KvLayer kv, const float* k, const float* v, int T, int pos0,
                       cudaStream_t s);
+// The KV block pool's storage, for block copies: n_bases buffers (a device array of
+// pointers: K of layer 0, V of layer 0, K of layer 1, ...), each [Hkv][rows][row bytes];
+// per side (0 K, 1 V) the bytes of one block of one head (B rows, a multiple of 16) and of
+// one head (rows * row bytes).
+struct KvPoolCopy {
+  void* const* bases = nullptr;
+  int n_bases = 0, n_head_kv = 0;
+  int64_t block_bytes[2] = {0, 0};
+  int64_t head_bytes[2] = {0, 0};
+};
+// Copy-on-write: block src's rows onto block dst's, in every buffer and kv head, in one
+// launch. cudaErrorInvalidValue for a block outside the buffers or sizes not multiples
+// of 16.
+cudaError_t kv_copy_block(const KvPoolCopy& p, int dst, int src, cudaStream_t s);
 // Context shift: every K row of the layer whose slot holds a position >= first rotates
 // in place by delta positions (rope() at pos = delta), re-stored in the K type.
 cudaError_t kv_rerotate(KvLayer kv, RopeArgs r, int first, int delta, cudaStream_t s);

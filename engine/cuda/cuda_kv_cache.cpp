@@ -58,6 +58,26 @@ Expected<std::shared_ptr<KvPool>> CudaKvPool::create(const KvPoolConfig& config,
                                      kv_row_bytes(type, sh.head_dim),
                                  "the KV block pool"));
     }
+  // Block copies (copy-on-write) run as one launch over every layer's K and V.
+  std::vector<void*> bases;
+  for (int l = 0; l < sh.n_layer; ++l) {
+    bases.push_back(pool->k_[size_t(l)].p);
+    bases.push_back(pool->v_[size_t(l)].p);
+  }
+  KV_TRY(pool->bases_.ensure(bases.size() * sizeof(void*), "the KV block pool"));
+  KV_TRY(cuda_check(cudaMemcpy(pool->bases_.p, bases.data(), bases.size() * sizeof(void*),
+                               cudaMemcpyHostToDevice),
+                    "uploading the KV block pool's addresses"));
+  kvscope::cuda::KvPoolCopy& cp = pool->copy_;
+  cp.bases = static_cast<void* const*>(pool->bases_.p);
+  cp.n_bases = int(bases.size());
+  cp.n_head_kv = sh.n_head_kv;
+  const int64_t B = pool->block_size();
+  for (auto [side, type] : {std::pair{0, config.types.k}, std::pair{1, config.types.v}}) {
+    const int64_t rb = int64_t(kv_row_bytes(type, sh.head_dim));
+    cp.block_bytes[side] = B * rb;
+    cp.head_bytes[side] = int64_t(pool->rows()) * rb;
+  }
   return std::shared_ptr<KvPool>(std::move(pool));
 }
 
@@ -82,20 +102,7 @@ Status CudaKvPool::do_move_rows(const std::vector<RowMove>& moves) {
 }
 
 Status CudaKvPool::do_copy_block(int dst, int src) {
-  const KvShape& sh = config().shape;
-  const size_t B = size_t(block_size());
-  for (int l = 0; l < sh.n_layer; ++l)
-    for (auto [side, type] : {std::pair{&k_, config().types.k}, std::pair{&v_, config().types.v}}) {
-      const size_t rb = kv_row_bytes(type, sh.head_dim);
-      auto* base = static_cast<uint8_t*>((*side)[size_t(l)].p);
-      for (int h = 0; h < sh.n_head_kv; ++h)
-        KV_TRY(cuda_check(
-            cudaMemcpyAsync(base + (size_t(h) * size_t(rows()) + size_t(dst) * B) * rb,
-                            base + (size_t(h) * size_t(rows()) + size_t(src) * B) * rb, B * rb,
-                            cudaMemcpyDeviceToDevice, stream_),
-            "copying a KV block"));
-    }
-  return Status::Ok();
+  return cuda_check(kvscope::cuda::kv_copy_block(copy_, dst, src, stream_), "copying a KV block");
 }
 
 Status CudaKvCache::paged_changed(PagedChange change) {

@@ -37,6 +37,8 @@ class CudaKvPool final : public KvPool {
   CudaKvPool(const KvPoolConfig& c, cudaStream_t stream) : KvPool(c), stream_(stream) {}
   cudaStream_t stream_;
   std::vector<DeviceBuffer> k_, v_;  // per layer [Hkv][rows][row bytes]
+  DeviceBuffer bases_;               // k_ and v_'s pointers, layer by layer, for copy_
+  kvscope::cuda::KvPoolCopy copy_;   // what kv_copy_block needs (one launch per block copy)
 };
 
 class CudaKvCache final : public KvCache {

@@ -352,6 +352,30 @@ TEST_F(CudaBatchedDecode, NewBlocksCostOneCopyPerSequenceNotOnePerLayer) {
 }
 #endif
 
+#if !defined(KVSCOPE_REAL_GPU_TEST)
+// Copy-on-write of a block (a fork writing into a block it shares) is one launch over every
+// layer's K and V, not a device copy per layer, side and kv head made from the host
+// (180 calls for SmolLM2). The copied rows are checked against the CPU in
+// CudaBackendParity.PagedBatchMatchesCpu, the kernel byte for byte in
+// test_kernel_kv_copy_block.
+TEST_F(CudaBatchedDecode, ABlockCopyIsOneLaunch) {
+  test::TinyModelSpec spec;
+  spec.n_layer = 4;
+  std::shared_ptr<const Model> model = load_tiny(spec, "copyblock");
+  ASSERT_TRUE(model);
+  auto be = cuda_backend(*model, false);
+  ASSERT_TRUE(be);
+  const KvCacheConfig cfg = kv_cache_config(*model, {}, KvPolicy::Full);
+  auto pool = be->create_kv_pool(KvPoolConfig{cfg.shape, cfg.types, 16, 4});
+  ASSERT_TRUE(pool.ok()) << pool.error().message;
+  const uint64_t launches0 = emu::direct_kernel_launches(), kernels0 = emu::kernels_run();
+  ASSERT_TRUE((*pool)->copy_block(2, 0).ok());
+  EXPECT_EQ(emu::direct_kernel_launches() - launches0, 1u);
+  EXPECT_EQ(emu::kernels_run() - kernels0, 1u);
+  EXPECT_FALSE((*pool)->copy_block(4, 0).ok());
+}
+#endif
+
 // The scheduler on CUDA samples where the logits live: a step's decode rows go through one
 // pass of the device sampler and only their candidates come back. Its tokens must be the
 // host path's, token for token, for greedy and for seeded temperature / top-k / top-p /
