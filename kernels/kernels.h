@@ -133,11 +133,22 @@ struct KvPoolCopy {
   int n_bases = 0, n_head_kv = 0;
   int64_t block_bytes[2] = {0, 0};
   int64_t head_bytes[2] = {0, 0};
+  int64_t row_bytes[2] = {0, 0};  // per side, for row moves
+};
+// One move of the context shift in every buffer and kv head: n rows from row src to row
+// dst (rows of one head, each inside one block, not overlapping themselves).
+struct KvRowMove {
+  int dst = 0, src = 0, n = 0;
 };
 // Copy-on-write: block src's rows onto block dst's, in every buffer and kv head, in one
 // launch. cudaErrorInvalidValue for a block outside the buffers or sizes not multiples
 // of 16.
 cudaError_t kv_copy_block(const KvPoolCopy& p, int dst, int src, cudaStream_t s);
+// The context shift's row moves (moves: device memory [n_moves]) in every buffer and kv
+// head, in one launch, one after another in their order within each buffer and head, as
+// separate copies on one stream would run (a later move may read rows an earlier one
+// wrote). The moves are not checked here (KvPool::move_rows checks them).
+cudaError_t kv_move_rows(const KvPoolCopy& p, const KvRowMove* moves, int n_moves, cudaStream_t s);
 // Context shift: every K row of the layer whose slot holds a position >= first rotates
 // in place by delta positions (rope() at pos = delta), re-stored in the K type.
 cudaError_t kv_rerotate(KvLayer kv, RopeArgs r, int first, int delta, cudaStream_t s);

@@ -77,28 +77,27 @@ Expected<std::shared_ptr<KvPool>> CudaKvPool::create(const KvPoolConfig& config,
     const int64_t rb = int64_t(kv_row_bytes(type, sh.head_dim));
     cp.block_bytes[side] = B * rb;
     cp.head_bytes[side] = int64_t(pool->rows()) * rb;
+    cp.row_bytes[side] = rb;
   }
   return std::shared_ptr<KvPool>(std::move(pool));
 }
 
 Status CudaKvPool::do_move_rows(const std::vector<RowMove>& moves) {
-  // One copy per move, layer, side and kv head. Copies on one stream run in order, as
-  // move_rows() promises. (A context shift is rare: a few thousand small copies.)
-  const KvShape& sh = config().shape;
-  for (const RowMove& m : moves)
-    for (int l = 0; l < sh.n_layer; ++l)
-      for (auto [side, type] : {std::pair{&k_, config().types.k}, std::pair{&v_, config().types.v}}) {
-        const size_t rb = kv_row_bytes(type, sh.head_dim);
-        auto* base = static_cast<uint8_t*>((*side)[size_t(l)].p);
-        for (int h = 0; h < sh.n_head_kv; ++h) {
-          const size_t head = size_t(h) * size_t(rows());
-          KV_TRY(cuda_check(cudaMemcpyAsync(base + (head + size_t(m.dst)) * rb,
-                                            base + (head + size_t(m.src)) * rb, size_t(m.n) * rb,
-                                            cudaMemcpyDeviceToDevice, stream_),
-                            "moving KV rows"));
-        }
-      }
-  return Status::Ok();
+  // One upload and one launch, whatever the number of moves, layers and heads: the kernel
+  // runs the moves in order within each layer's K or V and kv head, as move_rows() promises
+  // (a copy per move, layer, side and head was thousands of calls for a long shift).
+  staged_moves_.clear();
+  for (const RowMove& m : moves) staged_moves_.push_back({m.dst, m.src, m.n});
+  const size_t bytes = staged_moves_.size() * sizeof(kvscope::cuda::KvRowMove);
+  if (bytes > moves_.bytes) KV_TRY(moves_.ensure(bytes, "the KV row moves"));
+  // Pageable source: the call returns once the bytes are staged.
+  KV_TRY(cuda_check(
+      cudaMemcpyAsync(moves_.p, staged_moves_.data(), bytes, cudaMemcpyHostToDevice, stream_),
+      "uploading the KV row moves"));
+  return cuda_check(
+      kvscope::cuda::kv_move_rows(copy_, static_cast<const kvscope::cuda::KvRowMove*>(moves_.p),
+                                  int(staged_moves_.size()), stream_),
+      "moving KV rows");
 }
 
 Status CudaKvPool::do_copy_block(int dst, int src) {

@@ -38,7 +38,9 @@ class CudaKvPool final : public KvPool {
   cudaStream_t stream_;
   std::vector<DeviceBuffer> k_, v_;  // per layer [Hkv][rows][row bytes]
   DeviceBuffer bases_;               // k_ and v_'s pointers, layer by layer, for copy_
-  kvscope::cuda::KvPoolCopy copy_;   // what kv_copy_block needs (one launch per block copy)
+  kvscope::cuda::KvPoolCopy copy_;   // what kv_copy_block and kv_move_rows need
+  DeviceBuffer moves_;               // a context shift's moves, uploaded for kv_move_rows
+  std::vector<kvscope::cuda::KvRowMove> staged_moves_;
 };
 
 class CudaKvCache final : public KvCache {

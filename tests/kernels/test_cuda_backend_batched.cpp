@@ -355,10 +355,11 @@ TEST_F(CudaBatchedDecode, NewBlocksCostOneCopyPerSequenceNotOnePerLayer) {
 #if !defined(KVSCOPE_REAL_GPU_TEST)
 // Copy-on-write of a block (a fork writing into a block it shares) is one launch over every
 // layer's K and V, not a device copy per layer, side and kv head made from the host
-// (180 calls for SmolLM2). The copied rows are checked against the CPU in
-// CudaBackendParity.PagedBatchMatchesCpu, the kernel byte for byte in
-// test_kernel_kv_copy_block.
-TEST_F(CudaBatchedDecode, ABlockCopyIsOneLaunch) {
+// (180 calls for SmolLM2); so are a context shift's row moves (there a copy per move,
+// layer, side and head). The copied rows are checked against the CPU in
+// CudaBackendParity.PagedBatchMatchesCpu and the shift tests, the kernels byte for byte
+// in test_kernel_kv_copy_block.
+TEST_F(CudaBatchedDecode, ABlockCopyAndAShiftsMovesAreOneLaunchEach) {
   test::TinyModelSpec spec;
   spec.n_layer = 4;
   std::shared_ptr<const Model> model = load_tiny(spec, "copyblock");
@@ -373,6 +374,11 @@ TEST_F(CudaBatchedDecode, ABlockCopyIsOneLaunch) {
   EXPECT_EQ(emu::direct_kernel_launches() - launches0, 1u);
   EXPECT_EQ(emu::kernels_run() - kernels0, 1u);
   EXPECT_FALSE((*pool)->copy_block(4, 0).ok());
+  // A context shift's row moves: one upload of the moves and one launch.
+  const uint64_t launches1 = emu::direct_kernel_launches(), copies1 = emu::host_copies_to_device();
+  ASSERT_TRUE((*pool)->move_rows({{0, 20, 4}, {4, 36, 8}, {16, 48, 5}}).ok());
+  EXPECT_EQ(emu::direct_kernel_launches() - launches1, 1u);
+  EXPECT_EQ(emu::host_copies_to_device() - copies1, 1u);
 }
 #endif
 

@@ -1,6 +1,10 @@
-// test_kernel_kv_copy_block.cpp — the pool's copy-on-write kernel under the CUDA emulator:
-// block src's rows land on block dst's in every layer, K and V (of different row sizes),
-// every kv head, byte for byte; every other byte of the pool stays as it was.
+// test_kernel_kv_copy_block.cpp — the pool's copy kernels under the CUDA emulator, byte for
+// byte against copies made on the host, in every layer, K and V (of different row sizes)
+// and kv head; every other byte of the pool stays as it was:
+//   kv_copy_block  block src's rows land on block dst's;
+//   kv_move_rows   moves run in their order, as separate copies on one stream would (a
+//                  later move overwrites rows an earlier one read; another reads rows an
+//                  earlier one wrote).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -54,6 +58,52 @@ TEST(KernelKvCopyBlock, CopiesEveryLayerSideAndHeadAndNothingElse) {
   odd.block_bytes[1] = 4 * 34;  // 136 bytes
   odd.head_bytes[1] = odd.block_bytes[1] * n_blocks;
   EXPECT_EQ(kvscope::cuda::kv_copy_block(odd, dst, src, nullptr), cudaErrorInvalidValue);
+  cudaDeviceReset();
+}
+
+TEST(KernelKvCopyBlock, RowMovesRunInOrderInEveryBufferAndHead) {
+  // Rows of q4_0 and q8_0 with 64 values: 36 and 68 bytes (copied 4 bytes at a time), and
+  // f16 rows of 60 values (120 bytes: 8 at a time) against q4_0 rows of 32 (18: 2 at a time).
+  for (const auto& rbs :
+       {std::pair<int64_t, int64_t>{36, 68}, std::pair<int64_t, int64_t>{120, 18}}) {
+    constexpr int L = 2, Hkv = 2, B = 8, n_blocks = 5, rows = B * n_blocks;
+    const int64_t rb[2] = {rbs.first, rbs.second};
+    SCOPED_TRACE("row bytes " + std::to_string(rb[0]) + ", " + std::to_string(rb[1]));
+    std::vector<std::vector<uint8_t>> host;
+    std::vector<std::unique_ptr<DevVec<uint8_t>>> dev;
+    std::vector<void*> bases;
+    for (int i = 0; i < 2 * L; ++i) {
+      host.push_back(random_bytes(size_t(Hkv) * rows * size_t(rb[i % 2]), 200 + uint32_t(i)));
+      dev.push_back(std::make_unique<DevVec<uint8_t>>(host.back()));
+      bases.push_back(dev.back()->p);
+    }
+    DevVec<void*> dev_bases(bases);
+    kvscope::cuda::KvPoolCopy p;
+    p.bases = dev_bases.p;
+    p.n_bases = 2 * L;
+    p.n_head_kv = Hkv;
+    for (int s = 0; s < 2; ++s) {
+      p.block_bytes[s] = B * rb[s];
+      p.head_bytes[s] = rows * rb[s];
+      p.row_bytes[s] = rb[s];
+    }
+    // 9..11 -> 1..3; then 17..19 -> 9..11 (over the rows the first read); then 2..3 ->
+    // 25..26 (rows the first wrote, a row further on: other threads wrote them); then one
+    // row, 33 -> 16.
+    const std::vector<kvscope::cuda::KvRowMove> moves = {
+        {1, 9, 3}, {9, 17, 3}, {25, 2, 2}, {16, 33, 1}};
+    DevVec<kvscope::cuda::KvRowMove> dev_moves(moves);
+    ASSERT_EQ(kvscope::cuda::kv_move_rows(p, dev_moves.p, int(moves.size()), nullptr), cudaSuccess);
+    for (int i = 0; i < 2 * L; ++i) {
+      std::vector<uint8_t> want = host[size_t(i)];
+      const size_t r = size_t(rb[i % 2]), hb = size_t(p.head_bytes[i % 2]);
+      for (const auto& m : moves)
+        for (int h = 0; h < Hkv; ++h)
+          std::memmove(want.data() + h * hb + size_t(m.dst) * r,
+                       want.data() + h * hb + size_t(m.src) * r, size_t(m.n) * r);
+      EXPECT_EQ(dev[size_t(i)]->get(), want) << "buffer " << i;
+    }
+  }
   cudaDeviceReset();
 }
 
