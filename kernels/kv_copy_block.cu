@@ -16,18 +16,28 @@ namespace {
 
 constexpr int kThreads = 128;
 
+// This thread block's kv head in its buffer (blockIdx.x = buffer * Hkv + head), and the
+// buffer's side: false K, true V. The sides' sizes are selected, not indexed: a parameter
+// array indexed at run time would go to the stack.
+struct BlockHead {
+  uint8_t* head;
+  bool v;
+};
+__device__ BlockHead block_head(const KvPoolCopy& p) {
+  const int i = static_cast<int>(blockIdx.x) / p.n_head_kv;
+  const int h = static_cast<int>(blockIdx.x) % p.n_head_kv;
+  const bool v = i % 2 != 0;
+  const int64_t head_bytes = v ? p.head_bytes[1] : p.head_bytes[0];
+  return {static_cast<uint8_t*>(p.bases[i]) + int64_t(h) * head_bytes, v};
+}
+
 __global__ void __launch_bounds__(kThreads) kv_copy_block_kernel(KvPoolCopy p, int dst, int src) {
   grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
   grid_dependents_launch();
-  const int i = static_cast<int>(blockIdx.x) / p.n_head_kv;
-  const int h = static_cast<int>(blockIdx.x) % p.n_head_kv;
-  // Selected, not indexed: a parameter array indexed at run time would go to the stack.
-  const bool v = i % 2 != 0;
-  const int64_t bytes = v ? p.block_bytes[1] : p.block_bytes[0];
-  const int64_t head_bytes = v ? p.head_bytes[1] : p.head_bytes[0];
-  uint8_t* head = static_cast<uint8_t*>(p.bases[i]) + int64_t(h) * head_bytes;
-  const uint4* from = reinterpret_cast<const uint4*>(head + int64_t(src) * bytes);
-  uint4* to = reinterpret_cast<uint4*>(head + int64_t(dst) * bytes);
+  const BlockHead bh = block_head(p);
+  const int64_t bytes = bh.v ? p.block_bytes[1] : p.block_bytes[0];
+  const uint4* from = reinterpret_cast<const uint4*>(bh.head + int64_t(src) * bytes);
+  uint4* to = reinterpret_cast<uint4*>(bh.head + int64_t(dst) * bytes);
   for (int64_t j = threadIdx.x; j < bytes / 16; j += blockDim.x) to[j] = from[j];
 }
 
@@ -42,12 +52,9 @@ __global__ void __launch_bounds__(kThreads)
     kv_move_rows_kernel(KvPoolCopy p, const KvRowMove* moves, int n_moves) {
   grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
   grid_dependents_launch();
-  const int i = static_cast<int>(blockIdx.x) / p.n_head_kv;
-  const int h = static_cast<int>(blockIdx.x) % p.n_head_kv;
-  const bool v = i % 2 != 0;
-  const int64_t rb = v ? p.row_bytes[1] : p.row_bytes[0];
-  const int64_t head_bytes = v ? p.head_bytes[1] : p.head_bytes[0];
-  uint8_t* head = static_cast<uint8_t*>(p.bases[i]) + int64_t(h) * head_bytes;
+  const BlockHead bh = block_head(p);
+  uint8_t* head = bh.head;
+  const int64_t rb = bh.v ? p.row_bytes[1] : p.row_bytes[0];
   // Every offset and size is a multiple of rb (and the buffers are 256-byte aligned).
   const int unit = rb % 16 == 0 ? 16 : rb % 8 == 0 ? 8 : rb % 4 == 0 ? 4 : rb % 2 == 0 ? 2 : 1;
   for (int m = 0; m < n_moves; ++m) {

@@ -350,9 +350,7 @@ TEST_F(CudaBatchedDecode, NewBlocksCostOneCopyPerSequenceNotOnePerLayer) {
   Status st = sides[0].pool->check(tables);
   EXPECT_TRUE(st.ok()) << st.message();
 }
-#endif
 
-#if !defined(KVSCOPE_REAL_GPU_TEST)
 // Copy-on-write of a block (a fork writing into a block it shares) is one launch over every
 // layer's K and V, not a device copy per layer, side and kv head made from the host
 // (180 calls for SmolLM2); so are a context shift's row moves (there a copy per move,
