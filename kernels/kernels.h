@@ -124,16 +124,14 @@ struct KvRowRef {
 // positions in kv.pos.
 cudaError_t kv_write(KvLayer kv, const float* k, const float* v, int T, int pos0,
                       cudaStream_t s);
-// The KV block pool's storage, for block copies: n_bases buffers (a device array of
-// pointers: K of layer 0, V of layer 0, K of layer 1, ...), each [Hkv][rows][row bytes];
-// per side (0 K, 1 V) the bytes of one block of one head (B rows, a multiple of 16) and of
-// one head (rows * row bytes).
+// The KV block pool's storage, for its copies: n_bases buffers (a device array of
+// pointers: K of layer 0, V of layer 0, K of layer 1, ...), each [Hkv][rows][row bytes of
+// its side (0 K, 1 V)]; blocks of `block` rows.
 struct KvPoolCopy {
   void* const* bases = nullptr;
   int n_bases = 0, n_head_kv = 0;
-  int64_t block_bytes[2] = {0, 0};
-  int64_t head_bytes[2] = {0, 0};
-  int64_t row_bytes[2] = {0, 0};  // per side, for row moves
+  int block = 0, rows = 0;
+  int64_t row_bytes[2] = {0, 0};
 };
 // One move of the context shift in every buffer and kv head: n rows from row src to row
 // dst (rows of one head, each inside one block, not overlapping themselves).
@@ -141,8 +139,8 @@ struct KvRowMove {
   int dst = 0, src = 0, n = 0;
 };
 // Copy-on-write: block src's rows onto block dst's, in every buffer and kv head, in one
-// launch. cudaErrorInvalidValue for a block outside the buffers or sizes not multiples
-// of 16.
+// launch. cudaErrorInvalidValue for a block outside the buffers, or blocks whose bytes
+// are not a multiple of 16.
 cudaError_t kv_copy_block(const KvPoolCopy& p, int dst, int src, cudaStream_t s);
 // The context shift's row moves (moves: device memory [n_moves]) in every buffer and kv
 // head, in one launch, one after another in their order within each buffer and head, as

@@ -16,36 +16,33 @@ namespace {
 
 constexpr int kThreads = 128;
 
-// This thread block's kv head in its buffer (blockIdx.x = buffer * Hkv + head), and the
-// buffer's side: false K, true V. The sides' sizes are selected, not indexed: a parameter
-// array indexed at run time would go to the stack.
+template <class U>
+__device__ void copy_units(uint8_t* to, const uint8_t* from, int64_t bytes) {
+  U* t = reinterpret_cast<U*>(to);
+  const U* f = reinterpret_cast<const U*>(from);
+  for (int64_t j = threadIdx.x; j < bytes / int64_t(sizeof(U)); j += blockDim.x) t[j] = f[j];
+}
+
+// This thread block's kv head in its buffer (blockIdx.x = buffer * Hkv + head) and the
+// buffer's row bytes. The side's row bytes are selected, not indexed: a parameter array
+// indexed at run time would go to the stack.
 struct BlockHead {
   uint8_t* head;
-  bool v;
+  int64_t rb;
 };
 __device__ BlockHead block_head(const KvPoolCopy& p) {
   const int i = static_cast<int>(blockIdx.x) / p.n_head_kv;
   const int h = static_cast<int>(blockIdx.x) % p.n_head_kv;
-  const bool v = i % 2 != 0;
-  const int64_t head_bytes = v ? p.head_bytes[1] : p.head_bytes[0];
-  return {static_cast<uint8_t*>(p.bases[i]) + int64_t(h) * head_bytes, v};
+  const int64_t rb = i % 2 != 0 ? p.row_bytes[1] : p.row_bytes[0];
+  return {static_cast<uint8_t*>(p.bases[i]) + int64_t(h) * p.rows * rb, rb};
 }
 
 __global__ void __launch_bounds__(kThreads) kv_copy_block_kernel(KvPoolCopy p, int dst, int src) {
   grid_dependency_wait();  // before any global memory access (PDL: cuda_compat.cuh)
   grid_dependents_launch();
   const BlockHead bh = block_head(p);
-  const int64_t bytes = bh.v ? p.block_bytes[1] : p.block_bytes[0];
-  const uint4* from = reinterpret_cast<const uint4*>(bh.head + int64_t(src) * bytes);
-  uint4* to = reinterpret_cast<uint4*>(bh.head + int64_t(dst) * bytes);
-  for (int64_t j = threadIdx.x; j < bytes / 16; j += blockDim.x) to[j] = from[j];
-}
-
-template <class U>
-__device__ void copy_units(uint8_t* to, const uint8_t* from, int64_t bytes) {
-  U* t = reinterpret_cast<U*>(to);
-  const U* f = reinterpret_cast<const U*>(from);
-  for (int64_t j = threadIdx.x; j < bytes / int64_t(sizeof(U)); j += blockDim.x) t[j] = f[j];
+  const int64_t bytes = int64_t(p.block) * bh.rb;
+  copy_units<uint4>(bh.head + int64_t(dst) * bytes, bh.head + int64_t(src) * bytes, bytes);
 }
 
 __global__ void __launch_bounds__(kThreads)
@@ -54,7 +51,7 @@ __global__ void __launch_bounds__(kThreads)
   grid_dependents_launch();
   const BlockHead bh = block_head(p);
   uint8_t* head = bh.head;
-  const int64_t rb = bh.v ? p.row_bytes[1] : p.row_bytes[0];
+  const int64_t rb = bh.rb;
   // Every offset and size is a multiple of rb (and the buffers are 256-byte aligned).
   const int unit = rb % 16 == 0 ? 16 : rb % 8 == 0 ? 8 : rb % 4 == 0 ? 4 : rb % 2 == 0 ? 2 : 1;
   for (int m = 0; m < n_moves; ++m) {
@@ -85,23 +82,27 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
+namespace {
+
+bool valid(const KvPoolCopy& p) {
+  return p.bases != nullptr && p.n_bases > 0 && p.n_bases % 2 == 0 && p.n_head_kv > 0 &&
+         p.block > 0 && p.rows >= p.block && p.row_bytes[0] > 0 && p.row_bytes[1] > 0;
+}
+
+}  // namespace
+
 cudaError_t kv_move_rows(const KvPoolCopy& p, const KvRowMove* moves, int n_moves, cudaStream_t s) {
   if (n_moves <= 0) return cudaSuccess;
-  if (p.bases == nullptr || moves == nullptr || p.n_bases <= 0 || p.n_bases % 2 != 0 ||
-      p.n_head_kv <= 0 || p.row_bytes[0] <= 0 || p.row_bytes[1] <= 0)
-    return cudaErrorInvalidValue;
+  if (!valid(p) || moves == nullptr) return cudaErrorInvalidValue;
   return launch(kv_move_rows_kernel, dim3(unsigned(p.n_bases * p.n_head_kv)), dim3(kThreads), 0, s,
                 p, moves, n_moves);
 }
 
 cudaError_t kv_copy_block(const KvPoolCopy& p, int dst, int src, cudaStream_t s) {
-  if (p.bases == nullptr || p.n_bases <= 0 || p.n_bases % 2 != 0 || p.n_head_kv <= 0 || dst < 0 ||
-      src < 0)
+  const int64_t blocks = p.block > 0 ? p.rows / p.block : 0;
+  if (!valid(p) || dst < 0 || src < 0 || dst >= blocks || src >= blocks ||
+      int64_t(p.block) * p.row_bytes[0] % 16 != 0 || int64_t(p.block) * p.row_bytes[1] % 16 != 0)
     return cudaErrorInvalidValue;
-  for (int side = 0; side < 2; ++side)
-    if (p.block_bytes[side] <= 0 || p.block_bytes[side] % 16 != 0 ||
-        p.head_bytes[side] < p.block_bytes[side] * (int64_t(dst > src ? dst : src) + 1))
-      return cudaErrorInvalidValue;
   if (dst == src) return cudaSuccess;
   return launch(kv_copy_block_kernel, dim3(unsigned(p.n_bases * p.n_head_kv)), dim3(kThreads), 0, s,
                 p, dst, src);

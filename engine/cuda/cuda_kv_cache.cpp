@@ -72,13 +72,10 @@ Expected<std::shared_ptr<KvPool>> CudaKvPool::create(const KvPoolConfig& config,
   cp.bases = static_cast<void* const*>(pool->bases_.p);
   cp.n_bases = int(bases.size());
   cp.n_head_kv = sh.n_head_kv;
-  const int64_t B = pool->block_size();
-  for (auto [side, type] : {std::pair{0, config.types.k}, std::pair{1, config.types.v}}) {
-    const int64_t rb = int64_t(kv_row_bytes(type, sh.head_dim));
-    cp.block_bytes[side] = B * rb;
-    cp.head_bytes[side] = int64_t(pool->rows()) * rb;
-    cp.row_bytes[side] = rb;
-  }
+  cp.block = pool->block_size();
+  cp.rows = pool->rows();
+  cp.row_bytes[0] = int64_t(kv_row_bytes(config.types.k, sh.head_dim));
+  cp.row_bytes[1] = int64_t(kv_row_bytes(config.types.v, sh.head_dim));
   return std::shared_ptr<KvPool>(std::move(pool));
 }
 

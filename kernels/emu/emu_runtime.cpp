@@ -249,22 +249,17 @@ uint64_t cooperative_kernels_run() {
   return g_cooperative_run.load();
 }
 
-// Counts a copy that runs now (check_copy accepted it).
-static void count_copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
+// Counts a copy that runs now (check_copy accepted it); `direct`: the host's own call, not
+// a captured copy replayed with its graph (each direct call to the device costs the host a
+// driver round trip on a GPU).
+static void count_copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, bool direct) {
   const bool to_dev = kind == cudaMemcpyHostToDevice ||
                       (kind == cudaMemcpyDefault && is_device_any(dst) && !is_device_any(src));
   const bool to_host = kind == cudaMemcpyDeviceToHost ||
                        (kind == cudaMemcpyDefault && is_device_any(src) && !is_device_any(dst));
   if (to_dev) g_bytes_to_device += n;
   if (to_host) g_bytes_to_host += n;
-}
-
-// Counts a copy call the host makes from host memory to the device, run now rather than
-// captured into a graph: each such call costs the host a driver round trip on a GPU.
-static void count_host_call(void* dst, const void* src, cudaMemcpyKind kind) {
-  if (kind == cudaMemcpyHostToDevice ||
-      (kind == cudaMemcpyDefault && is_device_any(dst) && !is_device_any(src)))
-    ++g_host_copies_to_device;
+  if (to_dev && direct) ++g_host_copies_to_device;
 }
 
 size_t max_dynamic_smem(const void* func) {
@@ -399,8 +394,7 @@ cudaError_t cudaFreeHost(void* p) {
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
   KVSCOPE_EMU_STICKY();
   if (cudaError_t e = kvscope::emu::check_copy(dst, src, n, kind)) return e;
-  kvscope::emu::count_copy(dst, src, n, kind);
-  kvscope::emu::count_host_call(dst, src, kind);
+  kvscope::emu::count_copy(dst, src, n, kind, /*direct=*/true);
   if (n) std::memmove(dst, src, n);
   return cudaSuccess;
 }
@@ -412,13 +406,12 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind
     return record(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync: unknown stream");
   if (cudaError_t e = kvscope::emu::check_copy(dst, src, n, kind)) return e;
   if (kvscope::emu::capture_if_capturing(s, [=] {
-        kvscope::emu::count_copy(dst, src, n, kind);
+        kvscope::emu::count_copy(dst, src, n, kind, /*direct=*/false);
         if (n) std::memmove(dst, src, n);
         return cudaSuccess;
       }))
     return cudaSuccess;
-  kvscope::emu::count_copy(dst, src, n, kind);
-  kvscope::emu::count_host_call(dst, src, kind);
+  kvscope::emu::count_copy(dst, src, n, kind, /*direct=*/true);
   if (n) std::memmove(dst, src, n);
   return cudaSuccess;
 }

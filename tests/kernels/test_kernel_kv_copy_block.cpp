@@ -43,11 +43,10 @@ struct PoolBuffers {
     p.bases = dev_bases->p;
     p.n_bases = 2 * L;
     p.n_head_kv = Hkv;
-    for (int s = 0; s < 2; ++s) {
-      p.block_bytes[s] = B * rb[s];
-      p.head_bytes[s] = rows * rb[s];
-      p.row_bytes[s] = rb[s];
-    }
+    p.block = B;
+    p.rows = rows;
+    p.row_bytes[0] = rb[0];
+    p.row_bytes[1] = rb[1];
   }
 };
 
@@ -59,7 +58,8 @@ TEST(KernelKvCopyBlock, CopiesEveryLayerSideAndHeadAndNothingElse) {
   ASSERT_EQ(kvscope::cuda::kv_copy_block(p, dst, src, nullptr), cudaSuccess);
   for (int i = 0; i < 2 * PoolBuffers::L; ++i) {
     std::vector<uint8_t> want = pool.host[size_t(i)];
-    const size_t bb = size_t(p.block_bytes[i % 2]), hb = size_t(p.head_bytes[i % 2]);
+    const size_t rb = size_t(p.row_bytes[i % 2]), bb = size_t(p.block) * rb,
+                 hb = size_t(p.rows) * rb;
     for (int h = 0; h < PoolBuffers::Hkv; ++h)
       std::memcpy(want.data() + h * hb + dst * bb, pool.host[size_t(i)].data() + h * hb + src * bb,
                   bb);
@@ -69,8 +69,7 @@ TEST(KernelKvCopyBlock, CopiesEveryLayerSideAndHeadAndNothingElse) {
   EXPECT_EQ(kvscope::cuda::kv_copy_block(p, PoolBuffers::n_blocks, src, nullptr),
             cudaErrorInvalidValue);
   kvscope::cuda::KvPoolCopy odd = p;
-  odd.block_bytes[1] = 4 * 34;  // 136 bytes
-  odd.head_bytes[1] = odd.block_bytes[1] * PoolBuffers::n_blocks;
+  odd.row_bytes[1] = 17;  // blocks of 8 * 17 = 136 bytes
   EXPECT_EQ(kvscope::cuda::kv_copy_block(odd, dst, src, nullptr), cudaErrorInvalidValue);
   cudaDeviceReset();
 }
@@ -92,7 +91,7 @@ TEST(KernelKvCopyBlock, RowMovesRunInOrderInEveryBufferAndHead) {
     ASSERT_EQ(kvscope::cuda::kv_move_rows(p, dev_moves.p, int(moves.size()), nullptr), cudaSuccess);
     for (int i = 0; i < 2 * PoolBuffers::L; ++i) {
       std::vector<uint8_t> want = pool.host[size_t(i)];
-      const size_t r = size_t(p.row_bytes[i % 2]), hb = size_t(p.head_bytes[i % 2]);
+      const size_t r = size_t(p.row_bytes[i % 2]), hb = size_t(p.rows) * r;
       for (const auto& m : moves)
         for (int h = 0; h < PoolBuffers::Hkv; ++h)
           std::memmove(want.data() + h * hb + size_t(m.dst) * r,
