@@ -68,6 +68,20 @@ constexpr int kXSumValues = 32;
 // Defined in matmul.cpp, outside the per-instruction-set files, which call it too.
 void segment_sums(const float* x, int64_t T, int64_t n, float* sx);
 
+// Weights packed with NibbleOrder::Words (packed_weight.h): value p of a word (k = 8i + p)
+// comes out of its mask as q·2^word_shift(p) (the last one by a shift, as q), and is
+// multiplied by x[k]·2^-word_shift(p): the same product q·x, so the same multiply-add
+// result, bit for bit, wherever x[k]·2^-word_shift(p) is exact. It is unless x[k] is
+// nonzero and below 2^-98 in magnitude (below the normal range once scaled): a product
+// whose x has such a value decodes q exactly instead (words_x).
+constexpr int word_shift(int p) {
+  return p == 7 ? 0 : 4 * p;
+}
+// xq[t][k] = x[t][k]·2^-word_shift(k % 8) for a product with n a multiple of 8; false
+// (xq unwritten past the failing value) when some value would not scale exactly.
+// Defined in matmul.cpp.
+bool words_x(const float* x, int64_t T, int64_t n, float* xq);
+
 // The x side of one product, shared by every call of it.
 struct MatmulX {
   const float* x;   // [T][n]
@@ -75,6 +89,9 @@ struct MatmulX {
   const float* sx;  // [T][n / kXSumValues] segment sums, for the types with offsets; else unused
   int64_t T;
   const float* xi;  // x as interleave_x lays it out, for the rows kernel; else unused
+  // x as words_x lays it out, for the gemv tiles on Words-ordered weights; null where no
+  // job needs it or x does not scale exactly (those tiles then decode q exactly)
+  const float* xq = nullptr;
 };
 
 struct IsaKernels {

@@ -278,6 +278,61 @@ struct PackQ6_K : Lanes<V> {
   }
 };
 
+// Q4_0 / Q4_1 / Q4_K in NibbleOrder::Words (packed_weight.h): a step is one u32 per row, 8
+// values. value() decodes value u of the step exactly (a shift and a mask, a convert);
+// scaled() gives q·2^word_shift(u) (kernels.h) with one mask and a convert, for a product
+// whose x comes pre-scaled by words_x: on AVX2 that is two vector operations per value of
+// 8 rows, against the byte order's five per two (widening load, mask, shift, two
+// converts), and the decode shares the ports with the multiply-adds. Q4_0's q is the
+// nibble − 8 (− 8·2^word_shift(u) scaled), still an exact integer before the convert.
+template <class V, int kBias>
+struct Words : Lanes<V> {
+  using typename Lanes<V>::F;
+  using I = typename V::I;
+  static constexpr bool kWords = true;
+  static constexpr bool kFactored = true;
+  static constexpr int kStep = 8;
+  static F value(I w, int u) {
+    I q = u == 0   ? V::and_(w, 15)
+          : u == 7 ? V::srl(w, 28)
+                   : V::and_(V::srl(w, unsigned(4 * u)), 15);
+    if constexpr (kBias != 0) q = V::sub_i(q, kBias);
+    return V::cvt(q);
+  }
+  static F scaled(I w, int u) {
+    I q = u == 7 ? V::srl(w, 28) : V::and_(w, 15 << (4 * u));
+    if constexpr (kBias != 0) q = V::sub_i(q, kBias << word_shift(u));
+    return V::cvt(q);
+  }
+};
+template <class V, bool kMin>
+struct PackQ4W : Words<V, kMin ? 0 : 8> {
+  using typename Words<V, kMin ? 0 : 8>::F;
+  static constexpr int kValues = 32, kSegs = 1, kSegValues = 32;
+  static constexpr int kScales = kMin ? 2 : 1;
+  static void scales(const uint8_t* b, int, float* sc) { f16_scales<V, kMin>(b, sc); }
+  static typename V::I word(const uint8_t* b, int, int j, int h) {
+    return V::u32(b + (kMin ? 64 : 32) + 64 * j + 4 * h * V::N);
+  }
+  static void qstep(const uint8_t* b, int s, int j, int h, F (&q)[8]) {
+    const auto w = word(b, s, j, h);
+    for (int u = 0; u < 8; ++u) q[u] = PackQ4W::value(w, u);
+  }
+};
+template <class V>
+struct PackQ4_KW : Words<V, 0> {
+  using typename Words<V, 0>::F;
+  static constexpr int kValues = 256, kSegs = 8, kSegValues = 32, kScales = 2;
+  static void scales(const uint8_t* b, int s, float* sc) { PackQ4_K<V>::scales(b, s, sc); }
+  static typename V::I word(const uint8_t* b, int s, int j, int h) {
+    return V::u32(b + 320 + 256 * s + 64 * j + 4 * h * V::N);
+  }
+  static void qstep(const uint8_t* b, int s, int j, int h, F (&q)[8]) {
+    const auto w = word(b, s, j, h);
+    for (int u = 0; u < 8; ++u) q[u] = PackQ4_KW::value(w, u);
+  }
+};
+
 // ---- the kernels ----
 
 // How far ahead of its reads the single-token products prefetch each weight stream. A
@@ -384,8 +439,9 @@ struct Kernels {
   // The quantized types: per segment, s_q = Σ q_k·x_k (one multiply-add per value, k in
   // order, from 0) for each row, then acc = acc + d·s_q and, where the type has an offset,
   // acc = acc + m·Σx (sx: the token's segment sums, segment_sums). The accumulators wait
-  // in memory between segments, so that the s_q chains have the registers.
-  template <class Dec, int G, int NT>
+  // in memory between segments, so that the s_q chains have the registers. kScaled (the
+  // Words decoders): x is words_x's, and each q comes scaled to match (Words::scaled).
+  template <class Dec, int G, int NT, bool kScaled = false>
   static void gemv_tile_q(const PackedWeight& p, int64_t g0, const float* x, const float* sx,
                           float* out, int64_t ldo) {
     constexpr int S = Dec::kStep, NS = Dec::kScales;
@@ -407,7 +463,22 @@ struct Kernels {
             for (int h = 0; h < H; ++h) sq[g][t][h] = V::zero();
         for (int j = 0; j < Dec::kSegValues / S; ++j) {
           const float* xk = xs + j * S;
-          if constexpr (NT == 1) {
+          if constexpr (requires { Dec::kWords; }) {
+            // One value of every group and row at a time: the words are read again for
+            // each (from L1) rather than held, so the s_q chains keep the registers.
+            // Unrolled, so that each value's mask is a constant.
+#pragma GCC unroll 8
+            for (int u = 0; u < S; ++u) {
+              F xb[NT];
+              for (int t = 0; t < NT; ++t) xb[t] = V::bcast(xk + t * n + u);
+              for (int g = 0; g < G; ++g)
+                for (int h = 0; h < H; ++h) {
+                  const auto w = Dec::word(b[g], s, j, h);
+                  const F q = kScaled ? Dec::scaled(w, u) : Dec::value(w, u);
+                  for (int t = 0; t < NT; ++t) sq[g][t][h] = V::fma(q, xb[t], sq[g][t][h]);
+                }
+            }
+          } else if constexpr (NT == 1) {
             F xb[S];
             for (int u = 0; u < S; ++u) xb[u] = V::bcast(xk + u);
             for (int g = 0; g < G; ++g)
@@ -629,12 +700,20 @@ struct Kernels {
                      p.n_out - (g0 + g) * 16);
   }
 
-  // The decode step (one token; sx: its segment sums): kGemvG groups at a time.
+  // The decode step (one token; sx: its segment sums; xq: words_x's x, or null): kGemvG
+  // groups at a time.
   template <class Dec>
   static void gemv(const PackedWeight& p, int64_t g0, int64_t g1, const float* x, const float* sx,
-                   float* out) {
+                   const float* xq, float* out) {
     constexpr int G = V::kGemvG;
     int64_t g = g0;
+    if constexpr (requires { Dec::kWords; }) {
+      if (xq) {
+        for (; g + G <= g1; g += G) gemv_tile_q<Dec, G, 1, true>(p, g, xq, sx, out, p.n_out);
+        for (; g < g1; ++g) gemv_tile_q<Dec, 1, 1, true>(p, g, xq, sx, out, p.n_out);
+        return;
+      }
+    }
     if constexpr (Dec::kFactored) {
       for (; g + G <= g1; g += G) gemv_tile_q<Dec, G, 1>(p, g, x, sx, out, p.n_out);
       for (; g < g1; ++g) gemv_tile_q<Dec, 1, 1>(p, g, x, sx, out, p.n_out);
@@ -915,7 +994,13 @@ struct Kernels {
   }
   template <class Dec, int G, int NT>
   static void slice_tile(const PackedWeight& p, int64_t g, const float* x, const float* sx,
-                         float* out) {
+                         const float* xq, float* out) {
+    if constexpr (requires { Dec::kWords; }) {
+      if (xq) {
+        gemv_tile_q<Dec, G, NT, true>(p, g, xq, sx, out, p.n_out);
+        return;
+      }
+    }
     if constexpr (Dec::kFactored) {
       gemv_tile_q<Dec, G, NT>(p, g, x, sx, out, p.n_out);
     } else {
@@ -935,19 +1020,20 @@ struct Kernels {
     }
     for (int64_t t0 = 0; t0 < in.T;) {
       const float* xs = in.x + t0 * p.n_in;
+      const float* xq = in.xq ? in.xq + t0 * p.n_in : nullptr;
       const float* ss = in.sx ? in.sx + t0 * nsx : nullptr;
       float* os = out + t0 * p.n_out;
       const int64_t n = std::min<int64_t>(in.T - t0 >= kSliceT ? kSliceT : 4, in.T - t0);
       if (n == kSliceT) {
-        slice_tile<Dec, G, kSliceT>(p, g, xs, ss, os);
+        slice_tile<Dec, G, kSliceT>(p, g, xs, ss, xq, os);
       } else if (n == 4) {
-        slice_tile<Dec, G, 4>(p, g, xs, ss, os);
+        slice_tile<Dec, G, 4>(p, g, xs, ss, xq, os);
       } else if (n == 3) {
-        slice_tile<Dec, G, 3>(p, g, xs, ss, os);
+        slice_tile<Dec, G, 3>(p, g, xs, ss, xq, os);
       } else if (n == 2) {
-        slice_tile<Dec, G, 2>(p, g, xs, ss, os);
+        slice_tile<Dec, G, 2>(p, g, xs, ss, xq, os);
       } else {
-        slice_tile<Dec, G, 1>(p, g, xs, ss, os);
+        slice_tile<Dec, G, 1>(p, g, xs, ss, xq, os);
       }
       t0 += n;
     }
@@ -963,7 +1049,7 @@ struct Kernels {
   template <class Dec>
   static void run(const PackedWeight& p, int64_t g0, int64_t g1, const MatmulX& in, float* out) {
     if (in.T == 1) {  // the decode step: kGemvG groups at a time
-      gemv<Dec>(p, g0, g1, in.x, in.sx, out);
+      gemv<Dec>(p, g0, g1, in.x, in.sx, in.xq, out);
       return;
     }
     if (!uses_panel(p.type, in.T)) {
@@ -990,10 +1076,18 @@ struct Kernels {
         run<PackQ8_0<V>>(p, g0, g1, in, out);
         return;
       case GgmlType::Q4_0:
-        run<PackQ4<V, false>>(p, g0, g1, in, out);
+        if (p.nibbles == NibbleOrder::Words) {
+          run<PackQ4W<V, false>>(p, g0, g1, in, out);
+        } else {
+          run<PackQ4<V, false>>(p, g0, g1, in, out);
+        }
         return;
       case GgmlType::Q4_1:
-        run<PackQ4<V, true>>(p, g0, g1, in, out);
+        if (p.nibbles == NibbleOrder::Words) {
+          run<PackQ4W<V, true>>(p, g0, g1, in, out);
+        } else {
+          run<PackQ4<V, true>>(p, g0, g1, in, out);
+        }
         return;
       case GgmlType::Q5_0:
         run<PackQ5<V, false>>(p, g0, g1, in, out);
@@ -1002,7 +1096,11 @@ struct Kernels {
         run<PackQ5<V, true>>(p, g0, g1, in, out);
         return;
       case GgmlType::Q4_K:
-        run<PackQ4_K<V>>(p, g0, g1, in, out);
+        if (p.nibbles == NibbleOrder::Words) {
+          run<PackQ4_KW<V>>(p, g0, g1, in, out);
+        } else {
+          run<PackQ4_K<V>>(p, g0, g1, in, out);
+        }
         return;
       case GgmlType::Q5_K:
         run<PackQ5_K<V>>(p, g0, g1, in, out);

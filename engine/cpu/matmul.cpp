@@ -8,6 +8,7 @@
 #include "engine/cpu/matmul.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "engine/cpu/kernels.h"
@@ -23,6 +24,18 @@ void segment_sums(const float* x, int64_t T, int64_t n, float* sx) {
       for (int k = 0; k < kXSumValues; ++k) sum += v[k];
       sx[t * segs + s] = sum;
     }
+}
+
+bool words_x(const float* x, int64_t T, int64_t n, float* xq) {
+  // 2^-word_shift(p): multiplying by a power of two is exact while the result stays normal.
+  static constexpr float kScale[8] = {1.0f,     0x1p-4f,  0x1p-8f,  0x1p-12f,
+                                      0x1p-16f, 0x1p-20f, 0x1p-24f, 1.0f};
+  for (int64_t i = 0; i < T * n; ++i) {
+    const float v = x[i];
+    if (v != 0.0f && std::fabs(v) < 0x1p-98f) return false;
+    xq[i] = v * kScale[(i % n) % 8];
+  }
+  return true;
 }
 
 namespace {
@@ -85,7 +98,18 @@ void matmul_many(ThreadPool& pool, const MatmulJob* jobs, int n_jobs, const floa
   } else if (sx) {
     segment_sums(x, T, n_in, sx);
   }
-  const MatmulX in{x, xt, sx, T, xi};
+  // x pre-scaled for the gemv tiles on Words-ordered weights (kernels.h, word_shift).
+  const float* xq = nullptr;
+  bool words = false;
+  for (int j = 0; j < n_jobs; ++j)
+    words = words || (jobs[j].w->nibbles == NibbleOrder::Words &&
+                      !k.uses_panel(jobs[j].w->type, T) && !k.uses_rows(jobs[j].w->type, T));
+  if (words) {
+    thread_local std::vector<float> qbuf;
+    if (qbuf.size() < size_t(T * n_in)) qbuf.resize(size_t(T * n_in));
+    if (words_x(x, T, n_in, qbuf.data())) xq = qbuf.data();
+  }
+  const MatmulX in{x, xt, sx, T, xi, xq};
   auto run = [&](int64_t b, int64_t e) {
     int64_t base = 0;
     for (int j = 0; j < n_jobs && b < e; ++j) {

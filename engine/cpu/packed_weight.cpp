@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "engine/cpu/cpu_isa.h"
 #include "engine/quant.h"
 
 namespace kvscope::cpu {
@@ -57,7 +58,18 @@ inline void q4k_scale_min(const uint8_t* sc, int s, int* scale, int* min) {
 
 // Packs block b of row i (0..15) of a group: src is that row's block, dst the group's
 // packed block.
-void pack_block(GgmlType t, const uint8_t* src, int i, uint8_t* dst) {
+// Words order (packed_weight.h): run r of 8 values, value(k) the k-th 4-bit value, into
+// the 16 rows' words at q (row i's at q + 4·(r·R + i)).
+template <class Value>
+void pack_words(int runs, Value value, int i, uint8_t* q) {
+  for (int r = 0; r < runs; ++r) {
+    uint32_t w = 0;
+    for (int p = 0; p < 8; ++p) w |= uint32_t(value(8 * r + p)) << (4 * p);
+    std::memcpy(q + 4 * (r * R + i), &w, 4);
+  }
+}
+
+void pack_block(GgmlType t, const uint8_t* src, int i, uint8_t* dst, bool words) {
   switch (t) {
     case GgmlType::F32:
       std::memcpy(dst + 4 * i, src, 4);
@@ -76,6 +88,11 @@ void pack_block(GgmlType t, const uint8_t* src, int i, uint8_t* dst) {
       std::memcpy(dst + 2 * i, src, 2);
       if (t == GgmlType::Q4_1) std::memcpy(dst + 32 + 2 * i, src + 2, 2);
       uint8_t* q = dst + 16 * head;
+      if (words) {
+        pack_words(
+            4, [&](int k) { return nib32(src + head, k); }, i, q);
+        return;
+      }
       for (int p = 0; p < 16; ++p)
         q[p * R + i] = uint8_t(nib32(src + head, 2 * p) | (nib32(src + head, 2 * p + 1) << 4));
       return;
@@ -108,6 +125,11 @@ void pack_block(GgmlType t, const uint8_t* src, int i, uint8_t* dst) {
       }
       const uint8_t* qs = src + (q5 ? 48 : 16);
       uint8_t* q = dst + 64 + 256;
+      if (words) {  // Q4_K only (has_nibble_words)
+        pack_words(
+            32, [&](int k) { return nib_q4k(qs, k); }, i, q);
+        return;
+      }
       for (int p = 0; p < 128; ++p)
         q[p * R + i] = uint8_t(nib_q4k(qs, 2 * p) | (nib_q4k(qs, 2 * p + 1) << 4));
       if (!q5) return;
@@ -158,7 +180,24 @@ PackedLayout packed_layout(GgmlType t) {
   }
 }
 
+bool has_nibble_words(GgmlType t) {
+  return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q4_K;
+}
+
+NibbleOrder preferred_nibble_order() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool amd = __builtin_cpu_is("amd");
+#else
+  constexpr bool amd = false;
+#endif
+  return isa_active() == Isa::Avx2 && amd ? NibbleOrder::Words : NibbleOrder::Bytes;
+}
+
 std::unique_ptr<PackedWeight> pack_weight(const Weight& w, ThreadPool& pool) {
+  return pack_weight(w, pool, preferred_nibble_order());
+}
+
+std::unique_ptr<PackedWeight> pack_weight(const Weight& w, ThreadPool& pool, NibbleOrder order) {
   const PackedLayout lay = packed_layout(w.type);
   const TypeTraits* tt = type_traits(w.type);
   if (lay.block_values == 0 || !tt || w.n_in % lay.block_values != 0) return nullptr;
@@ -167,6 +206,8 @@ std::unique_ptr<PackedWeight> pack_weight(const Weight& w, ThreadPool& pool) {
   p->n_in = w.n_in;
   p->n_out = w.n_out;
   p->groups = (w.n_out + R - 1) / R;
+  p->nibbles = has_nibble_words(w.type) ? order : NibbleOrder::Bytes;
+  const bool words = p->nibbles == NibbleOrder::Words;
   const int64_t blocks = w.n_in / lay.block_values;
   p->group_bytes = uint64_t(blocks) * lay.block_bytes;
   const uint64_t total =
@@ -182,7 +223,8 @@ std::unique_ptr<PackedWeight> pack_weight(const Weight& w, ThreadPool& pool) {
         const uint8_t* row = w.data + uint64_t(g * R + i) * w.row_bytes;
         uint8_t* dst = p->data.get() + uint64_t(g) * p->group_bytes;
         for (int64_t b = 0; b < blocks; ++b)
-          pack_block(w.type, row + uint64_t(b) * src_block, i, dst + uint64_t(b) * lay.block_bytes);
+          pack_block(w.type, row + uint64_t(b) * src_block, i, dst + uint64_t(b) * lay.block_bytes,
+                     words);
       }
   });
   return p;

@@ -21,6 +21,13 @@
 //   Q6_K 256 k:  d[R] f16, sc[16][R] int8 (one per 16 values), q[256][R] int8 (q6 − 32)
 // Q6_K grows from 6.6 to 8.6 bits per value (bytes decode faster than bit fields); the
 // other types keep their size.
+//
+// Q4_0, Q4_1 and Q4_K have a second order of their 4-bit values, NibbleOrder::Words, in
+// the same bytes: runs of 8 consecutive values of a row, q[i][R] as little-endian u32
+// (value 8i + p in bits 4p..4p+3; Q4_K: run i of the block's 32). From a word, one mask
+// gives value p times 2^4p, which the single-token product converts and multiplies by
+// x·2^-4p (kernels_impl.h, "words"): two vector operations per 8 values of 8 or 16 rows,
+// where the byte order takes a widening load, a mask or shift and a convert per 2.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +39,15 @@
 namespace kvscope::cpu {
 
 constexpr int kPackRows = 16;
+
+enum class NibbleOrder : uint8_t { Bytes, Words };
+// Whether type t has the Words order (Q4_0, Q4_1, Q4_K).
+bool has_nibble_words(GgmlType t);
+// The order measured faster for the active instruction set on this CPU: Words on AVX2 on
+// AMD cores (Zen 3: the Q4_1 single-token product 1.1x as fast in cache, decode about
+// 1.07x; docs/performance.md), Bytes elsewhere (AVX-512 decodes the byte order with a
+// table lookup; on Intel's AVX2 a word layout measured slower).
+NibbleOrder preferred_nibble_order();
 
 struct PackedLayout {
   int block_values = 0;      // k values per block
@@ -46,12 +62,15 @@ struct PackedWeight {
   int64_t n_out = 0;   // rows
   int64_t groups = 0;  // ceil(n_out / 16)
   uint64_t group_bytes = 0;
+  NibbleOrder nibbles = NibbleOrder::Bytes;  // Words only where has_nibble_words(type)
   std::unique_ptr<uint8_t[], void (*)(void*)> data{nullptr, nullptr};  // 64-byte aligned
   const uint8_t* group(int64_t g) const { return data.get() + uint64_t(g) * group_bytes; }
 };
 
 // Packs w (any type type_supported() accepts, n_in a multiple of its block size); the
-// groups are packed in parallel on `pool`. nullptr when out of memory.
+// groups are packed in parallel on `pool`. nullptr when out of memory. Every instruction
+// set's kernels read either order; the first form takes preferred_nibble_order().
 std::unique_ptr<PackedWeight> pack_weight(const Weight& w, ThreadPool& pool);
+std::unique_ptr<PackedWeight> pack_weight(const Weight& w, ThreadPool& pool, NibbleOrder order);
 
 }  // namespace kvscope::cpu

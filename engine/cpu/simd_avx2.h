@@ -46,6 +46,7 @@ struct VecAvx2 {
   static I i8(const uint8_t* p) {
     return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
   }
+  static I u32(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
   static I and_(I a, int m) { return _mm256_and_si256(a, _mm256_set1_epi32(m)); }
   static I or_(I a, I b) { return _mm256_or_si256(a, b); }
   static I srl(I a, unsigned s) { return _mm256_srli_epi32(a, int(s)); }

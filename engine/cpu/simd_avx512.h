@@ -49,6 +49,7 @@ struct VecAvx512 {
   static I i8(const uint8_t* p) {
     return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
+  static I u32(const uint8_t* p) { return _mm512_loadu_si512(p); }
   static I and_(I a, int m) { return _mm512_and_si512(a, _mm512_set1_epi32(m)); }
   static I or_(I a, I b) { return _mm512_or_si512(a, b); }
   static I srl(I a, unsigned s) { return _mm512_srli_epi32(a, s); }

@@ -39,6 +39,11 @@ struct VecScalar {
 
   static I u8(const uint8_t* p) { return I(*p); }
   static I i8(const uint8_t* p) { return I(int8_t(*p)); }
+  static I u32(const uint8_t* p) {
+    uint32_t v;
+    std::memcpy(&v, p, 4);
+    return I(v);
+  }
   static I and_(I a, int m) { return a & m; }
   static I or_(I a, I b) { return a | b; }
   static I srl(I a, unsigned s) { return I(uint32_t(a) >> s); }

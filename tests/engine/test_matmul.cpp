@@ -336,6 +336,53 @@ TEST_P(MatmulPath, ManyRowsOverSeveralPanelsAndChunksEqualTheExactReference) {
   }
 }
 
+// Q4_0, Q4_1 and Q4_K in both nibble orders (packed_weight.h), whichever the path would
+// pick: the exact reference bit for bit at every kernel's T (1: the decode step, 3 and 4:
+// gemv slices, 5 and 17: rows or panel). With x scaled far down (every value below 2^-98,
+// where x·2^-24 would be subnormal and lose bits) the Words order must fall back to
+// decoding q exactly: the sums are then tiny too, so a scaled x that lost bits would show.
+TEST_P(MatmulPath, BothNibbleOrdersEqualTheExactReferenceEvenForTinyX) {
+  ThreadPool pool(2);
+  const Isa isa = this->isa();
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q4_K})
+    for (cpu::NibbleOrder order : {cpu::NibbleOrder::Bytes, cpu::NibbleOrder::Words}) {
+      const int64_t n_in = lengths_for(t).back(), n_out = 83;
+      const Matrix m = random_matrix(t, n_in, n_out, uint32_t(n_in + 5));
+      auto packed = cpu::pack_weight(m.weight(), pool, order);
+      ASSERT_TRUE(packed) << ggml_type_name(t);
+      ASSERT_EQ(packed->nibbles, order);
+      for (int64_t T : {1, 3, 4, 5, 17})
+        for (float scale : {1.0f, 0x1p-120f}) {
+          auto x = random_x(T, n_in, uint32_t(T + 7));
+          for (float& v : x) v *= scale;
+          const auto want = exact_reference(m, x, T);
+          std::vector<float> got(want.size(), NAN);
+          cpu::matmul(pool, *packed, x.data(), T, got.data());
+          for (size_t i = 0; i < want.size(); ++i)
+            ASSERT_EQ(got[i], want[i]) << cpu::isa_name(isa) << " " << ggml_type_name(t)
+                                       << (order == cpu::NibbleOrder::Words ? " words" : " bytes")
+                                       << " T=" << T << " x scale " << scale << " token "
+                                       << i / size_t(n_out) << " row " << i % size_t(n_out);
+        }
+    }
+}
+
+// The decode step's pre-scaled x for Words-ordered weights: value k times
+// 2^-word_shift(k % 8), exactly; refused when a nonzero value is below 2^-98.
+TEST(WordsX, ScalesEachValueByItsPositionInTheWordOrRefuses) {
+  const int64_t T = 2, n = 64;
+  auto x = random_x(T, n, 9);
+  std::vector<float> xq(x.size(), NAN);
+  ASSERT_TRUE(cpu::words_x(x.data(), T, n, xq.data()));
+  for (int64_t i = 0; i < T * n; ++i)
+    EXPECT_EQ(xq[size_t(i)], std::ldexp(x[size_t(i)], -cpu::word_shift(int(i % n % 8))))
+        << "value " << i;
+  x[70] = 0.0f;  // zero scales exactly
+  EXPECT_TRUE(cpu::words_x(x.data(), T, n, xq.data()));
+  x[70] = 0x1p-99f;
+  EXPECT_FALSE(cpu::words_x(x.data(), T, n, xq.data()));
+}
+
 // The kernels' decoding against the engine's dequantize_row (ggml's formulas) and a
 // float64 dot: only fp32 rounding apart. Sequential fp32 sums of n products are within
 // about n·2^-24 of the exact sum, relative to Σ|w·x|.
