@@ -44,9 +44,10 @@ enum class NibbleOrder : uint8_t { Bytes, Words };
 // Whether type t has the Words order (Q4_0, Q4_1, Q4_K).
 bool has_nibble_words(GgmlType t);
 // The order measured faster for the active instruction set on this CPU: Words on AVX2 on
-// AMD cores (Zen 3: the Q4_1 single-token product 1.1x as fast in cache, decode about
-// 1.07x; docs/performance.md), Bytes elsewhere (AVX-512 decodes the byte order with a
-// table lookup; on Intel's AVX2 a word layout measured slower).
+// AMD cores (Zen 3: the Q4_1 single-token product 1.15x as fast in cache, 1.06x from
+// memory, the other products within 2%; docs/performance.md), Bytes elsewhere (AVX-512
+// decodes the byte order with a table lookup; on Intel's AVX2 a word layout measured
+// slower).
 NibbleOrder preferred_nibble_order();
 
 struct PackedLayout {
