@@ -338,7 +338,7 @@ TEST_P(MatmulPath, ManyRowsOverSeveralPanelsAndChunksEqualTheExactReference) {
 
 // Q4_0, Q4_1 and Q4_K in both nibble orders (packed_weight.h), whichever the path would
 // pick: the exact reference bit for bit at every kernel's T (1: the decode step, 3 and 4:
-// gemv slices, 5 and 17: rows or panel). With x scaled far down (every value below 2^-98,
+// gemv slices, 5 to 513: rows or panel). With x scaled far down (every value below 2^-98,
 // where x·2^-24 would be subnormal and lose bits) the Words order must fall back to
 // decoding q exactly: the sums are then tiny too, so a scaled x that lost bits would show.
 TEST_P(MatmulPath, BothNibbleOrdersEqualTheExactReferenceEvenForTinyX) {
@@ -351,8 +351,9 @@ TEST_P(MatmulPath, BothNibbleOrdersEqualTheExactReferenceEvenForTinyX) {
       auto packed = cpu::pack_weight(m.weight(), pool, order);
       ASSERT_TRUE(packed) << ggml_type_name(t);
       ASSERT_EQ(packed->nibbles, order);
-      for (int64_t T : {1, 3, 4, 5, 17})
+      for (int64_t T : {1, 3, 4, 5, 17, 64, 513})
         for (float scale : {1.0f, 0x1p-120f}) {
+          if (scale != 1.0f && T > 17) continue;  // only the gemv tiles read a scaled x
           auto x = random_x(T, n_in, uint32_t(T + 7));
           for (float& v : x) v *= scale;
           const auto want = exact_reference(m, x, T);
