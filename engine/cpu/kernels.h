@@ -78,7 +78,7 @@ constexpr int word_shift(int p) {
   return p == 7 ? 0 : 4 * p;
 }
 // xq[t][k] = x[t][k]·2^-word_shift(k % 8) for a product with n a multiple of 8; false
-// (xq unwritten past the failing value) when some value would not scale exactly.
+// (xq then unusable) when some value would not scale exactly.
 // Defined in matmul.cpp.
 bool words_x(const float* x, int64_t T, int64_t n, float* xq);
 
