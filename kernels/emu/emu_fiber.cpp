@@ -1,7 +1,11 @@
 // emu_fiber.cpp — fibers, the per-block scheduler, barriers, warp exchange, worker pool.
 //
 // Each CUDA thread is a fiber with its own stack, switched by a hand-written x86-64
-// context switch (callee-saved registers + MXCSR + x87 control word; no syscalls).
+// context switch (the callee-saved registers; no syscalls). The floating-point control
+// state (MXCSR, x87 control word) is not switched: device code cannot change it (CUDA
+// has no call for it, and nothing in the kernels or the emulator sets it), so every fiber
+// runs with its OS thread's, and a switch (a few per lane for every warp shuffle) does
+// without ldmxcsr and fldcw, two slow instructions.
 // A block runs on one OS worker thread: the scheduler sweeps its fibers round-robin;
 // a fiber runs until it waits (barrier, warp exchange) or exits. A sweep in which no
 // fiber changed any shared state is a deadlock: the launch fails with a report of
@@ -41,8 +45,9 @@ extern "C" void kvscope_emu_switch(void** save_sp, void* new_sp);
 extern "C" void kvscope_emu_fiber_trampoline();
 extern "C" void kvscope_emu_fiber_main();
 
-// switch: push callee-saved registers and FP control state, save rsp into *save_sp,
-// load new_sp, pop the other context's state, return into it.
+// switch: push the callee-saved registers, save rsp into *save_sp, load new_sp, pop the
+// other context's registers, return into it. The 8 bytes below the registers keep the
+// frame's size a multiple of 16 (see the initial frame in run_block).
 asm(R"(
   .text
   .globl kvscope_emu_switch
@@ -56,12 +61,8 @@ kvscope_emu_switch:
   pushq %r14
   pushq %r15
   subq $8, %rsp
-  stmxcsr (%rsp)
-  fnstcw 4(%rsp)
   movq %rsp, (%rdi)
   movq %rsi, %rsp
-  ldmxcsr (%rsp)
-  fldcw 4(%rsp)
   addq $8, %rsp
   popq %r15
   popq %r14
@@ -90,6 +91,7 @@ namespace {
 
 constexpr size_t kStackBytes = 128 * 1024;
 constexpr size_t kStackGuardBytes = 4096;
+constexpr int kStackColours = 256;  // distinct cache-line offsets of the stacks' tops (16 KiB)
 
 enum class FiberState { kReady, kBarrier, kWarp, kGridBarrier, kDone };
 
@@ -106,6 +108,7 @@ struct Warp {
   LaneSlot lane[32];
   unsigned present = 0;  // lanes that exist in this (possibly partial) warp
   unsigned exited = 0;
+  unsigned deposited = 0;  // lanes waiting in an exchange (state kDeposited)
 };
 
 struct Fiber {
@@ -149,7 +152,13 @@ struct Worker {
   size_t sched_stack_size = 0;
 
   ~Worker() {
-    for (unsigned char* s : stacks) munmap(s, kStackBytes + kStackGuardBytes);
+    // ASan's shadow of a range outlives its munmap: the frames a fiber never returned
+    // from (kvscope_emu_fiber_main's) would stay poisoned for whatever is mapped there
+    // next, such as a later thread's stack.
+    for (unsigned char* s : stacks) {
+      emu_unpoison(s + kStackGuardBytes, kStackBytes);
+      munmap(s, kStackBytes + kStackGuardBytes);
+    }
   }
   unsigned char* stack_top(size_t i) {
     while (stacks.size() <= i) {
@@ -157,6 +166,8 @@ struct Worker {
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
       if (m == MAP_FAILED) throw DeviceFault{"emulator: cannot allocate a fiber stack"};
       mprotect(m, kStackGuardBytes, PROT_NONE);  // overflow faults instead of corrupting
+      // Whatever the range held before may have left ASan's shadow poisoned (see ~Worker).
+      emu_unpoison(static_cast<unsigned char*>(m) + kStackGuardBytes, kStackBytes);
       stacks.push_back(static_cast<unsigned char*>(m));
       stack_dirty.push_back(false);
     }
@@ -332,6 +343,17 @@ void complete_exchange(Warp& w, int warp_index, unsigned mask) {
   }
   for (int l = 0; l < 32; ++l)
     if (mask >> l & 1u) w.lane[l].state = LaneSlot::kReady;
+  w.deposited &= ~mask;
+}
+
+// Whether every lane of `mask` waits in the same exchange (same op, same mask) as the
+// lane asking. Called only once every lane of the mask has deposited.
+bool lanes_agree(const Warp& w, WarpOp op, unsigned mask) {
+  for (unsigned m = mask; m != 0; m &= m - 1) {
+    const LaneSlot& s = w.lane[__builtin_ctz(m)];
+    if (s.mask != mask || s.op != op) return false;
+  }
+  return true;
 }
 
 void release_barrier_if_complete(Block& b) {
@@ -411,15 +433,15 @@ bool run_block(const LaunchSpec& spec, uint3 bid, const std::function<void()>& b
     f.state = FiberState::kReady;
     f.grid_waited = false;
     f.asan_fake_stack = nullptr;
-    // Initial frame popped by kvscope_emu_switch: FP state, six registers, return
-    // address = trampoline. After the `ret`, rsp is 16-byte aligned.
-    unsigned char* top = w.stack_top(i);
+    // Initial frame popped by kvscope_emu_switch: 8 bytes of padding, six registers,
+    // return address = trampoline. After the `ret`, rsp is 16-byte aligned.
+    // Each fiber's stack starts a different number of cache lines below its top: the
+    // stacks are 132 KiB apart, a multiple of 4 KiB, so without the offset every fiber's
+    // first frames would fall in the same L1 set and a few L2 sets, and a switch would
+    // miss the cache on the new stack (most of its time, at 256 threads per block).
+    unsigned char* top = w.stack_top(i) - size_t(i % kStackColours) * 64;
     auto* frame = reinterpret_cast<uint64_t*>(top - 64);
     std::memset(frame, 0, 64);
-    uint32_t mxcsr = 0x1F80;
-    uint16_t fpucw = 0x037F;
-    std::memcpy(frame, &mxcsr, 4);
-    std::memcpy(reinterpret_cast<unsigned char*>(frame) + 4, &fpucw, 2);
     frame[7] = reinterpret_cast<uint64_t>(&kvscope_emu_fiber_trampoline);
     f.sp = frame;
   }
@@ -598,21 +620,19 @@ uint64_t warp_exchange(WarpOp op, unsigned mask, uint64_t value, int b_arg, int 
   me.value = value;
   me.b = b_arg;
   me.c = c_arg;
+  w.deposited |= 1u << lane;
   ++b.progress;
   wk.cur->state = FiberState::kWarp;
+  // The exchange completes when the last lane of the mask deposits (the lanes that came
+  // before it wait until then); lanes that disagree on the op or mask never complete it,
+  // which the scheduler reports as a deadlock.
   for (;;) {
     if (me.state == LaneSlot::kReady) break;
-    bool complete = true;
-    for (int l = 0; l < 32 && complete; ++l) {
-      if (!(mask >> l & 1u)) continue;
-      if (w.exited >> l & 1u)
-        device_fault(std::string(op_name(op)) + ": lane " + std::to_string(l) + " of warp " +
-                     std::to_string(warp_index) + " is in mask " + hex(mask) +
-                     " but has already exited");
-      const LaneSlot& s = w.lane[l];
-      complete = s.state == LaneSlot::kDeposited && s.mask == mask && s.op == op;
-    }
-    if (complete) {
+    if (const unsigned gone = mask & w.exited; gone != 0)
+      device_fault(std::string(op_name(op)) + ": lane " + std::to_string(__builtin_ctz(gone)) +
+                   " of warp " + std::to_string(warp_index) + " is in mask " + hex(mask) +
+                   " but has already exited");
+    if ((w.deposited & mask) == mask && lanes_agree(w, op, mask)) {
       complete_exchange(w, warp_index, mask);
       ++b.progress;
       break;
