@@ -24,7 +24,7 @@
 #                  built uninstrumented into the engine (instrumented, they made every
 #                  real-model test about 7x slower); the kernel tests (test_matmul,
 #                  test_attention, test_elementwise, test_quant) link an instrumented copy
-#                  of them instead, built at -O2, a third of -O3's compile time for the same
+#                  of them instead, built at -O1, a sixth of -O3's compile time for the same
 #                  test time (engine/CMakeLists.txt, tests/engine/CMakeLists.txt).
 #                  Test code is built at -O0 without UBSan (ASan only; the code under test
 #                  keeps both) and the app's at -O1 (the engine keeps -O3):
