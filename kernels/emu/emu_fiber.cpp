@@ -167,8 +167,6 @@ struct Worker {
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
       if (m == MAP_FAILED) throw DeviceFault{"emulator: cannot allocate a fiber stack"};
       mprotect(m, kStackGuardBytes, PROT_NONE);  // overflow faults instead of corrupting
-      // Whatever the range held before may have left ASan's shadow poisoned (see ~Worker).
-      emu_unpoison(static_cast<unsigned char*>(m) + kStackGuardBytes, kStackBytes);
       stacks.push_back(static_cast<unsigned char*>(m));
       stack_dirty.push_back(false);
     }
