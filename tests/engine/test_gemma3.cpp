@@ -125,8 +125,9 @@ TEST_F(Gemma3, TopFiveMatchTheFp32ReferenceAlongItsGreedyPath) {
       }
       const int32_t ours =
           int32_t(std::max_element(out.logits.begin(), out.logits.end()) - out.logits.begin());
-      if (ours != g.top5[k][0].first)
+      if (ours != g.top5[k][0].first) {
         EXPECT_LT(g.top5[k][0].second - g.top5[k][1].second, kTieTol) << g.name << " step " << k;
+      }
     }
   }
   std::printf("largest difference from the fp32 reference: %.5f over %d logits\n", worst, compared);
@@ -189,7 +190,9 @@ TEST_F(Gemma3, SevenHundredTokensPastTheWindowCacheEqualsNoCache) {
   ASSERT_TRUE(a->reset_tokens(prompt).ok());
   ASSERT_TRUE(b->reset_tokens(prompt).ok());
   for (int i = 0; i < G; ++i) {
-    if (i == G - 2) ASSERT_TRUE(b->set_mode(CacheMode::NoCache).ok());
+    if (i == G - 2) {
+      ASSERT_TRUE(b->set_mode(CacheMode::NoCache).ok());
+    }
     auto ta = a->step();
     auto tb = b->step();
     ASSERT_TRUE(ta.ok() && tb.ok());
@@ -238,7 +241,9 @@ TEST_F(Gemma3, LocalLayersStopGrowingAtTheWindowGlobalLayersKeepGrowing) {
     EXPECT_LE(local, 34 * 16 * kPosBytes) << "a local layer holds its window and two part blocks";
     if (i > 0) {
       EXPECT_EQ(global - prev_global, n % 16 == 1 ? 16 * kPosBytes : 0) << "n " << n;
-      if (n <= 512) EXPECT_EQ(local - prev_local, n % 16 == 1 ? 16 * kPosBytes : 0) << "n " << n;
+      if (n <= 512) {
+        EXPECT_EQ(local - prev_local, n % 16 == 1 ? 16 * kPosBytes : 0) << "n " << n;
+      }
     }
     prev_local = local;
     prev_global = global;
@@ -269,8 +274,9 @@ TEST_F(Gemma3, PastTheWindowTopFiveMatchTheFp32Reference) {
   float worst = 0;
   const auto& tops = j.at("top5");
   for (size_t k = 0; k < tops.size(); ++k) {
-    if (k > 0)
+    if (k > 0) {
       ASSERT_TRUE(forward(*be, *model_, &greedy[k - 1], 1, (*cache)->length(), **cache, out).ok());
+    }
     ASSERT_EQ(out.logits.size(), size_t(c.n_vocab));
     for (const auto& e : tops[k]) {
       const float got = out.logits[e.at(0).get<size_t>()], want = e.at(1).get<float>();

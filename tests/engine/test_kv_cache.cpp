@@ -137,7 +137,9 @@ TEST(KvCache, WindowedCacheEqualsNoCacheBitForBit) {
       double sum = 0;
       for (int j = 0; j < n; ++j) {
         const float p = a.attention[size_t(h) * n + j];  // layer 0
-        if (n - 1 - j >= W) EXPECT_EQ(p, 0.0f) << "position " << j << " is outside the window";
+        if (n - 1 - j >= W) {
+          EXPECT_EQ(p, 0.0f) << "position " << j << " is outside the window";
+        }
         sum += p;
       }
       EXPECT_NEAR(sum, 1.0, 1e-5);

@@ -230,7 +230,9 @@ TEST(KvQuant, CpuMeasuredRowErrorIsTheStoredRowsError) {
       const double want_k = rel(k, kt), want_v = rel(v, vt);
       EXPECT_NEAR(ke->data[n], want_k, 1e-7 + 1e-4 * want_k) << "position " << n;
       EXPECT_NEAR(ve->data[n], want_v, 1e-7 + 1e-4 * want_v) << "position " << n;
-      if (t == KvDtype::F32) EXPECT_EQ(ke->data[n], 0.0f);
+      if (t == KvDtype::F32) {
+        EXPECT_EQ(ke->data[n], 0.0f);
+      }
       sum += ke->data[n];
     }
     mean.push_back(sum / N);

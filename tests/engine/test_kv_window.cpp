@@ -56,7 +56,9 @@ TEST_F(KvWindowTest, HoldsTheBlocksOfSinkPlusWindowAndAttendsOverThem) {
     const test::PagedHeldSinks want = test::paged_held(n, W, S, B);
     EXPECT_EQ(tr->kv_bytes, want.blocks * B * per_pos) << "n " << n;
     EXPECT_LE(tr->kv_bytes, uint64_t(1 + W / B + 2) * B * per_pos) << "n " << n;
-    if (full) EXPECT_LT(tr->kv_bytes, uint64_t(n) * per_pos) << "n " << n;
+    if (full) {
+      EXPECT_LT(tr->kv_bytes, uint64_t(n) * per_pos) << "n " << n;
+    }
     ASSERT_EQ(int(tr->kv_layers.size()), c.n_layer);
     for (int l = 0; l < c.n_layer; ++l) {
       const KvLayerState& ks = tr->kv_layers[size_t(l)];

@@ -81,8 +81,9 @@ TEST(Qwen2Golden, TinyModelMatchesTheNumpyReference) {
     ForwardOutput out;
     ASSERT_TRUE(forward(*backend, model, ids.data(), kPrompt, 0, **cache, out).ok());
     for (size_t t = kPrompt - 1; t < ids.size(); ++t) {
-      if (t >= size_t(kPrompt))
+      if (t >= size_t(kPrompt)) {
         ASSERT_TRUE(forward(*backend, model, &ids[t], 1, int(t), **cache, out).ok());
+      }
       for (const auto& e : top5[t]) {
         const float want = e.at(1).get<float>();
         const float got = out.logits[e.at(0).get<size_t>()];

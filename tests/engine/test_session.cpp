@@ -118,8 +118,12 @@ TEST_F(SessionTest, SwitchingModesMidRunKeepsTheSameTokens) {
   ASSERT_TRUE(ref->reset(kPrompt).ok());
   ASSERT_TRUE(sw->reset(kPrompt).ok());
   for (int i = 0; i < 24; ++i) {
-    if (i == 8) ASSERT_TRUE(sw->set_mode(CacheMode::NoCache).ok());
-    if (i == 16) ASSERT_TRUE(sw->set_mode(CacheMode::Cache).ok());
+    if (i == 8) {
+      ASSERT_TRUE(sw->set_mode(CacheMode::NoCache).ok());
+    }
+    if (i == 16) {
+      ASSERT_TRUE(sw->set_mode(CacheMode::Cache).ok());
+    }
     auto a = ref->step();
     auto b = sw->step();
     ASSERT_TRUE(a.ok() && b.ok());
