@@ -208,6 +208,36 @@ TEST_F(EmuTest, ShuffleFromLaneOutsideMaskFailsLaunch) {
       << kvscope::emu::last_error_detail();
 }
 
+// A mask naming lanes past the block's last thread (a block of 8 threads, a full-warp
+// mask), and a mask naming a lane that has already returned.
+__global__ void absent_lanes_kernel(int* out) {
+  out[threadIdx.x] = __shfl_sync(kvscope::cuda::kFullMask, 1, 0);
+}
+
+__global__ void exited_lane_kernel(int* out) {
+  if (threadIdx.x == 31) return;
+  out[threadIdx.x] = __shfl_sync(kvscope::cuda::kFullMask, 1, 0);
+}
+
+TEST_F(EmuTest, MasksNamingAbsentOrExitedLanesFailLaunch) {
+  DeviceBuffer out(32 * sizeof(int));
+  EXPECT_EQ(launch(absent_lanes_kernel, dim3(1), dim3(8), 0, nullptr, out.as<int>()),
+            cudaErrorLaunchFailure);
+  EXPECT_NE(kvscope::emu::last_error_detail().find(
+                "__shfl_sync: mask 0xffffffff names lanes that do not exist in warp 0 "
+                "(present 0xff)"),
+            std::string::npos)
+      << kvscope::emu::last_error_detail();
+  cudaDeviceReset();
+  DeviceBuffer out2(32 * sizeof(int));
+  EXPECT_EQ(launch(exited_lane_kernel, dim3(1), dim3(32), 0, nullptr, out2.as<int>()),
+            cudaErrorLaunchFailure);
+  EXPECT_NE(kvscope::emu::last_error_detail().find(
+                "lane 31 of warp 0 is in mask 0xffffffff but has already exited"),
+            std::string::npos)
+      << kvscope::emu::last_error_detail();
+}
+
 // Thread 0 waits in a full-warp shuffle while everyone else waits at __syncthreads.
 __global__ void deadlock_kernel(int* out) {
   if (threadIdx.x == 0) {
