@@ -51,6 +51,9 @@ struct DeviceFault {
   std::string message;
 };
 [[noreturn]] void device_fault(const std::string& message);
+// The fault of a shuffle width that is not a power of two in [1, 32]. Out of line: built
+// inline, its message gave every shuffle a stack frame that ASan poisons at each call.
+[[noreturn]] void fault_shuffle_width(int width);
 
 // Dynamic shared memory of the running block (filled with 0xFF before each block).
 unsigned char* dynamic_smem();
@@ -75,9 +78,7 @@ void grid_dependency_wait();
 void grid_sync();
 
 inline int shfl_clamp(int width, bool up) {
-  if (width < 1 || width > 32 || (width & (width - 1)) != 0)
-    device_fault("warp shuffle: width " + std::to_string(width) +
-                 " is not a power of two in [1, 32]");
+  if (width < 1 || width > 32 || (width & (width - 1)) != 0) fault_shuffle_width(width);
   return ((32 - width) << 8) | (up ? 0 : 0x1f);
 }
 

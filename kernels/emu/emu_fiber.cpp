@@ -589,6 +589,11 @@ uint64_t g_coop_threads = 0;
 
 [[noreturn]] void device_fault(const std::string& message) { throw DeviceFault{message}; }
 
+void fault_shuffle_width(int width) {
+  device_fault("warp shuffle: width " + std::to_string(width) +
+               " is not a power of two in [1, 32]");
+}
+
 unsigned char* dynamic_smem() { return worker().dyn_smem.data(); }
 
 void syncthreads() {

@@ -209,7 +209,8 @@ TEST_F(EmuTest, ShuffleFromLaneOutsideMaskFailsLaunch) {
 }
 
 // A mask naming lanes past the block's last thread (a block of 8 threads, a full-warp
-// mask), and a mask naming a lane that has already returned.
+// mask), a mask naming a lane that has already returned, and a shuffle width that is not
+// a power of two in [1, 32].
 __global__ void absent_lanes_kernel(int* out) {
   out[threadIdx.x] = __shfl_sync(kvscope::cuda::kFullMask, 1, 0);
 }
@@ -219,7 +220,11 @@ __global__ void exited_lane_kernel(int* out) {
   out[threadIdx.x] = __shfl_sync(kvscope::cuda::kFullMask, 1, 0);
 }
 
-TEST_F(EmuTest, MasksNamingAbsentOrExitedLanesFailLaunch) {
+__global__ void bad_width_kernel(int* out, int width) {
+  out[threadIdx.x] = __shfl_down_sync(kvscope::cuda::kFullMask, 1, 1, width);
+}
+
+TEST_F(EmuTest, MasksNamingAbsentOrExitedLanesOrABadWidthFailLaunch) {
   DeviceBuffer out(32 * sizeof(int));
   EXPECT_EQ(launch(absent_lanes_kernel, dim3(1), dim3(8), 0, nullptr, out.as<int>()),
             cudaErrorLaunchFailure);
@@ -236,6 +241,17 @@ TEST_F(EmuTest, MasksNamingAbsentOrExitedLanesFailLaunch) {
                 "lane 31 of warp 0 is in mask 0xffffffff but has already exited"),
             std::string::npos)
       << kvscope::emu::last_error_detail();
+  for (int width : {0, 3, 64}) {
+    cudaDeviceReset();
+    DeviceBuffer out3(32 * sizeof(int));
+    EXPECT_EQ(launch(bad_width_kernel, dim3(1), dim3(32), 0, nullptr, out3.as<int>(), width),
+              cudaErrorLaunchFailure);
+    EXPECT_NE(
+        kvscope::emu::last_error_detail().find("warp shuffle: width " + std::to_string(width) +
+                                               " is not a power of two in [1, 32]"),
+        std::string::npos)
+        << kvscope::emu::last_error_detail();
+  }
 }
 
 // Thread 0 waits in a full-warp shuffle while everyone else waits at __syncthreads.
