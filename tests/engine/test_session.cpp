@@ -145,7 +145,12 @@ TEST_F(SessionTest, SwitchingModesMidRunKeepsTheSameTokens) {
 TEST_F(SessionTest, SeededSamplingIsReproducibleAndSeedsDiffer) {
   auto run = [&](uint64_t seed) {
     auto s = make(CacheMode::Cache, 24);
-    s->set_sampler({0.9f, 40, 0.95f, 0.0f, seed});
+    SamplerConfig sc;
+    sc.temperature = 0.9f;
+    sc.top_k = 40;
+    sc.top_p = 0.95f;
+    sc.seed = seed;
+    s->set_sampler(sc);
     EXPECT_TRUE(s->reset(kPrompt).ok());
     while (!s->done()) EXPECT_TRUE(s->step().ok());
     return s->tokens();
