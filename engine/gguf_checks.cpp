@@ -108,7 +108,10 @@ Status check_int_key(const GgufValue& v, const IntRange& r, const std::string& k
       const int64_t x = v.ints[k];
       if (x < 0 || x > r.hi) {  // a u64 above INT64_MAX reads as negative
         const std::string shown = u64 ? std::to_string(uint64_t(x)) : std::to_string(x);
-        return out_of_range(shown, "[" + std::to_string(k) + "]", 0);
+        std::string at = "[";  // appended, not "[" + ...: GCC 12 warns wrongly there (-Wrestrict)
+        at += std::to_string(k);
+        at += ']';
+        return out_of_range(shown, at, 0);
       }
     }
   }
