@@ -4,12 +4,20 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <unordered_map>
 
 namespace kvscope {
 namespace {
+
+// Up to this top-k, the kept ids come from a partial sort (about V·log k comparisons);
+// past it, and without top-k, from ids_by_probability (a few linear passes): a full
+// comparison sort of a 49,152-token vocabulary took as long as the forward pass it
+// samples from.
+constexpr int kPartialSortMax = 256;
 
 // The shortest decimal that reads back as v ("2.5", not "2.500000").
 std::string num(float v) {
@@ -120,19 +128,60 @@ std::vector<float> softmax_with_temperature(const std::vector<float>& logits, fl
   return p;
 }
 
+std::vector<int32_t> ids_by_probability(const std::vector<float>& p) {
+  const size_t n = p.size();
+  // Items key << 32 | id, where the key's unsigned order is the floats' order reversed
+  // (largest first): a float's bits with the sign flipped, or all of them flipped for a
+  // negative one; -0 as +0 (the comparison treats them as equal).
+  constexpr int kPasses = 3, kBits = 11;
+  constexpr uint32_t kMask = (1u << kBits) - 1;
+  std::unique_ptr<uint64_t[]> buf(new uint64_t[2 * n]);
+  uint64_t* items = buf.get();
+  uint64_t* other = items + n;
+  uint32_t count[kPasses][kMask + 1] = {};
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t b;
+    std::memcpy(&b, &p[i], 4);
+    if (b == 0x80000000u) b = 0;
+    const uint32_t key = (b & 0x80000000u) ? b : ~(b | 0x80000000u);
+    items[i] = uint64_t(key) << 32 | uint32_t(i);
+    for (int d = 0; d < kPasses; ++d) ++count[d][(key >> (d * kBits)) & kMask];
+  }
+  // A stable sort by each kBits-bit digit of the key, the lowest first: equal keys keep
+  // the ids' ascending order.
+  for (int d = 0; d < kPasses; ++d) {
+    uint32_t* c = count[d];
+    const int shift = 32 + d * kBits;
+    if (n == 0 || c[(items[0] >> shift) & kMask] == n) continue;  // one value of this digit
+    uint32_t at = 0;
+    for (uint32_t v = 0; v <= kMask; ++v) {
+      const uint32_t k = c[v];
+      c[v] = at;
+      at += k;
+    }
+    for (size_t i = 0; i < n; ++i) other[c[(items[i] >> shift) & kMask]++] = items[i];
+    std::swap(items, other);
+  }
+  std::vector<int32_t> ids(n);
+  for (size_t i = 0; i < n; ++i) ids[i] = int32_t(uint32_t(items[i]));
+  return ids;
+}
+
 std::vector<int32_t> sampler_kept_ids(const std::vector<float>& p, const SamplerConfig& cfg) {
-  std::vector<int32_t> ids(p.size());
-  std::iota(ids.begin(), ids.end(), 0);
   // Candidates in descending probability (ties by id, so the order is deterministic).
   auto by_p = [&](int32_t a, int32_t b) {
     return p[size_t(a)] > p[size_t(b)] || (p[size_t(a)] == p[size_t(b)] && a < b);
   };
-  size_t keep = ids.size();
-  if (cfg.top_k > 0 && size_t(cfg.top_k) < keep) {
+  size_t keep = p.size();
+  std::vector<int32_t> ids;
+  if (cfg.top_k > 0 && size_t(cfg.top_k) < keep && cfg.top_k <= kPartialSortMax) {
     keep = size_t(cfg.top_k);
+    ids.resize(p.size());
+    std::iota(ids.begin(), ids.end(), 0);
     std::partial_sort(ids.begin(), ids.begin() + int64_t(keep), ids.end(), by_p);
   } else {
-    std::sort(ids.begin(), ids.end(), by_p);
+    if (cfg.top_k > 0) keep = std::min(keep, size_t(cfg.top_k));
+    ids = ids_by_probability(p);
   }
   ids.resize(keep);
   if (ids.empty()) return ids;
@@ -164,7 +213,11 @@ int32_t Sampler::sample(const std::vector<float>& logits) {
     // Greedy: argmax, lowest id on ties.
     return argmax_first(logits);
   }
-  std::vector<float> p = softmax_with_temperature(logits, cfg_.temperature);
+  return sample_softmax(softmax_with_temperature(logits, cfg_.temperature));
+}
+
+int32_t Sampler::sample_softmax(const std::vector<float>& p) {
+  if (p.empty()) return -1;
   const std::vector<int32_t> ids = sampler_kept_ids(p, cfg_);
   std::vector<float> p_kept(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) p_kept[i] = p[size_t(ids[i])];

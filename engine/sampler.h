@@ -81,6 +81,11 @@ inline float softmax_term(float l, float mx, float temp) { return std::exp((l - 
 // softmax_term times float(1 / sum), the sum taken in double in index order.
 std::vector<float> softmax_with_temperature(const std::vector<float>& logits, float temperature);
 
+// Every id of `p`, most probable first, ties by lower id (the order sampler_kept_ids
+// cuts): a stable radix sort on the values' bits, linear in the vocabulary. Any NaN comes
+// first.
+std::vector<int32_t> ids_by_probability(const std::vector<float>& p);
+
 // The ids temperature sampling draws from, most probable first (ties: lower id): `p` (the
 // softmax after temperature) cut by top-k, then min-p, then top-p.
 std::vector<int32_t> sampler_kept_ids(const std::vector<float>& p, const SamplerConfig& cfg);
@@ -90,6 +95,9 @@ class Sampler {
   explicit Sampler(SamplerConfig cfg = {}) { configure(cfg); }
   void configure(const SamplerConfig& cfg);  // also reseeds
   int32_t sample(const std::vector<float>& logits);
+  // sample() past the softmax, for a caller that has it: p = softmax_with_temperature(
+  // logits, config().temperature), temperature > 0. The same id sample(logits) returns.
+  int32_t sample_softmax(const std::vector<float>& p);
   // The seeded draw of sample() over the kept ids (sampler_kept_ids), p_kept[i] the
   // probability of ids[i]: one number from the generator, the same id sample() returns.
   int32_t draw(const std::vector<int32_t>& ids, const std::vector<float>& p_kept);

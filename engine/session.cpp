@@ -267,6 +267,7 @@ Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
     ~CopyWait() { (void)be.download_wait(); }
   } copy_wait{*backend_};
   std::optional<DeviceSampleResult> ds;  // set when this step sampled on the device
+  std::vector<float> softmax;  // of what the sampler saw, after temperature (when computed)
   std::optional<double> device_ms;
   int32_t id = 0;
   bool shaped = false;
@@ -404,7 +405,14 @@ Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
     logits_ = std::move(fo.logits);
     logits_on_device_ = false;
     shaped = shape_row(logits_.data(), 0, shaped_);
-    id = forced ? *forced : sampler_.sample(shaped ? shaped_ : logits_);
+    if (forced) {
+      id = *forced;
+    } else if (sampler_cfg_.temperature > 0) {  // the candidates below read the same softmax
+      softmax = softmax_with_temperature(shaped ? shaped_ : logits_, sampler_cfg_.temperature);
+      id = sampler_.sample_softmax(softmax);
+    } else {
+      id = sampler_.sample(shaped ? shaped_ : logits_);
+    }
   } else {
     // Row i's distribution decides draft token i; Leviathan's rule (or argmax, greedy).
     const int k = int(drafted.size());
@@ -488,8 +496,8 @@ Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
     }
   }
   // Candidates by probability after temperature, of what the sampler saw.
-  const std::vector<float> p =
-      ds ? std::vector<float>() : softmax_with_temperature(seen, sampler_cfg_.temperature);
+  if (!ds && softmax.empty()) softmax = softmax_with_temperature(seen, sampler_cfg_.temperature);
+  const std::vector<float>& p = softmax;
   const int k = ds ? 0 : std::min<int>(config_.top_candidates, int(p.size()));
   // The k best by (probability, then lower id) in one pass over the vocabulary, kept sorted
   // in a short list: a token enters only if it beats the list's last.

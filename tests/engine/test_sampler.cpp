@@ -75,6 +75,90 @@ TEST(Greedy, ArgmaxFirstIsMaxElementsIndexOnEveryRow) {
   EXPECT_EQ(argmax_first(std::vector<float>{}), -1);
 }
 
+// The order temperature sampling walks (ids_by_probability, a radix sort) is exactly the
+// comparison order: descending probability, ties by lower id. Rows of every size around
+// the sort's digits, with ties, exact zeros, +0 / -0 (equal), subnormals, 1, negative
+// values and a softmax of a 49,152-token vocabulary; and the kept ids of every filter,
+// top-k below and above the partial-sort limit, match the same reference cut.
+TEST(Sampling, IdsByProbabilityAreTheComparisonOrder) {
+  std::mt19937 rng(11);
+  auto reference = [](const std::vector<float>& p) {
+    std::vector<int32_t> ids(p.size());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
+    std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
+      return p[size_t(a)] > p[size_t(b)] || (p[size_t(a)] == p[size_t(b)] && a < b);
+    });
+    return ids;
+  };
+  std::vector<std::vector<float>> rows = {
+      {}, {0.5f}, {0.0f, -0.0f, 0.0f}, {-0.0f, 1e-45f, 0.0f}, {-1.0f, 2.0f, -3.0f, 0.0f, -0.5f}};
+  for (int n : {2, 7, 2047, 2049, 5000}) {
+    std::uniform_real_distribution<float> u(0.0f, 1.0f);
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = u(rng);
+    rows.push_back(v);
+    for (float& x : v) x = float(rng() % 5) * 0.25f;  // many ties, zeros among them
+    rows.push_back(v);
+    for (float& x : v) x = std::ldexp(u(rng), -int(rng() % 160));  // down to subnormals
+    rows.push_back(v);
+  }
+  std::normal_distribution<float> logit(0.0f, 3.0f);
+  std::vector<float> vocab(49152);
+  for (float& x : vocab) x = logit(rng);
+  const std::vector<float> soft = softmax_with_temperature(vocab, 0.8f);
+  rows.push_back(soft);
+  for (const auto& p : rows) ASSERT_EQ(ids_by_probability(p), reference(p)) << "n=" << p.size();
+
+  const std::vector<int32_t> order = reference(soft);
+  for (int k : {0, 1, 40, 256, 257, 5000}) {
+    for (float top_p : {1.0f, 0.9f, 0.5f}) {
+      for (float min_p : {0.0f, 0.05f}) {
+        SamplerConfig c;
+        c.temperature = 0.8f;
+        c.top_k = k;
+        c.top_p = top_p;
+        c.min_p = min_p;
+        // The cut by hand: top-k, then min-p against the best, then the top-p prefix.
+        std::vector<int32_t> want(order.begin(), order.begin() + (k > 0 ? k : int(order.size())));
+        while (min_p > 0 && want.size() > 1 &&
+               soft[size_t(want.back())] < min_p * soft[size_t(want[0])])
+          want.pop_back();
+        if (top_p < 1.0f) {
+          double cum = 0;
+          size_t m = 0;
+          while (m < want.size() && cum < top_p) cum += soft[size_t(want[m++])];
+          want.resize(std::max<size_t>(1, m));
+        }
+        ASSERT_EQ(sampler_kept_ids(soft, c), want)
+            << "k=" << k << " top_p=" << top_p << " min_p=" << min_p;
+      }
+    }
+  }
+}
+
+// sample_softmax, handed the softmax, draws what sample draws from the logits, draw after
+// draw from the same seed.
+TEST(Sampling, SampleSoftmaxIsSampleFromTheLogits) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> logit(0.0f, 2.0f);
+  std::vector<float> l(3000);
+  for (float& x : l) x = logit(rng);
+  SamplerConfig c;
+  c.temperature = 1.3f;
+  c.top_p = 0.95f;
+  c.seed = 21;
+  Sampler a(c), b(c);
+  const std::vector<float> p = softmax_with_temperature(l, c.temperature);
+  std::vector<int32_t> drawn;
+  for (int i = 0; i < 300; ++i) {
+    const int32_t t = a.sample(l);
+    ASSERT_EQ(b.sample_softmax(p), t) << "draw " << i;
+    drawn.push_back(t);
+  }
+  std::sort(drawn.begin(), drawn.end());
+  EXPECT_GT(std::unique(drawn.begin(), drawn.end()) - drawn.begin(), 20);  // a real draw
+}
+
 TEST(Penalties, RepetitionDividesPositiveAndMultipliesNegativeLogitsOfSeenTokens) {
   PenaltyConfig p;
   p.repeat = 2.0f;
