@@ -130,36 +130,46 @@ std::vector<float> softmax_with_temperature(const std::vector<float>& logits, fl
 
 std::vector<int32_t> ids_by_probability(const std::vector<float>& p) {
   const size_t n = p.size();
+  if (n == 0) return {};
   // Items key << 32 | id, where the key's unsigned order is the floats' order reversed
   // (largest first): a float's bits with the sign flipped, or all of them flipped for a
   // negative one; -0 as +0 (the comparison treats them as equal).
-  constexpr int kPasses = 3, kBits = 11;
-  constexpr uint32_t kMask = (1u << kBits) - 1;
   std::unique_ptr<uint64_t[]> buf(new uint64_t[2 * n]);
   uint64_t* items = buf.get();
   uint64_t* other = items + n;
-  uint32_t count[kPasses][kMask + 1] = {};
+  uint32_t differ = 0;  // the key bits that are not the same in every item
+  uint32_t first = 0;
   for (size_t i = 0; i < n; ++i) {
     uint32_t b;
     std::memcpy(&b, &p[i], 4);
     if (b == 0x80000000u) b = 0;
     const uint32_t key = (b & 0x80000000u) ? b : ~(b | 0x80000000u);
+    if (i == 0) first = key;
+    differ |= key ^ first;
     items[i] = uint64_t(key) << 32 | uint32_t(i);
-    for (int d = 0; d < kPasses; ++d) ++count[d][(key >> (d * kBits)) & kMask];
   }
-  // A stable sort by each kBits-bit digit of the key, the lowest first: equal keys keep
-  // the ids' ascending order.
-  for (int d = 0; d < kPasses; ++d) {
-    uint32_t* c = count[d];
-    const int shift = 32 + d * kBits;
-    if (n == 0 || c[(items[0] >> shift) & kMask] == n) continue;  // one value of this digit
+  // Digits over the bits that differ only: probabilities in [0, 1] share the keys' top two
+  // bits, so two passes of up to 15 bits do; anything else takes three of 11.
+  const int width = differ ? 32 - __builtin_clz(differ) : 0;
+  const int passes = width <= 30 ? 2 : 3;
+  const int bits = width <= 30 ? (width + 1) / 2 : 11;
+  const uint32_t mask = (1u << bits) - 1;
+  std::vector<uint32_t> count(size_t(passes) << bits, 0);
+  for (size_t i = 0; i < n; ++i)
+    for (int d = 0; d < passes; ++d)
+      ++count[(size_t(d) << bits) + ((items[i] >> (32 + d * bits)) & mask)];
+  // A stable sort by each digit, the lowest first: equal keys keep the ids' ascending
+  // order.
+  for (int d = 0; d < passes && width > 0; ++d) {
+    uint32_t* c = count.data() + (size_t(d) << bits);
+    const int shift = 32 + d * bits;
     uint32_t at = 0;
-    for (uint32_t v = 0; v <= kMask; ++v) {
+    for (uint32_t v = 0; v <= mask; ++v) {
       const uint32_t k = c[v];
       c[v] = at;
       at += k;
     }
-    for (size_t i = 0; i < n; ++i) other[c[(items[i] >> shift) & kMask]++] = items[i];
+    for (size_t i = 0; i < n; ++i) other[c[(items[i] >> shift) & mask]++] = items[i];
     std::swap(items, other);
   }
   std::vector<int32_t> ids(n);

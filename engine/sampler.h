@@ -82,8 +82,9 @@ inline float softmax_term(float l, float mx, float temp) { return std::exp((l - 
 std::vector<float> softmax_with_temperature(const std::vector<float>& logits, float temperature);
 
 // Every id of `p`, most probable first, ties by lower id (the order sampler_kept_ids
-// cuts): a stable radix sort on the values' bits, linear in the vocabulary. Any NaN comes
-// first.
+// cuts): a stable radix sort on the values' bits (two passes of up to 15 bits for
+// probabilities in [0, 1], three of 11 otherwise), linear in the vocabulary. Any NaN
+// comes first.
 std::vector<int32_t> ids_by_probability(const std::vector<float>& p);
 
 // The ids temperature sampling draws from, most probable first (ties: lower id): `p` (the
