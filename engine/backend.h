@@ -15,6 +15,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -134,6 +135,13 @@ class Backend {
   // hardware); 0 on the CUDA backend, whose ops run on the GPU. A second backend made with
   // make_backend(kind(), model, threads()) runs like this one.
   virtual int threads() const = 0;
+  // Runs fn(begin, end) over a partition of [0, n) on the threads the ops run on (the CPU
+  // backend's pool; the CUDA backend's one host thread), between steps: host work of a
+  // step, such as drawing each sequence's token. fn must give the same results whichever
+  // thread runs a part, and must not throw. Not from inside an op.
+  virtual void host_parallel(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+    if (n > 0) fn(0, n);
+  }
 
   // Scratch memory for activations: slot `slot` (0 .. kMaxScratchSlot) holds at least
   // rows*cols floats (contents not preserved when it grows). The forward uses a fixed set

@@ -675,6 +675,8 @@ Status Scheduler::run_step(BatchStep& out) {
   KV_TRY(forward_batch(*backend_, *model_, batch, fo));
   std::vector<int32_t> dev_token;
   KV_TRY(sample_on_device(plan, fo, dev_token));
+  std::vector<int32_t> drawn;
+  draw_tokens(plan, batch, fo, dev_token, drawn);
   for (size_t i = 0; i < plan.size(); ++i) {
     Seq& s = *plan[i].s;
     StepRow row;
@@ -708,6 +710,8 @@ Status Scheduler::run_step(BatchStep& out) {
         if (!s.samples.empty()) KV_TRY(fork_samples(s, out));
         if (dev_token[i] >= 0)
           emit(s, dev_token[i], row);  // settled by the device's candidates
+        else if (drawn[i] >= 0)
+          emit(s, drawn[i], row);  // drawn with the others (draw_tokens)
         else
           sample_next(s, row);
         note_first_token(s);
@@ -814,28 +818,60 @@ Status Scheduler::sample_on_device(const std::vector<Planned>& plan,
   return Status::Ok();
 }
 
-void Scheduler::sample_next(Seq& s, StepRow& row) {
-  const Tokenizer& tok = model_->tokenizer();
-  const bool hold_back = int(s.gen.size()) < s.req.min_tokens;
-  int32_t t = 0;
-  if (s.req.sampler.penalties.active() || hold_back) {
-    if (hold_back && end_ids_.empty()) end_ids_ = generation_end_ids(tok);
-    std::vector<int32_t> held;
-    if (hold_back) {
-      held = end_ids_;
-      held.insert(held.end(), s.req.stop_ids.begin(), s.req.stop_ids.end());
-    }
-    shaped_ = s.logits;
-    shape_logits(s.req.sampler.penalties, s.tokens.data(), s.tokens.size(), held, shaped_);
-    t = s.sampler.sample(shaped_);
-  } else {
-    t = s.sampler.sample(s.logits);
+bool Scheduler::holds_back(const Seq& s) const {
+  return int(s.gen.size()) < s.req.min_tokens;
+}
+
+int32_t Scheduler::draw_token(Seq& s, const std::vector<float>& logits,
+                              std::vector<float>& shaped) const {
+  const bool hold_back = holds_back(s);
+  if (!s.req.sampler.penalties.active() && !hold_back) return s.sampler.sample(logits);
+  std::vector<int32_t> held;
+  if (hold_back) {
+    held = end_ids_;
+    held.insert(held.end(), s.req.stop_ids.begin(), s.req.stop_ids.end());
   }
+  shaped = logits;
+  shape_logits(s.req.sampler.penalties, s.tokens.data(), s.tokens.size(), held, shaped);
+  return s.sampler.sample(shaped);
+}
+
+void Scheduler::sample_next(Seq& s, StepRow& row) {
+  if (holds_back(s) && end_ids_.empty()) end_ids_ = generation_end_ids(model_->tokenizer());
+  const int32_t t = draw_token(s, s.logits, shaped_);
   if (s.req.logprobs >= 0) {
-    const bool shaped = s.req.sampler.penalties.active() || hold_back;
+    const bool shaped = s.req.sampler.penalties.active() || holds_back(s);
     token_logprobs(shaped ? shaped_ : s.logits, t, s.req.logprobs, row);
   }
   emit(s, t, row);
+}
+
+void Scheduler::draw_tokens(const std::vector<Planned>& plan, const std::vector<BatchSeq>& batch,
+                            const std::vector<BatchSeqOutput>& fo,
+                            const std::vector<int32_t>& dev_token, std::vector<int32_t>& token) {
+  token.assign(plan.size(), -1);
+  // The rows the step's loop would sample with sample_next: a sequence's own next token
+  // (no draft verified, no beam, no samples forking off, no log-probabilities) at a
+  // temperature (greedy's argmax is quick).
+  std::vector<size_t> rows;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const Seq& s = *plan[i].s;
+    if (batch[i].logits && s.draft.empty() && s.beam < 0 && s.samples.empty() &&
+        s.req.logprobs < 0 && s.req.sampler.temperature > 0 && dev_token[i] < 0 &&
+        !fo[i].logits.empty())
+      rows.push_back(i);
+  }
+  if (rows.size() < 2) return;  // sample_next draws it
+  for (size_t i : rows)
+    if (holds_back(*plan[i].s) && end_ids_.empty())
+      end_ids_ = generation_end_ids(model_->tokenizer());
+  backend_->host_parallel(int64_t(rows.size()), [&](int64_t b, int64_t e) {
+    std::vector<float> shaped;
+    for (int64_t j = b; j < e; ++j) {
+      const size_t i = rows[size_t(j)];
+      token[i] = draw_token(*plan[i].s, fo[i].logits, shaped);
+    }
+  });
 }
 
 void Scheduler::emit(Seq& s, int32_t t, StepRow& row) {

@@ -295,6 +295,16 @@ class Scheduler {
   };
   // Samples s's next token from s.logits (penalties, minimum length) into s and `row`.
   void sample_next(Seq& s, StepRow& row);
+  // The token s draws from `logits` (its penalties and minimum length applied, into
+  // `shaped`); end_ids_ made first where a minimum length needs it (draw_tokens).
+  int32_t draw_token(Seq& s, const std::vector<float>& logits, std::vector<float>& shaped) const;
+  bool holds_back(const Seq& s) const;
+  // The tokens of the plan's rows that draw at a temperature on the host (token[i], else
+  // -1), every sequence at once over the backend's threads: each draws from its own
+  // sampler, so the tokens are those sample_next would draw one by one.
+  void draw_tokens(const std::vector<Planned>& plan, const std::vector<BatchSeq>& batch,
+                   const std::vector<BatchSeqOutput>& fo, const std::vector<int32_t>& dev_token,
+                   std::vector<int32_t>& token);
   // Candidates a sequence's next token needs from the device, 0 when its step samples on
   // the host (see SchedulerConfig::device_sampling).
   int device_sample_n(const Seq& s) const;

@@ -42,6 +42,9 @@ class CpuBackend final : public Backend {
   }
   const char* kind() const override { return "cpu"; }
   int threads() const override { return pool_.size(); }
+  void host_parallel(int64_t n, const std::function<void(int64_t, int64_t)>& fn) override {
+    pool_.parallel_for(n, [&](int64_t b, int64_t e) { fn(b, e); });
+  }
 
   // Ops. Their arguments were checked by Backend's wrappers (engine/backend.cpp).
   Expected<Tensor> do_scratch(int slot, int64_t rows, int64_t cols) override {
