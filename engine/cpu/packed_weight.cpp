@@ -150,6 +150,92 @@ void pack_block(GgmlType t, const uint8_t* src, int i, uint8_t* dst, bool words)
   }
 }
 
+inline uint64_t u64_at(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+
+// The low nibbles of the 8 bytes of v as 8 values of 4 bits, byte 0's lowest: the 32-bit
+// word n0 | n1 << 4 | ... | n7 << 28.
+inline uint32_t nibbles_of(uint64_t v) {
+  v &= 0x0F0F0F0F0F0F0F0Full;
+  v = (v | (v >> 4)) & 0x00FF00FF00FF00FFull;
+  v = (v | (v >> 8)) & 0x0000FFFF0000FFFFull;
+  return uint32_t(v | (v >> 16));
+}
+
+// m[r] byte c becomes m[c] byte r (an 8 x 8 byte transpose: the off-diagonal halves,
+// quarters and bytes swapped in turn).
+inline void transpose8x8(uint64_t m[8]) {
+  for (int r = 0; r < 4; ++r) {
+    const uint64_t t = ((m[r] >> 32) ^ m[r + 4]) & 0x00000000FFFFFFFFull;
+    m[r] ^= t << 32;
+    m[r + 4] ^= t;
+  }
+  for (int r : {0, 1, 4, 5}) {
+    const uint64_t t = ((m[r] >> 16) ^ m[r + 2]) & 0x0000FFFF0000FFFFull;
+    m[r] ^= t << 16;
+    m[r + 2] ^= t;
+  }
+  for (int r = 0; r < 8; r += 2) {
+    const uint64_t t = ((m[r] >> 8) ^ m[r + 1]) & 0x00FF00FF00FF00FFull;
+    m[r] ^= t << 8;
+    m[r + 1] ^= t;
+  }
+}
+
+// The 16 rows' 8N bytes in[i] as the field [8N][R] at dst: byte k of row i at dst[k·R + i].
+template <int N>
+void interleave_rows(const uint64_t (&in)[R][N], uint8_t* dst) {
+  for (int h = 0; h < R / 8; ++h)
+    for (int w = 0; w < N; ++w) {
+      uint64_t m[8];
+      for (int r = 0; r < 8; ++r) m[r] = in[8 * h + r][w];
+      transpose8x8(m);
+      for (int c = 0; c < 8; ++c) std::memcpy(dst + (8 * w + c) * R + 8 * h, &m[c], 8);
+    }
+}
+
+// Block b of a whole group at once for Q8_0, Q4_0 and Q4_1, the types of most models'
+// weights: the same bytes as pack_block row by row, moved 8 at a time (a model loads
+// several times faster, and many times faster under AddressSanitizer, which checks every
+// access). rows[i] is row i's block, null past the last row (its bytes stay zero).
+bool pack_group_block(GgmlType t, const uint8_t* const* rows, uint8_t* dst, bool words) {
+  if (t == GgmlType::Q8_0) {
+    uint64_t q[R][4] = {};
+    for (int i = 0; i < R; ++i) {
+      if (!rows[i]) continue;
+      std::memcpy(dst + 2 * i, rows[i], 2);
+      for (int w = 0; w < 4; ++w) q[i][w] = u64_at(rows[i] + 2 + 8 * w);
+    }
+    interleave_rows(q, dst + 2 * R);
+    return true;
+  }
+  if (t != GgmlType::Q4_0 && t != GgmlType::Q4_1) return false;
+  const int head = t == GgmlType::Q4_0 ? 2 : 4;  // bytes of d (and m)
+  uint8_t* q = dst + head * R;
+  uint64_t bytes[R][2] = {};
+  for (int i = 0; i < R; ++i) {
+    if (!rows[i]) continue;
+    const uint8_t* src = rows[i];
+    std::memcpy(dst + 2 * i, src, 2);
+    if (head == 4) std::memcpy(dst + 2 * R + 2 * i, src + 2, 2);
+    // Values 0..15 are the low nibbles of the 16 payload bytes, 16..31 the high ones.
+    const uint64_t x0 = u64_at(src + head), x1 = u64_at(src + head + 8);
+    const uint32_t v[4] = {nibbles_of(x0), nibbles_of(x1), nibbles_of(x0 >> 4),
+                           nibbles_of(x1 >> 4)};  // values 8r .. 8r + 7
+    if (words) {
+      for (int r = 0; r < 4; ++r) std::memcpy(q + 4 * (r * R + i), &v[r], 4);
+    } else {  // byte p: values 2p and 2p + 1, which a run's word holds in that order
+      bytes[i][0] = v[0] | uint64_t(v[1]) << 32;
+      bytes[i][1] = v[2] | uint64_t(v[3]) << 32;
+    }
+  }
+  if (!words) interleave_rows(bytes, q);
+  return true;
+}
+
 }  // namespace
 
 PackedLayout packed_layout(GgmlType t) {
@@ -218,14 +304,24 @@ std::unique_ptr<PackedWeight> pack_weight(const Weight& w, ThreadPool& pool, Nib
   pool.parallel_for(p->groups, [&](int64_t g0, int64_t g1) {
     std::memset(p->data.get() + uint64_t(g0) * p->group_bytes, 0,
                 uint64_t(g1 - g0) * p->group_bytes);
-    for (int64_t g = g0; g < g1; ++g)
-      for (int i = 0; i < R && g * R + i < w.n_out; ++i) {
-        const uint8_t* row = w.data + uint64_t(g * R + i) * w.row_bytes;
-        uint8_t* dst = p->data.get() + uint64_t(g) * p->group_bytes;
-        for (int64_t b = 0; b < blocks; ++b)
-          pack_block(w.type, row + uint64_t(b) * src_block, i, dst + uint64_t(b) * lay.block_bytes,
-                     words);
+    for (int64_t g = g0; g < g1; ++g) {
+      uint8_t* dst = p->data.get() + uint64_t(g) * p->group_bytes;
+      const uint8_t* rows[R];
+      for (int i = 0; i < R; ++i)
+        rows[i] = g * R + i < w.n_out ? w.data + uint64_t(g * R + i) * w.row_bytes : nullptr;
+      if (pack_group_block(w.type, rows, dst, words)) {
+        for (int64_t b = 1; b < blocks; ++b) {
+          for (int i = 0; i < R; ++i)
+            if (rows[i]) rows[i] += src_block;
+          pack_group_block(w.type, rows, dst + uint64_t(b) * lay.block_bytes, words);
+        }
+        continue;
       }
+      for (int i = 0; i < R && rows[i]; ++i)
+        for (int64_t b = 0; b < blocks; ++b)
+          pack_block(w.type, rows[i] + uint64_t(b) * src_block, i,
+                     dst + uint64_t(b) * lay.block_bytes, words);
+    }
   });
   return p;
 }
