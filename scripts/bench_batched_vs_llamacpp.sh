@@ -67,21 +67,33 @@ rm -rf "$work"
 mkdir -p "$work"
 max_b=$(tr ',' '\n' <<< "$batch" | sort -n | tail -1)
 ctx=$(( max_b * 80 + 256 ))
+# llama.cpp repacks the weights for its CPU kernels (and AMX where the CPU has it). On some
+# CPUs that path crashes (a segmentation fault on an AMX-capable Xeon, llama.cpp 0.3.36's
+# vendored tree): a short probe in its own process decides, and without repacking every
+# round runs with --no-repack. The table says which.
+repack=()
+repack_note="weight repacking on"
+if ! "$bb" -m "$model" -t "$threads" -tb "$threads" -c 256 -b 64 -ub 64 -npp 8 -ntg 2 -npl 2 \
+    --output-format jsonl > "$work/probe.out" 2> "$work/probe.log"; then
+  repack=(--no-repack)
+  repack_note="weight repacking off (the probe with it failed on this CPU)"
+  echo "bench_batched_vs_llamacpp: llama-batched-bench failed with weight repacking; measuring with --no-repack"
+fi
 for r in $(seq 1 "$rounds"); do
   run_kvscope() {
     "$kvscope" bench --batch "$batch" --threads "$threads" --model "$model" --json > "$work/kvscope.$r.json"
   }
   run_llama() {
     "$bb" -m "$model" -t "$threads" -tb "$threads" -c "$ctx" -b 2048 -ub 512 -npp 32 -ntg 32 \
-      -npl "$batch" --output-format jsonl > "$work/llama.$r.out" 2> "$work/llama.$r.log"
+      -npl "$batch" "${repack[@]}" --output-format jsonl > "$work/llama.$r.out" 2> "$work/llama.$r.log"
   }
   if [ $((r % 2)) -eq 1 ]; then run_kvscope; run_llama; else run_llama; run_kvscope; fi
   echo "round $r of $rounds done"
 done
 
-python3 - "$work" "$rounds" "$threads" "$model" <<'PY'
+python3 - "$work" "$rounds" "$threads" "$model" "$repack_note" <<'PY'
 import json, statistics, sys, os
-work, rounds, threads, model = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+work, rounds, threads, model, repack_note = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 kv, ll = {}, {}
 for r in range(1, rounds + 1):
     for b in json.load(open(f"{work}/kvscope.{r}.json"))["batches"]:
@@ -93,7 +105,7 @@ for r in range(1, rounds + 1):
             ll.setdefault(o["pl"], []).append(o["speed_tg"])
 cpu = json.load(open(f"{work}/kvscope.1.json"))["cpu"]
 rows = [f"model {os.path.basename(model)}, cpu {cpu}, {threads} threads, {rounds} rounds; "
-        "aggregate decode tokens/s, best / median",
+        f"llama.cpp {repack_note}; aggregate decode tokens/s, best / median",
         "", "| batch | kvscope | llama.cpp | kvscope / llama.cpp (median) |", "|---|---|---|---|"]
 for b in sorted(kv):
     k, l = kv[b], ll.get(b, [])
