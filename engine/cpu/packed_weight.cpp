@@ -78,25 +78,7 @@ void pack_block(GgmlType t, const uint8_t* src, int i, uint8_t* dst, bool words)
     case GgmlType::BF16:
       std::memcpy(dst + 2 * i, src, 2);
       return;
-    case GgmlType::Q8_0:
-      std::memcpy(dst + 2 * i, src, 2);
-      for (int k = 0; k < 32; ++k) dst[32 + k * R + i] = src[2 + k];
-      return;
-    case GgmlType::Q4_0:
-    case GgmlType::Q4_1: {
-      const int head = t == GgmlType::Q4_0 ? 2 : 4;  // bytes of d (and m)
-      std::memcpy(dst + 2 * i, src, 2);
-      if (t == GgmlType::Q4_1) std::memcpy(dst + 32 + 2 * i, src + 2, 2);
-      uint8_t* q = dst + 16 * head;
-      if (words) {
-        pack_words(
-            4, [&](int k) { return nib32(src + head, k); }, i, q);
-        return;
-      }
-      for (int p = 0; p < 16; ++p)
-        q[p * R + i] = uint8_t(nib32(src + head, 2 * p) | (nib32(src + head, 2 * p + 1) << 4));
-      return;
-    }
+    // Q8_0, Q4_0 and Q4_1: a whole group at a time (pack_group_block below).
     case GgmlType::Q5_0:
     case GgmlType::Q5_1: {
       const bool has_m = t == GgmlType::Q5_1;
@@ -198,10 +180,10 @@ void interleave_rows(const uint64_t (&in)[R][N], uint8_t* dst) {
 }
 
 // Block b of a whole group at once for Q8_0, Q4_0 and Q4_1, the types of most models'
-// weights: the same bytes as pack_block row by row, moved 8 at a time (a 576 x 1,536
-// weight packs 2.2x as fast in Q4_1 and 3.9x in Q8_0 on one thread, and more so under
-// AddressSanitizer, which checks every access). rows[i] is row i's block, null past the
-// last row (its bytes stay zero).
+// weights: the layout of packed_weight.h, moved 8 bytes at a time (a 576 x 1,536 weight
+// packs 2.2x as fast in Q4_1 and 3.9x in Q8_0 on one thread as row by row did, and more so
+// under AddressSanitizer, which checks every access). rows[i] is row i's block, null past
+// the last row (its bytes stay zero).
 bool pack_group_block(GgmlType t, const uint8_t* const* rows, uint8_t* dst, bool words) {
   if (t == GgmlType::Q8_0) {
     uint64_t q[R][4] = {};
