@@ -279,7 +279,8 @@ struct PackQ6_K : Lanes<V> {
 };
 
 // Q4_0 / Q4_1 / Q4_K in NibbleOrder::Words (packed_weight.h): a step is one u32 per row, 8
-// values. value() decodes value u of the step exactly (a shift and a mask, a convert);
+// values. value() decodes value u of the step exactly (a shift and a mask, a convert; on
+// AVX-512 a shift and the 16-entry table lookup of the byte order, the same numbers);
 // scaled() gives q·2^word_shift(u) (kernels.h) with one mask and a convert, for a product
 // whose x comes pre-scaled by words_x: on AVX2 that is two vector operations per value of
 // 8 rows, against the byte order's five per two (widening load, mask, shift, two
@@ -293,6 +294,11 @@ struct Words : Lanes<V> {
   static constexpr bool kFactored = true;
   static constexpr int kStep = 8;
   static F value(I w, int u) {
+    if constexpr (requires(I a, F t) { V::lut16(a, t); }) {
+      // The table lookup reads the index's low 4 bits only: value u after one shift.
+      const F table = V::load(kNibbleValues[kBias / 8]);
+      return V::lut16(u == 0 ? w : V::srl(w, unsigned(4 * u)), table);
+    }
     I q = u == 0   ? V::and_(w, 15)
           : u == 7 ? V::srl(w, 28)
                    : V::and_(V::srl(w, unsigned(4 * u)), 15);
