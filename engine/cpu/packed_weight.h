@@ -45,7 +45,9 @@ enum class NibbleOrder : uint8_t { Bytes, Words };
 bool has_nibble_words(GgmlType t);
 // The order measured faster for the active instruction set on this CPU: Words on AVX2 on
 // AMD cores (Zen 3: the Q4_1 single-token product 1.15x as fast in cache, 1.06x from
-// memory, the other products within 2%; docs/performance.md), Bytes elsewhere (AVX-512
+// memory, the other products within 2%) and on AVX-512 on Zen 4 (there the Q4_1
+// single-token product 1.16-1.22x as fast in cache, 1.0-1.07x from memory, and decode
+// 1.05-1.09x; docs/performance.md), Bytes elsewhere (AVX-512 on Intel and on Zen 5
 // decodes the byte order with a table lookup; on Intel's AVX2 a word layout measured
 // slower).
 NibbleOrder preferred_nibble_order();
