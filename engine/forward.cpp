@@ -46,6 +46,38 @@ struct SeqRows {
   bool errs = false;
 };
 
+// Runs of consecutive decode rows that go through the rows ops together (run_batch).
+struct DecodeRun {
+  size_t i0 = 0, i1 = 0;         // sequences [i0, i1)
+  std::vector<KvCache*> caches;  // [i1 - i0]
+  std::vector<int> pos;          // [i1 - i0]
+};
+
+// The host-side bookkeeping of a pass, kept from call to call on each thread so that a
+// steady decode step allocates nothing (tests/engine/test_decode_allocations.cpp): the
+// vectors keep their capacity, and each call overwrites what it reads. forward() uses the
+// first three, forward_batch() rows and rules (after forward()'s call to it returns, so
+// the two never hold rules at once), run_batch() the rest.
+struct PassScratch {
+  std::vector<BatchSeq> one_seq;        // forward(): its batch of one
+  std::vector<BatchSeqOutput> one_out;  // forward(): that batch's outputs
+  std::vector<KvLayerRule> rules;       // the FLOP count's per-layer rules
+  std::vector<SeqRows> rows;            // forward_batch(): where each sequence's rows sit
+  std::vector<int32_t> ids;             // run_batch(): every token id, in row order
+  std::vector<DecodeRun> runs;          // run_batch(): its runs of decode rows, n_runs used
+  size_t n_runs = 0;
+  std::vector<float> norm_host;         // run_batch(): the row norms downloaded
+};
+thread_local PassScratch scratch;
+
+// The key count to make room for in a sequence's attention rows: every slot its cache
+// has (at least `keys`). The rows' buffers then grow when the cache does (by whole blocks,
+// or by half again), not by one key at every decode step.
+int room_for(const KvCache& cache, int keys) {
+  for (int l = 0; l < cache.shape().n_layer; ++l) keys = std::max(keys, cache.n_slots(l));
+  return keys;
+}
+
 Status run_batch(Backend& be, const Model& model, const std::vector<BatchSeq>& seqs,
                  const std::vector<SeqRows>& rows, int total, std::vector<BatchSeqOutput>& out);
 
@@ -115,7 +147,10 @@ Status forward(Backend& be, const Model& model, const int32_t* tokens, int T, in
   const bool errs = out.want_kv_errors && be.can_measure_kv_errors();
   out.k_err.assign(errs ? size_t(L) * T : 0, 0.0f);
   out.v_err.assign(errs ? size_t(L) * T : 0, 0.0f);
-  std::vector<BatchSeqOutput> part(1);
+  std::vector<BatchSeq>& batch = scratch.one_seq;
+  std::vector<BatchSeqOutput>& part = scratch.one_out;
+  batch.resize(1);
+  part.resize(1);
   for (int t0 = 0; t0 < T; t0 += kMaxBatch) {
     const int n = std::min(kMaxBatch, T - t0);
     const bool last = t0 + kMaxBatch >= T;
@@ -128,7 +163,15 @@ Status forward(Backend& be, const Model& model, const int32_t* tokens, int T, in
       p.logits.swap(out.logits);
       p.attention.swap(out.attention);
     }
-    KV_TRY(forward_batch(be, model, {seq}, part));
+    batch[0] = seq;
+    Status st = forward_batch(be, model, batch, part);
+    if (!st.ok()) {  // the caller's vectors back, with what they held
+      if (last) {
+        out.logits.swap(p.logits);
+        out.attention.swap(p.attention);
+      }
+      return st;
+    }
     for (int l = 0; l < L; ++l) {
       const auto at = [&](const std::vector<float>& v) { return v.begin() + int64_t(l) * n; };
       const int64_t dst = int64_t(l) * T + t0;
@@ -144,8 +187,8 @@ Status forward(Backend& be, const Model& model, const int32_t* tokens, int T, in
       out.logits_dev = p.logits_dev;
     }
   }
-  std::vector<KvLayerRule> rules;
-  rules.reserve(size_t(L));
+  std::vector<KvLayerRule>& rules = scratch.rules;
+  rules.clear();
   for (int l = 0; l < L; ++l) rules.push_back(cache.rule(l));
   out.flops = forward_flops(model, rules, T, pos0);
   out.kv_rows = uint64_t(T) * uint64_t(L);
@@ -158,7 +201,8 @@ Status forward_batch(Backend& be, const Model& model, const std::vector<BatchSeq
   if (seqs.empty()) return make_error("forward: no sequences to process");
   if (!seqs[0].cache) return make_error("forward: sequence 0 of the batch has no cache");
   const int L = seqs[0].cache->shape().n_layer, H = c.n_head;
-  std::vector<SeqRows> rows(seqs.size());
+  std::vector<SeqRows>& rows = scratch.rows;
+  rows.assign(seqs.size(), SeqRows{});
   int total = 0, n_logits = 0;
   int64_t probs = 0;
   for (size_t i = 0; i < seqs.size(); ++i) {
@@ -208,8 +252,7 @@ Status forward_batch(Backend& be, const Model& model, const std::vector<BatchSeq
     return st;
   }
   for (const BatchSeq& s : seqs) KV_TRY(s.cache->end());
-  std::vector<KvLayerRule> rules;
-  rules.reserve(size_t(L));
+  std::vector<KvLayerRule>& rules = scratch.rules;
   for (size_t i = 0; i < seqs.size(); ++i) {
     rules.clear();
     for (int l = 0; l < L; ++l) rules.push_back(seqs[i].cache->rule(l));
@@ -230,16 +273,17 @@ Status run_batch(Backend& be, const Model& model, const std::vector<BatchSeq>& s
             L = seqs[0].cache->shape().n_layer, V = c.n_vocab;
   const size_t N = seqs.size();
   int n_logits = 0;
-  int64_t n_probs = 0;
-  bool errs = false;
+  int64_t n_probs = 0;  // room for each sequence's rows over every slot its cache has, so
+  bool errs = false;    // that the tensor grows when a cache does, not at every step
   for (size_t i = 0; i < N; ++i) {
     n_logits += rows[i].logit_rows;
-    if (rows[i].probs_at >= 0) n_probs += int64_t(L) * H * (rows[i].pos0 + rows[i].T);
+    if (rows[i].probs_at >= 0)
+      n_probs += int64_t(L) * H * room_for(*seqs[i].cache, rows[i].pos0 + rows[i].T);
     errs = errs || rows[i].errs;
   }
   // Every token's ids, in row order (host memory the embed reads until the first download).
-  std::vector<int32_t> ids;
-  ids.reserve(size_t(T));
+  std::vector<int32_t>& ids = scratch.ids;
+  ids.clear();
   for (const BatchSeq& s : seqs) ids.insert(ids.end(), s.tokens, s.tokens + s.T);
 
   auto slot = [&](int s, int64_t r, int64_t cols) { return be.scratch(s, r, cols); };
@@ -277,12 +321,9 @@ Status run_batch(Backend& be, const Model& model, const std::vector<BatchSeq>& s
   // with no attention rows or quantization errors asked: their RoPE + K/V store and their
   // attention go through the rows ops, one call per layer for the whole run (one launch
   // on the GPU instead of one per sequence). Everything else goes sequence by sequence.
-  struct Run {
-    size_t i0 = 0, i1 = 0;         // sequences [i0, i1)
-    std::vector<KvCache*> caches;  // [i1 - i0]
-    std::vector<int> pos;          // [i1 - i0]
-  };
-  std::vector<Run> runs;
+  std::vector<DecodeRun>& runs = scratch.runs;  // the first n_runs of them
+  size_t& n_runs = scratch.n_runs;
+  n_runs = 0;
   const auto decode_row = [&](size_t i) {
     return rows[i].T == 1 && rows[i].probs_at < 0 && !rows[i].errs && seqs[i].cache->paged();
   };
@@ -291,12 +332,16 @@ Status run_batch(Backend& be, const Model& model, const std::vector<BatchSeq>& s
     if (decode_row(i))
       while (j < N && decode_row(j) && seqs[j].cache->pool() == seqs[i].cache->pool()) ++j;
     if (j - i >= 2 && decode_row(i)) {
-      Run r{i, j, {}, {}};
+      if (n_runs == runs.size()) runs.emplace_back();
+      DecodeRun& r = runs[n_runs++];
+      r.i0 = i;
+      r.i1 = j;
+      r.caches.clear();
+      r.pos.clear();
       for (size_t m = i; m < j; ++m) {
         r.caches.push_back(seqs[m].cache);
         r.pos.push_back(rows[m].pos0);
       }
-      runs.push_back(std::move(r));
     }
     i = j;
   }
@@ -352,8 +397,8 @@ Status run_batch(Backend& be, const Model& model, const std::vector<BatchSeq>& s
     }
     size_t next_run = 0;
     for (size_t i = 0; i < N; ++i) {
-      if (next_run < runs.size() && runs[next_run].i0 == i) {
-        const Run& run = runs[next_run++];
+      if (next_run < n_runs && runs[next_run].i0 == i) {
+        const DecodeRun& run = runs[next_run++];
         const int n = int(run.i1 - run.i0);
         const DecodeRows dr{run.caches.data(), run.pos.data(), n};
         const int64_t r0 = rows[i].r0;
@@ -434,7 +479,10 @@ Status run_batch(Backend& be, const Model& model, const std::vector<BatchSeq>& s
     o.logits.resize(on_device ? 0 : size_t(rows[i].logit_rows) * size_t(V));
     o.logits_dev = on_device ? logits->row(rows[i].logit_row) : Tensor{};
     const bool copy_attn = rows[i].probs_at >= 0 && seqs[i].attention_copy != RowsCopy::None;
-    o.attention.resize(copy_attn ? size_t(L) * H * (rows[i].pos0 + rows[i].T) : 0);
+    const size_t n_attn = copy_attn ? size_t(L) * H * size_t(rows[i].pos0 + rows[i].T) : 0;
+    if (n_attn > o.attention.capacity())  // (room_for: grown when the cache grows)
+      o.attention.reserve(size_t(L) * H * size_t(room_for(*seqs[i].cache, rows[i].pos0 + rows[i].T)));
+    o.attention.resize(n_attn);
     o.k_norm.clear();
     o.v_norm.clear();
     o.k_err.clear();
@@ -473,7 +521,8 @@ Status run_batch(Backend& be, const Model& model, const std::vector<BatchSeq>& s
   bool any_norms = false;
   for (const BatchSeq& s : seqs) any_norms = any_norms || s.norms || s.kv_errors;
   if (!any_norms) return Status::Ok();
-  std::vector<float> norm_host(size_t((errs ? 4 : 2) * L) * T);
+  std::vector<float>& norm_host = scratch.norm_host;
+  norm_host.resize(size_t((errs ? 4 : 2) * L) * T);
   KV_TRY(be.download(*norms, norm_host.data()));
   for (size_t i = 0; i < N; ++i) {
     const SeqRows& sr = rows[i];

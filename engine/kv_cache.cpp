@@ -194,15 +194,13 @@ int KvCache::slot_of(int layer, int pos) const {
   return place(rule(layer), n_slots(layer), pos);
 }
 
-std::vector<int32_t> KvCache::slots_by_position(int layer) const {
+void KvCache::slots_by_position(int layer, std::vector<int32_t>& slots) const {
   const auto& p = pos_[size_t(layer)];
-  std::vector<int32_t> slots;
-  slots.reserve(p.size());
+  slots.clear();
   for (size_t s = 0; s < p.size(); ++s)
     if (p[s] >= 0) slots.push_back(int32_t(s));
   std::sort(slots.begin(), slots.end(),
             [&](int32_t a, int32_t b) { return p[size_t(a)] < p[size_t(b)]; });
-  return slots;
 }
 
 int KvCache::held(int layer) const {

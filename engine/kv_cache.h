@@ -163,8 +163,9 @@ class KvCache {
   const std::vector<int32_t>& slot_pos(int layer) const { return pos_[size_t(layer)]; }
   // The slot position `pos` is (or would be) stored in under the current layout.
   int slot_of(int layer, int pos) const;
-  // Slots of `layer` in ascending order of the positions they hold (empty slots left out).
-  std::vector<int32_t> slots_by_position(int layer) const;
+  // Slots of `layer` in ascending order of the positions they hold (empty slots left out),
+  // into `out` (its capacity reused: attention calls this at every step of a wrapped ring).
+  void slots_by_position(int layer, std::vector<int32_t>& out) const;
   int held(int layer) const;                          // slots holding a position
   std::vector<KvRange> held_ranges(int layer) const;  // ascending, disjoint
 

@@ -141,6 +141,13 @@ Status attention(ThreadPool& pool, Tensor q, const CpuKvCache& cache, int layer,
   // layer, or a ring that has not wrapped), else sorted.
   std::vector<int32_t>& order = scratch.order;
   const std::vector<int32_t>& slot_pos = cache.slot_pos(layer);
+  // Room for every slot the layer has, and for the chunks of that many keys: the buffers
+  // below then grow when the cache does, not by one key at every decode step.
+  const size_t n_slots = slot_pos.size(), max_chunks = n_slots / kAttnChunk + 3;
+  order.reserve(n_slots);
+  scratch.key_pos.reserve(n_slots);
+  scratch.last.reserve(max_chunks);
+  scratch.spans.reserve(2 * max_chunks);
   order.clear();
   bool ascending = true;
   for (int s = 0, last = -1; s < int(slot_pos.size()); ++s)
@@ -149,7 +156,7 @@ Status attention(ThreadPool& pool, Tensor q, const CpuKvCache& cache, int layer,
       last = slot_pos[size_t(s)];
       order.push_back(s);
     }
-  if (!ascending) order = cache.slots_by_position(layer);
+  if (!ascending) cache.slots_by_position(layer, order);
   const int n = int(order.size());
   scratch.key_pos.resize(size_t(n));
   for (int i = 0; i < n; ++i) scratch.key_pos[size_t(i)] = slot_pos[size_t(order[size_t(i)])];
@@ -216,6 +223,10 @@ Status attention(ThreadPool& pool, Tensor q, const CpuKvCache& cache, int layer,
   // Few pairs: their chunks spread over the threads, then combined here.
   std::vector<std::vector<Range>>& per_pair = scratch.chunks;
   per_pair.resize(size_t(pairs));
+  for (auto& chunks : per_pair) chunks.reserve(max_chunks);
+  scratch.items.reserve(size_t(pairs) * max_chunks);
+  if (scratch.parts.size() < size_t(pairs) * max_chunks * stride)
+    scratch.parts.resize(size_t(pairs) * max_chunks * stride);
   scratch.items.clear();
   for (int64_t p = 0; p < pairs; ++p) {
     query_chunks(job.kpos, n, job.rule, pos0 + int(p / Hkv), per_pair[size_t(p)]);

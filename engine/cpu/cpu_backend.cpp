@@ -263,7 +263,8 @@ class CpuBackend final : public Backend {
                           Tensor k_err, Tensor v_err) override {
     const auto& c = static_cast<const cpu::CpuKvCache&>(cache);
     const int D = c.shape().head_dim, Hkv = c.shape().n_head_kv;
-    std::vector<float> row(static_cast<size_t>(D));
+    thread_local std::vector<float> row;  // kept from step to step: a step allocates nothing
+    row.resize(size_t(D));
     auto rel = [](double diff, double ref) {
       return ref > 0 ? float(std::sqrt(diff / ref)) : 0.0f;
     };

@@ -59,7 +59,10 @@ const float* RopeTable::angles(int n_rot, float base, float freq_scale, int pos0
   }
   const int64_t need = int64_t(pos0) + T;
   if (e->n_pos < need) {
-    const int64_t n = std::min<int64_t>(kMaxPositions, std::max(need, e->n_pos + e->n_pos / 2 + 64));
+    // By half again, in whole steps of kGrowth positions: a decode step that grows the
+    // table is one of every kGrowth at least.
+    const int64_t grown = std::max(need, e->n_pos + e->n_pos / 2);
+    const int64_t n = std::min<int64_t>(kMaxPositions, (grown + kGrowth - 1) / kGrowth * kGrowth);
     e->cs.resize(size_t(n * n_rot));
     for (int64_t p = e->n_pos; p < n; ++p)
       rope_angles(n_rot, base, freq_scale, int(p), e->cs.data() + p * n_rot);

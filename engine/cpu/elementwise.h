@@ -30,6 +30,7 @@ void rope_apply(float* x, int64_t T, int n_heads, int head_dim, RopeStyle style,
 class RopeTable {
  public:
   static constexpr int64_t kMaxPositions = int64_t(1) << 17;  // 32 MiB at n_rot 64; past it, no table
+  static constexpr int64_t kGrowth = 256;  // the table grows in whole steps of this many positions
   // cs for positions pos0 .. pos0 + T − 1, [T][n_rot]; null outside [0, kMaxPositions).
   // Valid until the next call.
   const float* angles(int n_rot, float base, float freq_scale, int pos0, int64_t T);

@@ -72,7 +72,8 @@ TEST(KvCache, WindowedLayerKeepsTheLastWindowFullLayerKeepsAll) {
     }
     // Past the window the ring's slots hold positions out of order (slot = p % 8), and
     // slots_by_position lists them oldest first.
-    const auto order = c.slots_by_position(1);
+    std::vector<int32_t> order = {7, 7, 7};  // replaced, not appended to
+    c.slots_by_position(1, order);
     ASSERT_EQ(order.size(), 8u);
     for (size_t i = 0; i < order.size(); ++i)
       EXPECT_EQ(c.slot_pos(1)[size_t(order[i])], n - 8 + int(i));
