@@ -114,9 +114,16 @@ int32_t argmax_first(const float* v, int64_t n) {
 }
 
 std::vector<float> softmax_with_temperature(const std::vector<float>& logits, float temperature) {
+  std::vector<float> p;
+  softmax_with_temperature(logits, temperature, p);
+  return p;
+}
+
+void softmax_with_temperature(const std::vector<float>& logits, float temperature,
+                              std::vector<float>& p) {
   const float temp = temperature > 0 ? temperature : 1.0f;
-  std::vector<float> p(logits.size());
-  if (logits.empty()) return p;
+  p.resize(logits.size());
+  if (logits.empty()) return;
   const float mx = logits[size_t(argmax_first(logits))];
   double sum = 0;
   for (size_t i = 0; i < logits.size(); ++i) {
@@ -125,17 +132,24 @@ std::vector<float> softmax_with_temperature(const std::vector<float>& logits, fl
   }
   const float inv = float(1.0 / sum);
   for (float& v : p) v *= inv;
-  return p;
 }
 
 std::vector<int32_t> ids_by_probability(const std::vector<float>& p) {
+  std::vector<int32_t> ids;
+  SortScratch s;
+  ids_by_probability(p, ids, s);
+  return ids;
+}
+
+void ids_by_probability(const std::vector<float>& p, std::vector<int32_t>& ids, SortScratch& s) {
   const size_t n = p.size();
-  if (n == 0) return {};
+  ids.resize(n);
+  if (n == 0) return;
   // Items key << 32 | id, where the key's unsigned order is the floats' order reversed
   // (largest first): a float's bits with the sign flipped, or all of them flipped for a
   // negative one; -0 as +0 (the comparison treats them as equal).
-  std::unique_ptr<uint64_t[]> buf(new uint64_t[2 * n]);
-  uint64_t* items = buf.get();
+  s.items.resize(2 * n);
+  uint64_t* items = s.items.data();
   uint64_t* other = items + n;
   uint32_t differ = 0;  // the key bits that are not the same in every item
   uint32_t first = 0;
@@ -154,7 +168,8 @@ std::vector<int32_t> ids_by_probability(const std::vector<float>& p) {
   const int passes = width <= 30 ? 2 : 3;
   const int bits = width <= 30 ? (width + 1) / 2 : 11;
   const uint32_t mask = (1u << bits) - 1;
-  std::vector<uint32_t> count(size_t(passes) << bits, 0);
+  std::vector<uint32_t>& count = s.count;
+  count.assign(size_t(passes) << bits, 0);
   for (size_t i = 0; i < n; ++i)
     for (int d = 0; d < passes; ++d)
       ++count[(size_t(d) << bits) + ((items[i] >> (32 + d * bits)) & mask)];
@@ -172,18 +187,23 @@ std::vector<int32_t> ids_by_probability(const std::vector<float>& p) {
     for (size_t i = 0; i < n; ++i) other[c[(items[i] >> shift) & mask]++] = items[i];
     std::swap(items, other);
   }
-  std::vector<int32_t> ids(n);
   for (size_t i = 0; i < n; ++i) ids[i] = int32_t(uint32_t(items[i]));
-  return ids;
 }
 
 std::vector<int32_t> sampler_kept_ids(const std::vector<float>& p, const SamplerConfig& cfg) {
+  std::vector<int32_t> ids;
+  SortScratch s;
+  sampler_kept_ids(p, cfg, ids, s);
+  return ids;
+}
+
+void sampler_kept_ids(const std::vector<float>& p, const SamplerConfig& cfg,
+                      std::vector<int32_t>& ids, SortScratch& s) {
   // Candidates in descending probability (ties by id, so the order is deterministic).
   auto by_p = [&](int32_t a, int32_t b) {
     return p[size_t(a)] > p[size_t(b)] || (p[size_t(a)] == p[size_t(b)] && a < b);
   };
   size_t keep = p.size();
-  std::vector<int32_t> ids;
   if (cfg.top_k > 0 && size_t(cfg.top_k) < keep && cfg.top_k <= kPartialSortMax) {
     keep = size_t(cfg.top_k);
     ids.resize(p.size());
@@ -191,10 +211,10 @@ std::vector<int32_t> sampler_kept_ids(const std::vector<float>& p, const Sampler
     std::partial_sort(ids.begin(), ids.begin() + int64_t(keep), ids.end(), by_p);
   } else {
     if (cfg.top_k > 0) keep = std::min(keep, size_t(cfg.top_k));
-    ids = ids_by_probability(p);
+    ids_by_probability(p, ids, s);
   }
   ids.resize(keep);
-  if (ids.empty()) return ids;
+  if (ids.empty()) return;
   if (cfg.min_p > 0) {
     const float floor = cfg.min_p * p[size_t(ids[0])];
     while (ids.size() > 1 && p[size_t(ids.back())] < floor) ids.pop_back();
@@ -209,7 +229,6 @@ std::vector<int32_t> sampler_kept_ids(const std::vector<float>& p, const Sampler
     }
     ids.resize(std::max<size_t>(1, n));
   }
-  return ids;
 }
 
 void Sampler::configure(const SamplerConfig& cfg) {
@@ -223,15 +242,16 @@ int32_t Sampler::sample(const std::vector<float>& logits) {
     // Greedy: argmax, lowest id on ties.
     return argmax_first(logits);
   }
-  return sample_softmax(softmax_with_temperature(logits, cfg_.temperature));
+  softmax_with_temperature(logits, cfg_.temperature, p_);
+  return sample_softmax(p_);
 }
 
 int32_t Sampler::sample_softmax(const std::vector<float>& p) {
   if (p.empty()) return -1;
-  const std::vector<int32_t> ids = sampler_kept_ids(p, cfg_);
-  std::vector<float> p_kept(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) p_kept[i] = p[size_t(ids[i])];
-  return draw(ids, p_kept);
+  sampler_kept_ids(p, cfg_, ids_, sort_);
+  p_kept_.resize(ids_.size());
+  for (size_t i = 0; i < ids_.size(); ++i) p_kept_[i] = p[size_t(ids_[i])];
+  return draw(ids_, p_kept_);
 }
 
 int32_t Sampler::draw(const std::vector<int32_t>& ids, const std::vector<float>& p_kept) {

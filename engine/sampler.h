@@ -80,16 +80,29 @@ inline float softmax_term(float l, float mx, float temp) { return std::exp((l - 
 // Probabilities over the whole vocabulary after temperature (temperature <= 0 uses 1): each
 // softmax_term times float(1 / sum), the sum taken in double in index order.
 std::vector<float> softmax_with_temperature(const std::vector<float>& logits, float temperature);
+// The same into p (resized to logits.size(), its capacity reused).
+void softmax_with_temperature(const std::vector<float>& logits, float temperature,
+                              std::vector<float>& p);
 
 // Every id of `p`, most probable first, ties by lower id (the order sampler_kept_ids
 // cuts): a stable radix sort on the values' bits (two passes of up to 15 bits for
 // probabilities in [0, 1], three of 11 otherwise), linear in the vocabulary. Any NaN
 // comes first.
 std::vector<int32_t> ids_by_probability(const std::vector<float>& p);
+// The buffers of that sort, kept by a caller that sorts at every step (Sampler) so that a
+// sampled step allocates nothing of the vocabulary's size.
+struct SortScratch {
+  std::vector<uint64_t> items;  // [2][n]: (key, id) pairs and their copy
+  std::vector<uint32_t> count;  // per digit pass, its histogram
+};
+// ids_by_probability into `ids` (resized, its capacity reused).
+void ids_by_probability(const std::vector<float>& p, std::vector<int32_t>& ids, SortScratch& s);
 
 // The ids temperature sampling draws from, most probable first (ties: lower id): `p` (the
 // softmax after temperature) cut by top-k, then min-p, then top-p.
 std::vector<int32_t> sampler_kept_ids(const std::vector<float>& p, const SamplerConfig& cfg);
+void sampler_kept_ids(const std::vector<float>& p, const SamplerConfig& cfg,
+                      std::vector<int32_t>& ids, SortScratch& s);
 
 class Sampler {
  public:
@@ -107,6 +120,10 @@ class Sampler {
  private:
   SamplerConfig cfg_;
   std::mt19937_64 rng_;
+  // Reused from draw to draw: the softmax, the kept ids and their probabilities, the sort.
+  std::vector<float> p_, p_kept_;
+  std::vector<int32_t> ids_;
+  SortScratch sort_;
 };
 
 }  // namespace kvscope

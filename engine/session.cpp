@@ -258,6 +258,7 @@ Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
   std::unique_ptr<KvCache> scratch;
   int pos0 = 0, T = 0;
   ForwardOutput fo;
+  fo.logits = std::move(spare_logits_);  // its capacity: the logits land there
   fo.want_kv_errors = config_.kv_errors;
   fo.attention_copy = config_.attention_rows ? RowsCopy::Async : RowsCopy::None;
   // The attention rows' copy lands in fo.attention: waited for before fo goes, whatever
@@ -267,7 +268,8 @@ Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
     ~CopyWait() { (void)be.download_wait(); }
   } copy_wait{*backend_};
   std::optional<DeviceSampleResult> ds;  // set when this step sampled on the device
-  std::vector<float> softmax;  // of what the sampler saw, after temperature (when computed)
+  std::vector<float>& softmax = softmax_;  // of what the sampler saw, after temperature
+  bool have_softmax = false;               // (computed)
   std::optional<double> device_ms;
   int32_t id = 0;
   bool shaped = false;
@@ -402,13 +404,15 @@ Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
     shaped = false;
     id = sampler_cfg_.temperature <= 0 ? ds->kept[0] : sampler_.draw(ds->kept, ds->p_kept);
   } else if (drafted.empty()) {
-    logits_ = std::move(fo.logits);
+    logits_.swap(fo.logits);
+    spare_logits_ = std::move(fo.logits);  // the last step's buffer, for the next forward
     logits_on_device_ = false;
     shaped = shape_row(logits_.data(), 0, shaped_);
     if (forced) {
       id = *forced;
     } else if (sampler_cfg_.temperature > 0) {  // the candidates below read the same softmax
-      softmax = softmax_with_temperature(shaped ? shaped_ : logits_, sampler_cfg_.temperature);
+      softmax_with_temperature(shaped ? shaped_ : logits_, sampler_cfg_.temperature, softmax);
+      have_softmax = true;
       id = sampler_.sample_softmax(softmax);
     } else {
       id = sampler_.sample(shaped ? shaped_ : logits_);
@@ -496,7 +500,10 @@ Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
     }
   }
   // Candidates by probability after temperature, of what the sampler saw.
-  if (!ds && softmax.empty()) softmax = softmax_with_temperature(seen, sampler_cfg_.temperature);
+  if (!ds && !have_softmax) {
+    softmax_with_temperature(seen, sampler_cfg_.temperature, softmax);
+    have_softmax = true;
+  }
   const std::vector<float>& p = softmax;
   const int k = ds ? 0 : std::min<int>(config_.top_candidates, int(p.size()));
   // The k best by (probability, then lower id) in one pass over the vocabulary, kept sorted

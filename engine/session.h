@@ -271,6 +271,9 @@ class Session {
   StopReason stop_ = StopReason::None;
   // logits_ is filled on demand (last_logits) after a step sampled on the device.
   mutable std::vector<float> logits_;
+  // Buffers run_step reuses from step to step instead of allocating a vocabulary's worth
+  // each: the one the next forward's logits land in (logits_'s before), the softmax.
+  std::vector<float> spare_logits_, softmax_;
   mutable bool logits_on_device_ = false;
   DeviceSamplingStats device_stats_;
   std::vector<float> shaped_;          // logits_ after the penalties and the minimum length
