@@ -70,13 +70,9 @@ struct PassScratch {
 };
 thread_local PassScratch scratch;
 
-// The key count to make room for in a sequence's attention rows: every slot its cache
-// has (at least `keys`). The rows' buffers then grow when the cache does (by whole blocks,
-// or by half again), not by one key at every decode step.
-int room_for(const KvCache& cache, int keys) {
-  for (int l = 0; l < cache.shape().n_layer; ++l) keys = std::max(keys, cache.n_slots(l));
-  return keys;
-}
+// The key count to make room for in a sequence's attention rows: `keys` rounded up to a
+// whole 256. The rows' buffers then grow once every 256 decode steps, not at every step.
+int room_for(int keys) { return (keys + 255) / 256 * 256; }
 
 Status run_batch(Backend& be, const Model& model, const std::vector<BatchSeq>& seqs,
                  const std::vector<SeqRows>& rows, int total, std::vector<BatchSeqOutput>& out);
@@ -273,12 +269,12 @@ Status run_batch(Backend& be, const Model& model, const std::vector<BatchSeq>& s
             L = seqs[0].cache->shape().n_layer, V = c.n_vocab;
   const size_t N = seqs.size();
   int n_logits = 0;
-  int64_t n_probs = 0;  // room for each sequence's rows over every slot its cache has, so
-  bool errs = false;    // that the tensor grows when a cache does, not at every step
+  int64_t n_probs = 0;  // room for each sequence's rows (room_for), so that the tensor
+  bool errs = false;    // does not grow at every step
   for (size_t i = 0; i < N; ++i) {
     n_logits += rows[i].logit_rows;
     if (rows[i].probs_at >= 0)
-      n_probs += int64_t(L) * H * room_for(*seqs[i].cache, rows[i].pos0 + rows[i].T);
+      n_probs += int64_t(L) * H * room_for(rows[i].pos0 + rows[i].T);
     errs = errs || rows[i].errs;
   }
   // Every token's ids, in row order (host memory the embed reads until the first download).
@@ -480,8 +476,12 @@ Status run_batch(Backend& be, const Model& model, const std::vector<BatchSeq>& s
     o.logits_dev = on_device ? logits->row(rows[i].logit_row) : Tensor{};
     const bool copy_attn = rows[i].probs_at >= 0 && seqs[i].attention_copy != RowsCopy::None;
     const size_t n_attn = copy_attn ? size_t(L) * H * size_t(rows[i].pos0 + rows[i].T) : 0;
-    if (n_attn > o.attention.capacity())  // (room_for: grown when the cache grows)
-      o.attention.reserve(size_t(L) * H * size_t(room_for(*seqs[i].cache, rows[i].pos0 + rows[i].T)));
+    // A vector the caller reuses grows by whole steps of keys (room_for); a fresh one (the
+    // session hands each step's rows on) gets what it holds.
+    if (n_attn > o.attention.capacity())
+      o.attention.reserve(o.attention.capacity() == 0
+                              ? n_attn
+                              : size_t(L) * H * size_t(room_for(rows[i].pos0 + rows[i].T)));
     o.attention.resize(n_attn);
     o.k_norm.clear();
     o.v_norm.clear();

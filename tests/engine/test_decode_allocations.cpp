@@ -14,7 +14,7 @@
 //     one vocabulary row of floats in all, the step's own record (attention rows, held
 //     ranges, texts) included.
 // Buffers that grow with the sequence (the attention rows, attention's key lists, the
-// RoPE table) are sized by the cache's slots or in steps of many positions, so they grow
+// RoPE table) grow in steps of many positions (or to the cache's slots), so they grow
 // when the cache does, not at every step.
 // A step that crosses into a new block takes that block and grows the block tables and
 // slot maps: such steps are outside the counted stretches, and are counted on their own
