@@ -64,8 +64,7 @@ struct PassScratch {
   std::vector<KvLayerRule> rules;       // the FLOP count's per-layer rules
   std::vector<SeqRows> rows;            // forward_batch(): where each sequence's rows sit
   std::vector<int32_t> ids;             // run_batch(): every token id, in row order
-  std::vector<DecodeRun> runs;          // run_batch(): its runs of decode rows, n_runs used
-  size_t n_runs = 0;
+  std::vector<DecodeRun> runs;          // run_batch(): its runs of decode rows (the first ones)
   std::vector<float> norm_host;         // run_batch(): the row norms downloaded
 };
 thread_local PassScratch scratch;
@@ -318,8 +317,7 @@ Status run_batch(Backend& be, const Model& model, const std::vector<BatchSeq>& s
   // attention go through the rows ops, one call per layer for the whole run (one launch
   // on the GPU instead of one per sequence). Everything else goes sequence by sequence.
   std::vector<DecodeRun>& runs = scratch.runs;  // the first n_runs of them
-  size_t& n_runs = scratch.n_runs;
-  n_runs = 0;
+  size_t n_runs = 0;
   const auto decode_row = [&](size_t i) {
     return rows[i].T == 1 && rows[i].probs_at < 0 && !rows[i].errs && seqs[i].cache->paged();
   };

@@ -500,10 +500,7 @@ Expected<StepTrace> Session::run_step(std::optional<int32_t> forced) {
     }
   }
   // Candidates by probability after temperature, of what the sampler saw.
-  if (!ds && !have_softmax) {
-    softmax_with_temperature(seen, sampler_cfg_.temperature, softmax);
-    have_softmax = true;
-  }
+  if (!ds && !have_softmax) softmax_with_temperature(seen, sampler_cfg_.temperature, softmax);
   const std::vector<float>& p = softmax;
   const int k = ds ? 0 : std::min<int>(config_.top_candidates, int(p.size()));
   // The k best by (probability, then lower id) in one pass over the vocabulary, kept sorted
