@@ -348,7 +348,7 @@ struct PackQ4_KW : Words<V, 0> {
 // (1, 4 KiB: a few % slower).
 constexpr int64_t kPrefetchBytes = 2048;
 // The prefetch's locality hint: 1 (prefetcht2, into L2 and beyond, not L1). On a Zen 4
-// EPYC, bench's tg128 ran 1.23-1.30x as fast as with prefetcht0 (3), at both ISAs and at
+// EPYC, bench's tg128 ran 1.20-1.30x as fast as with prefetcht0 (3), at both ISAs and at
 // one and two threads; prefill unchanged (docs/performance.md, AVX2 decode).
 constexpr int kPrefetchLocality = 1;
 
