@@ -98,4 +98,20 @@ bool set_isa(Isa isa) {
   return true;
 }
 
+unsigned amd_cpu_family() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const unsigned family = [] {
+    __builtin_cpu_init();
+    if (!__builtin_cpu_is("amd")) return 0u;
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0u;
+    const unsigned base = (a >> 8) & 0xF;
+    return base == 0xF ? base + ((a >> 20) & 0xFF) : base;
+  }();
+  return family;
+#else
+  return 0;
+#endif
+}
+
 }  // namespace kvscope::cpu

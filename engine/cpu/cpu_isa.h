@@ -30,4 +30,9 @@ Isa isa_active();
 // between products, never while one runs on another thread.
 bool set_isa(Isa isa);
 
+// The CPU family from CPUID leaf 1 (base family plus extended family) on an AMD CPU, else
+// 0: 0x17 is Zen and Zen 2, 0x19 Zen 3 and Zen 4 (only Zen 4 has AVX-512), 0x1A Zen 5. The
+// kernels' per-CPU choices (the nibble order, the rows kernel) are made from it.
+unsigned amd_cpu_family();
+
 }  // namespace kvscope::cpu

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "engine/cpu/cpu_isa.h"
 #include "engine/cpu/packed_weight.h"
@@ -105,9 +106,10 @@ struct IsaKernels {
   // the quantized types on AVX-512 (32 registers hold a tile of 2 groups × 8 rows, which
   // beats decoding the weights into a panel even for a long prefill).
   bool (*uses_panel)(GgmlType t, int64_t T);
-  // Whether it takes the rows kernel (the quantized types past one slice of rows, when not
-  // the panel), which reads MatmulX::xi: x [T][n] interleaved by slices of slice_t rows,
-  // slice i at xi + i · n · slice_t, [n][slice_t] (interleave_x below).
+  // Whether it can take the rows kernel (the quantized types past one slice of rows, when
+  // not the panel), which reads MatmulX::xi: x [T][n] interleaved by slices of slice_t rows,
+  // slice i at xi + i · n · slice_t, [n][slice_t] (interleave_x below). It takes it where
+  // rows_kernel_on(isa) too; matmul then sets xi, and the kernels take it where xi is set.
   bool (*uses_rows)(GgmlType t, int64_t T);
   int slice_t;
   // Lays x [T][n] out as MatmulX::xi (xi holds ceil(T / slice_t) · slice_t · n floats) and,
@@ -138,6 +140,17 @@ struct IsaKernels {
   float (*dot_f32)(const float* a, const float* b, int64_t n);
   float (*vec_dot)(GgmlType t, const void* row, const float* x, int64_t n);
 };
+
+// Whether the quantized products of more rows than one slice take the rows kernel where
+// uses_rows allows it (each segment's weights decoded once into L1 for up to 64 rows) or
+// the gemv slices (each slice of rows decodes the weights in registers again); each output
+// has the same arithmetic, bit for bit, either way. The rows kernel by default, except with
+// AVX-512 on Zen 5 (AMD family 0x1A), where the slices measured faster (the Q4_1 product
+// of 16 to 512 rows 1.07-1.09x as fast, Q8_0's of 16 and 64 rows 1.07-1.11x, one thread;
+// docs/performance.md has prefill and batched decode). Tests force either with set_rows_kernel;
+// std::nullopt restores the default. Call it between products, like set_isa.
+bool rows_kernel_on(Isa isa);
+void set_rows_kernel(std::optional<bool> on);
 
 const IsaKernels& kernels_avx512();
 const IsaKernels& kernels_avx2();

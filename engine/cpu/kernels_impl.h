@@ -532,7 +532,8 @@ struct Kernels {
   // x serve two multiply-adds. The arithmetic per output is gemv's (and panel's), so the
   // tiling changes no bit. Up to kSliceT rows a tile decodes its weights in registers
   // (gemv_tile_q); past that, the quantized types decode each segment once for all the
-  // slices (rows_q).
+  // slices (rows_q), except where rows_kernel_on says otherwise (AVX-512 on Zen 5, where
+  // the slices measured faster: kernels.h), and there every slice runs gemv_tile_q.
   static constexpr int kSliceG = H == 1 ? 2 : 1;
   static constexpr int kSliceT = H == 1 ? 8 : 4;
 
@@ -1026,7 +1027,9 @@ struct Kernels {
   static void slices(const PackedWeight& p, int64_t g, const MatmulX& in, float* out) {
     const int64_t nsx = p.n_in / kXSumValues;
     if constexpr (Dec::kFactored) {
-      if (in.T > kSliceT) {  // uses_rows: each segment decoded once for up to kRowsMax rows
+      // Where matmul took the rows kernel (uses_rows and rows_kernel_on; it set xi): each
+      // segment decoded once for up to kRowsMax rows.
+      if (in.xi) {
         for (int64_t t0 = 0; t0 < in.T; t0 += kRowsMax)
           rows_q<Dec, G>(p, g, in.xi + t0 * p.n_in, in.sx ? in.sx + t0 * nsx : nullptr,
                          std::min<int64_t>(kRowsMax, in.T - t0), out + t0 * p.n_out);

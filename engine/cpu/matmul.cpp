@@ -8,6 +8,7 @@
 #include "engine/cpu/matmul.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <vector>
 
@@ -46,7 +47,20 @@ namespace {
 bool has_offsets(GgmlType t) {
   return t == GgmlType::Q4_1 || t == GgmlType::Q5_1 || t == GgmlType::Q4_K || t == GgmlType::Q5_K;
 }
+
+// -1: the CPU's default (rows_kernel_on); 0, 1: forced by set_rows_kernel.
+std::atomic<int> g_rows_forced{-1};
 }  // namespace
+
+bool rows_kernel_on(Isa isa) {
+  const int forced = g_rows_forced.load(std::memory_order_relaxed);
+  if (forced >= 0) return forced == 1;
+  return !(isa == Isa::Avx512 && amd_cpu_family() == 0x1A);
+}
+
+void set_rows_kernel(std::optional<bool> on) {
+  g_rows_forced.store(on ? int(*on) : -1, std::memory_order_relaxed);
+}
 
 void matmul_many(ThreadPool& pool, const MatmulJob* jobs, int n_jobs, const float* x, int64_t T) {
   const IsaKernels& k = kernels(isa_active());
@@ -79,10 +93,12 @@ void matmul_many(ThreadPool& pool, const MatmulJob* jobs, int n_jobs, const floa
   }
   // The segment sums, where a job's type has offsets (every job reads the same x), and x
   // interleaved for the rows kernel, where a job takes it (which makes the sums too).
+  const bool rows_on = rows_kernel_on(k.isa);
+  auto takes_rows = [&](const PackedWeight& w) { return rows_on && k.uses_rows(w.type, T); };
   bool offsets = false, rows = false;
   for (int j = 0; j < n_jobs; ++j) {
     offsets = offsets || has_offsets(jobs[j].w->type);
-    rows = rows || k.uses_rows(jobs[j].w->type, T);
+    rows = rows || takes_rows(*jobs[j].w);
   }
   const int64_t n_in = jobs[0].w->n_in;
   float* sx = nullptr;
@@ -107,7 +123,7 @@ void matmul_many(ThreadPool& pool, const MatmulJob* jobs, int n_jobs, const floa
   bool words = false;
   for (int j = 0; j < n_jobs; ++j)
     words = words || (jobs[j].w->nibbles == NibbleOrder::Words &&
-                      !k.uses_panel(jobs[j].w->type, T) && !k.uses_rows(jobs[j].w->type, T));
+                      !k.uses_panel(jobs[j].w->type, T) && !takes_rows(*jobs[j].w));
   if (words) {
     thread_local std::vector<float> qbuf;
     if (qbuf.size() < size_t(T * n_in)) qbuf.resize(size_t(T * n_in));

@@ -5,10 +5,6 @@
 // exactly the numbers of the file.
 #include "engine/cpu/packed_weight.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#endif
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -258,23 +254,10 @@ bool has_nibble_words(GgmlType t) {
 }
 
 NibbleOrder preferred_nibble_order() {
-#if defined(__x86_64__) || defined(__i386__)
-  static const bool amd = __builtin_cpu_is("amd");
-  // The CPU family (CPUID leaf 1): AMD's 0x19 is Zen 3 and Zen 4, of which only Zen 4 has
-  // AVX-512; Zen 5 is 0x1A.
-  static const unsigned family = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0u;
-    const unsigned base = (a >> 8) & 0xF;
-    return base == 0xF ? base + ((a >> 20) & 0xFF) : base;
-  }();
-#else
-  constexpr bool amd = false;
-  constexpr unsigned family = 0;
-#endif
+  const unsigned family = amd_cpu_family();  // 0: not AMD
   const Isa isa = isa_active();
-  if (amd && isa == Isa::Avx2) return NibbleOrder::Words;
-  if (amd && isa == Isa::Avx512 && family == 0x19) return NibbleOrder::Words;
+  if (family != 0 && isa == Isa::Avx2) return NibbleOrder::Words;
+  if (isa == Isa::Avx512 && family == 0x19) return NibbleOrder::Words;  // Zen 4
   return NibbleOrder::Bytes;
 }
 

@@ -336,6 +336,46 @@ TEST_P(MatmulPath, ManyRowsOverSeveralPanelsAndChunksEqualTheExactReference) {
   }
 }
 
+// Products of more rows than one slice take the rows kernel or the gemv slices as the CPU
+// is measured faster with (rows_kernel_on: the slices with AVX-512 on Zen 5, the rows
+// kernel elsewhere); whichever this CPU gets by default, both must give the exact
+// reference bit for bit, in both nibble orders, on every path: rows past a slice (10, 16),
+// more than one 64-row block (70, 130) and a long prefill (513).
+TEST_P(MatmulPath, RowsKernelAndGemvSlicesBothEqualTheExactReference) {
+  struct Restore {
+    ~Restore() { cpu::set_rows_kernel(std::nullopt); }
+  } restore;
+  ThreadPool pool(2);
+  const Isa isa = this->isa();
+  const std::vector<int64_t> Ts = test::emulated_cpu() ? std::vector<int64_t>{11, 17}
+                                                       : std::vector<int64_t>{10, 16, 70, 130, 513};
+  for (GgmlType t : kTypes) {
+    const int64_t n_in = lengths_for(t).back(), n_out = 83;
+    const Matrix m = random_matrix(t, n_in, n_out, uint32_t(n_in * 7 + 5));
+    std::vector<cpu::NibbleOrder> orders = {cpu::NibbleOrder::Bytes};
+    if (cpu::has_nibble_words(t)) orders.push_back(cpu::NibbleOrder::Words);
+    for (cpu::NibbleOrder order : orders) {
+      auto packed = cpu::pack_weight(m.weight(), pool, order);
+      ASSERT_TRUE(packed) << ggml_type_name(t);
+      for (int64_t T : Ts) {
+        const auto x = random_x(T, n_in, uint32_t(T * 5 + n_in));
+        const auto want = exact_reference(m, x, T);
+        for (bool rows : {true, false}) {
+          cpu::set_rows_kernel(rows);
+          std::vector<float> got(want.size(), NAN);
+          cpu::matmul(pool, *packed, x.data(), T, got.data());
+          for (size_t i = 0; i < want.size(); ++i)
+            ASSERT_EQ(got[i], want[i])
+                << cpu::isa_name(isa) << " " << ggml_type_name(t)
+                << (order == cpu::NibbleOrder::Words ? " words" : " bytes")
+                << (rows ? " rows kernel" : " gemv slices") << " T=" << T << " token "
+                << i / size_t(n_out) << " row " << i % size_t(n_out);
+        }
+      }
+    }
+  }
+}
+
 // Q4_0, Q4_1 and Q4_K in both nibble orders (packed_weight.h), whichever the path would
 // pick: the exact reference bit for bit at every kernel's T (1: the decode step, 3 and 4:
 // gemv slices, 5 to 513: rows or panel). With x scaled far down (every value below 2^-98,
