@@ -349,7 +349,8 @@ struct PackQ4_KW : Words<V, 0> {
 constexpr int64_t kPrefetchBytes = 2048;
 // The prefetch's locality hint: 1 (prefetcht2, into L2 and beyond, not L1). On a Zen 4
 // EPYC, bench's tg128 ran 1.20-1.30x as fast as with prefetcht0 (3), at both ISAs and at
-// one and two threads; prefill unchanged (docs/performance.md, AVX2 decode).
+// one and two threads; prefill unchanged (docs/performance.md, AVX2 decode). On a Zen 5
+// EPYC it measured level with prefetcht0 (tg128 1.01x).
 constexpr int kPrefetchLocality = 1;
 
 template <class V>
