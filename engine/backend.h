@@ -280,6 +280,22 @@ class Backend {
   virtual Status download_async(Tensor src, float* host) { return download(src, host); }
   virtual Status download_wait() { return Status::Ok(); }
 
+  // Not an op: the time (ms) that the products of `weights` with x of `rows` rows (1: a
+  // decode step; B: a batched step of B sequences) take one after another when every
+  // weight's bytes come from the cores' caches, not from memory: each product is timed on
+  // its first groups of output rows, as many as fit half of every
+  // thread's L2 cache, best of several passes, and scaled to the whole weight by its
+  // groups. The same instructions run per byte from memory, so decode can go no faster
+  // than this allows however fast the memory is: with the memory floor (kvscope bench),
+  // it bounds a step from below. nullopt where the backend has no such measure (CUDA) or a
+  // weight cannot be packed.
+  virtual std::optional<double> products_in_cache_ms(const std::vector<const Weight*>& weights,
+                                                     int rows) {
+    (void)weights;
+    (void)rows;
+    return std::nullopt;
+  }
+
   // Step timing: the device time between begin_step and end_step, where the backend
   // can measure it (CUDA events); nullopt on the CPU (the session uses wall time).
   virtual void begin_step() {}

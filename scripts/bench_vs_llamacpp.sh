@@ -31,7 +31,9 @@
 # speed (same thread count, the best of many passes over a buffer the size of the weight
 # bytes one decode step reads, which a large last-level cache may partly hold, as it
 # holds the weights) over those bytes (decode_floor_tok_s in its JSON; median over the
-# rounds), beside the read of 512 MiB, past the caches,
+# rounds), beside the read of 512 MiB, past the caches, and kvscope's tg128 as a share of
+# the ceiling its products' instructions put on decode (decode_ceiling_tok_s: a step's
+# products timed with every weight in cache),
 # plus kvscope's NO CACHE step at 64, 128, 256 and 512 tokens (ms). Both use an f16 KV
 # cache. llama.cpp's CPU "extra buffer types" (AMX and repacked weights) are used when a
 # probe shows they work on this CPU, and left off otherwise; the table says which.
@@ -51,7 +53,7 @@ while [ $# -gt 0 ]; do
     --json) json_out=$2; shift 2 ;;
     --baseline) baseline=$2; shift 2 ;;
     --isa) isa=$2; shift 2 ;;
-    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
     *) echo "bench_vs_llamacpp: unknown option '$1' (see --help)" >&2; exit 1 ;;
   esac
 done
@@ -204,7 +206,7 @@ work, rounds, extra, json_out, baseline = sys.argv[1], int(sys.argv[2]), sys.arg
 isa, load = sys.argv[6], sys.argv[7]
 kv, base, ll = {}, {}, {}  # (threads, measure) -> [values]
 depth = {}  # threads -> [(decode@2048 / tg128, its memory-speed bound, read GB/s)] per round
-floor = {}  # threads -> [(read GB/s, decode weight MB, floor tok/s)] per round
+floor = {}  # threads -> [(read GB/s, weight MB, floor tok/s, 512 MiB GB/s, ceiling tok/s)] per round
 
 def read_kvscope(path, into):
     doc = json.load(open(path))
@@ -218,7 +220,8 @@ def read_kvscope(path, into):
         if into is kv and "decode_floor_tok_s" in run:
             floor.setdefault(t, []).append((run["memory_read_gb_s"], run["decode_weight_mb"],
                                             run["decode_floor_tok_s"],
-                                            run.get("memory_read_512mib_gb_s", 0)))
+                                            run.get("memory_read_512mib_gb_s", 0),
+                                            run.get("decode_ceiling_tok_s", 0)))
         if into is kv and "memory_read_gb_s" in run:
             d = run["decode_tok_s"]
             depth.setdefault(t, []).append((d["2048"] / d["0"], run["decode_depth_bound"]["2048"],
@@ -293,12 +296,14 @@ if depth:
 if floor:
     print("\ndecode tg128 as a share of the memory floor: the speed at which kvscope bench's")
     print("threads read a buffer of a decode step's weight bytes, pass after pass, over those")
-    print("bytes; and the read of 512 MiB, past the caches; medians of rounds\n")
-    print("| threads | read of the weights' size | 512 MiB read | weights per step | floor | kvscope tg128 | share | llama.cpp tg128 | share |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("bytes; and the read of 512 MiB, past the caches; the ceiling that kvscope's products")
+    print("put on its decode with every weight in cache (kvscope bench: 'ceiling'), and its share")
+    print("of that; medians of rounds\n")
+    print("| threads | read of the weights' size | 512 MiB read | weights per step | floor | kvscope tg128 | share | llama.cpp tg128 | share | kvscope ceiling | kvscope share |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for t in sorted(floor):
         v = floor[t]
-        gb, mb, fl, big = (statistics.median(x[i] for x in v) for i in range(4))
+        gb, mb, fl, big, ce = (statistics.median(x[i] for x in v) for i in range(5))
         k = statistics.median(kv[(t, "tg128")])
         line = (f"| {t} | {gb:.1f} GB/s | {big:.1f} GB/s | {mb:.1f} MB | {fl:.1f} tok/s | {k:.1f} | "
                 f"{100 * k / fl:.0f}% |")
@@ -309,6 +314,11 @@ if floor:
             l = statistics.median(ll[(t, "tg128")])
             line += f" {l:.1f} | {100 * l / fl:.0f}% |"
             row["llama_share"] = l / fl
+        else:
+            line += " | |"
+        if ce > 0:
+            line += f" {ce:.1f} tok/s | {100 * k / ce:.0f}% |"
+            row.update(ceiling_tok_s_median=ce, kvscope_ceiling_share=k / ce)
         else:
             line += " | |"
         print(line)

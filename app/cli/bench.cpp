@@ -20,7 +20,12 @@
 //          cache's K/V rows on top of what a step from an empty cache reads; if those
 //          bytes come at the floor's read speed, it runs at most t0 / (t0 + extra bytes / bandwidth) of decode
 //          from an empty cache (t0: that step's time). Rows still in a cache (a short
-//          context's few MB) can beat it; at long contexts it is the ceiling.
+//          context's few MB) can beat it; at long contexts it is the limit.
+// ceiling: on the CPU, the time of a decode step's products when their weights come from
+//          the cores' caches instead (Backend::products_in_cache_ms: each product timed on
+//          a part of its weight that fits the L2 caches, scaled to the whole): what the
+//          products' instructions allow however fast the memory, and with the floor the
+//          bound on decode (the lower of the two), tg128 reported as a share of each.
 // --batch 1,4,16,64 measures batched decode instead: for each batch size B, B sequences
 // with different 32-token prompts in paged caches on one block pool, then 32 steps that
 // each run one token of every sequence through one forward pass (forward_batch) and pick
@@ -30,6 +35,8 @@
 // prints the aggregate decode tokens/s, the step time, the speed-up over batch 1 and the
 // pool's KV bytes against contiguous caches reserving the model's context per sequence.
 // The prompt tokens are real text (a short story, repeated) so attention is realistic.
+// On the CPU, each batch size's ceiling too: its step's products, B rows each, with every
+// weight in cache (as for decode's ceiling below).
 // --kv-type / --kv-type-k / --kv-type-v choose the cache's element types (default f16),
 // so decode speed can be compared across cache types on one backend.
 #include <CLI/CLI.hpp>
@@ -80,6 +87,16 @@ constexpr int kDecode = 128;               // tg128
 constexpr int kDepths[] = {0, 512, 2048};  // decode after a prefill of this many tokens
 constexpr int kNoCache[] = {64, 128, 256, 512};
 
+// The weights whose products one decode step runs: every layer's, then the LM head.
+std::vector<const Weight*> decode_product_weights(const Model& m) {
+  std::vector<const Weight*> ws;
+  for (const LayerWeights& l : m.layers())
+    for (const Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+      if (w->data) ws.push_back(w);
+  ws.push_back(&m.output());
+  return ws;
+}
+
 struct BenchRun {
   std::string backend;
   KvTypes kv_types;
@@ -91,6 +108,7 @@ struct BenchRun {
   double read_gb_s = 0;       // CPU: read speed of a buffer of weight_mb, 0 off the CPU
   double memory_gb_s = 0;     // CPU: read speed of 512 MiB, past the caches
   double weight_mb = 0;                            // weight bytes one decode step reads
+  double products_ms = 0;  // CPU: a decode step's products with their weights in cache, 0 off it
   double prefill_ms() const { return nocache_ms.back().second; }
 };
 
@@ -151,6 +169,7 @@ struct BatchRun {
   double step_ms = 0;       // mean time of one decode step over the whole batch
   uint64_t pool_bytes = 0;  // KV bytes of the pool's used blocks after the last step
   uint64_t contiguous_bytes = 0;  // a contiguous cache of the full context per sequence
+  double products_ms = 0;  // CPU: the step's products with their weights in cache, 0 off it
 };
 constexpr int kBatchPrompt = 32, kBatchSteps = 32;
 
@@ -230,6 +249,8 @@ Expected<std::vector<BatchRun>> measure_batch(Backend& backend, const Model& m,
     r.pool_bytes = uint64_t((*pool)->counts().used) * kv_block_bytes(pc);
     r.contiguous_bytes = uint64_t(B) * uint64_t(std::max(1, c.n_ctx)) * uint64_t(c.n_layer) *
                          kv_position_bytes(cfg.shape, types);
+    // The ceiling the products' instructions put on this batch size (bench's top).
+    r.products_ms = backend.products_in_cache_ms(decode_product_weights(m), B).value_or(0);
     out.push_back(r);
   }
   return out;
@@ -307,6 +328,12 @@ double floor_tok_s(const BenchRun& r) {
 double floor_share(const BenchRun& r) {
   return tok_s(kDecode, ms_of(r.decode_ms, 0)) / floor_tok_s(r);
 }
+// The ceiling the products' instructions put on decode (tokens/s): a step's products with
+// every weight in cache; and the bound on decode, the lower of that and the floor.
+double ceiling_tok_s(const BenchRun& r) { return 1000.0 / r.products_ms; }
+double bound_tok_s(const BenchRun& r) {
+  return r.products_ms > 0 ? std::min(floor_tok_s(r), ceiling_tok_s(r)) : floor_tok_s(r);
+}
 
 void print_json(const std::string& model, const std::string& cpu, const std::vector<BenchRun>& runs) {
   JsonWriter j;
@@ -335,6 +362,14 @@ void print_json(const std::string& model, const std::string& cpu, const std::vec
       j.key("decode_weight_mb").value(r.weight_mb);
       j.key("decode_floor_tok_s").value(floor_tok_s(r));  // read speed / weight bytes
       j.key("decode_floor_share").value(floor_share(r));  // tg128 / that floor
+      if (r.products_ms > 0) {
+        j.key("products_in_cache_ms").value(r.products_ms);  // a step's products, from cache
+        j.key("decode_ceiling_tok_s").value(ceiling_tok_s(r));  // 1000 / that
+        j.key("decode_ceiling_share").value(tok_s(kDecode, ms_of(r.decode_ms, 0)) /
+                                            ceiling_tok_s(r));
+      }
+      j.key("decode_bound_tok_s").value(bound_tok_s(r));  // min(floor, ceiling)
+      j.key("decode_bound_share").value(tok_s(kDecode, ms_of(r.decode_ms, 0)) / bound_tok_s(r));
       j.key("decode_depth_bound").begin_object();  // bound on decode at depth / at 0
       for (auto& [depth, ms] : r.decode_ms)
         if (depth > 0) j.key(std::to_string(depth)).value(depth_bound(r, depth));
@@ -370,6 +405,18 @@ void print_text(const std::string& model, const std::string& cpu, const std::vec
         "  floor    %.1f MB of weights per step: %.1f tokens/s at that speed; decode after "
         "0 reaches %.0f%% of it\n",
         r.weight_mb, floor_tok_s(r), 100.0 * floor_share(r));
+    if (r.products_ms > 0) {
+      const double d = tok_s(kDecode, ms_of(r.decode_ms, 0));
+      std::printf(
+          "  ceiling  the step's products with every weight in cache: %.2f ms, %.1f tokens/s; "
+          "decode after 0 reaches %.0f%% of it\n",
+          r.products_ms, ceiling_tok_s(r), 100.0 * d / ceiling_tok_s(r));
+      std::printf("  bound    decode at most %.1f tokens/s, set by the %s; decode after 0 reaches "
+                  "%.0f%% of it\n",
+                  bound_tok_s(r),
+                  ceiling_tok_s(r) < floor_tok_s(r) ? "products' instructions" : "memory",
+                  100.0 * d / bound_tok_s(r));
+    }
     const double d0 = ms_of(r.decode_ms, 0);
     for (auto& [depth, ms] : r.decode_ms)
       if (depth > 0)
@@ -402,6 +449,11 @@ void print_batch(const std::string& model, const std::string& cpu, bool json,
         j.key("vs_batch_1").value(batch_tok_s(r) / batch_tok_s(runs[k].second.front()));
         j.key("kv_pool_bytes").value(r.pool_bytes);
         j.key("contiguous_kv_bytes").value(r.contiguous_bytes);
+        if (r.products_ms > 0) {
+          j.key("products_in_cache_ms").value(r.products_ms);
+          j.key("ceiling_tok_s").value(r.batch / (r.products_ms / 1000.0));
+          j.key("ceiling_share").value(r.products_ms / r.step_ms);  // decode_tok_s / ceiling
+        }
         j.end_object();
       }
     j.end_array();
@@ -419,6 +471,12 @@ void print_batch(const std::string& model, const std::string& cpu, bool json,
                   r.batch, batch_tok_s(r), batch_tok_s(r) / batch_tok_s(rs.front()),
                   rs.front().batch, r.step_ms, double(r.pool_bytes) / 1048576.0,
                   double(r.contiguous_bytes) / 1048576.0);
+    for (const BatchRun& r : rs)
+      if (r.products_ms > 0)
+        std::printf("  ceiling batch %3d: the step's products with every weight in cache %.1f ms, "
+                    "%.1f tokens/s; reached %.0f%%\n",
+                    r.batch, r.products_ms, r.batch / (r.products_ms / 1000.0),
+                    100.0 * r.products_ms / r.step_ms);
   }
 }
 
@@ -506,6 +564,7 @@ int run_bench(int argc, char** argv) {
       run->memory_gb_s = memory_read_gb_s(run->threads, past);
       const uint64_t bytes = uint64_t(run->weight_mb * 1e6);
       run->read_gb_s = bytes < past ? memory_read_gb_s(run->threads, bytes) : run->memory_gb_s;
+      run->products_ms = (*be)->products_in_cache_ms(decode_product_weights(m), 1).value_or(0);
     }
     runs.push_back(std::move(*run));
     if (!on_cpu) break;  // thread counts mean nothing off the CPU

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +16,8 @@
 #include <thread>
 #include <unordered_map>
 #include <vector>
+
+#include <unistd.h>
 
 #include "engine/cpu/attention.h"
 #include "engine/cpu/cpu_isa.h"
@@ -70,6 +73,49 @@ class CpuBackend final : public Backend {
     return cpu::CpuKvCache::create(config, capacity);
   }
 
+  std::optional<double> products_in_cache_ms(const std::vector<const Weight*>& weights,
+                                             int rows) override {
+    if (rows < 1) return std::nullopt;
+    // Half of each thread's L2 for its share of a part (1 MiB where the system does not say).
+    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    const uint64_t part_bytes = uint64_t(l2 > 0 ? l2 : 1 << 20) / 2 * uint64_t(pool_.size());
+    std::vector<float> x, out;
+    double total = 0;
+    for (const Weight* w : weights) {
+      std::unique_ptr<cpu::PackedWeight> temp;
+      auto p = packed(*w, temp);
+      if (!p.ok()) return std::nullopt;
+      const cpu::PackedWeight& full = **p;
+      // The first groups, read in place: a view with no deleter of its own.
+      cpu::PackedWeight part;
+      part.type = full.type;
+      part.n_in = full.n_in;
+      part.nibbles = full.nibbles;
+      part.group_bytes = full.group_bytes;
+      part.groups = std::clamp<int64_t>(int64_t(part_bytes / full.group_bytes), 1, full.groups);
+      part.n_out = std::min(full.n_out, part.groups * cpu::kPackRows);
+      part.data = {const_cast<uint8_t*>(full.group(0)), [](void*) {}};
+      if (x.size() < size_t(rows * full.n_in)) {
+        x.resize(size_t(rows * full.n_in));
+        for (size_t i = 0; i < x.size(); ++i) x[i] = 0.01f * float(int(i % 13) - 6);
+      }
+      if (out.size() < size_t(rows * part.n_out)) out.resize(size_t(rows * part.n_out));
+      // Passes of about 4 MB of weight bytes a row each (at least one product), after two
+      // warm-up products that bring the part into the caches; the best pass counts.
+      const uint64_t bytes = uint64_t(part.groups) * part.group_bytes;
+      const int reps = int(std::clamp<uint64_t>((uint64_t(4) << 20) / bytes / uint64_t(rows), 1, 256));
+      for (int i = 0; i < 2; ++i) cpu::matmul(pool_, part, x.data(), rows, out.data());
+      double best = 1e30;
+      for (int pass = 0; pass < 7; ++pass) {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < reps; ++i) cpu::matmul(pool_, part, x.data(), rows, out.data());
+        const std::chrono::duration<double, std::milli> dt = std::chrono::steady_clock::now() - t0;
+        best = std::min(best, dt.count() / reps);
+      }
+      total += best * double(full.groups) / double(part.groups);
+    }
+    return total;
+  }
   Expected<std::shared_ptr<KvPool>> create_kv_pool(const KvPoolConfig& config) override {
     return cpu::CpuKvPool::create(config);
   }

@@ -571,6 +571,42 @@ TEST_F(Matmul, BackendHandlesWeightsWithAndWithoutAUid) {
   EXPECT_EQ(a, exact_reference(m, x, 3));
 }
 
+// The products' time with their weights in cache (kvscope bench's ceiling): a weight
+// larger than the part timed (a 4.5 MB Q8_0 one: more than half of any L2 per thread) and
+// a small one, each as loaded (packed once, kept), then a product of each again. The
+// parts are views of the kept packed copies: timing them must leave those intact (the
+// products give the same numbers as before, and a view that freed its data would show
+// under the sanitizers), and a weight's time scales to its size, so the large weight
+// alone takes longer than the small one alone.
+TEST_F(Matmul, ProductsInCacheLeaveTheWeightsIntact) {
+  auto backend = make_cpu_backend(2);
+  const Matrix big = random_matrix(GgmlType::Q8_0, 1024, 4096, 21);
+  const Matrix small = random_matrix(GgmlType::Q4_1, 1024, 64, 22);
+  Weight wb = big.weight(), ws = small.weight();
+  wb.uid = 987654322;
+  ws.uid = 987654323;
+  const auto x = random_x(1, 1024, 23);
+  auto xs = backend->scratch(0, 1, 1024);
+  auto ob = backend->scratch(1, 1, 4096);
+  auto os = backend->scratch(2, 1, 64);
+  ASSERT_TRUE(xs.ok() && ob.ok() && os.ok());
+  std::memcpy(xs->data, x.data(), x.size() * 4);
+  ASSERT_TRUE(backend->matmul(wb, *xs, *ob).ok());
+  ASSERT_TRUE(backend->matmul(ws, *xs, *os).ok());
+  const std::vector<float> before_b(ob->data, ob->data + 4096), before_s(os->data, os->data + 64);
+  const auto both = backend->products_in_cache_ms({&wb, &ws}, 1);
+  const auto big_ms = backend->products_in_cache_ms({&wb}, 1);
+  const auto small_ms = backend->products_in_cache_ms({&ws}, 1);
+  ASSERT_TRUE(both && big_ms && small_ms);
+  EXPECT_TRUE(std::isfinite(*both) && *both > 0);
+  EXPECT_GT(*big_ms, *small_ms);
+  ASSERT_TRUE(backend->matmul(wb, *xs, *ob).ok());
+  ASSERT_TRUE(backend->matmul(ws, *xs, *os).ok());
+  EXPECT_EQ(before_b, std::vector<float>(ob->data, ob->data + 4096));
+  EXPECT_EQ(before_s, std::vector<float>(os->data, os->data + 64));
+  EXPECT_EQ(before_b, exact_reference(big, x, 1));
+}
+
 // Packing a loaded weight releases its file pages; reading them again gives the file's
 // bytes, and the products still use every weight correctly.
 TEST_F(Matmul, ReleasedWeightPagesReadBackUnchanged) {
