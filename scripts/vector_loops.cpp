@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 
 namespace {
 
@@ -131,7 +132,7 @@ KV_LOOP(loop_widen_cvt_fma, KV_CHAINS(KV_WIDEN_CVT_FMA))
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   // Normal floats everywhere (no subnormal slow paths): x = 1 + 2^-20, words of nibbles,
   // the mask 0xF0, the 16 nibble values.
   for (int i = 0; i < 16; ++i) {
@@ -141,7 +142,8 @@ int main() {
     g_consts[48 + i] = float(i);
   }
   for (int i = 0; i < 64; ++i) g_bytes[i] = int8_t(i - 32);
-  const long n = 20'000'000;
+  // Iterations per run (argument 1; 20 million by default).
+  const long n = argc > 1 ? std::max(1L, std::atol(argv[1])) : 20'000'000;
   const int runs = 5;
   const int fma_chains = 8;
   struct Mix {
