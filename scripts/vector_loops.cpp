@@ -36,38 +36,18 @@ double best_ns(F loop, long n, int runs) {
   return best;
 }
 
+// The register names: V, the width's prefix; W, the weights' source; X, x; M, the mask;
+// L, the table; AND, the mask instruction (VEX has no vpandd).
 #ifdef KVSCOPE_LOOPS_512
 constexpr const char* kWidth = "512-bit (zmm)";
 constexpr int kChains = 8;
-// Registers: accumulators zmm0-7, temporaries zmm20-27, weights' source zmm16, x zmm17,
-// mask zmm18, table zmm19.
-#define KV_INIT                                 \
-  "vmovups   (%[c]), %%zmm16\n\t"               \
-  "vmovups 64(%[c]), %%zmm17\n\t"               \
-  "vmovups 128(%[c]), %%zmm18\n\t"              \
-  "vmovups 192(%[c]), %%zmm19\n\t"              \
-  "vmovaps %%zmm17, %%zmm0\n\t vmovaps %%zmm17, %%zmm1\n\t vmovaps %%zmm17, %%zmm2\n\t" \
-  "vmovaps %%zmm17, %%zmm3\n\t vmovaps %%zmm17, %%zmm4\n\t vmovaps %%zmm17, %%zmm5\n\t" \
-  "vmovaps %%zmm17, %%zmm6\n\t vmovaps %%zmm17, %%zmm7\n\t"
-#define KV_FMA(a, t) "vfmadd231ps %%zmm17, %%zmm17, %%zmm" #a "\n\t"
-#define KV_CVT(a, t) "vcvtdq2ps %%zmm16, %%zmm" #t "\n\t"
-#define KV_LUT(a, t) "vpermps %%zmm19, %%zmm16, %%zmm" #t "\n\t"
-#define KV_AND(a, t) "vpandd %%zmm18, %%zmm16, %%zmm" #t "\n\t"
-#define KV_AND_CVT_FMA(a, t)                  \
-  "vpandd %%zmm18, %%zmm16, %%zmm" #t "\n\t"   \
-  "vcvtdq2ps %%zmm" #t ", %%zmm" #t "\n\t"     \
-  "vfmadd231ps %%zmm17, %%zmm" #t ", %%zmm" #a "\n\t"
-#define KV_SRL_LUT_FMA(a, t)                  \
-  "vpsrld $4, %%zmm16, %%zmm" #t "\n\t"        \
-  "vpermps %%zmm19, %%zmm" #t ", %%zmm" #t "\n\t" \
-  "vfmadd231ps %%zmm17, %%zmm" #t ", %%zmm" #a "\n\t"
-#define KV_LUT_FMA(a, t)                      \
-  "vpermps %%zmm19, %%zmm16, %%zmm" #t "\n\t"  \
-  "vfmadd231ps %%zmm17, %%zmm" #t ", %%zmm" #a "\n\t"
-#define KV_WIDEN_CVT_FMA(a, t)                \
-  "vpmovsxbd (%[b]), %%zmm" #t "\n\t"          \
-  "vcvtdq2ps %%zmm" #t ", %%zmm" #t "\n\t"     \
-  "vfmadd231ps %%zmm17, %%zmm" #t ", %%zmm" #a "\n\t"
+// Accumulators zmm0-7, temporaries zmm20-27.
+#define KV_V "%%zmm"
+#define KV_W "16"
+#define KV_X "17"
+#define KV_M "18"
+#define KV_L "19"
+#define KV_ANDI "vpandd "
 #define KV_CHAINS(OP) OP(0, 20) OP(1, 21) OP(2, 22) OP(3, 23) OP(4, 24) OP(5, 25) OP(6, 26) OP(7, 27)
 #define KV_FMA_CHAINS KV_CHAINS(KV_FMA)
 #define KV_CLOBBERS                                                                         \
@@ -76,41 +56,41 @@ constexpr int kChains = 8;
 #else
 constexpr const char* kWidth = "256-bit (ymm)";
 constexpr int kChains = 6;
-// Registers: accumulators ymm0-5 (ymm0-7 for the bare multiply-add), temporaries ymm6-11,
-// weights' source ymm12, x ymm13, mask ymm14, table ymm15.
-#define KV_INIT                                 \
-  "vmovups   (%[c]), %%ymm12\n\t"               \
-  "vmovups 64(%[c]), %%ymm13\n\t"               \
-  "vmovups 128(%[c]), %%ymm14\n\t"              \
-  "vmovups 192(%[c]), %%ymm15\n\t"              \
-  "vmovaps %%ymm13, %%ymm0\n\t vmovaps %%ymm13, %%ymm1\n\t vmovaps %%ymm13, %%ymm2\n\t" \
-  "vmovaps %%ymm13, %%ymm3\n\t vmovaps %%ymm13, %%ymm4\n\t vmovaps %%ymm13, %%ymm5\n\t" \
-  "vmovaps %%ymm13, %%ymm6\n\t vmovaps %%ymm13, %%ymm7\n\t"
-#define KV_FMA(a, t) "vfmadd231ps %%ymm13, %%ymm13, %%ymm" #a "\n\t"
-#define KV_CVT(a, t) "vcvtdq2ps %%ymm12, %%ymm" #t "\n\t"
-#define KV_LUT(a, t) "vpermps %%ymm15, %%ymm12, %%ymm" #t "\n\t"
-#define KV_AND(a, t) "vpand %%ymm14, %%ymm12, %%ymm" #t "\n\t"
-#define KV_AND_CVT_FMA(a, t)                  \
-  "vpand %%ymm14, %%ymm12, %%ymm" #t "\n\t"    \
-  "vcvtdq2ps %%ymm" #t ", %%ymm" #t "\n\t"     \
-  "vfmadd231ps %%ymm13, %%ymm" #t ", %%ymm" #a "\n\t"
-#define KV_SRL_LUT_FMA(a, t)                  \
-  "vpsrld $4, %%ymm12, %%ymm" #t "\n\t"        \
-  "vpermps %%ymm15, %%ymm" #t ", %%ymm" #t "\n\t" \
-  "vfmadd231ps %%ymm13, %%ymm" #t ", %%ymm" #a "\n\t"
-#define KV_LUT_FMA(a, t)                      \
-  "vpermps %%ymm15, %%ymm12, %%ymm" #t "\n\t"  \
-  "vfmadd231ps %%ymm13, %%ymm" #t ", %%ymm" #a "\n\t"
-#define KV_WIDEN_CVT_FMA(a, t)                \
-  "vpmovsxbd (%[b]), %%ymm" #t "\n\t"          \
-  "vcvtdq2ps %%ymm" #t ", %%ymm" #t "\n\t"     \
-  "vfmadd231ps %%ymm13, %%ymm" #t ", %%ymm" #a "\n\t"
+// Accumulators ymm0-5 (ymm0-7 for the bare multiply-add), temporaries ymm6-11.
+#define KV_V "%%ymm"
+#define KV_W "12"
+#define KV_X "13"
+#define KV_M "14"
+#define KV_L "15"
+#define KV_ANDI "vpand "
 #define KV_CHAINS(OP) OP(0, 6) OP(1, 7) OP(2, 8) OP(3, 9) OP(4, 10) OP(5, 11)
 #define KV_FMA_CHAINS KV_CHAINS(KV_FMA) KV_FMA(6, 0) KV_FMA(7, 0)
 #define KV_CLOBBERS                                                                          \
   "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", \
       "xmm11", "xmm12", "xmm13", "xmm14", "xmm15"
 #endif
+
+#define KV_R(r) KV_V #r
+#define KV_INIT                                                                      \
+  "vmovups (%[c]), " KV_V KV_W "\n\t vmovups 64(%[c]), " KV_V KV_X "\n\t"           \
+  "vmovups 128(%[c]), " KV_V KV_M "\n\t vmovups 192(%[c]), " KV_V KV_L "\n\t"       \
+  KV_SET(0) KV_SET(1) KV_SET(2) KV_SET(3) KV_SET(4) KV_SET(5) KV_SET(6) KV_SET(7)
+#define KV_SET(a) "vmovaps " KV_V KV_X ", " KV_R(a) "\n\t"
+#define KV_FMA(a, t) "vfmadd231ps " KV_V KV_X ", " KV_V KV_X ", " KV_R(a) "\n\t"
+#define KV_CVT(a, t) "vcvtdq2ps " KV_V KV_W ", " KV_R(t) "\n\t"
+#define KV_LUT(a, t) "vpermps " KV_V KV_L ", " KV_V KV_W ", " KV_R(t) "\n\t"
+#define KV_AND(a, t) KV_ANDI KV_V KV_M ", " KV_V KV_W ", " KV_R(t) "\n\t"
+// The multiply-add of a decoded vector t into chain a.
+#define KV_ACC(a, t) "vfmadd231ps " KV_V KV_X ", " KV_R(t) ", " KV_R(a) "\n\t"
+#define KV_AND_CVT_FMA(a, t) \
+  KV_AND(a, t) "vcvtdq2ps " KV_R(t) ", " KV_R(t) "\n\t" KV_ACC(a, t)
+#define KV_SRL_LUT_FMA(a, t)                                  \
+  "vpsrld $4, " KV_V KV_W ", " KV_R(t) "\n\t"                 \
+  "vpermps " KV_V KV_L ", " KV_R(t) ", " KV_R(t) "\n\t" KV_ACC(a, t)
+#define KV_LUT_FMA(a, t) KV_LUT(a, t) KV_ACC(a, t)
+#define KV_WIDEN_CVT_FMA(a, t)                          \
+  "vpmovsxbd (%[b]), " KV_R(t) "\n\t"                   \
+  "vcvtdq2ps " KV_R(t) ", " KV_R(t) "\n\t" KV_ACC(a, t)
 
 // One loop: the constants loaded, then n iterations of BODY.
 #define KV_LOOP(NAME, BODY)                                                        \
