@@ -37,7 +37,8 @@ double best_ns(F loop, long n, int runs) {
 }
 
 // The register names: V, the width's prefix; W, the weights' source; X, x; M, the mask;
-// L, the table; AND, the mask instruction (VEX has no vpandd).
+// L, the table; ANDI, the mask instruction (vpandd, or VEX's vpand for 256-bit on CPUs
+// without AVX-512).
 #ifdef KVSCOPE_LOOPS_512
 constexpr const char* kWidth = "512-bit (zmm)";
 constexpr int kChains = 8;
@@ -135,7 +136,7 @@ int main(int argc, char** argv) {
       {"multiply-add", loop_fma, fma_chains},
       {"convert (vcvtdq2ps)", loop_cvt, kChains},
       {"table lookup (vpermps)", loop_lut, kChains},
-      {"mask (vpand)", loop_and, kChains},
+      {"mask (vpand, vpandd)", loop_and, kChains},
       {"mask + convert + multiply-add", loop_and_cvt_fma, kChains},
       {"table lookup + multiply-add", loop_lut_fma, kChains},
       {"shift + table lookup + multiply-add", loop_srl_lut_fma, kChains},
